@@ -1,0 +1,1 @@
+"""FDSL front end: parse (Lark) -> AST -> check -> typed chain; the op table; diagnostics."""
