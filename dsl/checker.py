@@ -1,0 +1,527 @@
+"""The checker: names, dtypes, broadcasting, symbols and each op's shape rule -> a typed chain.
+
+Errors are collected, not thrown at the first: a statement that fails binds its name to
+POISON, and uses of a poisoned value report nothing more, so independent mistakes all
+show up in one run.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import ast as A
+from .diagnostics import DiagnosticSink, FdslError, Note
+from .ops import BINARY_OPERATORS, OPS, REQUIRED, Arg, OpDef
+from .shapes import OpError, Symbols
+from .source import Span
+from .typed import Node, TypedChain, TypedModule
+from .types import BOOL, DTYPES, DType, TensorType
+
+
+@dataclass(frozen=True)
+class Weak:
+    """A compile-time scalar without a dtype yet: a literal or a const. It adopts its context's dtype."""
+    value: int | float | bool
+
+    @property
+    def kind(self) -> str:
+        if isinstance(self.value, (bool, np.bool_)):
+            return "bool"
+        return "int" if isinstance(self.value, (int, np.integer)) else "float"
+
+
+class _Poison:
+    pass
+
+
+POISON = _Poison()
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What a name means in a chain: a node, a weak scalar, or poison; and where it was defined."""
+    value: Any                 # int node id | Weak | POISON
+    span: Span
+    what: str                  # 'parameter' | 'value' | 'const'
+
+
+def check(module: A.Module) -> TypedModule:
+    """Type-check every chain of a parsed module; raise FdslError listing every error found."""
+    sink = DiagnosticSink()
+    consts: dict[str, Binding] = {}
+    chains: list[TypedChain] = []
+    seen: dict[str, A.ChainDef] = {}
+    for item in module.items:
+        if isinstance(item, A.ConstDecl):
+            _declare_const(sink, consts, item)
+            continue
+        if item.name in seen:
+            sink.error(item.name_span, f"chain '{item.name}' is defined twice",
+                       [Note(seen[item.name].name_span, f"'{item.name}' first defined here")])
+            continue
+        seen[item.name] = item
+        chain = _ChainChecker(sink, dict(consts), item).run()
+        if chain is not None:
+            chains.append(chain)
+    sink.raise_if_any()
+    return TypedModule(module.file, tuple(chains))
+
+
+def _declare_const(sink: DiagnosticSink, scope: dict[str, Binding], decl: A.ConstDecl) -> None:
+    if decl.name in scope:
+        prev = scope[decl.name]
+        sink.error(decl.name_span, f"'{decl.name}' is already defined",
+                   [Note(prev.span, f"'{decl.name}' first defined here")])
+        return
+    value = _fold_const(sink, scope, decl.value)
+    scope[decl.name] = Binding(value, decl.name_span, "const")
+
+
+def _fold_const(sink: DiagnosticSink, scope: dict[str, Binding], e: A.Expr) -> Any:
+    """A const's value: numbers, other consts and arithmetic on them, folded now."""
+    if isinstance(e, A.Num):
+        return Weak(e.value)
+    if isinstance(e, A.Bool):
+        return Weak(e.value)
+    if isinstance(e, A.Name) and e.id in scope:
+        return scope[e.id].value
+    if isinstance(e, A.Unary):
+        v = _fold_const(sink, scope, e.operand)
+        return v if v is POISON else _fold(OPS["neg"], [v], {}, sink, e.span)
+    if isinstance(e, A.Binary) and e.op in BINARY_OPERATORS and BINARY_OPERATORS[e.op] != "matmul":
+        l, r = _fold_const(sink, scope, e.lhs), _fold_const(sink, scope, e.rhs)
+        if POISON in (l, r):
+            return POISON
+        return _fold(OPS[BINARY_OPERATORS[e.op]], [l, r], {}, sink, e.span)
+    sink.error(e.span, "a const must be a number (or arithmetic on numbers and other consts)")
+    return POISON
+
+
+def _fold(op: OpDef, args: list[Weak], attrs: dict, sink: DiagnosticSink, span: Span) -> Any:
+    """Evaluate an elementwise op on weak scalars now, with the op's own NumPy semantics."""
+    kinds = {a.kind for a in args}
+    dt = np.float64 if "float" in kinds else (np.bool_ if kinds == {"bool"} else np.int64)
+    with np.errstate(all="ignore"):
+        try:
+            out = op.ref([np.asarray(a.value, dtype=dt) for a in args], dict(attrs), ())
+        except (ValueError, ZeroDivisionError, TypeError) as e:
+            sink.error(span, f"cannot evaluate {op.name} on constants: {e}")
+            return POISON
+    out = np.asarray(out)
+    if out.dtype == np.bool_:
+        return Weak(bool(out))
+    return Weak(int(out) if np.issubdtype(out.dtype, np.integer) else float(out))
+
+
+class _ChainChecker:
+    def __init__(self, sink: DiagnosticSink, consts: dict[str, Binding], chain: A.ChainDef) -> None:
+        self.sink = sink
+        self.scope = consts
+        self.chain = chain
+        self.syms = Symbols()
+        self.sym_spans: dict[str, Span] = {}
+        self.nodes: list[Node] = []
+        self.node_span: dict[int, Span] = {}   # the span to blame for each node's value
+        self.failed = False
+
+    def error(self, span, message, notes=()) -> None:
+        self.failed = True
+        self.sink.error(span, message, notes)
+
+    # ---- chain structure ------------------------------------------------------------------
+    def run(self) -> TypedChain | None:
+        params = [self.param(p) for p in self.chain.params]
+        outputs = self.body()
+        if self.failed or outputs is None:
+            return None
+        nodes = tuple(Node(n.id, n.op, n.inputs, self._resolve_attrs(n.attrs),
+                           n.type.with_shape(self.syms.resolve(n.type.shape)), n.span, n.name)
+                      for n in self.nodes)
+        symbols = tuple(dict.fromkeys(d for n in nodes for d in n.type.shape if isinstance(d, str)))
+        return TypedChain(self.chain.name, nodes, tuple(params), tuple(outputs), symbols, self.chain.span)
+
+    def _resolve_attrs(self, attrs):
+        return tuple((k, self.syms.resolve(v) if k == "shape" else v) for k, v in attrs)
+
+    def param(self, p: A.Param) -> int:
+        ttype = self.type_expr(p.type, declare=True)
+        nid = self.add(Node(len(self.nodes), "param", (), (), ttype or TensorType(DTYPES["f32"], ()), p.span, p.name))
+        self.bind(p.name, p.name_span, nid if ttype else POISON, "parameter")
+        return nid
+
+    def type_expr(self, t: A.TypeExpr, declare: bool) -> TensorType | None:
+        dtype = DTYPES.get(t.dtype)
+        if dtype is None:
+            self.error(t.span, f"unknown dtype '{t.dtype}'; expected one of {', '.join(DTYPES)}")
+            return None
+        dims = []
+        for d in t.dims or ():
+            if isinstance(d.value, int):
+                if d.value < 1:
+                    self.error(d.span, f"a dimension must be positive, got {d.value}")
+                    return None
+            elif declare:
+                self.syms.declare(d.value)
+                self.sym_spans.setdefault(d.value, d.span)
+            elif d.value not in self.sym_spans:
+                self.error(d.span, f"symbol '{d.value}' in the return type is not a dimension of any parameter")
+                return None
+            dims.append(d.value)
+        return TensorType(dtype, tuple(dims))
+
+    def body(self) -> list[int] | None:
+        ret: A.Return | None = None
+        outputs = None
+        for stmt in self.chain.body:
+            if ret is not None:
+                self.error(stmt.span, "statement after return; `return` must be the last statement of a chain",
+                           [Note(ret.span, "the chain returns here")])
+                continue
+            if isinstance(stmt, A.ConstDecl):
+                if stmt.name in self.scope:
+                    prev = self.scope[stmt.name]
+                    self.error(stmt.name_span, f"'{stmt.name}' is already defined",
+                               [Note(prev.span, f"'{stmt.name}' first defined here")])
+                else:
+                    self.scope[stmt.name] = Binding(_fold_const(self.sink, self.scope, stmt.value), stmt.name_span, "const")
+            elif isinstance(stmt, A.Assign):
+                value = self.expr(stmt.value)
+                if isinstance(value, int):
+                    self.nodes[value] = _named(self.nodes[value], stmt.name)
+                self.bind(stmt.name, stmt.name_span, value, "value")
+            else:
+                ret = stmt
+                outputs = self.returns(stmt)
+        if ret is None:
+            self.error(self.chain.span, f"chain '{self.chain.name}' has no return statement")
+        return outputs
+
+    def bind(self, name: str, span: Span, value: Any, what: str) -> None:
+        if name in self.scope:
+            prev = self.scope[name]
+            self.error(span, f"'{name}' is already defined; names are single-assignment",
+                       [Note(prev.span, f"'{name}' first defined here")])
+            return
+        if name in self.sym_spans and what != "parameter":
+            self.error(span, f"'{name}' is a dimension symbol of this chain and cannot name a value",
+                       [Note(self.sym_spans[name], f"'{name}' used as a dimension here")])
+            return
+        self.scope[name] = Binding(value, span, what)
+
+    def returns(self, ret: A.Return) -> list[int] | None:
+        declared = self.chain.returns
+        if len(ret.values) != len(declared):
+            self.error(ret.span, f"chain '{self.chain.name}' declares {len(declared)} result"
+                       f"{'s' if len(declared) != 1 else ''} but returns {len(ret.values)}")
+            return None
+        outputs = []
+        for e, t in zip(ret.values, declared):
+            want = self.type_expr(t, declare=False)
+            v = self.expr(e)
+            if v is POISON or want is None:
+                continue
+            if isinstance(v, Weak):
+                if want.rank:
+                    self.error(e.span, f"returns a scalar but the declared result is {want}")
+                    continue
+                v = self.constant(v, want.dtype, e.span)
+                if v is POISON:
+                    continue
+            got = self.nodes[v].type
+            got_s, want_s = self.syms.resolve(got.shape), self.syms.resolve(want.shape)
+            if got.dtype != want.dtype or got_s != want_s:
+                self.error(e.span, f"returns {got.with_shape(got_s)} but the chain declares {want}",
+                           [Note(t.span, "result type declared here")])
+                continue
+            outputs.append(v)
+        return outputs if len(outputs) == len(declared) else None
+
+    # ---- expressions ----------------------------------------------------------------------
+    def add(self, node: Node) -> int:
+        self.nodes.append(node)
+        return node.id
+
+    def constant(self, w: Weak, dtype: DType, span: Span) -> int | _Poison:
+        if w.kind == "float" and not dtype.is_float:
+            self.error(span, f"the float literal {w.value} cannot combine with {dtype} values; "
+                       f"write an integer or cast the tensor with cast(x, f32)")
+            return POISON
+        if w.kind == "bool" and not dtype.is_bool:
+            self.error(span, f"the bool literal {str(w.value).lower()} cannot combine with {dtype} values")
+            return POISON
+        if w.kind != "bool" and dtype.is_bool:
+            self.error(span, f"the number {w.value} cannot combine with bool values; use true or false")
+            return POISON
+        value = bool(w.value) if dtype.is_bool else (float(w.value) if dtype.is_float else int(w.value))
+        return self.add(Node(len(self.nodes), "constant", (), (("value", value),), TensorType(dtype, ()), span))
+
+    def expr(self, e: A.Expr) -> Any:
+        if isinstance(e, A.Num):
+            return Weak(e.value)
+        if isinstance(e, A.Bool):
+            return Weak(e.value)
+        if isinstance(e, A.Name):
+            return self.name(e)
+        if isinstance(e, A.Unary):
+            return self.apply(OPS["neg"], e.op_span, e.span, [e.operand], {}, blame_default=e.op_span)
+        if isinstance(e, A.Binary):
+            op = OPS[BINARY_OPERATORS[e.op]]
+            return self.apply(op, e.op_span, e.span, [e.lhs, e.rhs], {}, blame_default=e.op_span)
+        if isinstance(e, A.Call):
+            return self.call(e)
+        what = {A.Str: "a string", A.DTypeLit: "a dtype", A.ListExpr: "a list"}.get(type(e), "this")
+        self.error(e.span, f"{what} is not a value here; it can only be an operator's static argument")
+        return POISON
+
+    def name(self, e: A.Name) -> Any:
+        b = self.scope.get(e.id)
+        if b is not None:
+            return b.value
+        if e.id in self.sym_spans:
+            self.error(e.span, f"'{e.id}' is a dimension symbol, not a value",
+                       [Note(self.sym_spans[e.id], f"'{e.id}' used as a dimension here")])
+            return POISON
+        hint = difflib.get_close_matches(e.id, list(self.scope), n=1, cutoff=0.5)
+        extra = f"; did you mean '{hint[0]}'?" if hint else ""
+        if e.id in OPS:
+            extra = f"; '{e.id}' is an operator: call it as {e.id}(...)"
+        self.error(e.span, f"unknown name '{e.id}'{extra}")
+        return POISON
+
+    def call(self, e: A.Call) -> Any:
+        op = OPS.get(e.func)
+        if op is None:
+            hint = difflib.get_close_matches(e.func, list(OPS), n=1)
+            self.error(e.func_span, f"unknown operator '{e.func}'" + (f"; did you mean '{hint[0]}'?" if hint else ""))
+            for a in e.args:   # still report errors inside the arguments
+                self.expr(a) if not isinstance(a, (A.ListExpr, A.Str, A.DTypeLit)) else None
+            return POISON
+        bound: dict[str, A.Expr] = {}
+        spans: dict[str, Span] = {}
+        ok = True
+        if len(e.args) > len(op.args):
+            self.error(e.args[len(op.args)].span, f"{op.name} takes at most {len(op.args)} argument"
+                       f"{'s' if len(op.args) != 1 else ''} ({_signature(op)}), got {len(e.args)}")
+            ok = False
+        for arg, a in zip(op.args, e.args):
+            bound[arg.name], spans[arg.name] = a, a.span
+        names = {a.name for a in op.args}
+        for kw in e.kwargs:
+            if kw.name not in names:
+                hint = difflib.get_close_matches(kw.name, list(names), n=1)
+                self.error(kw.span, f"{op.name} has no argument '{kw.name}'" +
+                           (f"; did you mean '{hint[0]}'?" if hint else f" ({_signature(op)})"))
+                ok = False
+            elif kw.name in bound:
+                self.error(kw.span, f"{op.name} got argument '{kw.name}' twice")
+                ok = False
+            else:
+                bound[kw.name], spans[kw.name] = kw.value, kw.span
+        for arg in op.args:
+            if arg.name not in bound and arg.default is REQUIRED:
+                self.error(e.span, f"{op.name} needs argument '{arg.name}' ({_signature(op)})")
+                ok = False
+        if not ok:
+            return POISON
+        tensors = [bound.get(a.name) for a in op.args if a.is_tensor]
+        statics = {a.name: bound[a.name] for a in op.args if not a.is_tensor and a.name in bound}
+        return self.apply(op, e.func_span, e.span, tensors, statics, spans=spans, blame_default=e.func_span)
+
+    def apply(self, op: OpDef, op_span: Span, span: Span, tensor_exprs: list, static_exprs: dict,
+              spans: dict | None = None, blame_default: Span | None = None) -> Any:
+        """Evaluate arguments, adopt literal dtypes, run the op's rule, and add its node."""
+        attrs = {}
+        for arg in op.args:
+            if arg.is_tensor:
+                continue
+            if arg.name in static_exprs:
+                v = self.static(arg, static_exprs[arg.name], op)
+                if v is POISON:
+                    return POISON
+                attrs[arg.name] = v
+            else:
+                attrs[arg.name] = _default_attr(arg)
+        values = [None if ex is None else self.expr(ex) for ex in tensor_exprs]
+        if any(v is POISON for v in values):
+            return POISON
+        tensor_args = [a for a in op.args if a.is_tensor]
+        if op.category == "elementwise" and values and all(isinstance(v, Weak) for v in values):
+            return _fold(op, values, attrs, self.sink, span)
+        values = self.adopt_dtypes(op, values, tensor_exprs)
+        if values is POISON:
+            return POISON
+        types = [None if v is None else self.nodes[v].type for v in values]
+        if op.category == "elementwise" and op.name not in ("where", "cast"):
+            mixed = self.dtype_mismatch(op, types, tensor_exprs)
+            if mixed:
+                return POISON
+        try:
+            out_type, attrs = op.infer(self.syms, types, attrs)
+        except OpError as err:
+            self.report(op, err, tensor_args, tensor_exprs, values, spans or {}, blame_default or op_span)
+            return POISON
+        inputs = tuple(v for v in values if v is not None)
+        if op.name == "conv2d":
+            attrs = {**attrs, "has_bias": values[2] is not None}
+        node = Node(len(self.nodes), op.name, inputs, tuple(attrs.items()), out_type, span)
+        return self.add(node)
+
+    def adopt_dtypes(self, op: OpDef, values: list, exprs: list) -> Any:
+        """Weak literals take the dtype of the tensors they combine with; a lone one is an error."""
+        group = op.dtype_args if op.dtype_args is not None else tuple(range(len(values)))
+        anchor = next((self.nodes[values[i]].type.dtype for i in group
+                       if values[i] is not None and not isinstance(values[i], Weak)), None)
+        out = []
+        for i, v in enumerate(values):
+            if not isinstance(v, Weak):
+                out.append(v)
+                continue
+            if op.category != "elementwise":
+                self.error(exprs[i].span, f"{op.name} expects a tensor here, got the scalar {v.value}")
+                return POISON
+            dtype = anchor if i in group else (BOOL if v.kind == "bool" else anchor)
+            if dtype is None:
+                dtype = {"bool": BOOL, "int": DTYPES["i64"], "float": DTYPES["f32"]}[v.kind]
+            c = self.constant(v, dtype, exprs[i].span)
+            if c is POISON:
+                return POISON
+            out.append(c)
+        return out
+
+    def dtype_mismatch(self, op: OpDef, types: list, exprs: list) -> bool:
+        first = types[0]
+        for i, t in enumerate(types[1:], start=1):
+            if t.dtype != first.dtype:
+                verb = op.verb or op.name
+                shown = " and ".join(str(x.with_shape(self.syms.resolve(x.shape))) for x in types)
+                self.error(exprs[i].span, f"cannot {verb} {shown}: dtypes differ ({first.dtype} vs {t.dtype}); "
+                           f"convert one with cast(x, {first.dtype})", self.notes_for(exprs))
+                return True
+        return False
+
+    def report(self, op, err: OpError, tensor_args, exprs, values, spans, default: Span) -> None:
+        span = default
+        if isinstance(err.arg, int) and err.arg < len(exprs) and exprs[err.arg] is not None:
+            span = exprs[err.arg].span
+        elif isinstance(err.arg, str) and err.arg in spans:
+            span = spans[err.arg]
+        self.error(span, err.message, self.notes_for(exprs))
+
+    def notes_for(self, exprs: list) -> list[Note]:
+        """Point at the declarations of the named operands, with their types."""
+        notes = []
+        for ex in exprs:
+            if isinstance(ex, A.Name) and ex.id in self.scope:
+                b = self.scope[ex.id]
+                if isinstance(b.value, int):
+                    t = self.nodes[b.value].type
+                    t = t.with_shape(self.syms.resolve(t.shape))
+                    verb = "declared" if b.what == "parameter" else "defined"
+                    notes.append(Note(b.span, f"{ex.id} {verb} here as {t}"))
+        return notes
+
+    # ---- static arguments -----------------------------------------------------------------
+    def static(self, arg: Arg, e: A.Expr, op: OpDef) -> Any:
+        kind = arg.kind
+        where = f"{op.name}'s '{arg.name}'"
+        if kind == "dtype":
+            if isinstance(e, A.DTypeLit):
+                return e.name
+            self.error(e.span, f"{where} must be a dtype ({', '.join(DTYPES)})")
+            return POISON
+        if kind == "str":
+            if isinstance(e, A.Str) and (not arg.choices or e.value in arg.choices):
+                return e.value
+            choices = " or ".join(f'"{c}"' for c in arg.choices)
+            self.error(e.span, f"{where} must be {choices}")
+            return POISON
+        if kind == "bool":
+            v = self.scalar(e)
+            if isinstance(v, Weak) and v.kind == "bool":
+                return bool(v.value)
+            self.error(e.span, f"{where} must be true or false")
+            return POISON
+        if kind == "float":
+            v = self.scalar(e)
+            if isinstance(v, Weak) and v.kind in ("int", "float"):
+                return float(v.value)
+            self.error(e.span, f"{where} must be a number")
+            return POISON
+        if kind == "int":
+            v = self.scalar(e)
+            if isinstance(v, Weak) and v.kind == "int":
+                return int(v.value)
+            self.error(e.span, f"{where} must be an integer")
+            return POISON
+        if kind in ("axes", "perm", "pair"):
+            if not isinstance(e, A.ListExpr):
+                v = self.scalar(e)
+                if isinstance(v, Weak) and v.kind == "int" and kind != "perm":
+                    return (int(v.value),) * 2 if kind == "pair" else int(v.value)
+                self.error(e.span, f"{where} must be " + {"axes": "an integer or a list of integers",
+                                                          "perm": "a list of axes",
+                                                          "pair": "an integer or a pair [a, b]"}[kind])
+                return POISON
+            items = [self.scalar(i) for i in e.items]
+            if not all(isinstance(v, Weak) and v.kind == "int" for v in items):
+                self.error(e.span, f"{where} must be a list of integers")
+                return POISON
+            vals = tuple(int(v.value) for v in items)
+            if kind == "pair" and len(vals) != 2:
+                self.error(e.span, f"{where} must be an integer or a pair [a, b], got {len(vals)} values")
+                return POISON
+            return vals
+        if kind == "dims":
+            if not isinstance(e, A.ListExpr):
+                self.error(e.span, f"{where} must be a list of dimensions, such as [M, -1, 64]")
+                return POISON
+            dims = []
+            for item in e.items:
+                if isinstance(item, A.Name) and item.id in self.sym_spans and item.id not in self.scope:
+                    dims.append(item.id)
+                    continue
+                v = self.scalar(item)
+                if not (isinstance(v, Weak) and v.kind == "int"):
+                    self.error(item.span, "a dimension must be an integer, -1 or a symbol of this chain")
+                    return POISON
+                dims.append(int(v.value))
+            return tuple(dims)
+        raise AssertionError(f"unknown static kind {kind}")
+
+    def scalar(self, e: A.Expr) -> Any:
+        """A compile-time scalar (literal, const, or arithmetic on them), or None."""
+        if isinstance(e, (A.Num, A.Bool)):
+            return Weak(e.value)
+        if isinstance(e, A.Name) and e.id in self.scope and isinstance(self.scope[e.id].value, Weak):
+            return self.scope[e.id].value
+        if isinstance(e, A.Unary):
+            v = self.scalar(e.operand)
+            return _fold(OPS["neg"], [v], {}, self.sink, e.span) if isinstance(v, Weak) else None
+        return None
+
+
+def _named(node: Node, name: str) -> Node:
+    return node if node.name or node.op in ("param",) else Node(
+        node.id, node.op, node.inputs, node.attrs, node.type, node.span, name)
+
+
+def _default_attr(arg: Arg) -> Any:
+    if arg.kind == "pair":
+        return (arg.default, arg.default)
+    return arg.default
+
+
+def _signature(op: OpDef) -> str:
+    parts = []
+    for a in op.args:
+        if a.default is REQUIRED:
+            parts.append(a.name)
+        else:
+            d = a.default
+            shown = "none" if d is None else (str(d).lower() if isinstance(d, bool) else
+                                             f'"{d}"' if isinstance(d, str) else str(d))
+            parts.append(f"{a.name}={shown}")
+    return f"{op.name}({', '.join(parts)})"

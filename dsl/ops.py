@@ -1,0 +1,537 @@
+"""The op table: each FDSL operator's signature, shape/dtype rule and NumPy semantics, together.
+
+One op, one place. `infer(ctx, types, attrs)` gets the tensor arguments' types (in signature
+order, None for an omitted optional tensor) and the static attributes, and returns the result
+type and the normalised attributes; it raises OpError naming the argument to blame.
+`ref(xs, attrs, out_shape)` computes the op with NumPy on arrays already in the compute dtype
+(out_shape: the concrete result shape, symbols bound).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from .shapes import OpError, Symbols, broadcast_shapes, normalize_axes, normalize_axis
+from .types import BOOL, DTYPES, DType, TensorType
+
+REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    kind: str                  # tensor | tensor? | int | axes | pair | float | bool | str | dtype | dims | perm
+    default: Any = REQUIRED
+    choices: tuple = ()
+    positive: bool = False     # random inputs feeding this argument are drawn positive
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.kind in ("tensor", "tensor?")
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    category: str              # elementwise | reduction | norm | linalg | shape
+    args: tuple[Arg, ...]
+    infer: Callable[[Symbols, list, dict], tuple[TensorType, dict]]
+    ref: Callable[[list, dict, tuple], np.ndarray]
+    doc: str = ""
+    verb: str = ""             # for messages: "cannot add A and B"
+    dtype_args: tuple[int, ...] | None = None   # elementwise: tensor args that share one dtype (None: all)
+
+    @property
+    def tensor_args(self) -> tuple[Arg, ...]:
+        return tuple(a for a in self.args if a.is_tensor)
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def _register(op: OpDef) -> OpDef:
+    OPS[op.name] = op
+    return op
+
+
+# ---- elementwise -------------------------------------------------------------------------
+
+def _numeric(t: TensorType, op: str, i: int = 0) -> None:
+    if t.dtype.is_bool:
+        raise OpError(f"{op} expects a numeric tensor, got {t}", arg=i)
+
+
+def _floating(t: TensorType, op: str, i: int = 0) -> None:
+    if not t.dtype.is_float:
+        raise OpError(f"{op} expects a floating-point tensor, got {t}; convert with cast(x, f32)", arg=i)
+
+
+def _c(x: np.ndarray, v: float) -> np.ndarray:
+    """A scalar constant in x's dtype (keeps f32 arithmetic in f32)."""
+    return np.asarray(v, dtype=x.dtype)
+
+
+def _sigmoid(x):
+    return _c(x, 1) / (_c(x, 1) + np.exp(-x))
+
+
+def _gelu(x, approximate):
+    if approximate == "tanh":
+        inner = _c(x, math.sqrt(2 / math.pi)) * (x + _c(x, 0.044715) * x * x * x)
+        return _c(x, 0.5) * x * (_c(x, 1) + np.tanh(inner))
+    return _c(x, 0.5) * x * (_c(x, 1) + _erf(x / _c(x, math.sqrt(2))))
+
+
+_erf_ufunc = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x):
+    return _erf_ufunc(x).astype(x.dtype)
+
+
+UNARY: dict[str, tuple[str, Callable, str]] = {
+    # name: (domain, numpy semantics, doc)
+    "neg": ("numeric", lambda x: -x, "-x"),
+    "abs": ("numeric", np.abs, "|x|"),
+    "exp": ("float", np.exp, "e**x"),
+    "log": ("float", np.log, "natural logarithm"),
+    "sqrt": ("float", np.sqrt, "square root"),
+    "rsqrt": ("float", lambda x: _c(x, 1) / np.sqrt(x), "1/sqrt(x)"),
+    "tanh": ("float", np.tanh, "hyperbolic tangent"),
+    "sigmoid": ("float", _sigmoid, "1/(1+exp(-x))"),
+    "relu": ("numeric", lambda x: np.maximum(x, _c(x, 0)), "max(x, 0)"),
+    "silu": ("float", lambda x: x * _sigmoid(x), "x*sigmoid(x)"),
+    "erf": ("float", _erf, "the error function"),
+    "sin": ("float", np.sin, "sine"),
+    "cos": ("float", np.cos, "cosine"),
+    "floor": ("float", np.floor, "round down"),
+    "ceil": ("float", np.ceil, "round up"),
+    "reciprocal": ("float", lambda x: _c(x, 1) / x, "1/x"),
+    "square": ("numeric", lambda x: x * x, "x*x"),
+}
+POSITIVE_UNARY = {"log", "sqrt", "rsqrt", "reciprocal"}
+
+
+def _unary_infer(name: str, domain: str):
+    def infer(syms, types, attrs):
+        (t,) = types
+        (_floating if domain == "float" else _numeric)(t, name)
+        return t.with_shape(syms.resolve(t.shape)), attrs
+    return infer
+
+
+for _name, (_domain, _fn, _doc) in UNARY.items():
+    _register(OpDef(_name, "elementwise", (Arg("x", "tensor", positive=_name in POSITIVE_UNARY),),
+                    _unary_infer(_name, _domain), (lambda f: lambda xs, a, out: f(xs[0]))(_fn), _doc))
+
+
+def _gelu_infer(syms, types, attrs):
+    (t,) = types
+    _floating(t, "gelu")
+    return t.with_shape(syms.resolve(t.shape)), attrs
+
+
+_register(OpDef("gelu", "elementwise",
+                (Arg("x", "tensor"), Arg("approximate", "str", "tanh", choices=("tanh", "none"))),
+                _gelu_infer, lambda xs, a, out: _gelu(xs[0], a["approximate"]),
+                "GELU; tanh approximation by default, approximate=\"none\" for the erf form"))
+
+
+def _broadcast_infer(name: str, verb: str, domain: str, result: DType | None = None):
+    def infer(syms, types, attrs):
+        for i, t in enumerate(types):
+            if domain == "float":
+                _floating(t, name, i)
+            elif domain == "numeric":
+                _numeric(t, name, i)
+        try:
+            shape = broadcast_shapes(syms, [t.shape for t in types])
+        except OpError as e:
+            shown = " and ".join(str(t) for t in types)
+            raise OpError(f"cannot {verb} {shown}: {e.message}", arg=e.arg) from None
+        return TensorType(result or types[0].dtype, shape), attrs
+    return infer
+
+
+BINARY: dict[str, tuple[str, str, Callable, str]] = {
+    # name: (verb for messages, domain, numpy semantics, doc)
+    "add": ("add", "numeric", np.add, "a + b"),
+    "sub": ("subtract", "numeric", np.subtract, "a - b"),
+    "mul": ("multiply", "numeric", np.multiply, "a * b"),
+    "div": ("divide", "float", np.divide, "a / b (floating point)"),
+    "pow": ("raise", "numeric", np.power, "a ** b"),
+    "maximum": ("take the maximum of", "numeric", np.maximum, "elementwise maximum"),
+    "minimum": ("take the minimum of", "numeric", np.minimum, "elementwise minimum"),
+}
+COMPARE: dict[str, tuple[str, Callable]] = {
+    "eq": ("==", np.equal), "ne": ("!=", np.not_equal), "lt": ("<", np.less),
+    "le": ("<=", np.less_equal), "gt": (">", np.greater), "ge": (">=", np.greater_equal),
+}
+BINARY_OPERATORS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "**": "pow", "@": "matmul",
+                    **{sym: name for name, (sym, _) in COMPARE.items()}}
+
+for _name, (_verb, _domain, _fn, _doc) in BINARY.items():
+    _register(OpDef(_name, "elementwise",
+                    (Arg("a", "tensor", positive=_name == "pow"), Arg("b", "tensor", positive=_name == "div")),
+                    _broadcast_infer(_name, _verb, _domain), (lambda f: lambda xs, a, out: f(xs[0], xs[1]))(_fn),
+                    _doc, verb=_verb))
+
+for _name, (_sym, _fn) in COMPARE.items():
+    _register(OpDef(_name, "elementwise", (Arg("a", "tensor"), Arg("b", "tensor")),
+                    _broadcast_infer(_name, f"compare ('{_sym}')", "any", BOOL),
+                    (lambda f: lambda xs, a, out: f(xs[0], xs[1]))(_fn), f"a {_sym} b (yields bool)",
+                    verb=f"compare ('{_sym}')"))
+
+
+def _where_infer(syms, types, attrs):
+    cond, a, b = types
+    if not cond.dtype.is_bool:
+        raise OpError(f"where expects a bool condition, got {cond}; compare first (x > 0)", arg=0)
+    if a.dtype != b.dtype:
+        raise OpError(f"where: branches have different dtypes ({a.dtype} vs {b.dtype})", arg=2)
+    shape = _broadcast_infer("where", "select between", "any")(syms, types, attrs)[0].shape
+    return TensorType(a.dtype, shape), attrs
+
+
+_register(OpDef("where", "elementwise", (Arg("cond", "tensor"), Arg("a", "tensor"), Arg("b", "tensor")),
+                _where_infer, lambda xs, a, out: np.where(xs[0], xs[1], xs[2]),
+                "cond ? a : b, broadcasting", dtype_args=(1, 2)))
+
+_register(OpDef("clamp", "elementwise", (Arg("x", "tensor"), Arg("lo", "tensor"), Arg("hi", "tensor")),
+                _broadcast_infer("clamp", "clamp", "numeric"),
+                lambda xs, a, out: np.minimum(np.maximum(xs[0], xs[1]), xs[2]), "min(max(x, lo), hi)"))
+
+
+def _cast_infer(syms, types, attrs):
+    (t,) = types
+    return TensorType(DTYPES[attrs["dtype"]], syms.resolve(t.shape)), attrs
+
+
+_register(OpDef("cast", "elementwise", (Arg("x", "tensor"), Arg("dtype", "dtype")),
+                _cast_infer, lambda xs, a, out: xs[0].astype(DTYPES[a["dtype"]].np), "convert to another dtype",
+                dtype_args=()))
+
+
+# ---- reductions --------------------------------------------------------------------------
+
+def _reduce_infer(name: str):
+    def infer(syms, types, attrs):
+        (t,) = types
+        if name == "mean":
+            _floating(t, name)
+        else:
+            _numeric(t, name)
+        axes = normalize_axes(attrs["axis"], t.rank)
+        shape = [1 if i in axes else d for i, d in enumerate(syms.resolve(t.shape))]
+        if not attrs["keepdims"]:
+            shape = [d for i, d in enumerate(shape) if i not in axes]
+        return t.with_shape(shape), {"axis": axes, "keepdims": bool(attrs["keepdims"])}
+    return infer
+
+
+REDUCTIONS: dict[str, tuple[Callable, str]] = {
+    "sum": (np.sum, "sum over axes"), "mean": (np.mean, "arithmetic mean over axes"),
+    "max": (np.max, "maximum over axes"), "min": (np.min, "minimum over axes"),
+    "prod": (np.prod, "product over axes"),
+}
+for _name, (_fn, _doc) in REDUCTIONS.items():
+    _register(OpDef(_name, "reduction",
+                    (Arg("x", "tensor"), Arg("axis", "axes", None), Arg("keepdims", "bool", False)),
+                    _reduce_infer(_name),
+                    (lambda f: lambda xs, a, out: np.asarray(
+                        f(xs[0], axis=a["axis"], keepdims=a["keepdims"]), dtype=xs[0].dtype))(_fn), _doc))
+
+
+# ---- normalisations ----------------------------------------------------------------------
+
+def _softmax_ref(x, axis, log):
+    m = np.max(x, axis=axis, keepdims=True)
+    e = np.exp(x - m)
+    s = np.sum(e, axis=axis, keepdims=True)
+    return (x - m - np.log(s)) if log else e / s
+
+
+def _axis_infer(name: str):
+    def infer(syms, types, attrs):
+        (t,) = types
+        _floating(t, name)
+        return t.with_shape(syms.resolve(t.shape)), {"axis": normalize_axis(attrs["axis"], t.rank)}
+    return infer
+
+
+_register(OpDef("softmax", "norm", (Arg("x", "tensor"), Arg("axis", "int", -1)), _axis_infer("softmax"),
+                lambda xs, a, out: _softmax_ref(xs[0], a["axis"], False), "exp(x - max) / sum(exp(x - max))"))
+_register(OpDef("log_softmax", "norm", (Arg("x", "tensor"), Arg("axis", "int", -1)), _axis_infer("log_softmax"),
+                lambda xs, a, out: _softmax_ref(xs[0], a["axis"], True), "x - max - log(sum(exp(x - max)))"))
+
+
+def _affine_params_fit(syms, name, x: TensorType, params: list[tuple[int, TensorType]]) -> None:
+    """Each per-feature parameter must share x's dtype and broadcast to exactly x's shape."""
+    xs = syms.resolve(x.shape)
+    for i, p in params:
+        if p.dtype != x.dtype:
+            raise OpError(f"{name}: {p} has dtype {p.dtype} but the input is {x.dtype}", arg=i)
+        try:
+            out = broadcast_shapes(syms, [xs, p.shape])
+        except OpError as e:
+            raise OpError(f"{name}: {p.with_shape(syms.resolve(p.shape))} does not fit the input "
+                          f"{x.with_shape(xs)}: {e.message}", arg=i) from None
+        if syms.resolve(out) != syms.resolve(xs):
+            raise OpError(f"{name}: {p} would broadcast the input {x} to a larger shape", arg=i)
+
+
+def _norm_infer(name: str, n_params: int):
+    def infer(syms, types, attrs):
+        x = types[0]
+        _floating(x, name)
+        _affine_params_fit(syms, name, x, list(enumerate(types))[1:1 + n_params])
+        axes = normalize_axes(attrs["axis"], x.rank)
+        return x.with_shape(syms.resolve(x.shape)), {"axis": axes, "eps": float(attrs["eps"])}
+    return infer
+
+
+def _layernorm_ref(xs, a, out=None):
+    x, gamma, beta = xs
+    mean = np.mean(x, axis=a["axis"], keepdims=True)
+    d = x - mean
+    var = np.mean(d * d, axis=a["axis"], keepdims=True)
+    return d / np.sqrt(var + _c(x, a["eps"])) * gamma + beta
+
+
+def _rmsnorm_ref(xs, a, out=None):
+    x, gamma = xs
+    ms = np.mean(x * x, axis=a["axis"], keepdims=True)
+    return x * (_c(x, 1) / np.sqrt(ms + _c(x, a["eps"]))) * gamma
+
+
+_register(OpDef("layernorm", "norm",
+                (Arg("x", "tensor"), Arg("gamma", "tensor"), Arg("beta", "tensor"),
+                 Arg("axis", "axes", -1), Arg("eps", "float", 1e-5)),
+                _norm_infer("layernorm", 2), _layernorm_ref,
+                "(x - mean) / sqrt(var + eps) * gamma + beta, biased variance over axis"))
+_register(OpDef("rmsnorm", "norm",
+                (Arg("x", "tensor"), Arg("gamma", "tensor"), Arg("axis", "axes", -1), Arg("eps", "float", 1e-6)),
+                _norm_infer("rmsnorm", 1), _rmsnorm_ref, "x * rsqrt(mean(x*x) + eps) * gamma"))
+
+
+def _batchnorm_infer(syms, types, attrs):
+    x = types[0]
+    _floating(x, "batchnorm")
+    if x.rank < 2:
+        raise OpError(f"batchnorm expects an input with a channel axis 1 (N, C, ...), got {x}", arg=0)
+    c = x.shape[1]
+    for i, p in enumerate(types[1:], start=1):
+        if p.dtype != x.dtype:
+            raise OpError(f"batchnorm: {p} has dtype {p.dtype} but the input is {x.dtype}", arg=i)
+        if p.rank != 1 or not syms.unify(p.shape[0], c):
+            raise OpError(f"batchnorm: {p} must be a vector of the {syms.find(c)} channels of "
+                          f"{x.with_shape(syms.resolve(x.shape))}", arg=i)
+    return x.with_shape(syms.resolve(x.shape)), {"eps": float(attrs["eps"])}
+
+
+def _batchnorm_ref(xs, a, out=None):
+    x, mean, var, gamma, beta = xs
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    mean, var, gamma, beta = (p.reshape(shape) for p in (mean, var, gamma, beta))
+    return (x - mean) / np.sqrt(var + _c(x, a["eps"])) * gamma + beta
+
+
+_register(OpDef("batchnorm", "norm",
+                (Arg("x", "tensor"), Arg("mean", "tensor"), Arg("var", "tensor", positive=True),
+                 Arg("gamma", "tensor"), Arg("beta", "tensor"), Arg("eps", "float", 1e-5)),
+                _batchnorm_infer, _batchnorm_ref,
+                "inference batchnorm over channel axis 1: (x - mean) / sqrt(var + eps) * gamma + beta"))
+
+
+# ---- linear algebra and convolution ------------------------------------------------------
+
+def _matmul_infer(syms, types, attrs):
+    a, b = types
+    for i, t in enumerate(types):
+        _numeric(t, "matmul", i)
+        if t.rank < 2:
+            raise OpError(f"matmul expects operands of rank 2 or more, got {t}", arg=i)
+    if a.dtype != b.dtype:
+        raise OpError(f"cannot multiply {a} and {b}: dtypes differ ({a.dtype} vs {b.dtype})", arg=1)
+    sa, sb = syms.resolve(a.shape), syms.resolve(b.shape)
+    if not syms.unify(sa[-1], sb[-2]):
+        raise OpError(f"cannot multiply {a.with_shape(sa)} and {b.with_shape(sb)}: inner dimensions differ "
+                      f"({sa[-1]} vs {sb[-2]})", arg=1)
+    try:
+        batch = broadcast_shapes(syms, [sa[:-2], sb[:-2]])
+    except OpError as e:
+        raise OpError(f"cannot multiply {a} and {b}: batch dimensions "
+                      f"{e.message.replace('shapes do not', 'do not')}", arg=1) from None
+    return TensorType(a.dtype, batch + (syms.find(sa[-2]), syms.find(sb[-1]))), attrs
+
+
+_register(OpDef("matmul", "linalg", (Arg("a", "tensor"), Arg("b", "tensor")), _matmul_infer,
+                lambda xs, a, out: np.matmul(xs[0], xs[1]), "matrix product, batched with broadcast batch dims",
+                verb="multiply"))
+
+
+def _conv_out(size: int, k: int, s: int, p: int, d: int) -> int:
+    return (size + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def _conv2d_infer(syms, types, attrs):
+    x, w, bias = types
+    _floating(x, "conv2d")
+    if x.rank != 4:
+        raise OpError(f"conv2d expects an NCHW input of rank 4, got {x}", arg=0)
+    if w.rank != 4:
+        raise OpError(f"conv2d expects FCHW weights of rank 4, got {w}", arg=1)
+    if w.dtype != x.dtype:
+        raise OpError(f"conv2d: weights {w} have dtype {w.dtype} but the input is {x.dtype}", arg=1)
+    sx, sw = syms.resolve(x.shape), syms.resolve(w.shape)
+    if not syms.unify(sx[1], sw[1]):
+        raise OpError(f"conv2d: the input has {sx[1]} channels but the weights {w.with_shape(sw)} "
+                      f"expect {sw[1]}", arg=1)
+    for name in ("stride", "padding", "dilation"):
+        lo = 0 if name == "padding" else 1
+        if any(v < lo for v in attrs[name]):
+            raise OpError(f"conv2d: {name} must be {'non-negative' if lo == 0 else 'positive'}, "
+                          f"got {list(attrs[name])}", arg=name)
+    spatial = []
+    for i in (0, 1):
+        size, k = sx[2 + i], sw[2 + i]
+        if isinstance(size, str) or isinstance(k, str):
+            raise OpError(f"conv2d needs concrete spatial sizes and kernel sizes, got input "
+                          f"{x.with_shape(sx)} and weights {w.with_shape(sw)}", arg=0 if isinstance(size, str) else 1)
+        out = _conv_out(size, k, attrs["stride"][i], attrs["padding"][i], attrs["dilation"][i])
+        if out < 1:
+            raise OpError(f"conv2d: the {'height' if i == 0 else 'width'} {size} (padding "
+                          f"{attrs['padding'][i]}) is smaller than the dilated kernel "
+                          f"{attrs['dilation'][i] * (k - 1) + 1}", arg=1)
+        spatial.append(out)
+    if bias is not None:
+        if bias.dtype != x.dtype or bias.rank != 1 or not syms.unify(bias.shape[0], sw[0]):
+            raise OpError(f"conv2d: bias must be {x.dtype}[{syms.find(sw[0])}] (one per output channel), "
+                          f"got {bias}", arg=2)
+    return TensorType(x.dtype, (syms.find(sx[0]), syms.find(sw[0]), *spatial)), attrs
+
+
+def _conv2d_ref(xs, a, out=None):
+    x, w, bias = xs
+    (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
+    n, c, h, wd = x.shape
+    f, _, kh, kw = w.shape
+    ho, wo = _conv_out(h, kh, sh, ph, dh), _conv_out(wd, kw, sw, pw, dw)
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    out = np.zeros((n, f, ho, wo), dtype=np.result_type(x.dtype, np.float32) if x.dtype.itemsize < 4 else x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            patch = xp[:, :, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
+            out += np.einsum("nchw,fc->nfhw", patch, w[:, :, i, j])
+    if bias is not None:
+        out += bias.reshape(1, -1, 1, 1)
+    return out.astype(x.dtype)
+
+
+_register(OpDef("conv2d", "linalg",
+                (Arg("x", "tensor"), Arg("w", "tensor"), Arg("bias", "tensor?", None),
+                 Arg("stride", "pair", 1), Arg("padding", "pair", 0), Arg("dilation", "pair", 1)),
+                _conv2d_infer, _conv2d_ref, "2-D convolution, NCHW input, FCHW weights, optional bias"))
+
+
+# ---- shape -------------------------------------------------------------------------------
+
+def _transpose_infer(syms, types, attrs):
+    (t,) = types
+    if t.rank < 2:
+        raise OpError(f"transpose swaps the last two axes and needs rank 2 or more, got {t}", arg=0)
+    s = syms.resolve(t.shape)
+    return t.with_shape(s[:-2] + (s[-1], s[-2])), attrs
+
+
+_register(OpDef("transpose", "shape", (Arg("x", "tensor"),), _transpose_infer,
+                lambda xs, a, out: np.swapaxes(xs[0], -1, -2), "swap the last two axes"))
+
+
+def _permute_infer(syms, types, attrs):
+    (t,) = types
+    perm = attrs["perm"]
+    if len(perm) != t.rank:
+        raise OpError(f"permute: {list(perm)} has {len(perm)} axes but {t} has rank {t.rank}", arg="perm")
+    norm = tuple(normalize_axis(p, t.rank) for p in perm)
+    if sorted(norm) != list(range(t.rank)):
+        raise OpError(f"permute: {list(perm)} is not a permutation of the axes 0..{t.rank - 1}", arg="perm")
+    s = syms.resolve(t.shape)
+    return t.with_shape(tuple(s[p] for p in norm)), {"perm": norm}
+
+
+_register(OpDef("permute", "shape", (Arg("x", "tensor"), Arg("perm", "perm")), _permute_infer,
+                lambda xs, a, out: np.transpose(xs[0], a["perm"]), "reorder axes"))
+
+
+def _monomial(shape) -> tuple[int, tuple[str, ...]]:
+    coef, syms = 1, []
+    for d in shape:
+        if isinstance(d, int):
+            coef *= d
+        else:
+            syms.append(d)
+    return coef, tuple(sorted(syms))
+
+
+def _fmt_mono(coef: int, syms: tuple[str, ...]) -> str:
+    parts = ([str(coef)] if coef != 1 or not syms else []) + list(syms)
+    return "*".join(parts)
+
+
+def _reshape_infer(syms, types, attrs):
+    (t,) = types
+    src = syms.resolve(t.shape)
+    dims = [syms.find(d) for d in attrs["shape"]]
+    if sum(1 for d in dims if d == -1) > 1:
+        raise OpError("reshape: only one dimension may be -1", arg="shape")
+    if any(isinstance(d, int) and d < 1 and d != -1 for d in dims):
+        raise OpError(f"reshape: dimensions must be positive (or one -1), got {attrs['shape']}", arg="shape")
+    have_c, have_s = _monomial(src)
+    known = [d for d in dims if d != -1]
+    want_c, want_s = _monomial(known)
+    if -1 in dims:
+        rest = list(have_s)
+        for s in want_s:
+            if s not in rest:
+                raise OpError(f"reshape: cannot take {_fmt_mono(want_c, want_s)} elements out of "
+                              f"{t.with_shape(src)}", arg="shape")
+            rest.remove(s)
+        if have_c % want_c:
+            raise OpError(f"reshape: {t.with_shape(src)} has {_fmt_mono(have_c, have_s)} elements, "
+                          f"not divisible by {_fmt_mono(want_c, want_s)}", arg="shape")
+        c = have_c // want_c
+        if rest and (c != 1 or len(rest) > 1):
+            raise OpError(f"reshape: the -1 dimension would be {_fmt_mono(c, tuple(rest))}; a dimension "
+                          "must be a number or a single symbol", arg="shape")
+        dims[dims.index(-1)] = rest[0] if rest else c
+    elif (have_c, have_s) != (want_c, want_s):
+        raise OpError(f"reshape: cannot reshape {t.with_shape(src)} ({_fmt_mono(have_c, have_s)} elements) "
+                      f"to {dims} ({_fmt_mono(want_c, want_s)} elements)", arg="shape")
+    return t.with_shape(dims), {"shape": tuple(dims)}
+
+
+_register(OpDef("reshape", "shape", (Arg("x", "tensor"), Arg("shape", "dims")), _reshape_infer,
+                lambda xs, a, out: np.reshape(xs[0], out), "same elements, new shape (one -1 allowed)"))
+
+
+def _broadcast_to_infer(syms, types, attrs):
+    (t,) = types
+    dims = tuple(syms.find(d) for d in attrs["shape"])
+    if any(isinstance(d, int) and d < 1 for d in dims):
+        raise OpError(f"broadcast_to: dimensions must be positive, got {list(attrs['shape'])}", arg="shape")
+    if len(dims) < t.rank:
+        raise OpError(f"broadcast_to: cannot broadcast {t} to fewer dimensions {list(dims)}", arg="shape")
+    src = syms.resolve(t.shape)
+    for s, d in zip(src[::-1], dims[::-1]):
+        if s != 1 and not syms.unify(s, d):
+            raise OpError(f"broadcast_to: cannot broadcast {t.with_shape(src)} to {list(dims)} "
+                          f"({s} vs {d})", arg="shape")
+    return t.with_shape(syms.resolve(dims)), {"shape": syms.resolve(dims)}
+
+
+_register(OpDef("broadcast_to", "shape", (Arg("x", "tensor"), Arg("shape", "dims")), _broadcast_to_infer,
+                lambda xs, a, out: np.broadcast_to(xs[0], out).copy(), "NumPy broadcasting to a shape"))

@@ -1,0 +1,13 @@
+"""fusec: a fusion compiler for chains of tensor operators.
+
+    fusec.parse(path_or_source)    -> AST (raises FdslError with file:line:col diagnostics)
+    fusec.check(module_or_source)  -> TypedModule: every value with its dtype and shape
+    fusec.reference(chain, inputs) -> the NumPy reference outputs of one typed chain
+"""
+__version__ = "0.1.0"
+
+from fusec.dsl.diagnostics import FdslError  # noqa: E402
+
+from .api import check, parse, reference  # noqa: E402
+
+__all__ = ["parse", "check", "reference", "FdslError", "__version__"]

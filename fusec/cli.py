@@ -1,0 +1,270 @@
+"""`fusec` command line: compile, run and check FDSL chains.
+
+    fusec FILE [--emit STAGE] [--target T] [--inputs in.npz] [--save out.npz] [--bind M=64,...]
+    fusec test PATH... [--update]
+
+Exit status: 0 ok, 1 a mistake in the input (printed as file:line:col diagnostics),
+2 an internal error (with a reproduction hint), 3 a numerics mismatch.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shlex
+import sys
+import traceback
+
+import numpy as np
+
+from fusec.dsl.diagnostics import FdslError
+from fusec.dsl.parser import format_ast
+from fusec.dsl.typed import TypedChain, TypedModule
+from fusec.runtime import npz, reference
+from fusec.runtime.compare import compare
+
+from . import api
+from .errors import NumericsError, UsageError
+
+DEFAULT_SIZE = 64
+FRONT_STAGES = ("ast", "typed")
+TARGETS = ("reference",)
+
+
+def _stage_names() -> tuple[str, ...]:
+    return FRONT_STAGES + _compiler_stages()
+
+
+def _compiler_stages() -> tuple[str, ...]:
+    try:
+        from fusec.compiler.pipeline import STAGE_NAMES
+    except ImportError:
+        return ()
+    return tuple(STAGE_NAMES)
+
+
+def _targets() -> tuple[str, ...]:
+    return TARGETS + (("mlir-jit",) if _compiler_stages() else ())
+
+
+def _main_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fusec", description="Compile, run and check FDSL chains. "
+                                "Subcommand: `fusec test PATH...` runs golden tests.")
+    p.add_argument("file", help="an .fdsl file")
+    p.add_argument("--emit", choices=_stage_names(), help="print the program after this stage and stop")
+    p.add_argument("--target", choices=_targets(), default="reference",
+                   help="where to run each chain (default: reference)")
+    p.add_argument("--chain", action="append", default=[], help="only this chain (repeatable)")
+    p.add_argument("--bind", action="append", default=[], help="symbol sizes, e.g. M=64,N=128")
+    p.add_argument("--inputs", help="an npz with CHAIN/in/ARG arrays (else seeded random inputs)")
+    p.add_argument("--save", help="write inputs and outputs to this npz (CHAIN/in/ARG, CHAIN/out/K)")
+    p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    p.add_argument("--dump-dir", help="write every stage of every chain to this directory")
+    p.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
+                   help="switch off a graph pass by name (repeatable)")
+    p.add_argument("--locations", action="store_true", help="show source locations in printed IR")
+    return p
+
+
+def _test_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fusec test", description="Run every chain that has a golden entry "
+                                "(NAME.golden.npz beside NAME.fdsl) and compare with the golden outputs.")
+    p.add_argument("paths", nargs="+", help=".fdsl files or directories")
+    p.add_argument("--update", action="store_true", help="(re)write golden files from the reference")
+    p.add_argument("--target", choices=_targets(), default="reference")
+    p.add_argument("--bind", action="append", default=[], help="symbol sizes for --update (default 64)")
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "test":
+            return _cmd_test(_test_parser().parse_args(argv[1:]))
+        return _cmd_main(_main_parser().parse_args(argv))
+    except FdslError as e:
+        print(e.render(), file=sys.stderr)
+        return 1
+    except UsageError as e:
+        print(f"fusec: error: {e}", file=sys.stderr)
+        return 1
+    except NumericsError as e:
+        print(f"fusec: numerics failure: {e}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # an internal error: never the user's fault
+        return _internal_error(e, argv)
+
+
+def _internal_error(e: BaseException, argv: list[str]) -> int:
+    stage = getattr(e, "stage", None)
+    dump = getattr(e, "dump_path", None)
+    print(f"fusec: internal error{f' in stage {stage}' if stage else ''}: {type(e).__name__}: {e}", file=sys.stderr)
+    if dump:
+        print(f"  the IR at that point is in {dump}", file=sys.stderr)
+    print(f"  reproduce with: fusec {shlex.join(argv)} --dump-dir /tmp/fusec-dump", file=sys.stderr)
+    print("  this is a bug in fusec, not in your program; please report it with the file above", file=sys.stderr)
+    if os.environ.get("FUSEC_TRACEBACK"):
+        traceback.print_exc()
+    return 2
+
+
+# ---- fusec FILE ------------------------------------------------------------------------------
+
+def _cmd_main(args: argparse.Namespace) -> int:
+    module_ast = api.parse(args.file)
+    if args.emit == "ast":
+        print(format_ast(module_ast))
+        return 0
+    typed = api.check(module_ast)
+    chains = _select(typed, args.chain)
+    if args.emit == "typed":
+        print("\n\n".join(c.format() for c in chains))
+        return 0
+    given = npz.load(args.inputs) if args.inputs else {}
+    bind = api.parse_bind(",".join(args.bind))
+    plans = [(c, *_inputs_for(c, given.get(c.name, {}).get("in"), bind, args.seed)) for c in chains]
+    if args.emit or args.dump_dir:
+        texts = _compiler_texts(typed, plans, args)
+        if args.emit:
+            print(texts[args.emit], end="" if texts[args.emit].endswith("\n") else "\n")
+            return 0
+    saved = {}
+    failures = []
+    for chain, inputs, binding in plans:
+        outs = _run(chain, inputs, binding, args, typed)
+        failures += _report(chain, binding, outs, inputs, args.target)
+        saved[chain.name] = ({p.name: x for p, x in zip(chain.param_nodes, inputs)}, outs)
+    if args.save:
+        npz.save(args.save, saved)
+    if failures:
+        raise NumericsError("; ".join(failures))
+    return 0
+
+
+def _select(typed: TypedModule, names: list[str]) -> list[TypedChain]:
+    if not names:
+        return list(typed.chains)
+    known = {c.name for c in typed.chains}
+    for n in names:
+        if n not in known:
+            raise UsageError(f"no chain named '{n}' in {typed.file.path} (chains: {', '.join(sorted(known))})")
+    return [c for c in typed.chains if c.name in names]
+
+
+def _inputs_for(chain: TypedChain, given: dict | None, bind: dict[str, int], seed: int):
+    """Inputs and symbol binding for a chain: given arrays (all of them) or seeded random ones."""
+    if given:
+        missing = [p.name for p in chain.param_nodes if p.name not in given]
+        if missing:
+            raise UsageError(f"--inputs has no {chain.name}/in/{missing[0]} for chain '{chain.name}'")
+        inputs = [given[p.name] for p in chain.param_nodes]
+        return inputs, reference.bind_symbols(chain, inputs, bind)
+    binding = {}
+    for s in chain.symbols:
+        if s not in bind:
+            print(f"note: chain {chain.name}: {s} is not bound; using {s}={DEFAULT_SIZE} "
+                  f"(set it with --bind {s}=...)", file=sys.stderr)
+        binding[s] = bind.get(s, DEFAULT_SIZE)
+    return reference.random_inputs(chain, binding, seed), binding
+
+
+def _compiler_texts(typed: TypedModule, plans, args) -> dict[str, str]:
+    from fusec.compiler.pipeline import run_stages
+    bindings = {c.name: b for c, _, b in plans}
+    sub = TypedModule(typed.file, tuple(c for c, _, _ in plans))
+    return run_stages(sub, bindings, disabled_passes=tuple(args.disable_pass), dump_dir=args.dump_dir,
+                      locations=args.locations)
+
+
+def _run(chain: TypedChain, inputs, binding, args, typed) -> list[np.ndarray]:
+    if args.target == "reference":
+        return reference.run_chain(chain, inputs, binding)
+    from fusec.compiler.jit import jit_run
+    return jit_run(TypedModule(typed.file, (chain,)), chain.name, inputs, binding)
+
+
+def _report(chain: TypedChain, binding, outs, inputs, target: str) -> list[str]:
+    bound = ", ".join(f"{k}={v}" for k, v in binding.items())
+    print(f"chain {chain.name}{f' [{bound}]' if bound else ''}: target {target}")
+    expected = reference.run_chain(chain, inputs, binding) if target != "reference" else None
+    failures = []
+    for i, (out, t) in enumerate(zip(outs, chain.output_types)):
+        x = np.asarray(out)
+        shown = t.dtype.name + (f"[{', '.join(map(str, x.shape))}]" if x.ndim else "")
+        xf = x.astype(np.float64)
+        line = f"  out {i}: {shown}  sum={xf.sum():.6g}  mean|x|={np.abs(xf).mean() if x.size else 0:.6g}"
+        if expected is not None:
+            c = compare(x, expected[i], t.dtype.name)
+            line += f"  vs reference: {'ok' if c.ok else 'MISMATCH'} (max abs err {c.max_abs:.3g})"
+            if not c.ok:
+                failures.append(f"chain {chain.name} output {i}: {c.describe()}")
+        print(line)
+    return failures
+
+
+# ---- fusec test ------------------------------------------------------------------------------
+
+def _fdsl_files(paths: list[str]) -> list[str]:
+    files = []
+    for p in paths:
+        if os.path.isdir(p):
+            files += sorted(glob.glob(os.path.join(p, "**", "*.fdsl"), recursive=True))
+        elif os.path.isfile(p):
+            files.append(p)
+        else:
+            raise UsageError(f"no such file or directory: {p}")
+    return files
+
+
+def golden_path(fdsl: str) -> str:
+    return fdsl[: -len(".fdsl")] + ".golden.npz" if fdsl.endswith(".fdsl") else fdsl + ".golden.npz"
+
+
+def _cmd_test(args: argparse.Namespace) -> int:
+    bind = api.parse_bind(",".join(args.bind))
+    passed = failed = 0
+    for path in _fdsl_files(args.paths):
+        typed = api.check(path)
+        gpath = golden_path(path)
+        if args.update:
+            chains = {}
+            for c in typed.chains:
+                inputs, binding = _inputs_for(c, None, bind, args.seed)
+                chains[c.name] = ({p.name: x for p, x in zip(c.param_nodes, inputs)},
+                                  reference.run_chain(c, inputs, binding))
+            npz.save(gpath, chains)
+            print(f"wrote {gpath} ({len(chains)} chains)")
+            continue
+        if not os.path.exists(gpath):
+            print(f"{path}: no golden file ({gpath}); skipped")
+            continue
+        golden = npz.load(gpath)
+        for c in typed.chains:
+            if c.name not in golden:
+                continue
+            entry = golden[c.name]
+            inputs, binding = _inputs_for(c, entry["in"], bind, args.seed)
+            outs = _run(c, inputs, binding, args, typed)
+            problems = []
+            for i, t in enumerate(c.output_types):
+                want = entry["out"].get(str(i))
+                if want is None:
+                    problems.append(f"golden file has no {c.name}/out/{i}")
+                    continue
+                cmp = compare(outs[i], want, t.dtype.name)
+                if not cmp.ok:
+                    problems.append(f"output {i}: {cmp.describe()}")
+            status = "ok" if not problems else "FAIL"
+            print(f"{path}::{c.name} [{args.target}] {status}" + "".join(f"\n    {p}" for p in problems))
+            passed += not problems
+            failed += bool(problems)
+    if not args.update:
+        print(f"{passed} passed, {failed} failed")
+    return 3 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The NumPy reference executor: runs a typed chain op by op with the op table's semantics.
+
+This is the oracle every compiled kernel is checked against. Values are stored in the chain's
+dtypes (16-bit floats are computed in f32 and rounded after every op, as GPU code does);
+`compute_f64=True` runs every floating-point value in float64 to measure true error.
+"""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+from fusec.dsl.diagnostics import Diagnostic, FdslError
+from fusec.dsl.ops import OPS
+from fusec.dsl.typed import TypedChain
+from fusec.dsl.types import DType, F64, dtype_of_numpy
+
+
+def _storage(dtype: DType, f64: bool) -> np.dtype:
+    return np.dtype(np.float64) if (f64 and dtype.is_float) else dtype.np
+
+
+def _work(x: np.ndarray) -> np.ndarray:
+    """16-bit floats compute in f32."""
+    if x.dtype.kind in "fV" and x.dtype.itemsize == 2 or x.dtype.name == "bfloat16":
+        return x.astype(np.float32)
+    return x
+
+
+def bind_symbols(chain: TypedChain, inputs: list[np.ndarray], binding: dict[str, int] | None = None) -> dict[str, int]:
+    """Bind every symbol of the chain from the inputs' shapes (and an explicit binding);
+    raise FdslError at the parameter's declaration when an input does not fit."""
+    bound = dict(binding or {})
+    errors = []
+    params = chain.param_nodes
+    if len(inputs) != len(params):
+        raise FdslError([Diagnostic(chain.span, f"chain '{chain.name}' takes {len(params)} inputs, got {len(inputs)}")])
+    for p, x in zip(params, inputs):
+        x = np.asarray(x)
+        want = p.type
+        dt = dtype_of_numpy(x.dtype)
+        if dt != want.dtype:
+            errors.append(Diagnostic(p.span, f"input '{p.name}' has dtype {dt or x.dtype} but is declared {want}"))
+            continue
+        if x.ndim != want.rank:
+            errors.append(Diagnostic(p.span, f"input '{p.name}' has shape {tuple(x.shape)} (rank {x.ndim}) "
+                                     f"but is declared {want}"))
+            continue
+        for axis, (d, n) in enumerate(zip(want.shape, x.shape)):
+            if isinstance(d, int):
+                if d != n:
+                    errors.append(Diagnostic(p.span, f"input '{p.name}' has shape {tuple(x.shape)} but is "
+                                             f"declared {want} ({n} vs {d} at axis {axis})"))
+                    break
+            elif bound.setdefault(d, n) != n:
+                errors.append(Diagnostic(p.span, f"input '{p.name}' has shape {tuple(x.shape)}, so {d} = {n}, "
+                                         f"but {d} = {bound[d]} already"))
+                break
+    if errors:
+        raise FdslError(errors)
+    missing = [s for s in chain.symbols if s not in bound]
+    if missing:
+        raise FdslError([Diagnostic(chain.span, f"chain '{chain.name}': no size for symbol "
+                                    f"{', '.join(missing)}; bind it with --bind {missing[0]}=64")])
+    return {s: bound[s] for s in chain.symbols}
+
+
+def run_chain(chain: TypedChain, inputs: list[np.ndarray], binding: dict[str, int] | None = None,
+              compute_f64: bool = False) -> list[np.ndarray]:
+    """Run a typed chain on NumPy inputs; returns its outputs in order."""
+    binding = bind_symbols(chain, inputs, binding)
+    vals: dict[int, np.ndarray] = {}
+    params = iter(inputs)
+    with np.errstate(all="ignore"):
+        for n in chain.nodes:
+            store = _storage(n.type.dtype, compute_f64)
+            if n.op == "param":
+                vals[n.id] = np.asarray(next(params)).astype(store)
+                continue
+            if n.op == "constant":
+                vals[n.id] = np.asarray(n.attr("value"), dtype=store)
+                continue
+            op = OPS[n.op]
+            xs = [_work(vals[i]) for i in n.inputs]
+            if n.op == "conv2d" and not n.attr("has_bias"):
+                xs.append(None)
+            shape = n.type.concrete(binding)
+            out = np.asarray(op.ref(xs, dict(n.attrs), shape)).astype(store)
+            if out.shape != shape:
+                raise AssertionError(f"reference for {n.op} produced {out.shape}, type says {shape}")
+            vals[n.id] = out
+    return [vals[i] for i in chain.outputs]
+
+
+def random_inputs(chain: TypedChain, binding: dict[str, int], seed: int = 0) -> list[np.ndarray]:
+    """Seeded inputs for a chain: normal floats (positive where an op's domain needs it),
+    small integers, random bools. The same chain, binding and seed give the same arrays."""
+    rng = np.random.default_rng([seed, zlib.crc32(chain.name.encode())])
+    positive = positive_params(chain)
+    out = []
+    for p in chain.param_nodes:
+        shape, dt = p.type.concrete(binding), p.type.dtype
+        if dt.is_float:
+            x = rng.standard_normal(shape)
+            x = np.abs(x) + 0.5 if p.id in positive else x
+        elif dt.is_int:
+            x = rng.integers(1 if p.id in positive else -8, 9, size=shape)
+        else:
+            x = rng.random(shape) < 0.5
+        out.append(np.asarray(x).astype(dt.np))
+    return out
+
+
+def positive_params(chain: TypedChain) -> set[int]:
+    """Parameters that feed an argument whose domain is positive (log's x, batchnorm's var...)."""
+    pos = set()
+    for n in chain.nodes:
+        op = OPS.get(n.op)
+        if op is None:
+            continue
+        for arg, i in zip(op.tensor_args, n.inputs):
+            if arg.positive and chain.nodes[i].op == "param":
+                pos.add(i)
+    return pos
