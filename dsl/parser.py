@@ -296,6 +296,10 @@ def _chain_header(s: _ErrorSite) -> Diagnostic | None:
 def _bad_statement(s: _ErrorSite) -> Diagnostic | None:
     if "RETURN" in s.accepts and s.tok.type in _EXPR_START - {"NAME"}:
         return Diagnostic(_tok_span(s.file, s.tok), _EXPR_STATEMENT)
+    if "RETURN" in s.accepts and s.tok.type in _BINARY_OPS:
+        return Diagnostic(_tok_span(s.file, s.tok),
+                          f"a statement cannot start with '{s.tok}'; a newline ends a statement, "
+                          f"so wrap a multi-line expression in ( )")
     if s.accepts != {"EQUAL"} or s.prev is None or s.prev.type != "NAME":
         return None
     after_const = s.prev2 is not None and s.prev2.type == "CONST"

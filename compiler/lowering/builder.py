@@ -1,0 +1,207 @@
+"""Small IR-building helpers shared by the lowering rules: types, constants, tensor.empty,
+linalg.fill, linalg.generic with a Python body, broadcasting indexing maps and reshapes.
+
+Every helper builds at the current insertion point and location (set by the caller with
+`with ir.InsertionPoint(...), loc:`), so lowering rules read like the math they lower.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from fusec.dsl.types import DType
+
+from ..mlir import arith, ir, linalg, tensor
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ScalarConst:
+    """A typed compile-time scalar (an FDSL 'constant' node). Elementwise rules inline it as an
+    arith.constant in the generic's body instead of passing a rank-0 tensor operand."""
+    value: float | int | bool
+    dtype: DType
+
+
+def element_type(dtype: DType) -> ir.Type:
+    if dtype.name == "f16":
+        return ir.F16Type.get()
+    if dtype.name == "bf16":
+        return ir.BF16Type.get()
+    if dtype.name == "f32":
+        return ir.F32Type.get()
+    if dtype.name == "f64":
+        return ir.F64Type.get()
+    return ir.IntegerType.get_signless(dtype.bits)
+
+
+def tensor_type(shape: Sequence[int], elem: ir.Type) -> ir.RankedTensorType:
+    return ir.RankedTensorType.get(list(shape), elem)
+
+
+def shape_of(value: ir.Value) -> Shape:
+    return tuple(ir.RankedTensorType(value.type).shape)
+
+
+def elem_of(value: ir.Value) -> ir.Type:
+    return ir.RankedTensorType(value.type).element_type
+
+
+def is_float(t: ir.Type) -> bool:
+    return isinstance(t, ir.FloatType)
+
+
+def scalar(value: float | int | bool, elem: ir.Type) -> ir.Value:
+    """An arith.constant of type `elem` (a float, an integer or an i1)."""
+    if is_float(elem):
+        return arith.constant(elem, float(value))
+    if ir.IntegerType(elem).width == 1:
+        return arith.constant(elem, ir.IntegerAttr.get(elem, int(bool(value))))
+    return arith.constant(elem, int(value))
+
+
+def rank0_tensor(c: ScalarConst) -> ir.Value:
+    """A ScalarConst as a rank-0 tensor constant, for the few consumers that need a tensor."""
+    elem = element_type(c.dtype)
+    t = tensor_type((), elem)
+    if is_float(elem):
+        attr = ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(elem, float(c.value)))
+    else:
+        attr = ir.DenseElementsAttr.get_splat(t, ir.IntegerAttr.get(elem, int(c.value)))
+    return arith.constant(t, attr)
+
+
+def empty(shape: Sequence[int], elem: ir.Type) -> ir.Value:
+    return tensor.empty(list(shape), elem)
+
+
+def fill(value: float | int, shape: Sequence[int], elem: ir.Type) -> ir.Value:
+    """tensor.empty + linalg.fill: an accumulator initialised to `value`."""
+    return linalg.fill(scalar(value, elem), outs=[empty(shape, elem)])
+
+
+# ---- indexing maps ---------------------------------------------------------------------
+
+def identity_map(rank: int) -> ir.AffineMap:
+    return ir.AffineMap.get_identity(rank)
+
+
+def dims_map(rank: int, dims: Sequence[int]) -> ir.AffineMap:
+    """(d0..d{rank-1}) -> (d_i for i in dims)."""
+    return ir.AffineMap.get(rank, 0, [ir.AffineDimExpr.get(i) for i in dims])
+
+
+def broadcast_map(in_shape: Shape, out_shape: Shape) -> ir.AffineMap:
+    """NumPy broadcasting as an indexing map: the operand's dims align with the output's trailing
+    dims, and an extent-1 dim facing a larger output extent reads index 0."""
+    rank, offset = len(out_shape), len(out_shape) - len(in_shape)
+    exprs = []
+    for i, d in enumerate(in_shape):
+        j = offset + i
+        if d == 1 and out_shape[j] != 1:
+            exprs.append(ir.AffineConstantExpr.get(0))
+        else:
+            exprs.append(ir.AffineDimExpr.get(j))
+    return ir.AffineMap.get(rank, 0, exprs)
+
+
+def _iterators(kinds: Sequence[str]) -> ir.ArrayAttr:
+    return ir.ArrayAttr.get([ir.Attribute.parse(f"#linalg.iterator_type<{k}>") for k in kinds])
+
+
+def generic(inputs: Sequence[tuple[ir.Value, ir.AffineMap]],
+            inits: Sequence[tuple[ir.Value, ir.AffineMap]],
+            iterators: Sequence[str],
+            body: Callable[[list[ir.Value], list[ir.Value]], Sequence[ir.Value]]) -> list[ir.Value]:
+    """A linalg.generic; `body(input_elements, accumulator_elements)` returns the yielded values."""
+    maps = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for _, m in list(inputs) + list(inits)])
+    op = linalg.GenericOp(
+        [v.type for v, _ in inits], [v for v, _ in inputs], [v for v, _ in inits],
+        maps, _iterators(iterators))
+    block = op.regions[0].blocks.append(*[elem_of(v) for v, _ in list(inputs) + list(inits)])
+    args = list(block.arguments)
+    with ir.InsertionPoint(block):
+        linalg.YieldOp(list(body(args[:len(inputs)], args[len(inputs):])))
+    return list(op.results)
+
+
+def elementwise(operands: Sequence[ir.Value | ScalarConst], out_shape: Shape, out_elem: ir.Type,
+                body: Callable[[list[ir.Value]], ir.Value]) -> ir.Value:
+    """One all-parallel linalg.generic over `out_shape`. Tensor operands broadcast to it through
+    their indexing maps (nothing is materialised); ScalarConst operands become arith.constants
+    inside the body. `body(scalars)` gets one element per operand, in order."""
+    tensors = [v for v in operands if not isinstance(v, ScalarConst)]
+    rank = len(out_shape)
+
+    def inner(elems: list[ir.Value], _acc: list[ir.Value]) -> list[ir.Value]:
+        it = iter(elems)
+        scalars = [scalar(v.value, element_type(v.dtype)) if isinstance(v, ScalarConst) else next(it)
+                   for v in operands]
+        return [body(scalars)]
+
+    (out,) = generic([(v, broadcast_map(shape_of(v), out_shape)) for v in tensors],
+                     [(empty(out_shape, out_elem), identity_map(rank))],
+                     ["parallel"] * rank, inner)
+    return out
+
+
+# ---- reshapes --------------------------------------------------------------------------
+
+def reassociation(long: Shape, short: Shape) -> list[list[int]] | None:
+    """Contiguous groups of `long`'s dims whose products are `short`'s dims, or None.
+    The reassociation of a collapse (long -> short) or an expand (short -> long)."""
+    if not short:
+        return [] if all(d == 1 for d in long) else None
+    groups: list[list[int]] = []
+    i = 0
+    for d in short:
+        if i >= len(long):
+            return None
+        group, prod = [i], long[i]
+        i += 1
+        while prod != d:
+            if i >= len(long) or prod > d:
+                return None
+            prod *= long[i]
+            group.append(i)
+            i += 1
+        groups.append(group)
+    rest = list(range(i, len(long)))
+    if any(long[j] != 1 for j in rest):
+        return None
+    groups[-1].extend(rest)
+    return groups
+
+
+def _reassoc_attr(groups: list[list[int]]) -> ir.ArrayAttr:
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, i) for i in g]) for g in groups])
+
+
+def collapse(value: ir.Value, shape: Shape, groups: list[list[int]]) -> ir.Value:
+    return tensor.CollapseShapeOp(tensor_type(shape, elem_of(value)), value, _reassoc_attr(groups)).result
+
+
+def expand(value: ir.Value, shape: Shape, groups: list[list[int]]) -> ir.Value:
+    return tensor.ExpandShapeOp(tensor_type(shape, elem_of(value)), value, _reassoc_attr(groups),
+                                [], list(shape)).result
+
+
+def reshape(value: ir.Value, shape: Shape) -> ir.Value:
+    """Same elements, new static shape: one collapse_shape or expand_shape when the dims group
+    contiguously, otherwise a collapse to 1-D followed by an expand (never tensor.reshape, whose
+    shape operand hides the static shape from later passes)."""
+    src = shape_of(value)
+    shape = tuple(shape)
+    if src == shape:
+        return value
+    if len(shape) < len(src) and (groups := reassociation(src, shape)) is not None:
+        return collapse(value, shape, groups)
+    if len(shape) > len(src) and (groups := reassociation(shape, src)) is not None:
+        return expand(value, shape, groups)
+    n = 1
+    for d in src:
+        n *= d
+    flat = collapse(value, (n,), [list(range(len(src)))]) if len(src) != 1 else value
+    return expand(flat, shape, [list(range(len(shape)))]) if len(shape) != 1 else flat

@@ -1,0 +1,153 @@
+"""Scalar semantics of every elementwise FDSL op: the arith/math ops a linalg.generic body holds.
+
+Each emitter follows its NumPy reference in dsl/ops.py term by term (same operation order),
+so f32 results agree to rounding. Composite elementwise ops (gelu, silu, sigmoid, rsqrt) are
+several arith/math ops inside one body: the generic is still one producer/consumer.
+"""
+from __future__ import annotations
+
+import math as pymath
+from typing import Callable
+
+from ..mlir import arith, ir, math
+from .builder import is_float, scalar
+
+Emitter = Callable[[list[ir.Value], ir.Type, object], ir.Value]   # (elements, result type, node)
+
+
+def _f(v: ir.Value) -> bool:
+    return is_float(v.type)
+
+
+def _is_bool(t: ir.Type) -> bool:
+    return isinstance(t, ir.IntegerType) and ir.IntegerType(t).width == 1
+
+
+def c(value: float, like: ir.Value) -> ir.Value:
+    return scalar(value, like.type)
+
+
+def add(a, b):
+    return arith.addf(a, b) if _f(a) else arith.addi(a, b)
+
+
+def sub(a, b):
+    return arith.subf(a, b) if _f(a) else arith.subi(a, b)
+
+
+def mul(a, b):
+    return arith.mulf(a, b) if _f(a) else arith.muli(a, b)
+
+
+def div(a, b):
+    return arith.divf(a, b)
+
+
+def maximum(a, b):
+    return arith.maximumf(a, b) if _f(a) else arith.maxsi(a, b)
+
+
+def minimum(a, b):
+    return arith.minimumf(a, b) if _f(a) else arith.minsi(a, b)
+
+
+def neg(a):
+    return arith.negf(a) if _f(a) else arith.subi(c(0, a), a)
+
+
+def recip(a):
+    return div(c(1, a), a)
+
+
+def sigmoid(x):
+    return div(c(1, x), add(c(1, x), math.exp(neg(x))))
+
+
+def gelu(x, approximate: str):
+    half_x = mul(c(0.5, x), x)
+    if approximate == "tanh":
+        cube = mul(mul(mul(c(0.044715, x), x), x), x)
+        inner = mul(c(pymath.sqrt(2 / pymath.pi), x), add(x, cube))
+        return mul(half_x, add(c(1, x), math.tanh(inner)))
+    return mul(half_x, add(c(1, x), math.erf(div(x, c(pymath.sqrt(2), x)))))
+
+
+def power(a, b):
+    return math.powf(a, b) if _f(a) else math.ipowi(a, b)
+
+
+_FCMP = {"eq": "OEQ", "ne": "UNE", "lt": "OLT", "le": "OLE", "gt": "OGT", "ge": "OGE"}
+_ICMP = {"eq": "eq", "ne": "ne", "lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge"}
+_UCMP = {"eq": "eq", "ne": "ne", "lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge"}  # i1: true > false
+
+
+def compare(kind: str, a, b):
+    if _f(a):
+        return arith.cmpf(getattr(arith.CmpFPredicate, _FCMP[kind]), a, b)
+    table = _UCMP if _is_bool(a.type) else _ICMP
+    return arith.cmpi(getattr(arith.CmpIPredicate, table[kind]), a, b)
+
+
+def _width(t: ir.Type) -> int:
+    return ir.FloatType(t).width if is_float(t) else ir.IntegerType(t).width
+
+
+def convert(x: ir.Value, to: ir.Type) -> ir.Value:
+    """NumPy's astype: float<->float rounds, float->int truncates, nonzero->bool, bool->0/1."""
+    src = x.type
+    if src == to:
+        return x
+    if _is_bool(to):
+        return compare("ne", x, c(0, x))            # NaN -> true, as NumPy
+    if is_float(src) and is_float(to):
+        if _width(src) == _width(to):               # f16 <-> bf16 goes through f32
+            return convert(convert(x, ir.F32Type.get()), to)
+        return arith.extf(to, x) if _width(to) > _width(src) else arith.truncf(to, x)
+    if is_float(src):
+        return arith.fptosi(to, x)
+    if is_float(to):
+        return arith.uitofp(to, x) if _is_bool(src) else arith.sitofp(to, x)
+    if _width(to) > _width(src):
+        return arith.extui(to, x) if _is_bool(src) else arith.extsi(to, x)
+    return arith.trunci(to, x)
+
+
+def _unary(f: Callable[[ir.Value], ir.Value]) -> Emitter:
+    return lambda xs, out, node: f(xs[0])
+
+
+def _binary(f: Callable[[ir.Value, ir.Value], ir.Value]) -> Emitter:
+    return lambda xs, out, node: f(xs[0], xs[1])
+
+
+EMITTERS: dict[str, Emitter] = {
+    "neg": _unary(neg),
+    "abs": _unary(lambda x: math.absf(x) if _f(x) else math.absi(x)),
+    "exp": _unary(math.exp),
+    "log": _unary(math.log),
+    "sqrt": _unary(math.sqrt),
+    "rsqrt": _unary(math.rsqrt),
+    "tanh": _unary(math.tanh),
+    "sigmoid": _unary(sigmoid),
+    "relu": _unary(lambda x: maximum(x, c(0, x))),
+    "silu": _unary(lambda x: mul(x, sigmoid(x))),
+    "erf": _unary(math.erf),
+    "sin": _unary(math.sin),
+    "cos": _unary(math.cos),
+    "floor": _unary(math.floor),
+    "ceil": _unary(math.ceil),
+    "reciprocal": _unary(recip),
+    "square": _unary(lambda x: mul(x, x)),
+    "gelu": lambda xs, out, node: gelu(xs[0], node.attr("approximate", "tanh")),
+    "add": _binary(add),
+    "sub": _binary(sub),
+    "mul": _binary(mul),
+    "div": _binary(div),
+    "pow": _binary(power),
+    "maximum": _binary(maximum),
+    "minimum": _binary(minimum),
+    **{k: (lambda k: _binary(lambda a, b: compare(k, a, b)))(k) for k in _FCMP},
+    "where": lambda xs, out, node: arith.select(xs[0], xs[1], xs[2]),
+    "clamp": lambda xs, out, node: minimum(maximum(xs[0], xs[1]), xs[2]),
+    "cast": lambda xs, out, node: convert(xs[0], out),
+}

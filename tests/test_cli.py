@@ -1,0 +1,119 @@
+"""The command line: exit codes, diagnostics on stderr, stages, npz layout, golden tests."""
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from fusec.cli import main
+from fusec.runtime import npz
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "examples")
+
+
+def write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return str(p)
+
+
+def test_reference_run_prints_shapes_and_checksums(capsys):
+    assert main([os.path.join(EXAMPLES, "mlp.fdsl"), "--bind", "M=4,D=8", "--bind", "H=16"]) == 0
+    out = capsys.readouterr().out
+    assert "chain mlp [M=4, D=8, H=16]: target reference" in out
+    assert "out 0: f32[4, 8]  sum=" in out
+
+
+def test_user_error_exits_1_with_location_and_no_traceback(tmp_path, capsys):
+    bad = write(tmp_path, "bad.fdsl", """\
+        chain f(x: f32[4], b: f32[3]) -> f32[4] {
+            h = x + b
+            return h
+        }""")
+    assert main([bad]) == 1
+    err = capsys.readouterr().err
+    assert f"{bad}:2:13: error: cannot add f32[4] and f32[3]: shapes do not broadcast (4 vs 3)" in err
+    assert "Traceback" not in err
+
+
+def test_syntax_error_exits_1(tmp_path, capsys):
+    bad = write(tmp_path, "syn.fdsl", "chain f(x: f32[4]) -> f32[4] {\n    h = x +\n    return h\n}\n")
+    assert main([bad]) == 1
+    err = capsys.readouterr().err
+    assert "syn.fdsl:2:" in err and "expected an expression after '+'" in err
+
+
+def test_missing_file_and_bad_bind_exit_1(capsys):
+    assert main(["/nonexistent/x.fdsl"]) == 1
+    assert "cannot read /nonexistent/x.fdsl" in capsys.readouterr().err
+    assert main([os.path.join(EXAMPLES, "mlp.fdsl"), "--bind", "M=abc"]) == 1
+    assert "--bind expects NAME=SIZE" in capsys.readouterr().err
+
+
+def test_emit_ast_and_typed(capsys):
+    f = os.path.join(EXAMPLES, "softmax.fdsl")
+    assert main([f, "--emit", "ast"]) == 0
+    ast_text = capsys.readouterr().out
+    assert "softmax_rows" in ast_text and "softmax_temperature" in ast_text
+    assert main([f, "--emit", "typed", "--chain", "softmax_rows"]) == 0
+    typed = capsys.readouterr().out
+    assert typed.startswith("chain softmax_rows(x: f32[M, N]) -> f32[M, N] {")
+    assert "softmax %x {axis=1} : f32[M, N]" in typed
+
+
+def test_save_then_inputs_round_trip(tmp_path, capsys):
+    f = os.path.join(EXAMPLES, "reductions.fdsl")
+    out1 = str(tmp_path / "a.npz")
+    assert main([f, "--bind", "R=3", "--save", out1]) == 0
+    data = npz.load(out1)
+    assert set(data) == {"row_stats", "l2_normalize", "logsumexp"}
+    assert data["row_stats"]["in"]["x"].shape == (3, 4, 32)
+    assert sorted(data["row_stats"]["out"]) == ["0", "1", "2"]
+    out2 = str(tmp_path / "b.npz")
+    first = capsys.readouterr().out
+    assert main([f, "--inputs", out1, "--save", out2]) == 0   # R comes from the inputs' shapes
+    assert capsys.readouterr().out == first
+    again = npz.load(out2)
+    np.testing.assert_array_equal(again["logsumexp"]["out"]["0"], data["logsumexp"]["out"]["0"])
+
+
+def test_inputs_that_do_not_fit_are_user_errors(tmp_path, capsys):
+    f = write(tmp_path, "f.fdsl", "chain f(x: f32[M, 4]) -> f32[M, 4] {\n    return x\n}\n")
+    bad = str(tmp_path / "in.npz")
+    npz.save(bad, {"f": ({"x": np.ones((2, 5), np.float32)}, [])})
+    assert main([f, "--inputs", bad]) == 1
+    assert "f.fdsl:1:9: error: input 'x' has shape (2, 5) but is declared f32[M, 4] (5 vs 4 at axis 1)" \
+        in capsys.readouterr().err
+
+
+def test_golden_tests_update_then_pass_then_detect_a_change(tmp_path, capsys):
+    f = write(tmp_path, "g.fdsl", "chain g(x: f32[M, 4]) -> f32[M] {\n    return sum(exp(x), axis=1)\n}\n")
+    assert main(["test", f, "--update", "--bind", "M=3"]) == 0
+    assert os.path.exists(str(tmp_path / "g.golden.npz"))
+    assert main(["test", str(tmp_path)]) == 0
+    assert "1 passed, 0 failed" in capsys.readouterr().out
+    (tmp_path / "g.fdsl").write_text("chain g(x: f32[M, 4]) -> f32[M] {\n    return sum(exp(x), axis=1) * 1.001\n}\n")
+    assert main(["test", str(tmp_path)]) == 3
+    out = capsys.readouterr().out
+    assert "g.fdsl::g [reference] FAIL" in out and "0 passed, 1 failed" in out
+
+
+def test_every_example_matches_its_golden_file(capsys):
+    assert main(["test", EXAMPLES]) == 0
+    out = capsys.readouterr().out
+    assert " 0 failed" in out
+    n_golden = len([f for f in os.listdir(EXAMPLES) if f.endswith(".golden.npz")])
+    assert n_golden == len([f for f in os.listdir(EXAMPLES) if f.endswith(".fdsl")]) >= 10
+
+
+def test_console_script_is_installed_and_exit_status_propagates(tmp_path):
+    exe = shutil.which("fusec") or os.path.join(os.path.dirname(sys.executable), "fusec")
+    bad = write(tmp_path, "bad.fdsl", "chain f(x: f32[4]) -> f32[4] {\n    return y\n}\n")
+    r = subprocess.run([exe, bad], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "bad.fdsl:2:12: error: unknown name 'y'" in r.stderr
+    assert "    return y\n           ^" in r.stderr
