@@ -35,7 +35,7 @@ def parse(text: str, path: str = "<string>") -> ast.Module:
 
 @functools.lru_cache(maxsize=1)
 def _lark() -> Lark:
-    grammar = Path(__file__).with_name("fdsl.lark").read_text()
+    grammar = Path(__file__).with_name("fdsl.lark").read_text(encoding="utf-8")
     return Lark(grammar, parser="lalr", lexer="basic", propagate_positions=True, maybe_placeholders=True)
 
 
@@ -75,7 +75,11 @@ def _statement_tokens(tokens: Iterable[Token]) -> Iterator[Token]:
 
 
 def _parse_tree(file: SourceFile) -> Tree:
-    """Feed the filtered tokens to Lark's LALR parser one by one, keeping those it took."""
+    """Feed the filtered tokens to Lark's LALR parser one by one, keeping those it took.
+
+    Feeding by hand (rather than Lark's `postlex` option) keeps no per-parse state on a
+    shared object, and on an error leaves us the exact tokens before the refused one.
+    """
     lark = _lark()
     parser = lark.parse_interactive()
     fed: list[Token] = []
@@ -204,6 +208,9 @@ def _expected(accepts: frozenset[str]) -> str:
     if "PLUS" in names:
         words.append("an operator")
         names -= _BINARY_OPS | {"LPAR", "EQUAL"}
+    if "RETURN" in names:
+        words.append("a statement")
+        names -= {"NAME", "CONST", "RETURN"}
     if "NAME" in names and _DTYPE_TOKENS <= names:
         words.append("a type")
         names -= _DTYPE_TOKENS | {"NAME"}
@@ -211,9 +218,9 @@ def _expected(accepts: frozenset[str]) -> str:
         words.append("a name")
     if "_SEP" in names:
         words.append("a newline")
-    literals = {t.name: t.pattern.value for t in _lark().terminals}
-    rest = sorted(names - {"NAME", "_SEP", "$END"}, key=lambda n: (n not in _ORDER, _ORDER.index(n) if n in _ORDER else 0, n))
-    words += [f"'{literals.get(n, n)}'" for n in rest]
+    rank = {n: i for i, n in enumerate(_ORDER)}
+    rest = sorted(names - {"NAME", "_SEP", "$END"}, key=lambda n: (rank.get(n, len(rank)), n))
+    words += [f"'{_literal(n)}'" for n in rest]
     if "$END" in names:
         words.append("end of file")
     if not words:
@@ -259,12 +266,9 @@ def _unclosed(s: _ErrorSite) -> Diagnostic | None:
     closer = _CLOSER_OF[opener.type]
     if s.tok.type == "$END":
         return Diagnostic(_tok_span(s.file, opener), f"'{opener}' was never closed")
-    if s.tok.type in _OPENER_OF:
-        if all(o.type != _OPENER_OF[s.tok.type] for o in s.open):
-            return Diagnostic(_tok_span(s.file, s.tok), f"unmatched '{s.tok}'")
-        if opener.type != _OPENER_OF[s.tok.type]:
-            return Diagnostic(_tok_span(s.file, s.tok),
-                              f"closing '{s.tok}' does not match the opening '{opener}' on line {opener.line}")
+    if s.tok.type in _OPENER_OF and opener.type not in {"LBRACE", _OPENER_OF[s.tok.type]}:
+        return Diagnostic(_tok_span(s.file, s.tok),
+                          f"closing '{s.tok}' does not match the opening '{opener}' on line {opener.line}")
     # A body's statements span lines, so only () and [] are suspect when a later line follows.
     if opener.type == "LBRACE" or closer not in s.accepts:
         return None
@@ -276,7 +280,7 @@ def _unclosed(s: _ErrorSite) -> Diagnostic | None:
 
 
 def _unmatched_closer(s: _ErrorSite) -> Diagnostic | None:
-    if s.tok.type in _OPENER_OF and not s.open:
+    if s.tok.type in _OPENER_OF and all(o.type != _OPENER_OF[s.tok.type] for o in s.open):
         return Diagnostic(_tok_span(s.file, s.tok), f"unmatched '{s.tok}'")
     return None
 
@@ -319,6 +323,7 @@ def _generic(s: _ErrorSite) -> Diagnostic:
 
 
 def _literal(terminal: str) -> str:
+    """The text of a fixed terminal: RPAR -> ')'."""
     return next((t.pattern.value for t in _lark().terminals if t.name == terminal), terminal)
 
 
