@@ -14,7 +14,8 @@ _SUBMODULES = (
     "ir", "passmanager", "execution_engine", "runtime",
     "dialects.arith", "dialects.bufferization", "dialects.func", "dialects.linalg",
     "dialects.math", "dialects.memref", "dialects.scf", "dialects.tensor",
-    "dialects.transform", "dialects.transform.interpreter",
+    "dialects.transform", "dialects.transform.interpreter", "dialects.transform.structured",
+    "dialects.gpu",
 )
 
 
@@ -43,6 +44,8 @@ scf = _mods["dialects.scf"]
 tensor = _mods["dialects.tensor"]
 transform = _mods["dialects.transform"]
 interpreter = _mods["dialects.transform.interpreter"]
+structured = _mods["dialects.transform.structured"]
+gpu = _mods["dialects.gpu"]
 ExecutionEngine = _mods["execution_engine"].ExecutionEngine
 runtime = _mods["runtime"]
 get_ranked_memref_descriptor = runtime.get_ranked_memref_descriptor
@@ -64,6 +67,6 @@ def parse_module(text: str, context: "ir.Context | None" = None) -> "ir.Module":
 
 __all__ = [
     "BINDINGS", "ir", "passmanager", "PassManager", "MLIRError", "arith", "bufferization", "func",
-    "linalg", "math", "memref", "scf", "tensor", "transform", "interpreter", "ExecutionEngine",
+    "linalg", "math", "memref", "scf", "tensor", "transform", "interpreter", "structured", "gpu", "ExecutionEngine",
     "runtime", "get_ranked_memref_descriptor", "new_context", "parse_module",
 ]

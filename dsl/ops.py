@@ -89,7 +89,7 @@ _erf_ufunc = np.frompyfunc(math.erf, 1, 1)
 
 
 def _erf(x):
-    return _erf_ufunc(x).astype(x.dtype)
+    return np.asarray(_erf_ufunc(x), dtype=object).astype(x.dtype)
 
 
 UNARY: dict[str, tuple[str, Callable, str]] = {

@@ -43,12 +43,27 @@ def _compiler_stages() -> tuple[str, ...]:
     return tuple(STAGE_NAMES)
 
 
+def _pass_names() -> tuple[str, ...]:
+    try:
+        from fusec.compiler.passes import PASS_NAMES
+    except ImportError:
+        return ()
+    return tuple(PASS_NAMES)
+
+
 def _targets() -> tuple[str, ...]:
     return TARGETS + (("mlir-jit",) if _compiler_stages() else ())
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is a user error like any other: message, exit 1."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
 def _main_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fusec", description="Compile, run and check FDSL chains. "
+    p = _Parser(prog="fusec", description="Compile, run and check FDSL chains. "
                                 "Subcommand: `fusec test PATH...` runs golden tests.")
     p.add_argument("file", help="an .fdsl file")
     p.add_argument("--emit", choices=_stage_names(), help="print the program after this stage and stop")
@@ -60,14 +75,14 @@ def _main_parser() -> argparse.ArgumentParser:
     p.add_argument("--save", help="write inputs and outputs to this npz (CHAIN/in/ARG, CHAIN/out/K)")
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
     p.add_argument("--dump-dir", help="write every stage of every chain to this directory")
-    p.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
-                   help="switch off a graph pass by name (repeatable)")
+    p.add_argument("--disable-pass", action="append", default=[], metavar="NAME", choices=_pass_names(),
+                   help="switch off a graph pass by name (repeatable): " + ", ".join(_pass_names()))
     p.add_argument("--locations", action="store_true", help="show source locations in printed IR")
     return p
 
 
 def _test_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fusec test", description="Run every chain that has a golden entry "
+    p = _Parser(prog="fusec test", description="Run every chain that has a golden entry "
                                 "(NAME.golden.npz beside NAME.fdsl) and compare with the golden outputs.")
     p.add_argument("paths", nargs="+", help=".fdsl files or directories")
     p.add_argument("--update", action="store_true", help="(re)write golden files from the reference")
@@ -183,7 +198,8 @@ def _run(chain: TypedChain, inputs, binding, args, typed) -> list[np.ndarray]:
     if args.target == "reference":
         return reference.run_chain(chain, inputs, binding)
     from fusec.compiler.jit import jit_run
-    return jit_run(TypedModule(typed.file, (chain,)), chain.name, inputs, binding)
+    return jit_run(TypedModule(typed.file, (chain,)), chain.name, inputs, binding,
+                   disabled_passes=tuple(args.disable_pass))
 
 
 def _report(chain: TypedChain, binding, outs, inputs, target: str) -> list[str]:

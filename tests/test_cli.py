@@ -117,3 +117,8 @@ def test_console_script_is_installed_and_exit_status_propagates(tmp_path):
     assert r.returncode == 1
     assert "bad.fdsl:2:12: error: unknown name 'y'" in r.stderr
     assert "    return y\n           ^" in r.stderr
+
+
+def test_unknown_pass_name_is_a_usage_error(capsys):
+    assert main([os.path.join(EXAMPLES, "ew_chain.fdsl"), "--emit", "graph", "--disable-pass", "no-such-pass"]) == 1
+    assert "invalid choice: 'no-such-pass'" in capsys.readouterr().err

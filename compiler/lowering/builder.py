@@ -52,6 +52,25 @@ def is_float(t: ir.Type) -> bool:
     return isinstance(t, ir.FloatType)
 
 
+def compute_type(elem: ir.Type) -> ir.Type:
+    """The type arithmetic is done in: 16-bit floats compute (and accumulate) in f32 and round
+    once per FDSL op, as GPU code does and as the NumPy reference does; others compute as is."""
+    if isinstance(elem, (ir.F16Type, ir.BF16Type)):
+        return ir.F32Type.get()
+    return elem
+
+
+def widen(x: ir.Value) -> ir.Value:
+    """A scalar in its compute type (f16/bf16 -> f32; anything else unchanged)."""
+    wide = compute_type(x.type)
+    return x if wide == x.type else arith.extf(wide, x)
+
+
+def narrow(x: ir.Value, elem: ir.Type) -> ir.Value:
+    """A computed scalar rounded back to the op's result type."""
+    return x if x.type == elem else arith.truncf(elem, x)
+
+
 def scalar(value: float | int | bool, elem: ir.Type) -> ir.Value:
     """An arith.constant of type `elem` (a float, an integer or an i1)."""
     if is_float(elem):
@@ -126,13 +145,22 @@ def generic(inputs: Sequence[tuple[ir.Value, ir.AffineMap]],
     return list(op.results)
 
 
-def elementwise(operands: Sequence[ir.Value | ScalarConst], out_shape: Shape, out_elem: ir.Type,
-                body: Callable[[list[ir.Value]], ir.Value]) -> ir.Value:
-    """One all-parallel linalg.generic over `out_shape`. Tensor operands broadcast to it through
-    their indexing maps (nothing is materialised); ScalarConst operands become arith.constants
-    inside the body. `body(scalars)` gets one element per operand, in order."""
-    tensors = [v for v in operands if not isinstance(v, ScalarConst)]
-    rank = len(out_shape)
+Operand = ir.Value | ScalarConst | tuple[ir.Value, ir.AffineMap]
+
+
+def parallel(operands: Sequence[Operand], out_shape: Shape, out_elem: ir.Type,
+             body: Callable[[list[ir.Value]], ir.Value]) -> ir.Value:
+    """One all-parallel linalg.generic over `out_shape`. A bare tensor operand broadcasts to it
+    with NumPy's rules through its indexing map (nothing is materialised); a (tensor, map) pair
+    uses that map; a ScalarConst becomes an arith.constant inside the body.
+    `body(elements)` gets one scalar per operand, in order, and returns the result element."""
+    out_shape = tuple(out_shape)
+    tensors = []
+    for v in operands:
+        if isinstance(v, tuple):
+            tensors.append(v)
+        elif not isinstance(v, ScalarConst):
+            tensors.append((v, broadcast_map(shape_of(v), out_shape)))
 
     def inner(elems: list[ir.Value], _acc: list[ir.Value]) -> list[ir.Value]:
         it = iter(elems)
@@ -140,10 +168,28 @@ def elementwise(operands: Sequence[ir.Value | ScalarConst], out_shape: Shape, ou
                    for v in operands]
         return [body(scalars)]
 
-    (out,) = generic([(v, broadcast_map(shape_of(v), out_shape)) for v in tensors],
-                     [(empty(out_shape, out_elem), identity_map(rank))],
-                     ["parallel"] * rank, inner)
+    rank = len(out_shape)
+    (out,) = generic(tensors, [(empty(out_shape, out_elem), identity_map(rank))], ["parallel"] * rank, inner)
     return out
+
+
+def reduction(operands: Sequence[tuple[ir.Value, ir.AffineMap]], space: Shape, axes: Sequence[int],
+              init: float | int, elem: ir.Type,
+              combine: Callable[[list[ir.Value], ir.Value], ir.Value]) -> ir.Value:
+    """A linalg.generic over the iteration space `space` reducing `axes` into an accumulator
+    filled with `init`; the result has the kept dims only. `combine(elements, acc)` -> new acc."""
+    rank = len(space)
+    kept = [i for i in range(rank) if i not in axes]
+    acc = fill(init, [space[i] for i in kept], elem)
+    iters = ["reduction" if i in axes else "parallel" for i in range(rank)]
+    (out,) = generic(operands, [(acc, dims_map(rank, kept))], iters,
+                     lambda xs, accs: [combine(xs, accs[0])])
+    return out
+
+
+def kept_map(rank: int, axes: Sequence[int]) -> ir.AffineMap:
+    """How an operand reduced over `axes` is read back inside the full iteration space."""
+    return dims_map(rank, [i for i in range(rank) if i not in axes])
 
 
 # ---- reshapes --------------------------------------------------------------------------

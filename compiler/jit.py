@@ -1,0 +1,236 @@
+"""The MLIR CPU JIT executor (--target mlir-jit): the independent check of lowering and of every
+MLIR transform, run entirely inside MLIR + LLVM.
+
+The graph-stage module gets a JIT-only entry function `_fusec_entry` that takes every input and
+every output as a memref (outputs are NumPy arrays we allocate: destination passing, so nothing
+the JIT allocates escapes and nothing leaks). bool crosses the boundary as i8 (NumPy's bool
+bytes) and is converted to/from i1 inside; f16, bf16 (ml_dtypes), f32, f64, i32, i64 cross as
+themselves. The chain function is made private and inlined, then the module is bufferized
+(one-shot, function boundaries, identity layouts), lowered to loops and to LLVM, and run by
+ExecutionEngine.
+"""
+from __future__ import annotations
+
+import ctypes
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from fusec.dsl.typed import TypedChain, TypedModule
+from fusec.dsl.types import DType
+
+from .errors import CompilerInternalError
+from .lowering.builder import element_type, parallel, tensor_type
+from .lower import check_binding, print_ir
+from .mlir import (ExecutionEngine, MLIRError, PassManager, arith, bufferization, func,
+                   get_ranked_memref_descriptor, ir, linalg)
+from .pipeline import CompileOptions, compile_chain
+
+STAGE = "mlir-jit"
+ENTRY = "_fusec_entry"
+OPT_LEVEL = 2
+
+# Each step's why, in order. Between the two lists every memref.copy becomes a linalg.copy: the
+# LLVM lowering of a copy into a strided view (tensor.pad's interior) calls `memrefCopy` from
+# MLIR's C runner utils, which the wheel does not ship.
+BUFFERIZE: tuple[str, ...] = (
+    "inline",                              # the chain body moves into the entry
+    "symbol-dce",                          # the now-unused private chain function goes
+    "one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}",
+    "buffer-deallocation-pipeline",        # frees every temporary
+    "convert-bufferization-to-memref",
+)
+TO_LLVM: tuple[str, ...] = (
+    "func.func(convert-linalg-to-loops)",
+    "math-extend-to-supported-types",      # f16/bf16 math ops computed in f32 (libm has no f16)
+    "convert-math-to-funcs",               # math.ipowi (integer pow) as a software loop
+    "convert-math-to-llvm",                # exp, log, sqrt, rsqrt, sin, ... as LLVM intrinsics
+    "convert-math-to-libm",                # what LLVM has no intrinsic for (erf, tanh) as libm calls
+    "convert-scf-to-cf",
+    "expand-strided-metadata",             # expand/collapse_shape views
+    "lower-affine",
+    "finalize-memref-to-llvm",
+    "arith-expand",                        # arith ops without a direct LLVM lowering
+    "convert-arith-to-llvm",
+    "convert-func-to-llvm",
+    "convert-cf-to-llvm",
+    "reconcile-unrealized-casts",
+)
+
+
+@dataclass(frozen=True)
+class BoundaryArg:
+    """One input or output as it crosses the JIT boundary."""
+    shape: tuple[int, ...]
+    dtype: DType
+
+    @property
+    def carrier(self) -> np.dtype:
+        """The NumPy dtype whose bytes the JIT reads or writes (bool travels as uint8)."""
+        return np.dtype(np.uint8) if self.dtype.is_bool else self.dtype.np
+
+    def memref_type(self) -> ir.MemRefType:
+        elem = ir.IntegerType.get_signless(8) if self.dtype.is_bool else element_type(self.dtype)
+        return ir.MemRefType.get(list(self.shape), elem)
+
+
+class JitChain:
+    """A chain compiled to native code for one binding; call it with NumPy arrays."""
+
+    def __init__(self, engine, chain: TypedChain, binding: dict[str, int],
+                 inputs: list[BoundaryArg], outputs: list[BoundaryArg]):
+        self._engine = engine
+        self.chain = chain
+        self.binding = binding
+        self.inputs = inputs
+        self.outputs = outputs
+
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if len(inputs) != len(self.inputs):
+            raise ValueError(f"chain {self.chain.name} takes {len(self.inputs)} inputs, got {len(inputs)}")
+        args = [self._prepare(i, spec, x) for i, (spec, x) in enumerate(zip(self.inputs, inputs))]
+        outs = [np.zeros(spec.shape, spec.carrier) for spec in self.outputs]
+        descriptors = [get_ranked_memref_descriptor(a) for a in args + outs]
+        self._engine.invoke(ENTRY, *[ctypes.pointer(ctypes.pointer(d)) for d in descriptors])
+        return [o.view(np.bool_) if spec.dtype.is_bool else o for spec, o in zip(self.outputs, outs)]
+
+    def _prepare(self, i: int, spec: BoundaryArg, x) -> np.ndarray:
+        name = self.chain.param_nodes[i].name
+        if not isinstance(x, np.ndarray):
+            x = np.asarray(x, dtype=spec.dtype.np)
+        if x.dtype != spec.dtype.np:
+            raise ValueError(f"chain {self.chain.name}: input {name} must be {spec.dtype}, got NumPy {x.dtype}")
+        if x.shape != spec.shape:
+            raise ValueError(f"chain {self.chain.name}: input {name} must have shape {list(spec.shape)}, "
+                             f"got {list(x.shape)}")
+        x = np.ascontiguousarray(x)
+        return x.view(np.uint8) if spec.dtype.is_bool else x
+
+
+def _find_func(module: ir.Module, name: str) -> func.FuncOp:
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == name:
+            return op
+    raise CompilerInternalError(STAGE, f"the module has no function @{name}")
+
+
+def _add_entry(module: ir.Module, chain_name: str, inputs: list[BoundaryArg], outputs: list[BoundaryArg]) -> None:
+    """func @_fusec_entry(ins..., outs...): to_tensor, i8->i1, call the chain, i1->i8, store into outs."""
+    target = _find_func(module, chain_name)
+    target.attributes["sym_visibility"] = ir.StringAttr.get("private")
+    del target.attributes["llvm.emit_c_interface"]
+    i1, i8 = ir.IntegerType.get_signless(1), ir.IntegerType.get_signless(8)
+    with ir.InsertionPoint(module.body):
+        entry = func.FuncOp(ENTRY, ([a.memref_type() for a in inputs + outputs], []))
+        entry.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+        block = entry.add_entry_block()
+    args = list(block.arguments)
+    with ir.InsertionPoint(block):
+        tensors = []
+        for spec, m in zip(inputs, args):
+            t = bufferization.ToTensorOp(tensor_type(spec.shape, ir.MemRefType(m.type).element_type), m,
+                                         restrict=True).result
+            if spec.dtype.is_bool:
+                t = parallel([t], spec.shape, i1, lambda xs: arith.trunci(i1, xs[0]))
+            tensors.append(t)
+        results = func.CallOp(target, tensors).results
+        for spec, r, m in zip(outputs, results, args[len(inputs):]):
+            if spec.dtype.is_bool:
+                r = parallel([r], spec.shape, i8, lambda xs: arith.extui(i8, xs[0]))
+            bufferization.MaterializeInDestinationOp(None, r, m, restrict=True, writable=True)
+        func.ReturnOp([])
+
+
+def _copies_to_linalg(module: ir.Module) -> None:
+    copies: list[ir.Operation] = []
+
+    def visit(op):
+        if op.name == "memref.copy":
+            copies.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for op in copies:
+        src, dst = op.operands
+        with op.location, ir.InsertionPoint(op):
+            linalg.copy(src, outs=[dst])
+        op.erase()
+
+
+def jit_compile_module(graph_module: ir.Module, chain: TypedChain, binding: dict[str, int] | None = None) -> JitChain:
+    """Compile `chain`'s function from a graph-stage module (left untouched) to native code."""
+    binding = check_binding(chain, binding)
+    inputs = [BoundaryArg(p.type.concrete(binding), p.type.dtype) for p in chain.param_nodes]
+    outputs = [BoundaryArg(t.concrete(binding), t.dtype) for t in chain.output_types]
+    with graph_module.context, ir.Location.unknown():
+        module = ir.Module.parse(print_ir(graph_module, locations=True))
+        _add_entry(module, chain.name, inputs, outputs)
+        try:
+            PassManager.parse(f"builtin.module({','.join(BUFFERIZE)})").run(module.operation)
+            _copies_to_linalg(module)
+            PassManager.parse(f"builtin.module({','.join(TO_LLVM)})").run(module.operation)
+        except MLIRError as e:
+            raise CompilerInternalError(STAGE, f"lowering chain {chain.name} to LLVM failed:\n{e}") from None
+        engine = ExecutionEngine(module, opt_level=OPT_LEVEL)
+    return JitChain(engine, chain, binding, inputs, outputs)
+
+
+_CACHE: OrderedDict = OrderedDict()
+_CACHE_SIZE = 64
+
+
+def _chain_of(typed: TypedModule | TypedChain, chain_name: str | None) -> TypedChain:
+    if isinstance(typed, TypedChain):
+        if chain_name not in (None, typed.name):
+            raise KeyError(f"the chain is {typed.name}, not {chain_name}")
+        return typed
+    if chain_name is None:
+        if len(typed.chains) != 1:
+            raise ValueError("name the chain to run: the module has " + ", ".join(c.name for c in typed.chains))
+        return typed.chains[0]
+    return typed.chain(chain_name)
+
+
+def infer_binding(chain: TypedChain, inputs: Sequence[np.ndarray]) -> dict[str, int]:
+    """Symbol extents read off the inputs' shapes (the first occurrence of each symbol wins)."""
+    binding: dict[str, int] = {}
+    for p, x in zip(chain.param_nodes, inputs):
+        for d, n in zip(p.type.shape, np.shape(x)):
+            if isinstance(d, str):
+                binding.setdefault(d, int(n))
+    return binding
+
+
+def jit_compile(typed: TypedModule | TypedChain, chain_name: str | None, binding: dict[str, int] | None = None,
+                disabled_passes: Sequence[str] = ()) -> JitChain:
+    """Front-end output -> stages -> native code, cached per (chain, binding, disabled passes)."""
+    chain = _chain_of(typed, chain_name)
+    binding = check_binding(chain, binding)
+    options = CompileOptions(frozenset(disabled_passes))
+    key = (chain, tuple(sorted(binding.items())), options)
+    try:
+        hash(key)
+    except TypeError:           # a chain with unhashable attributes is compiled, not cached
+        key = None
+    if key is not None and key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    graph = compile_chain(chain, binding, options=options).module
+    compiled = jit_compile_module(graph, chain, binding)
+    if key is not None:
+        _CACHE[key] = compiled
+        if len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return compiled
+
+
+def jit_run(typed: TypedModule | TypedChain, chain_name: str | None, inputs: Sequence[np.ndarray],
+            binding: dict[str, int] | None = None, disabled_passes: Sequence[str] = ()) -> list[np.ndarray]:
+    """Run one chain on the MLIR CPU JIT; returns its outputs as NumPy arrays, in order.
+    `binding` defaults to the extents read off the inputs' shapes."""
+    chain = _chain_of(typed, chain_name)
+    if binding is None:
+        binding = infer_binding(chain, inputs)
+    return jit_compile(chain, chain.name, binding, disabled_passes)(inputs)

@@ -1,0 +1,116 @@
+"""matmul and conv2d: linalg named ops wherever one fits.
+
+matmul, by the operands' batch dims (NumPy matmul broadcasting):
+  - both 2-D                                   linalg.matmul
+  - b has no real batch (absent or all 1)      a's batch dims fold into M (tensor.collapse_shape),
+                                               linalg.matmul, tensor.expand_shape back
+  - both carry the full batch shape            batch dims collapse into one, linalg.batch_matmul,
+                                               expand back
+  - anything else ([2,1,4,8] @ [3,8,5])        one contraction linalg.generic whose indexing maps
+                                               broadcast the batch dims (index 0 for a unit dim,
+                                               nothing for a missing one): nothing materialised
+conv2d: zero padding with tensor.pad, linalg.conv_2d_nchw_fchw with strides and dilations into a
+zero-filled accumulator, bias as an elementwise generic reading bias[f] through its map.
+Accumulators are in the compute type (f32 for f16/bf16 operands; the named ops extend their
+inputs), and one elementwise generic rounds the result back (fused with conv's bias add).
+"""
+from __future__ import annotations
+
+from fusec.dsl.typed import Node
+
+from ..mlir import ir, linalg, tensor
+from . import scalar as S
+from .builder import (compute_type, dims_map, elem_of, fill, generic, narrow, parallel, reshape, scalar,
+                      shape_of, tensor_type, widen)
+from .registry import LoweringContext, rule
+
+
+def _prod(xs) -> int:
+    n = 1
+    for x in xs:
+        n *= x
+    return n
+
+
+def _padded_batch(shape, nbatch: int) -> tuple[int, ...]:
+    batch = tuple(shape[:-2])
+    return (1,) * (nbatch - len(batch)) + batch
+
+
+@rule("matmul")
+def lower_matmul(ctx: LoweringContext, node: Node):
+    a, b = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1])
+    sa, sb, out = shape_of(a), shape_of(b), ctx.shape(node)
+    elem = ctx.elem(node)
+    acc = compute_type(elem)
+    batch, (m, n), k = out[:-2], out[-2:], sa[-1]
+    ba, bb = _padded_batch(sa, len(batch)), _padded_batch(sb, len(batch))
+    if not batch:
+        c = linalg.matmul(a, b, outs=[fill(0, (m, n), acc)])
+    elif all(d == 1 for d in bb):
+        rows = _prod(batch) * m
+        c = linalg.matmul(reshape(a, (rows, k)), reshape(b, (k, n)), outs=[fill(0, (rows, n), acc)])
+    elif ba == batch and bb == batch:
+        nb = _prod(batch)
+        c = linalg.batch_matmul(reshape(a, (nb, m, k)), reshape(b, (nb, k, n)), outs=[fill(0, (nb, m, n), acc)])
+    else:
+        c = _broadcast_contraction(a, b, out, acc)
+    return reshape(_round(c, elem), out)
+
+
+def _round(c: ir.Value, elem: ir.Type) -> ir.Value:
+    """An accumulator rounded back to the op's element type (nothing when they agree)."""
+    if elem_of(c) == elem:
+        return c
+    return parallel([c], shape_of(c), elem, lambda xs: narrow(xs[0], elem))
+
+
+def _operand_map(shape, batch, rank: int, tail: tuple[int, int]) -> ir.AffineMap:
+    """Batch dims broadcast like elementwise operands; the last two dims index `tail`."""
+    offset = len(batch) - (len(shape) - 2)
+    exprs = []
+    for i, d in enumerate(shape[:-2]):
+        j = offset + i
+        exprs.append(ir.AffineConstantExpr.get(0) if d == 1 and batch[j] != 1 else ir.AffineDimExpr.get(j))
+    exprs += [ir.AffineDimExpr.get(t) for t in tail]
+    return ir.AffineMap.get(rank, 0, exprs)
+
+
+def _broadcast_contraction(a: ir.Value, b: ir.Value, out, acc_elem: ir.Type) -> ir.Value:
+    """Iteration space (batch..., m, n, k): C[batch, m, n] += A[batch', m, k] * B[batch'', k, n]."""
+    nb = len(out) - 2
+    rank = nb + 3
+    mi, ni, ki = nb, nb + 1, nb + 2
+    batch = out[:-2]
+    maps = [_operand_map(shape_of(a), batch, rank, (mi, ki)), _operand_map(shape_of(b), batch, rank, (ki, ni))]
+    acc = fill(0, out, acc_elem)
+    (c,) = generic([(a, maps[0]), (b, maps[1])], [(acc, dims_map(rank, list(range(nb + 2))))],
+                   ["parallel"] * (nb + 2) + ["reduction"],
+                   lambda xs, accs: [S.add(accs[0], S.mul(widen(xs[0]), widen(xs[1])))])
+    return c
+
+
+def _pad(x: ir.Value, ph: int, pw: int) -> ir.Value:
+    n, ch, h, w = shape_of(x)
+    elem = elem_of(x)
+    lo = hi = [0, 0, ph, pw]
+    op = tensor.PadOp(tensor_type((n, ch, h + 2 * ph, w + 2 * pw), elem), x, [], [], lo, hi)
+    block = op.region.blocks.append(*[ir.IndexType.get()] * 4)
+    with ir.InsertionPoint(block):
+        tensor.YieldOp(scalar(0, elem))
+    return op.result
+
+
+@rule("conv2d")
+def lower_conv2d(ctx: LoweringContext, node: Node):
+    x, w = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1])
+    (sh, sw), (ph, pw), (dh, dw) = node.attr("stride"), node.attr("padding"), node.attr("dilation")
+    out, elem = ctx.shape(node), ctx.elem(node)
+    if ph or pw:
+        x = _pad(x, ph, pw)
+    y = linalg.conv_2d_nchw_fchw(x, w, outs=[fill(0, out, compute_type(elem))], strides=[sh, sw],
+                                 dilations=[dh, dw])
+    if len(node.inputs) < 3:
+        return _round(y, elem)
+    bias = ctx.tensor(node.inputs[2])
+    return parallel([y, (bias, dims_map(4, [1]))], out, elem, lambda xs: narrow(S.add(xs[0], widen(xs[1])), elem))

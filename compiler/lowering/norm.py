@@ -1,0 +1,145 @@
+"""Normalisations decomposed into linalg reductions and elementwise generics, each following its
+textbook formula (the op table's NumPy reference) so later passes see every producer/consumer.
+
+  softmax      max-reduce, exp(x - m), sum-reduce, e / s     (2 reductions + 2 elementwise)
+  log_softmax  max-reduce, sum-reduce of exp(x - m), x - m - log(s)
+  layernorm    sum-reduce, sum-reduce of (x - mean)^2, one elementwise epilogue
+  rmsnorm      sum-reduce of x*x, one elementwise epilogue
+  batchnorm    one elementwise generic (inference form), tagged `fusec.batchnorm = eps` so the
+               fold-batchnorm pass can rewrite it into a per-channel scale-and-shift.
+
+Intermediates live in the compute type (f32 for 16-bit floats); the result rounds once.
+"""
+from __future__ import annotations
+
+from fusec.dsl.typed import Node
+
+from ..mlir import ir, math
+from . import scalar as S
+from .builder import (compute_type, dims_map, elem_of, empty, generic, identity_map, kept_map, narrow,
+                      parallel, reduction, shape_of, widen)
+from .reduction import extreme
+from .registry import LoweringContext, rule
+
+BATCHNORM_TAG = "fusec.batchnorm"
+
+
+def _count(space, axes) -> int:
+    n = 1
+    for a in axes:
+        n *= space[a]
+    return n
+
+
+def _sum(xs, acc):
+    return S.add(widen(xs[0]), acc)
+
+
+@rule("softmax", "log_softmax")
+def lower_softmax(ctx: LoweringContext, node: Node):
+    x = ctx.tensor(node.inputs[0])
+    space, elem = shape_of(x), ctx.elem(node)
+    wide = compute_type(elem)
+    rank, axes = len(space), (node.attr("axis"),)
+    ident, red = identity_map(rank), kept_map(rank, axes)
+    m = reduction([(x, ident)], space, axes, extreme(wide, True), wide,
+                  lambda xs, acc: S.maximum(widen(xs[0]), acc))
+    if node.op == "log_softmax":
+        s = reduction([(x, ident), (m, red)], space, axes, 0, wide,
+                      lambda xs, acc: S.add(math.exp(S.sub(widen(xs[0]), xs[1])), acc))
+        return parallel([(x, ident), (m, red), (s, red)], space, elem,
+                        lambda xs: narrow(S.sub(S.sub(widen(xs[0]), xs[1]), math.log(xs[2])), elem))
+    e = parallel([(x, ident), (m, red)], space, wide, lambda xs: math.exp(S.sub(widen(xs[0]), xs[1])))
+    s = reduction([(e, ident)], space, axes, 0, wide, _sum)
+    return parallel([(e, ident), (s, red)], space, elem, lambda xs: narrow(S.div(xs[0], xs[1]), elem))
+
+
+@rule("layernorm")
+def lower_layernorm(ctx: LoweringContext, node: Node):
+    x = ctx.tensor(node.inputs[0])
+    gamma, beta = ctx.operand(node.inputs[1]), ctx.operand(node.inputs[2])
+    space, elem = shape_of(x), ctx.elem(node)
+    wide = compute_type(elem)
+    axes, eps = tuple(node.attr("axis")), node.attr("eps")
+    rank, n = len(space), _count(space, axes)
+    ident, red = identity_map(rank), kept_map(rank, axes)
+
+    def centred(xv, sv):
+        return S.sub(widen(xv), S.div(sv, S.c(n, sv)))
+
+    def squares(xs, acc):
+        d = centred(xs[0], xs[1])
+        return S.add(S.mul(d, d), acc)
+
+    def epilogue(xs):
+        xv, sv, vv, g, b = xs
+        var = S.div(vv, S.c(n, vv))
+        y = S.div(centred(xv, sv), math.sqrt(S.add(var, S.c(eps, vv))))
+        return narrow(S.add(S.mul(y, widen(g)), widen(b)), elem)
+
+    s = reduction([(x, ident)], space, axes, 0, wide, _sum)
+    v = reduction([(x, ident), (s, red)], space, axes, 0, wide, squares)
+    return parallel([(x, ident), (s, red), (v, red), gamma, beta], space, elem, epilogue)
+
+
+@rule("rmsnorm")
+def lower_rmsnorm(ctx: LoweringContext, node: Node):
+    x = ctx.tensor(node.inputs[0])
+    gamma = ctx.operand(node.inputs[1])
+    space, elem = shape_of(x), ctx.elem(node)
+    wide = compute_type(elem)
+    axes, eps = tuple(node.attr("axis")), node.attr("eps")
+    rank, n = len(space), _count(space, axes)
+    ident, red = identity_map(rank), kept_map(rank, axes)
+
+    def squares(xs, acc):
+        xv = widen(xs[0])
+        return S.add(S.mul(xv, xv), acc)
+
+    def epilogue(xs):
+        xv, sv, g = xs
+        ms = S.div(sv, S.c(n, sv))
+        return narrow(S.mul(S.mul(widen(xv), S.recip(math.sqrt(S.add(ms, S.c(eps, sv))))), widen(g)), elem)
+
+    ss = reduction([(x, ident)], space, axes, 0, wide, squares)
+    return parallel([(x, ident), (ss, red), gamma], space, elem, epilogue)
+
+
+@rule("batchnorm")
+def lower_batchnorm(ctx: LoweringContext, node: Node):
+    x, mean, var, gamma, beta = (ctx.tensor(i) for i in node.inputs)
+    eps, elem = node.attr("eps"), ctx.elem(node)
+    space = shape_of(x)
+    chan = dims_map(len(space), [1])
+
+    def textbook(xs):
+        xv, m, v, g, b = (widen(e) for e in xs)
+        return narrow(S.add(S.mul(S.div(S.sub(xv, m), math.sqrt(S.add(v, S.c(eps, v)))), g), b), elem)
+
+    y = parallel([(x, identity_map(len(space))), (mean, chan), (var, chan), (gamma, chan), (beta, chan)],
+                 space, elem, textbook)
+    y.owner.attributes[BATCHNORM_TAG] = ir.FloatAttr.get(ir.F64Type.get(), eps)
+    return y
+
+
+def batchnorm_scale_shift(x: ir.Value, mean: ir.Value, var: ir.Value, gamma: ir.Value, beta: ir.Value,
+                          eps: float) -> ir.Value:
+    """Inference batchnorm as y = x * scale + shift, with scale = gamma * rsqrt(var + eps) and
+    shift = beta - mean * scale computed once per channel (one two-result generic on [C], in the
+    compute type). The per-element work is one multiply-add: the form that fuses into a conv
+    epilogue. The [C] generic has two uses, so elementwise fusion does not recompute it per element."""
+    space, elem = shape_of(x), elem_of(x)
+    wide = compute_type(elem)
+    (c,) = shape_of(mean)
+    ident1 = identity_map(1)
+
+    def per_channel(xs, _acc):
+        m, v, g, b = (widen(e) for e in xs)
+        scale = S.mul(g, math.rsqrt(S.add(v, S.c(eps, v))))
+        return [scale, S.sub(b, S.mul(m, scale))]
+
+    scale, shift = generic([(mean, ident1), (var, ident1), (gamma, ident1), (beta, ident1)],
+                           [(empty((c,), wide), ident1), (empty((c,), wide), ident1)], ["parallel"], per_channel)
+    chan = dims_map(len(space), [1])
+    return parallel([(x, identity_map(len(space))), (scale, chan), (shift, chan)], space, elem,
+                    lambda xs: narrow(S.add(S.mul(widen(xs[0]), xs[1]), xs[2]), elem))

@@ -1,0 +1,94 @@
+"""Graph passes: a named, ordered pipeline on the linalg-on-tensors module.
+
+Each pass is a small frozen dataclass with a kebab-case `name` (the switch for
+`disabled`/`--disable-pass NAME`) and an `apply(module)`. The IR is verified after every pass
+(MLIR's pass manager verifies its own passes; ours are verified explicitly); a failure raises
+CompilerInternalError naming the stage and the pass.
+
+Dead code: `canonicalize` erases side-effect-free ops without uses (dead generics on tensors,
+unused tensor.empty/constants), and `symbol-dce` erases private functions nobody calls.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+from .errors import CompilerInternalError
+from .lower import verify
+from .mlir import MLIRError, PassManager, ir
+from .transforms.fold_batchnorm import fold_batchnorm
+
+STAGE = "graph"
+
+
+class GraphPass(Protocol):
+    name: str
+    why: str
+
+    def apply(self, module: ir.Module) -> None: ...
+
+
+@dataclass(frozen=True)
+class MlirPass:
+    """One upstream MLIR pass (or nested pipeline element), run by MLIR's pass manager."""
+    name: str
+    pipeline: str          # textual pipeline element inside builtin.module(...)
+    why: str
+
+    def apply(self, module: ir.Module) -> None:
+        PassManager.parse(f"builtin.module({self.pipeline})", context=module.context).run(module.operation)
+
+
+@dataclass(frozen=True)
+class FoldBatchnorm:
+    name: str = "fold-batchnorm"
+    why: str = "inference batchnorm becomes x * scale + shift with scale/shift computed per channel"
+
+    def apply(self, module: ir.Module) -> None:
+        with module.context, ir.Location.unknown():
+            fold_batchnorm(module)
+
+
+GRAPH_PASSES: tuple[GraphPass, ...] = (
+    FoldBatchnorm(),
+    MlirPass("canonicalize", "canonicalize",
+             "fold constants and no-op reshapes, erase dead ops, so fusion sees the real graph"),
+    MlirPass("cse", "cse", "merge duplicate constants and tensor.empty ops"),
+    MlirPass("linalg-fuse-elementwise-ops", "func.func(linalg-fuse-elementwise-ops)",
+             "merge each single-use elementwise producer into its consumer: one generic per chain of"
+             " elementwise ops"),
+    MlirPass("canonicalize", "canonicalize", "clean up after fusion (dead inits, unused operands)"),
+    MlirPass("cse", "cse", "merge what fusion duplicated"),
+    MlirPass("symbol-dce", "symbol-dce", "erase private functions nobody calls"),
+)
+
+PASS_NAMES: tuple[str, ...] = tuple(dict.fromkeys(p.name for p in GRAPH_PASSES))
+
+
+def check_pass_names(names: Iterable[str]) -> frozenset[str]:
+    """The names as a set; an unknown name is a ValueError listing the known ones."""
+    names = frozenset(names)
+    unknown = sorted(names - set(PASS_NAMES))
+    if unknown:
+        raise ValueError(f"unknown pass {', '.join(repr(n) for n in unknown)}; the graph passes are: "
+                         f"{', '.join(PASS_NAMES)}")
+    return names
+
+
+def run_graph_passes(module: ir.Module, disabled: Iterable[str] = ()) -> list[str]:
+    """Run the enabled passes in order, verifying after each; returns the names run."""
+    disabled = check_pass_names(disabled)
+    ran = []
+    for p in GRAPH_PASSES:
+        if p.name in disabled:
+            continue
+        try:
+            p.apply(module)
+        except MLIRError as e:
+            raise CompilerInternalError(STAGE, f"pass '{p.name}' failed:\n{e}") from None
+        try:
+            verify(module, STAGE)
+        except CompilerInternalError as e:
+            raise CompilerInternalError(STAGE, f"after pass '{p.name}': {e.message}") from None
+        ran.append(p.name)
+    return ran

@@ -1,0 +1,94 @@
+"""Stages as data: the ordered stage list, per-chain deterministic text, dump files, errors."""
+from __future__ import annotations
+
+import pytest
+
+from chainbuild import ChainBuilder
+from fusec.compiler import pipeline
+from fusec.compiler.errors import CompilerInternalError
+from fusec.compiler.lowering import RULES
+from fusec.compiler.lowering.builder import parallel
+from fusec.compiler.mlir import arith, ir
+from fusec.dsl.typed import TypedModule
+
+
+def two_chains() -> TypedModule:
+    b1, b2 = ChainBuilder("first"), ChainBuilder("second")
+    c1 = b1.build(b1.op("softmax", b1.param("x", "f32", ["M", 8])))
+    c2 = b2.build(b2.op("add", b2.param("a", "f64", [3]), b2.param("b", "f64", [3])))
+    return TypedModule(b1.file, (c1, c2))
+
+
+def test_stage_list():
+    assert pipeline.STAGE_NAMES == ("linalg", "graph")
+    assert [pipeline.stage_number(s) for s in pipeline.STAGE_NAMES] == [2, 3]
+    for s in pipeline.STAGES:
+        assert s.why and callable(s.run)
+
+
+def test_run_stages_text_per_stage_and_chain():
+    stages = pipeline.run_stages(two_chains(), {"first": {"M": 2}})
+    assert list(stages) == ["linalg", "graph"]
+    for text in stages.values():
+        first, second = text.split("// -----")
+        assert "func.func @first(%arg0: tensor<2x8xf32>)" in first and "@second" not in first
+        assert "func.func @second" in second
+
+
+def test_until_stops_early():
+    assert list(pipeline.run_stages(two_chains(), {"first": {"M": 2}}, until="linalg")) == ["linalg"]
+    with pytest.raises(ValueError, match="unknown stage 'tiled'"):
+        pipeline.run_stages(two_chains(), {"first": {"M": 2}}, until="tiled")
+
+
+def test_missing_binding_is_a_value_error():
+    with pytest.raises(ValueError, match="no extent bound for symbol.*M"):
+        pipeline.run_stages(two_chains(), {})
+
+
+def test_dump_dir_has_one_file_per_stage_and_chain(tmp_path):
+    stages = pipeline.run_stages(two_chains(), {"first": {"M": 2}}, dump_dir=tmp_path)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["first.02-linalg.mlir", "first.03-graph.mlir", "second.02-linalg.mlir", "second.03-graph.mlir"]
+    assert (tmp_path / "second.03-graph.mlir").read_text() in stages["graph"]
+
+
+def test_stage_text_is_deterministic(tmp_path):
+    a = pipeline.run_stages(two_chains(), {"first": {"M": 2}}, locations=True)
+    b = pipeline.run_stages(two_chains(), {"first": {"M": 2}}, locations=True)
+    assert a == b
+    assert 'loc("test.fdsl"' in a["graph"]
+
+
+def test_compile_chain_keeps_the_last_module():
+    chain = two_chains().chains[1]
+    out = pipeline.compile_chain(chain)
+    assert out.chain == "second" and set(out.texts) == {"linalg", "graph"}
+    assert out.module is not None and out.module.operation.verify()
+
+
+def _bad_exp(ctx, node):
+    """A broken lowering: a generic yielding i1 into an f32 tensor (does not verify)."""
+    x = ctx.tensor(node.inputs[0])
+    i1 = ir.IntegerType.get_signless(1)
+    return parallel([x], ctx.shape(node), ctx.elem(node), lambda xs: arith.constant(i1, ir.IntegerAttr.get(i1, 1)))
+
+
+def test_lowering_that_does_not_verify_is_an_internal_error_with_dump(monkeypatch, tmp_path):
+    monkeypatch.setitem(RULES, "exp", _bad_exp)
+    b = ChainBuilder("bad")
+    tm = b.module(b.op("exp", b.param("x", "f32", [4])))
+    with pytest.raises(CompilerInternalError) as info:
+        pipeline.run_stages(tm, dump_dir=tmp_path)
+    assert info.value.stage == "linalg"
+    assert info.value.dump_path == str(tmp_path / "bad.02-linalg.failed.mlir")
+    assert "linalg.yield" in (tmp_path / "bad.02-linalg.failed.mlir").read_text()
+
+
+def test_lowering_that_builds_the_wrong_type_is_an_internal_error(monkeypatch):
+    monkeypatch.setitem(RULES, "exp", lambda ctx, node: parallel([], (2, 2), ctx.elem(node),
+                                                                 lambda xs: arith.constant(ctx.elem(node), 0.0)))
+    b = ChainBuilder("wrong")
+    tm = b.module(b.op("exp", b.param("x", "f32", [4])))
+    with pytest.raises(CompilerInternalError, match="lowered to tensor<2x2xf32>, but the typed chain says tensor<4xf32>"):
+        pipeline.run_stages(tm)
