@@ -217,7 +217,7 @@ def jit_compile(typed: TypedModule | TypedChain, chain_name: str | None, binding
     if key is not None and key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
-    graph = compile_chain(chain, binding, options=options).module
+    graph = compile_chain(chain, binding, options=options, until="graph").module
     compiled = jit_compile_module(graph, chain, binding)
     if key is not None:
         _CACHE[key] = compiled

@@ -1,16 +1,22 @@
 """The compiler's stages as data: an ordered list the CLI's --emit/--dump-dir and the tests loop over.
 
-    linalg  the typed chain lowered to linalg on tensors (compiler/lower.py), verified
-    graph   after the graph passes (compiler/passes.py), verified after every pass
+    linalg   the typed chain lowered to linalg on tensors (compiler/lower.py), verified
+    graph    after the graph passes (compiler/passes.py), verified after every pass
+    plan     the FusionPlan (compiler/plan.py): kernels, roles, tiles, decisions (text)
+    tiled    tile-and-fuse by transform script, bufferized (compiler/tiling.py)
+    gpu      one gpu.launch per kernel (cpu target: scf.parallel loops), loops only
+    kernels  the emitted Python module (compiler/emit.py)
 
-Each stage maps (job, module-so-far) to a module and every stage's text is deterministic. Later
-stages (plan, tiled, gpu, kernels) append to STAGES. Chains compile independently (one module
-per chain and binding); dumps are DIR/<chain>.<NN>-<stage>.mlir, NN counting from the front end's
-stages (ast=00, typed=01) so a whole --dump-dir lists in pipeline order.
+Each stage updates one chain's ChainStages (module, plan, emitted) and every stage's text is
+deterministic. Chains compile independently (one module per chain and binding); dumps are
+DIR/<chain>.<NN>-<stage>.<ext>, NN counting from the front end's stages (ast=00, typed=01) so
+a whole --dump-dir lists in pipeline order.
 """
 from __future__ import annotations
 
+import json
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -27,9 +33,17 @@ FRONT_END_STAGES: tuple[str, ...] = ("ast", "typed")
 
 @dataclass(frozen=True)
 class CompileOptions:
-    """Everything that changes what the stages produce (hashable: part of a cache key)."""
+    """Everything that changes what the stages produce (hashable: part of a cache key).
+
+    target: 'gpu' (kernels for cuda / cuda-sim) or 'cpu' (numba parallel loops);
+    fuse: False gives the unfused build (one kernel per linalg op);
+    plan: a hand-given plan as JSON text ({"groups": [{"ops": [...], "block_tiles": [...]}]}).
+    """
     disabled_passes: frozenset[str] = frozenset()
     locations: bool = False
+    target: str = "gpu"
+    fuse: bool = True
+    plan: str | None = None
 
 
 @dataclass(frozen=True)
@@ -39,25 +53,74 @@ class Job:
     options: CompileOptions
 
 
+@dataclass
+class ChainStages:
+    """One chain's trip through the stages: the text after each stage, the last module, the
+    fusion plan and the emitted kernels once those stages have run."""
+    chain: str
+    texts: dict[str, str] = field(default_factory=dict)
+    module: ir.Module | None = None
+    plan: object | None = None
+    emitted: object | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Stage:
     name: str
     why: str
-    run: Callable[[Job, "ir.Module | None"], ir.Module]
+    run: Callable[[Job, ChainStages], None]
+    text: Callable[[ChainStages, CompileOptions], str] = lambda st, o: print_ir(st.module, o.locations)
+    suffix: str = ".mlir"
 
 
-def _linalg(job: Job, _prev: ir.Module | None) -> ir.Module:
-    return lower_chain(job.chain, dict(job.binding), verify_ir=False)
+def _linalg(job: Job, st: ChainStages) -> None:
+    st.module = lower_chain(job.chain, dict(job.binding), verify_ir=False)
 
 
-def _graph(job: Job, module: ir.Module) -> ir.Module:
-    run_graph_passes(module, job.options.disabled_passes)
-    return module
+def _graph(job: Job, st: ChainStages) -> None:
+    run_graph_passes(st.module, job.options.disabled_passes)
+
+
+def _plan(job: Job, st: ChainStages) -> None:
+    from .analysis import analyze, tag_ops
+    from .plan import plan_chain, plan_from_dict
+    with st.module.context:
+        tag_ops(st.module)
+        info = analyze(st.module)[job.chain.name]
+    o = job.options
+    st.plan = (plan_from_dict(info, o.target, json.loads(o.plan)) if o.plan
+               else plan_chain(info, o.target, fuse=o.fuse))
+
+
+def _tiled(job: Job, st: ChainStages) -> None:
+    from .tiling import tile_and_fuse
+    tile_and_fuse(st.module, {job.chain.name: st.plan})
+
+
+def _gpu(job: Job, st: ChainStages) -> None:
+    from .tiling import to_cpu, to_gpu
+    if job.options.target == "gpu":
+        to_gpu(st.module, {job.chain.name: st.plan})
+    else:
+        to_cpu(st.module)
+
+
+def _kernels(job: Job, st: ChainStages) -> None:
+    from .emit import emit
+    st.emitted = emit(st.module, "cuda" if job.options.target == "gpu" else "cpu")
 
 
 STAGES: tuple[Stage, ...] = (
     Stage("linalg", "lowering: one func.func on tensors, linalg named ops and generics", _linalg),
     Stage("graph", "graph passes: batchnorm folding, canonicalize, CSE, elementwise fusion, DCE", _graph),
+    Stage("plan", "partition the linalg ops into kernels and pick tiles (FusionPlan)", _plan,
+          lambda st, o: st.plan.format() + "\n", ".txt"),
+    Stage("tiled", "tile each kernel's root, fuse its producers into the forall, bufferize", _tiled),
+    Stage("gpu", "one gpu.launch per kernel, blocks and threads mapped (cpu target: scf.parallel), "
+          "linalg lowered to loops", _gpu),
+    Stage("kernels", "translate to Python source: Numba CUDA kernels or njit(parallel) loops", _kernels,
+          lambda st, o: st.emitted.source, ".py"),
 )
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
 
@@ -67,15 +130,8 @@ def stage_number(name: str) -> int:
 
 
 def dump_path(dump_dir: str | Path, chain: str, stage: str, suffix: str = "") -> Path:
-    return Path(dump_dir) / f"{chain}.{stage_number(stage):02d}-{stage}{suffix}.mlir"
-
-
-@dataclass
-class ChainStages:
-    """One chain's trip through the stages: the text after each stage and the last module."""
-    chain: str
-    texts: dict[str, str] = field(default_factory=dict)
-    module: ir.Module | None = None
+    ext = next((s.suffix for s in STAGES if s.name == stage), ".mlir")
+    return Path(dump_dir) / f"{chain}.{stage_number(stage):02d}-{stage}{suffix}{ext}"
 
 
 def compile_chain(chain: TypedChain, binding: dict[str, int] | None = None, *,
@@ -88,8 +144,10 @@ def compile_chain(chain: TypedChain, binding: dict[str, int] | None = None, *,
     job = Job(chain, tuple(sorted((binding or {}).items())), options)
     out = ChainStages(chain.name)
     for stage in STAGES:
-        out.module = _run_stage(stage, job, out.module, dump_dir)
-        out.texts[stage.name] = print_ir(out.module, options.locations)
+        t0 = time.perf_counter()
+        _run_stage(stage, job, out, dump_dir)
+        out.seconds[stage.name] = time.perf_counter() - t0
+        out.texts[stage.name] = stage.text(out, options)
         if dump_dir is not None:
             path = dump_path(dump_dir, chain.name, stage.name)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -99,21 +157,20 @@ def compile_chain(chain: TypedChain, binding: dict[str, int] | None = None, *,
     return out
 
 
-def _run_stage(stage: Stage, job: Job, module: ir.Module | None, dump_dir) -> ir.Module:
+def _run_stage(stage: Stage, job: Job, st: ChainStages, dump_dir) -> None:
     try:
-        module = stage.run(job, module)
-        verify(module, stage.name)
-        return module
+        stage.run(job, st)
+        verify(st.module, stage.name)
     except CompilerInternalError as e:
-        if module is None or e.dump_path:
+        if st.module is None or e.dump_path:
             raise
-        raise e.with_dump(str(_dump_failure(module, job.chain.name, stage.name, dump_dir))) from None
+        raise e.with_dump(str(_dump_failure(st.module, job.chain.name, stage.name, dump_dir))) from None
 
 
 def _dump_failure(module: ir.Module, chain: str, stage: str, dump_dir) -> Path:
     """The IR as the failing stage left it (generic form when it does not verify)."""
     directory = Path(dump_dir) if dump_dir is not None else Path(tempfile.mkdtemp(prefix="fusec-ice-"))
-    path = dump_path(directory, chain, stage, ".failed")
+    path = dump_path(directory, chain, stage, ".failed").with_suffix(".mlir")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(print_ir(module, locations=True))
     return path
@@ -121,10 +178,11 @@ def _dump_failure(module: ir.Module, chain: str, stage: str, dump_dir) -> Path:
 
 def run_stages(typed_module: TypedModule, bindings: dict[str, dict[str, int]] | None = None,
                disabled_passes: Iterable[str] = (), dump_dir: str | Path | None = None,
-               locations: bool = False, until: str | None = None) -> dict[str, str]:
+               locations: bool = False, until: str | None = None, target: str = "gpu",
+               fuse: bool = True) -> dict[str, str]:
     """Every stage's text for every chain: {stage: text}. With several chains a stage's text is
     the per-chain modules in chain order, separated by `// -----` (mlir-opt's split marker)."""
-    options = CompileOptions(frozenset(disabled_passes), locations)
+    options = CompileOptions(frozenset(disabled_passes), locations, target, fuse)
     bindings = bindings or {}
     per_chain = [compile_chain(c, bindings.get(c.name, {}), options=options, until=until, dump_dir=dump_dir)
                  for c in typed_module.chains]

@@ -3,11 +3,15 @@
     fusec.parse(path_or_source)    -> AST (raises FdslError with file:line:col diagnostics)
     fusec.check(module_or_source)  -> TypedModule: every value with its dtype and shape
     fusec.reference(chain, inputs) -> the NumPy reference outputs of one typed chain
+    fusec.compile(path_or_source, target=None, options=None)
+                                   -> Program: program.chains[name](*arrays) runs fused kernels;
+                                      .plan(binding), .stages(binding), .check() on each chain
 """
 __version__ = "0.1.0"
 
 from fusec.dsl.diagnostics import FdslError  # noqa: E402
 
 from .api import check, parse, reference  # noqa: E402
+from .program import Options, Program, compile  # noqa: E402
 
-__all__ = ["parse", "check", "reference", "FdslError", "__version__"]
+__all__ = ["parse", "check", "reference", "compile", "Program", "Options", "FdslError", "__version__"]

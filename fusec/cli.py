@@ -1,7 +1,10 @@
 """`fusec` command line: compile, run and check FDSL chains.
 
-    fusec FILE [--emit STAGE] [--target T] [--inputs in.npz] [--save out.npz] [--bind M=64,...]
-    fusec test PATH... [--update]
+    fusec FILE [--target T] [--emit STAGE] [--inputs in.npz] [--save out.npz] [--bind M=64,...]
+               [--report r.json] [--no-fuse] [--dump-dir DIR]
+    fusec compile FILE -o DIR [--target T] [--bind ...]     write a compiled artifact
+    fusec run DIR [--inputs in.npz] [--save out.npz]        run one (no MLIR needed)
+    fusec test PATH... [--update] [--target T]              golden tests
 
 Exit status: 0 ok, 1 a mistake in the input (printed as file:line:col diagnostics),
 2 an internal error (with a reproduction hint), 3 a numerics mismatch.
@@ -21,14 +24,16 @@ from fusec.dsl.diagnostics import FdslError
 from fusec.dsl.parser import format_ast
 from fusec.dsl.typed import TypedChain, TypedModule
 from fusec.runtime import npz, reference
+from fusec.runtime.artifact import ArtifactError
 from fusec.runtime.compare import compare
+from fusec.runtime.targets import TargetError
 
 from . import api
 from .errors import NumericsError, UsageError
 
 DEFAULT_SIZE = 64
 FRONT_STAGES = ("ast", "typed")
-TARGETS = ("reference",)
+TARGETS = ("reference", "mlir-jit", "cuda", "cuda-sim", "cpu")
 
 
 def _stage_names() -> tuple[str, ...]:
@@ -52,7 +57,7 @@ def _pass_names() -> tuple[str, ...]:
 
 
 def _targets() -> tuple[str, ...]:
-    return TARGETS + (("mlir-jit",) if _compiler_stages() else ())
+    return TARGETS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -67,8 +72,12 @@ def _main_parser() -> argparse.ArgumentParser:
                                 "Subcommand: `fusec test PATH...` runs golden tests.")
     p.add_argument("file", help="an .fdsl file")
     p.add_argument("--emit", choices=_stage_names(), help="print the program after this stage and stop")
-    p.add_argument("--target", choices=_targets(), default="reference",
-                   help="where to run each chain (default: reference)")
+    p.add_argument("--target", choices=_targets(),
+                   help="where to run each chain: cuda, cuda-sim (Numba's simulator), cpu, reference (NumPy "
+                        "only) or mlir-jit (MLIR's CPU JIT); default: cuda when a GPU is present, else cpu")
+    p.add_argument("--no-fuse", action="store_true",
+                   help="run the unfused build (one kernel per linalg op); also FUSEC_NO_FUSE=1")
+    p.add_argument("--report", metavar="JSON", help="write plan, timings, errors and compile times as JSON")
     p.add_argument("--chain", action="append", default=[], help="only this chain (repeatable)")
     p.add_argument("--bind", action="append", default=[], help="symbol sizes, e.g. M=64,N=128")
     p.add_argument("--inputs", help="an npz with CHAIN/in/ARG arrays (else seeded random inputs)")
@@ -86,7 +95,8 @@ def _test_parser() -> argparse.ArgumentParser:
                                 "(NAME.golden.npz beside NAME.fdsl) and compare with the golden outputs.")
     p.add_argument("paths", nargs="+", help=".fdsl files or directories")
     p.add_argument("--update", action="store_true", help="(re)write golden files from the reference")
-    p.add_argument("--target", choices=_targets(), default="reference")
+    p.add_argument("--target", choices=_targets(), default="reference",
+                   help="what to test against the golden outputs (default: the reference itself)")
     p.add_argument("--bind", action="append", default=[], help="symbol sizes for --update (default 64)")
     p.add_argument("--seed", type=int, default=0)
     return p
@@ -97,11 +107,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv and argv[0] == "test":
             return _cmd_test(_test_parser().parse_args(argv[1:]))
+        if argv and argv[0] == "compile":
+            return _cmd_compile(_compile_parser().parse_args(argv[1:]))
+        if argv and argv[0] == "run":
+            return _cmd_run(_run_parser().parse_args(argv[1:]))
         return _cmd_main(_main_parser().parse_args(argv))
     except FdslError as e:
         print(e.render(), file=sys.stderr)
         return 1
     except UsageError as e:
+        print(f"fusec: error: {e}", file=sys.stderr)
+        return 1
+    except (TargetError, ArtifactError) as e:
         print(f"fusec: error: {e}", file=sys.stderr)
         return 1
     except NumericsError as e:
@@ -129,6 +146,10 @@ def _internal_error(e: BaseException, argv: list[str]) -> int:
 # ---- fusec FILE ------------------------------------------------------------------------------
 
 def _cmd_main(args: argparse.Namespace) -> int:
+    target = args.target
+    if args.dump_dir and not args.emit and target is None:
+        from fusec.runtime.targets import best_available
+        target = best_available()
     module_ast = api.parse(args.file)
     if args.emit == "ast":
         print(format_ast(module_ast))
@@ -142,21 +163,62 @@ def _cmd_main(args: argparse.Namespace) -> int:
     bind = api.parse_bind(",".join(args.bind))
     plans = [(c, *_inputs_for(c, given.get(c.name, {}).get("in"), bind, args.seed)) for c in chains]
     if args.emit or args.dump_dir:
-        texts = _compiler_texts(typed, plans, args)
+        texts = _compiler_texts(typed, plans, args, target)
         if args.emit:
             print(texts[args.emit], end="" if texts[args.emit].endswith("\n") else "\n")
             return 0
+    if target in (None, "cuda", "cuda-sim", "cpu"):
+        return _run_compiled(args, typed, plans, target)
     saved = {}
     failures = []
     for chain, inputs, binding in plans:
-        outs = _run(chain, inputs, binding, args, typed)
-        failures += _report(chain, binding, outs, inputs, args.target)
+        outs = _run(chain, inputs, binding, args, typed, target)
+        failures += _report(chain, binding, outs, inputs, target)
         saved[chain.name] = ({p.name: x for p, x in zip(chain.param_nodes, inputs)}, outs)
     if args.save:
         npz.save(args.save, saved)
     if failures:
         raise NumericsError("; ".join(failures))
     return 0
+
+
+def _program(path_or_source: str, target: str | None, args, baseline: bool = True) -> "fusec.Program":
+    from fusec.program import compile as compile_program
+    options = {"fuse": not getattr(args, "no_fuse", False), "baseline": baseline,
+               "disabled_passes": tuple(getattr(args, "disable_pass", ()))}
+    return compile_program(path_or_source, target, options)
+
+
+def _run_compiled(args, typed: TypedModule, plans, target: str | None) -> int:
+    """The main job: compile each chain, run it fused and unfused, check it, report."""
+    from .report import run_and_check
+    program = _program(args.file, target, args)
+    reports, saved = [], {}
+    for chain, inputs, binding in plans:
+        compiled = program.chains[chain.name].compiled(binding)
+        rep = run_and_check(compiled, inputs, running="fused" if program.options.fuse else "unfused")
+        print(rep.format())
+        reports.append(rep)
+        saved[chain.name] = ({p.name: x for p, x in zip(chain.param_nodes, inputs)}, rep.outputs)
+    return _finish(args, reports, saved)
+
+
+def _finish(args, reports, saved) -> int:
+    if getattr(args, "save", None):
+        npz.save(args.save, saved)
+    if getattr(args, "report", None):
+        import json
+        with open(args.report, "w") as f:
+            json.dump({"fusec": fusec_version(), "chains": [r.as_dict() for r in reports]}, f, indent=2)
+    failures = [f for r in reports for f in r.failures()]
+    if failures:
+        raise NumericsError("; ".join(failures))
+    return 0
+
+
+def fusec_version() -> str:
+    from fusec import __version__
+    return __version__
 
 
 def _select(typed: TypedModule, names: list[str]) -> list[TypedChain]:
@@ -186,16 +248,17 @@ def _inputs_for(chain: TypedChain, given: dict | None, bind: dict[str, int], see
     return reference.random_inputs(chain, binding, seed), binding
 
 
-def _compiler_texts(typed: TypedModule, plans, args) -> dict[str, str]:
+def _compiler_texts(typed: TypedModule, plans, args, target: str | None) -> dict[str, str]:
     from fusec.compiler.pipeline import run_stages
     bindings = {c.name: b for c, _, b in plans}
     sub = TypedModule(typed.file, tuple(c for c, _, _ in plans))
+    kind = "cpu" if target == "cpu" else "gpu"
     return run_stages(sub, bindings, disabled_passes=tuple(args.disable_pass), dump_dir=args.dump_dir,
-                      locations=args.locations)
+                      locations=args.locations, target=kind, fuse=not args.no_fuse)
 
 
-def _run(chain: TypedChain, inputs, binding, args, typed) -> list[np.ndarray]:
-    if args.target == "reference":
+def _run(chain: TypedChain, inputs, binding, args, typed, target: str) -> list[np.ndarray]:
+    if target == "reference":
         return reference.run_chain(chain, inputs, binding)
     from fusec.compiler.jit import jit_run
     return jit_run(TypedModule(typed.file, (chain,)), chain.name, inputs, binding,
@@ -258,12 +321,17 @@ def _cmd_test(args: argparse.Namespace) -> int:
             print(f"{path}: no golden file ({gpath}); skipped")
             continue
         golden = npz.load(gpath)
+        program = (_program(path, args.target, args, baseline=False)
+                   if args.target in ("cuda", "cuda-sim", "cpu") else None)
         for c in typed.chains:
             if c.name not in golden:
                 continue
             entry = golden[c.name]
             inputs, binding = _inputs_for(c, entry["in"], bind, args.seed)
-            outs = _run(c, inputs, binding, args, typed)
+            if program is not None:
+                outs = program.chains[c.name].compiled(binding).fused(*inputs)
+            else:
+                outs = _run(c, inputs, binding, args, typed, args.target)
             problems = []
             for i, t in enumerate(c.output_types):
                 want = entry["out"].get(str(i))
@@ -282,5 +350,81 @@ def _cmd_test(args: argparse.Namespace) -> int:
     return 3 if failed else 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+# ---- fusec compile / fusec run ---------------------------------------------------------------
+
+def _compile_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="fusec compile", description="Compile every chain of FILE for one target and symbol "
+                "binding into an artifact directory that `fusec run` executes without MLIR.")
+    p.add_argument("file")
+    p.add_argument("-o", "--output", required=True, metavar="DIR")
+    p.add_argument("--target", choices=("cuda", "cuda-sim", "cpu"), default="cuda",
+                   help="what the artifact runs on (default cuda; compiling needs no GPU)")
+    p.add_argument("--bind", action="append", default=[], help="symbol sizes, e.g. M=64,N=128 (default 64)")
+    p.add_argument("--chain", action="append", default=[], help="only this chain (repeatable)")
+    p.add_argument("--no-fuse", action="store_true", help="the fused build is the unfused one")
+    p.add_argument("--disable-pass", action="append", default=[], metavar="NAME", choices=_pass_names())
+    return p
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="fusec run", description="Run a compiled artifact on its target, check it against the "
+                "NumPy reference and report, like `fusec FILE` does.")
+    p.add_argument("artifact", metavar="DIR")
+    p.add_argument("--inputs", help="an npz with CHAIN/in/ARG arrays (else seeded random inputs)")
+    p.add_argument("--save", help="write inputs and outputs to this npz")
+    p.add_argument("--report", metavar="JSON", help="write the report as JSON")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--target", choices=("cuda", "cuda-sim", "cpu"),
+                   help="override the artifact's target (cuda artifacts also run on cuda-sim)")
+    return p
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from fusec.program import Options, build_chain
+    from fusec.runtime import artifact as art
+    from fusec.runtime.targets import Target
+    text, path = api.read_source(args.file)
+    typed = api.check(args.file)
+    bind = api.parse_bind(",".join(args.bind))
+    target = Target(args.target)          # compiling needs no device: nothing is imported here
+    options = Options.make({"fuse": not args.no_fuse, "disabled_passes": tuple(args.disable_pass)})
+    chains = {}
+    for c in _select(typed, args.chain):
+        binding = {s: bind.get(s, DEFAULT_SIZE) for s in c.symbols}
+        meta, sources, plan_text, plan, _ = build_chain(c, binding, target, options)
+        chains[c.name] = (meta, sources, plan_text)
+        print(f"compiled {c.name} [{', '.join(f'{k}={v}' for k, v in binding.items())}]: "
+              f"{plan.kernel_count} kernel{'s' if plan.kernel_count != 1 else ''}")
+    out = art.write(args.output, target=args.target, source_path=path, source=text, version=fusec_version(),
+                    chains=chains)
+    print(f"wrote {out}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from fusec.dsl.checker import check
+    from fusec.dsl.parser import parse
+    from fusec.program import load_chain
+    from fusec.runtime import artifact as art
+    from fusec.runtime.targets import select
+    from .report import run_and_check
+    a = art.load(args.artifact)
+    name = args.target or a.target
+    if a.target == "cpu" and name != "cpu" or a.target != "cpu" and name == "cpu":
+        raise UsageError(f"{args.artifact} was compiled for {a.target}; it cannot run on {name}")
+    target = select(name)
+    typed = check(parse(a.source(), a.source_path))
+    given = npz.load(args.inputs) if args.inputs else {}
+    reports, saved = [], {}
+    for cname, meta in a.chains.items():
+        chain = typed.chain(cname)
+        if given.get(cname):
+            inputs = [given[cname]["in"][p.name] for p in chain.param_nodes]
+            reference.bind_symbols(chain, inputs, meta.binding)
+        else:
+            inputs = reference.random_inputs(chain, meta.binding, args.seed)
+        rep = run_and_check(load_chain(a, chain, target), inputs)
+        print(rep.format())
+        reports.append(rep)
+        saved[cname] = ({p.name: x for p, x in zip(chain.param_nodes, inputs)}, rep.outputs)
+    return _finish(args, reports, saved)

@@ -22,7 +22,7 @@ def write(tmp_path, name, text):
 
 
 def test_reference_run_prints_shapes_and_checksums(capsys):
-    assert main([os.path.join(EXAMPLES, "mlp.fdsl"), "--bind", "M=4,D=8", "--bind", "H=16"]) == 0
+    assert main([os.path.join(EXAMPLES, "mlp.fdsl"), "--target", "reference", "--bind", "M=4,D=8", "--bind", "H=16"]) == 0
     out = capsys.readouterr().out
     assert "chain mlp [M=4, D=8, H=16]: target reference" in out
     assert "out 0: f32[4, 8]  sum=" in out
@@ -68,14 +68,14 @@ def test_emit_ast_and_typed(capsys):
 def test_save_then_inputs_round_trip(tmp_path, capsys):
     f = os.path.join(EXAMPLES, "reductions.fdsl")
     out1 = str(tmp_path / "a.npz")
-    assert main([f, "--bind", "R=3", "--save", out1]) == 0
+    assert main([f, "--target", "reference", "--bind", "R=3", "--save", out1]) == 0
     data = npz.load(out1)
     assert set(data) == {"row_stats", "l2_normalize", "logsumexp"}
     assert data["row_stats"]["in"]["x"].shape == (3, 4, 32)
     assert sorted(data["row_stats"]["out"]) == ["0", "1", "2"]
     out2 = str(tmp_path / "b.npz")
     first = capsys.readouterr().out
-    assert main([f, "--inputs", out1, "--save", out2]) == 0   # R comes from the inputs' shapes
+    assert main([f, "--target", "reference", "--inputs", out1, "--save", out2]) == 0   # R from the inputs
     assert capsys.readouterr().out == first
     again = npz.load(out2)
     np.testing.assert_array_equal(again["logsumexp"]["out"]["0"], data["logsumexp"]["out"]["0"])

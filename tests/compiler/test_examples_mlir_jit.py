@@ -48,7 +48,7 @@ def test_example_runs_on_mlir_jit(path):
 def test_example_stages_verify_with_locations(path, tmp_path):
     typed = _typed(path)
     bindings = {c.name: {s: 4 for s in c.symbols} for c in typed.chains}
-    stages = run_stages(typed, bindings, dump_dir=tmp_path, locations=True)
+    stages = run_stages(typed, bindings, dump_dir=tmp_path, locations=True, until="graph")
     assert set(stages) == {"linalg", "graph"}
     assert len(list(tmp_path.iterdir())) == 2 * len(typed.chains)
     assert f'loc("examples/{os.path.basename(path)}"' in stages["linalg"]

@@ -20,14 +20,14 @@ def two_chains() -> TypedModule:
 
 
 def test_stage_list():
-    assert pipeline.STAGE_NAMES == ("linalg", "graph")
-    assert [pipeline.stage_number(s) for s in pipeline.STAGE_NAMES] == [2, 3]
+    assert pipeline.STAGE_NAMES == ("linalg", "graph", "plan", "tiled", "gpu", "kernels")
+    assert [pipeline.stage_number(s) for s in pipeline.STAGE_NAMES] == [2, 3, 4, 5, 6, 7]
     for s in pipeline.STAGES:
         assert s.why and callable(s.run)
 
 
 def test_run_stages_text_per_stage_and_chain():
-    stages = pipeline.run_stages(two_chains(), {"first": {"M": 2}})
+    stages = pipeline.run_stages(two_chains(), {"first": {"M": 2}}, until="graph")
     assert list(stages) == ["linalg", "graph"]
     for text in stages.values():
         first, second = text.split("// -----")
@@ -37,8 +37,8 @@ def test_run_stages_text_per_stage_and_chain():
 
 def test_until_stops_early():
     assert list(pipeline.run_stages(two_chains(), {"first": {"M": 2}}, until="linalg")) == ["linalg"]
-    with pytest.raises(ValueError, match="unknown stage 'tiled'"):
-        pipeline.run_stages(two_chains(), {"first": {"M": 2}}, until="tiled")
+    with pytest.raises(ValueError, match="unknown stage 'tiledx'"):
+        pipeline.run_stages(two_chains(), {"first": {"M": 2}}, until="tiledx")
 
 
 def test_missing_binding_is_a_value_error():
@@ -49,8 +49,10 @@ def test_missing_binding_is_a_value_error():
 def test_dump_dir_has_one_file_per_stage_and_chain(tmp_path):
     stages = pipeline.run_stages(two_chains(), {"first": {"M": 2}}, dump_dir=tmp_path)
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["first.02-linalg.mlir", "first.03-graph.mlir", "second.02-linalg.mlir", "second.03-graph.mlir"]
+    per_chain = ["02-linalg.mlir", "03-graph.mlir", "04-plan.txt", "05-tiled.mlir", "06-gpu.mlir", "07-kernels.py"]
+    assert names == [f"{c}.{s}" for c in ("first", "second") for s in per_chain]
     assert (tmp_path / "second.03-graph.mlir").read_text() in stages["graph"]
+    assert (tmp_path / "first.07-kernels.py").read_text() in stages["kernels"]
 
 
 def test_stage_text_is_deterministic(tmp_path):

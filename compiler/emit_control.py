@@ -1,0 +1,177 @@
+"""Structured control flow: scf.for, scf.if and scf.parallel as Python loops and branches.
+
+The outermost scf.parallel of the CPU target is one `numba.prange` over all its dims; every other
+parallel loop runs serially (inside a CUDA thread, or inside a prange iteration)."""
+from __future__ import annotations
+
+from . import emit_views as views
+from .emit_values import EmitError, add, floordiv, is_int, is_memref, mod, mul
+from .emit_views import Array
+
+
+class ControlFlow:
+    """The scf rules of `Body` (emit_body.py), which provides w, ctx, names, mode, ops, val."""
+
+    def scf_for(self, op):
+        self.need(op, "kernel", "cpu")
+        lb, ub, step = (self.val(v) for v in op.operands[:3])
+        block = op.regions[0].blocks[0]
+        iv, carried = block.arguments[0], list(block.arguments)[1:]
+        self._no_memref(op, carried)
+        names = self._bind_carried(carried, op.operands[3:])
+        self.ctx.expr[iv] = self.names(iv)
+        self.w(f"for {self.names(iv)} in {_range('range', lb, ub, step)}:")
+        with self.w.indent():
+            term = self.ops(block)
+            self._yield(names, term)
+        for r, n in zip(op.results, names):
+            self.ctx.expr[r] = n
+
+    def scf_if(self, op):
+        self.need(op, "kernel", "cpu")
+        names = [self.names(r) for r in op.results]
+        self.w(f"if {self.val(op.operands[0])}:")
+        with self.w.indent():
+            yielded = self._yield_if(op, names, self.ops(op.regions[0].blocks[0]))
+        if len(op.regions) > 1 and len(op.regions[1].blocks) > 0:
+            self.w("else:")
+            with self.w.indent():
+                self._yield_if(op, names, self.ops(op.regions[1].blocks[0]), yielded)
+        for r, n in zip(op.results, names):
+            if is_memref(r):
+                v = yielded[n]
+                array = Array(n, v.array.elem, v.array.rank, v.array.storage, v.array.space)
+                self.ctx.views[r] = views.whole(array, v.shape)
+            else:
+                self.ctx.expr[r] = n
+
+    def _yield_if(self, op, names, term, first: dict | None = None) -> dict:
+        """Assign an scf.if's yielded values to its result names. A yielded memref must be a
+        whole array (of the same rank and element storage in both branches): the result
+        names the array chosen."""
+        values, yielded = [], {}
+        for n, v in zip(names, term.operands if term is not None else []):
+            if not is_memref(v):
+                values.append(self.val(v))
+                continue
+            view = self.view(v)
+            other = (first or {}).get(n, view)
+            if not view.whole or (view.array.rank, view.array.storage) != (
+                    other.array.rank, other.array.storage):
+                raise EmitError("the emitter has no rule for 'scf.if' yielding memref views "
+                                "other than whole arrays of one rank and type", op)
+            values.append(view.array.name)
+            yielded[n] = view
+        if names:
+            self.w(f"{', '.join(names)} = {', '.join(values)}")
+        return yielded
+
+    def scf_parallel(self, op):
+        self.need(op, "kernel", "cpu")
+        n = len(op.regions[0].blocks[0].arguments)
+        lbs = [self.val(v) for v in op.operands[:n]]
+        ubs = [self.val(v) for v in op.operands[n:2 * n]]
+        steps = [self.val(v) for v in op.operands[2 * n:3 * n]]
+        inits = list(op.operands[3 * n:])
+        block = op.regions[0].blocks[0]
+        ivs = list(block.arguments)
+        outermost = self.mode == "cpu" and self.parallel_depth == 0
+        if outermost and inits:
+            raise EmitError("the emitter has no rule for 'scf.parallel' with reductions at the "
+                            "outermost (prange) level", op)
+        accs = [self.names(r) for r in op.results]
+        for acc, init in zip(accs, inits):
+            self.w(f"{acc} = {self.val(init)}")
+        for iv in ivs:
+            self.ctx.expr[iv] = self.names(iv)
+        depth = self.w.depth
+        if outermost:
+            self._prange(ivs, lbs, ubs, steps)
+        else:
+            for iv, lb, ub, step in zip(ivs, lbs, ubs, steps):
+                self.w(f"for {self.names(iv)} in {_range('range', lb, ub, step)}:")
+                self.w.depth += 1
+        self.parallel_depth += 1
+        start = len(self.w.lines)
+        term = self.ops(block)
+        if term is not None and term.name == "scf.reduce":
+            self._reduce(term, accs)
+        if len(self.w.lines) == start:
+            self.w("pass")
+        self.parallel_depth -= 1
+        self.w.depth = depth
+        for r, acc in zip(op.results, accs):
+            self.ctx.expr[r] = acc
+
+    def _prange(self, ivs, lbs, ubs, steps):
+        """The outermost scf.parallel: one `numba.prange` over all its dims, delinearised."""
+        if len(ivs) == 1:
+            self.w(f"for {self.names(ivs[0])} in {_range('numba.prange', lbs[0], ubs[0], steps[0])}:")
+            self.w.depth += 1
+            return
+        trips = [_trip(lb, ub, s) for lb, ub, s in zip(lbs, ubs, steps)]
+        total = "1"
+        for t in trips:
+            total = mul(total, t)
+        p = self.names.temp("p")
+        self.w(f"for {p} in numba.prange({total}):")
+        self.w.depth += 1
+        for k, (iv, lb, step) in enumerate(zip(ivs, lbs, steps)):
+            inner = "1"
+            for t in trips[k + 1:]:
+                inner = mul(inner, t)
+            i = floordiv(p, inner)
+            i = i if k == 0 else mod(i, trips[k])
+            self.w(f"{self.names(iv)} = {add(lb, mul(i, step))}")
+
+    def _reduce(self, term, accs):
+        for k, region in enumerate(term.regions):
+            block = region.blocks[0]
+            lhs, rhs = block.arguments[0], block.arguments[1]
+            self.ctx.expr[lhs] = accs[k]
+            self.ctx.expr[rhs] = self.val(term.operands[k])
+            ret = self.ops(block)
+            self.w(f"{accs[k]} = {self.val(ret.operands[0])}")
+
+    def _bind_carried(self, carried, inits) -> list[str]:
+        names = [self.names(a) for a in carried]
+        for a, n, init in zip(carried, names, inits):
+            self.w(f"{n} = {self.val(init)}")
+            self.ctx.expr[a] = n
+        return names
+
+    def _yield(self, names: list[str], term) -> None:
+        if not names:
+            return
+        values = [self.val(v) for v in term.operands]
+        self.w(f"{', '.join(names)} = {', '.join(values)}")
+
+    def execute_region(self, op):
+        """A one-block region run once, in place (as the planner's launch wrappers leave)."""
+        if len(op.regions[0].blocks) != 1:
+            raise EmitError("the emitter has no rule for a multi-block 'scf.execute_region'", op)
+        term = self.ops(op.regions[0].blocks[0])
+        for r, v in zip(op.results, term.operands if term is not None else []):
+            if is_memref(v):
+                self.ctx.views[r] = self.ctx.views[v]
+            else:
+                self.ctx.expr[r] = self.val(v)
+
+    def _no_memref(self, op, values):
+        if any(is_memref(v) for v in values):
+            raise EmitError(f"the emitter has no rule for '{op.name}' carrying memrefs", op)
+
+
+def _range(fn: str, lb: str, ub: str, step: str) -> str:
+    if step != "1":
+        return f"{fn}({lb}, {ub}, {step})"
+    return f"{fn}({ub})" if lb == "0" else f"{fn}({lb}, {ub})"
+
+
+def _trip(lb: str, ub: str, step: str) -> str:
+    if lb == "0" and step == "1":
+        return ub
+    if is_int(lb) and is_int(ub) and is_int(step):
+        return str(max(0, -(-(int(ub) - int(lb)) // int(step))))
+    span = f"{ub} - {lb}" if lb != "0" else ub
+    return floordiv(add(span, str(int(step) - 1)) if is_int(step) else f"{span} + {step} - 1", step)

@@ -1,0 +1,393 @@
+"""Scalar rules: one Python expression per arith / math / affine / ub op.
+
+Values are computed in their `Elem.compute` type (f16 in float32). Calls into `math` are wrapped
+in `np.float32(...)` for f32 results: a no-op cast in a compiled kernel, and what keeps the CUDA
+simulator (plain Python, where `math.exp` returns a float64) in f32 too."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .emit_values import Constants, EmitError, Elem, add, atom, elem_of, floordiv, mod, mul, no_rule
+from .mlir import ir
+
+_CMPF = {  # arith.cmpf predicate number -> template over a, b (NaN compares false except une)
+    0: "False", 1: "{a} == {b}", 2: "{a} > {b}", 3: "{a} >= {b}", 4: "{a} < {b}", 5: "{a} <= {b}",
+    6: "({a} < {b} or {a} > {b})", 7: "({a} == {a} and {b} == {b})",
+    8: "not ({a} < {b} or {a} > {b})", 9: "not ({a} <= {b})", 10: "not ({a} < {b})",
+    11: "not ({a} >= {b})", 12: "not ({a} > {b})", 13: "{a} != {b}",
+    14: "({a} != {a} or {b} != {b})", 15: "True",
+}
+# arith.cmpi: unsigned predicates assume operands below 2**(width-1), as index math always is.
+_CMPI = {0: "==", 1: "!=", 2: "<", 3: "<=", 4: ">", 5: ">=", 6: "<", 7: "<=", 8: ">", 9: ">="}
+
+_BINARY = {"arith.addf": "+", "arith.subf": "-", "arith.mulf": "*", "arith.divf": "/",
+           "arith.addi": "+", "arith.subi": "-", "arith.muli": "*", "arith.andi": "&",
+           "arith.ori": "|", "arith.xori": "^", "arith.shli": "<<", "arith.shrsi": ">>",
+           "arith.shrui": ">>", "arith.floordivsi": "//", "arith.divui": "//", "arith.remui": "%"}
+
+_MATH_UNARY = {  # math op -> Python `math` function, identical on both targets
+    "math.exp": "exp", "math.exp2": "exp2", "math.expm1": "expm1", "math.log": "log",
+    "math.log2": "log2", "math.log10": "log10", "math.log1p": "log1p", "math.sqrt": "sqrt",
+    "math.tanh": "tanh", "math.sin": "sin", "math.cos": "cos", "math.tan": "tan",
+    "math.asin": "asin", "math.acos": "acos", "math.atan": "atan", "math.sinh": "sinh",
+    "math.cosh": "cosh", "math.asinh": "asinh", "math.acosh": "acosh", "math.atanh": "atanh",
+    "math.erf": "erf", "math.erfc": "erfc",
+}
+_MATH_BINARY = {"math.powf": "pow", "math.copysign": "copysign", "math.atan2": "atan2",
+                "arith.remf": "fmod"}
+# floor/ceil/trunc: CUDA types math.floor(f32) as f32; CPU Numba returns an int, so use NumPy.
+_ROUNDING = {"math.floor": "floor", "math.ceil": "ceil", "math.trunc": "trunc"}
+
+
+@dataclass
+class Helpers:
+    """Small module-level functions the expressions call (NaN-propagating max, C division...)."""
+    target: str
+    consts: Constants
+    used: dict[str, list[str]] = field(default_factory=dict)
+
+    def use(self, name: str, elem: Elem | None = None) -> str:
+        key = f"_{name}_{elem.mlir}" if elem is not None and name in _TYPED_HELPERS else f"_{name}"
+        if key not in self.used:
+            self.used[key] = _helper_body(name, key, elem, self)
+        return key
+
+    def lines(self) -> list[str]:
+        deco = "@cuda.jit(device=True)" if self.target == "cuda" else "@numba.njit"
+        out = []
+        for key in sorted(self.used):
+            out += ["", "", deco] + self.used[key]
+        return out
+
+    def rounding(self, fn: str, x: str, elem: Elem) -> str:
+        """floor/ceil/trunc in the compute type. The result has the sign of x, which the
+        copysign restores where the CUDA simulator goes through a Python int (its NumPy
+        scalars also lack __trunc__, hence trunc via floor of |x|). The CPU target's
+        math.floor returns an int, so it uses NumPy's."""
+        if self.target == "cpu":
+            return f"np.{elem.compute}(np.{fn}({x}))"
+        inner = f"math.floor(abs({x}))" if fn == "trunc" else f"math.{fn}({x})"
+        return f"np.{elem.compute}(math.copysign({inner}, {x}))"
+
+
+_HELPERS = {  # name -> source; {key} is the function's name, the rest typed constants
+    "maximumf": '''
+def {key}(a, b):
+    """arith.maximumf: NaN if either operand is NaN; +0 is above -0."""
+    if a != a or b != b:
+        return a + b
+    if a == b:
+        return b if math.copysign({one}, a) < {zero} else a
+    return a if a > b else b''',
+    "minimumf": '''
+def {key}(a, b):
+    """arith.minimumf: NaN if either operand is NaN; -0 is below +0."""
+    if a != a or b != b:
+        return a + b
+    if a == b:
+        return a if math.copysign({one}, a) < {zero} else b
+    return a if a < b else b''',
+    "maxnumf": '''
+def {key}(a, b):
+    """arith.maxnumf: the other operand if one is NaN."""
+    if a != a:
+        return b
+    if b != b:
+        return a
+    return a if a > b else b''',
+    "minnumf": '''
+def {key}(a, b):
+    """arith.minnumf: the other operand if one is NaN."""
+    if a != a:
+        return b
+    if b != b:
+        return a
+    return a if a < b else b''',
+    "divsi": '''
+def {key}(a, b):
+    """arith.divsi: integer division rounding toward zero."""
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q''',
+    "remsi": '''
+def {key}(a, b):
+    """arith.remsi: remainder with the sign of the dividend."""
+    r = abs(a) % abs(b)
+    return -r if a < 0 else r''',
+    "ipowi": '''
+def {key}(a, b):
+    """math.ipowi: integer power; for b < 0 only a = 1 or a = -1 give non-zero."""
+    if b < 0:
+        if a == 1 or a == -1:
+            return 1 if b % 2 == 0 else a
+        return 0
+    r = 1
+    while b > 0:
+        if b & 1:
+            r = r * a
+        a = a * a
+        b = b >> 1
+    return r''',
+    "round": '''
+def {key}(a):
+    """math.round: halves round away from zero."""
+    t = {trunc_a}
+    if abs(a - t) >= {half}:
+        t = t + {copysign_one}
+    return t''',
+    "roundeven": '''
+def {key}(a):
+    """math.roundeven: halves round to the even neighbour; the sign of a is kept."""
+    x = abs(a)
+    f = {floor_x}
+    d = x - f
+    if d > {half} or (d == {half} and {floor_half_f} != f * {half}):
+        f = f + {one}
+    return np.{compute}(math.copysign(f, a))''',
+}
+_TYPED_HELPERS = {"round", "roundeven", "maximumf", "minimumf"}
+
+
+def _helper_body(name: str, key: str, elem: Elem | None, h: Helpers) -> list[str]:
+    template = _HELPERS[name]
+    c = h.consts
+    lazy = {  # typed constants are only registered when the helper uses them
+        "half": lambda: c.float(0.5, elem), "one": lambda: c.float(1.0, elem),
+        "zero": lambda: c.float(0.0, elem), "compute": lambda: elem.compute,
+        "trunc_a": lambda: h.rounding("trunc", "a", elem),
+        "floor_x": lambda: h.rounding("floor", "x", elem),
+        "floor_half_f": lambda: h.rounding("floor", f"f * {c.float(0.5, elem)}", elem),
+        "copysign_one": lambda: f"np.{elem.compute}(math.copysign({c.float(1.0, elem)}, a))",
+    }
+    fields = {k: f() for k, f in lazy.items() if "{" + k + "}" in template}
+    return template.format(key=key, **fields).strip("\n").splitlines()
+
+
+class ScalarRules:
+    """Expressions for the scalar ops; `expr(op, args)` is None when `op` is not one of them."""
+
+    def __init__(self, consts: Constants, helpers: Helpers, target: str):
+        self.consts, self.helpers, self.target = consts, helpers, target
+
+    def constant(self, op: "ir.Operation") -> str:
+        attr = op.attributes["value"]
+        elem = elem_of(op.results[0].type, op)
+        if isinstance(attr.maybe_downcast(), ir.FloatAttr):
+            return self.consts.float(ir.FloatAttr(attr).value, elem)
+        if isinstance(attr.maybe_downcast(), ir.IntegerAttr):
+            return self.consts.int(ir.IntegerAttr(attr).value, elem)
+        raise EmitError(f"the emitter has no rule for the constant {attr}", op)
+
+    def expr(self, op: "ir.Operation", args: list[str]) -> str | None:
+        name = op.name
+        if name == "ub.poison":
+            return self.consts.zero(elem_of(op.results[0].type, op))
+        if name.startswith("affine."):
+            return self._affine(op, args)
+        if not (name.startswith("arith.") or name.startswith("math.")):
+            return None
+        out = elem_of(op.results[0].type, op)
+        ins = [elem_of(v.type, op) for v in op.operands]
+        return self._arith_math(op, name, args, out, ins)
+
+    def _arith_math(self, op, name, a, out: Elem, ins: list[Elem]) -> str:
+        if name in _BINARY:
+            if out.kind == "bool" and name in ("arith.addi", "arith.subi"):
+                return f"{a[0]} != {a[1]}"
+            if out.kind == "bool" and name == "arith.muli":
+                return f"{a[0]} and {a[1]}"
+            return self._wrap_int(f"{atom(a[0])} {_BINARY[name]} {atom(a[1])}", out)
+        if name in _MATH_UNARY:
+            return self._wrap_float(f"math.{_MATH_UNARY[name]}({a[0]})", out)
+        if name in _MATH_BINARY:
+            fn = _MATH_BINARY[name]
+            mod_ = "np" if fn == "fmod" and self.target == "cpu" else "math"  # no math.fmod in njit
+            return self._wrap_float(f"{mod_}.{fn}({a[0]}, {a[1]})", out)
+        if name in _ROUNDING:
+            return self.helpers.rounding(_ROUNDING[name], a[0], out)
+        rule = _RULES.get(name)
+        if rule is None:
+            raise no_rule(op)
+        return rule(self, op, a, out, ins)
+
+    def _wrap_float(self, e: str, out: Elem) -> str:
+        return e if out.compute == "float64" else f"np.{out.compute}({e})"
+
+    def _wrap_int(self, e: str, out: Elem) -> str:
+        return f"np.{out.compute}({e})" if out.kind == "int" and out.bits < 64 else e
+
+    def cast(self, e: str, src: Elem, out: Elem) -> str:
+        """Conversion between compute types (index_cast, sitofp, extf, trunci...)."""
+        if out.kind == "index":
+            return e if src.kind == "index" else f"int({e})"
+        if out.kind == "bool":
+            return f"bool({atom(e)} & 1)" if src.kind in ("int", "index") else f"bool({e})"
+        if out.compute == src.compute and out.kind == src.kind:
+            return e
+        return f"np.{out.compute}({e})"
+
+    def _affine(self, op, args: list[str]) -> str:
+        if op.name not in ("affine.apply", "affine.min", "affine.max"):
+            raise no_rule(op)
+        amap = ir.AffineMapAttr(op.attributes["map"]).value
+        dims, syms = args[:amap.n_dims], args[amap.n_dims:]
+        parts = [_affine_expr(e, dims, syms) for e in amap.results]
+        if len(parts) == 1:
+            return parts[0]
+        return f"{op.name.split('.')[1]}({', '.join(parts)})"
+
+
+def _affine_expr(e: "ir.AffineExpr", dims: list[str], syms: list[str]) -> str:
+    e = e.maybe_downcast()
+    kind = type(e).__name__
+    if kind == "AffineDimExpr":
+        return dims[e.position]
+    if kind == "AffineSymbolExpr":
+        return syms[e.position]
+    if kind == "AffineConstantExpr":
+        return str(e.value)
+    lhs, rhs = _affine_expr(e.lhs, dims, syms), _affine_expr(e.rhs, dims, syms)
+    if kind == "AffineAddExpr":
+        neg = e.rhs.maybe_downcast()
+        if type(neg).__name__ == "AffineMulExpr" and str(neg.rhs) == "-1":
+            return f"{lhs} - {atom(_affine_expr(neg.lhs, dims, syms))}"
+        return add(lhs, rhs)
+    if kind == "AffineMulExpr":
+        return mul(lhs, rhs)
+    if kind == "AffineModExpr":
+        return mod(lhs, rhs)
+    if kind == "AffineFloorDivExpr":
+        return floordiv(lhs, rhs)
+    if kind == "AffineCeilDivExpr":  # divisors are positive constants: ceil(l/r) = (l+r-1)//r
+        return floordiv(add(lhs, str(int(rhs) - 1)) if rhs.isdigit() else f"{lhs} + {rhs} - 1", rhs)
+    raise AssertionError(kind)
+
+
+# ------------------------------------------------------------------------ the other arith/math ops
+
+def _minmax_float(kind):
+    def rule(r: ScalarRules, op, a, out, ins):
+        return f"{r.helpers.use(kind, out)}({a[0]}, {a[1]})"
+    return rule
+
+
+def _helper_int(kind):
+    def rule(r: ScalarRules, op, a, out, ins):
+        return r._wrap_int(f"{r.helpers.use(kind)}({a[0]}, {a[1]})", out)
+    return rule
+
+
+def _cmpf(r, op, a, out, ins):
+    pred = ir.IntegerAttr(op.attributes["predicate"]).value
+    return _CMPF[pred].format(a=atom(a[0]), b=atom(a[1]))
+
+
+def _cmpi(r, op, a, out, ins):
+    pred = ir.IntegerAttr(op.attributes["predicate"]).value
+    return f"{atom(a[0])} {_CMPI[pred]} {atom(a[1])}"
+
+
+def _select(r, op, a, out, ins):
+    return f"{atom(a[1])} if {atom(a[0])} else {atom(a[2])}"
+
+
+def _ceildiv(r, op, a, out, ins):
+    return r._wrap_int(f"-((-{atom(a[0])}) // {atom(a[1])})", out)
+
+
+def _minmax_int(fn):
+    def rule(r, op, a, out, ins):
+        return f"{fn}({a[0]}, {a[1]})"
+    return rule
+
+
+def _negf(r, op, a, out, ins):
+    return f"-{atom(a[0])}"
+
+
+def _cast(r, op, a, out, ins):
+    return r.cast(a[0], ins[0], out)
+
+
+def _signed_cast(r, op, a, out, ins):
+    """extsi / sitofp: a signed i1 is 0 or -1."""
+    if ins[0].kind == "bool":
+        return f"-{r.cast(a[0], ins[0], out)}" if out.kind != "bool" else a[0]
+    return r.cast(a[0], ins[0], out)
+
+
+def _truncf(r, op, a, out, ins):
+    if out.mlir == "f16" and r.target == "cuda":  # round to half precision, keep computing in f32
+        return f"np.float32(np.float16({a[0]}))"
+    return r.cast(a[0], ins[0], out)
+
+
+def _extui(r, op, a, out, ins):
+    if ins[0].kind == "bool":
+        return r.cast(a[0], ins[0], out)
+    return f"{r.cast(a[0], ins[0], out)} & {r.consts.int((1 << ins[0].bits) - 1, out)}"
+
+
+def _bitcast(r, op, a, out, ins):
+    if ins[0] == out:
+        return a[0]
+    raise no_rule(op, f"from {ins[0].mlir} to {out.mlir}")
+
+
+def _abs(r, op, a, out, ins):
+    return r._wrap_int(f"abs({a[0]})", out)
+
+
+def _rsqrt(r, op, a, out, ins):
+    return f"{r.consts.float(1.0, out)} / {r._wrap_float(f'math.sqrt({a[0]})', out)}"
+
+
+def _fma(r, op, a, out, ins):
+    return f"{atom(a[0])} * {atom(a[1])} + {atom(a[2])}"
+
+
+def _fpowi(r, op, a, out, ins):
+    return r._wrap_float(f"math.pow({a[0]}, np.{out.compute}({a[1]}))", out)
+
+
+def _ipowi(r, op, a, out, ins):
+    return r._wrap_int(f"{r.helpers.use('ipowi')}({a[0]}, {a[1]})", out)
+
+
+def _round(kind):
+    def rule(r, op, a, out, ins):
+        if kind == "roundeven" and r.target == "cpu":
+            return f"np.{out.compute}(np.rint({a[0]}))"
+        return f"{r.helpers.use(kind, out)}({a[0]})"
+    return rule
+
+
+def _isnan(r, op, a, out, ins):
+    return f"{atom(a[0])} != {atom(a[0])}"
+
+
+def _isinf(r, op, a, out, ins):
+    return f"math.isinf({a[0]})"
+
+
+def _isfinite(r, op, a, out, ins):
+    return f"math.isfinite({a[0]})"
+
+
+_RULES: dict[str, Callable] = {
+    "arith.maximumf": _minmax_float("maximumf"), "arith.minimumf": _minmax_float("minimumf"),
+    "arith.maxnumf": _minmax_float("maxnumf"), "arith.minnumf": _minmax_float("minnumf"),
+    "arith.divsi": _helper_int("divsi"), "arith.remsi": _helper_int("remsi"),
+    "arith.ceildivsi": _ceildiv, "arith.ceildivui": _ceildiv,
+    "arith.maxsi": _minmax_int("max"), "arith.minsi": _minmax_int("min"),
+    "arith.maxui": _minmax_int("max"), "arith.minui": _minmax_int("min"),
+    "arith.cmpf": _cmpf, "arith.cmpi": _cmpi, "arith.select": _select, "arith.negf": _negf,
+    "arith.index_cast": _cast, "arith.index_castui": _cast, "arith.sitofp": _signed_cast,
+    "arith.uitofp": _cast, "arith.fptosi": _cast, "arith.fptoui": _cast, "arith.extf": _cast,
+    "arith.truncf": _truncf, "arith.extsi": _signed_cast, "arith.extui": _extui,
+    "arith.trunci": _cast, "arith.bitcast": _bitcast,
+    "math.absf": _abs, "math.absi": _abs, "math.rsqrt": _rsqrt, "math.fma": _fma,
+    "math.fpowi": _fpowi, "math.ipowi": _ipowi, "math.round": _round("round"),
+    "math.roundeven": _round("roundeven"), "math.isnan": _isnan, "math.isinf": _isinf,
+    "math.isfinite": _isfinite,
+}

@@ -1,0 +1,175 @@
+"""Memref views that are never materialised: each memref value is a base array plus a function
+from the view's indices to the base array's indices, folded into every load and store.
+
+subview adds offsets and strides (dropping rank-reduced dims), expand_shape linearises a group
+of indices, collapse_shape delinearises one (div/mod), cast is the identity."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from .emit_values import EmitError, Elem, add, floordiv, is_int, mod, mul
+from .mlir import ir
+
+Index = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Array:
+    """A real array variable of the generated code."""
+    name: str
+    elem: Elem
+    rank: int       # rank as carried: rank-0 memrefs travel as 1-element 1-D arrays
+    storage: str    # NumPy dtype name of the array's elements
+    space: str = "global"   # "global" | "shared" | "local"
+
+    @property
+    def signature(self) -> str:
+        """Numba's type of the array as a C-contiguous kernel parameter: `float32[:, ::1]`."""
+        nb = {"bool_": "boolean"}.get(self.storage, self.storage)
+        return f"{nb}[{', '.join([':'] * (self.rank - 1) + ['::1'])}]"
+
+
+@dataclass(frozen=True)
+class View:
+    """A memref value: `array[to_base(indices)]` reads its element at `indices`."""
+    array: Array
+    shape: Index                                   # sizes as Python expressions
+    to_base: Callable[[Index], Index] = field(compare=False)
+    free: tuple["ir.Value", ...] = ()              # host scalars its index math reads
+    host: str | None = None                        # host expression holding it as an array
+    contiguous: bool = True
+    whole: bool = False                            # exactly the array, in its own shape
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def at(self, indices: Index) -> str:
+        base = self.to_base(tuple(indices))
+        return f"{self.array.name}[{', '.join(base)}]"
+
+
+def whole(array: Array, shape: Index, host: str | None = None) -> View:
+    """The view of a whole array."""
+    if not shape:
+        return View(array, (), lambda idx: ("0",), host=host, whole=True)
+    return View(array, tuple(shape), lambda idx: tuple(idx), host=host, whole=True)
+
+
+def subview(src: View, offsets: Index, sizes: Index, strides: Index,
+            result_shape: tuple[int | None, ...], free: tuple, op: "ir.Operation") -> View:
+    keep = _kept_dims(sizes, result_shape, op)
+    parent = src.to_base
+
+    def to_base(idx: Index) -> Index:
+        it = iter(idx)
+        return parent(tuple(add(o, mul(next(it), s)) if k else o
+                            for o, s, k in zip(offsets, strides, keep)))
+
+    host = None
+    if src.host is not None:
+        parts = [f"{o}:{add(o, mul(n, s))}" + ("" if s == "1" else f":{s}") if k else o
+                 for o, n, s, k in zip(offsets, sizes, strides, keep)]
+        host = f"{src.host}[{', '.join(parts)}]"
+    shape = tuple(n for n, k in zip(sizes, keep) if k)
+    return View(src.array, shape, to_base, src.free + free, host, contiguous=False)
+
+
+def _kept_dims(sizes: Index, result_shape: tuple[int | None, ...], op) -> list[bool]:
+    """Which source dims a (possibly rank-reducing) subview keeps. Dropped dims have size 1 and
+    only index 0, so which of several size-1 dims is dropped does not change any address."""
+    keep, k = [], 0
+    for n in sizes:
+        want = result_shape[k] if k < len(result_shape) else "none"
+        if want != "none" and (want is None or n == str(want) or not is_int(n)):
+            keep.append(True)
+            k += 1
+        elif n == "1":
+            keep.append(False)
+        else:
+            raise EmitError("the emitter cannot match the subview's sizes to its result type", op)
+    if k != len(result_shape):
+        raise EmitError("the emitter cannot match the subview's sizes to its result type", op)
+    return keep
+
+
+def expand(src: View, groups: list[list[int]], out_shape: Index) -> View:
+    """expand_shape: source dim g is the row-major linearisation of result dims groups[g]."""
+    parent = src.to_base
+
+    def to_base(idx: Index) -> Index:
+        out = []
+        for g in groups:
+            e = idx[g[0]]
+            for d in g[1:]:
+                e = add(mul(e, out_shape[d]), idx[d])
+            out.append(e)
+        return parent(tuple(out))
+
+    host = f"{src.host}.reshape({shape_tuple(out_shape)})" if src.host and src.contiguous else None
+    return View(src.array, tuple(out_shape), to_base, src.free, host, src.contiguous)
+
+
+def collapse(src: View, groups: list[list[int]]) -> View:
+    """collapse_shape: result dim k runs row-major over source dims groups[k]."""
+    parent, sizes = src.to_base, src.shape
+
+    def to_base(idx: Index) -> Index:
+        out = []
+        for i, g in zip(idx, groups):
+            for p, d in enumerate(g):
+                inner = "1"
+                for later in g[p + 1:]:
+                    inner = mul(inner, sizes[later])
+                e = floordiv(i, inner)
+                out.append(e if p == 0 else mod(e, sizes[d]))
+        return parent(tuple(out))
+
+    shape = []
+    for g in groups:
+        n = "1"
+        for d in g:
+            n = mul(n, sizes[d])
+        shape.append(n)
+    host = f"{src.host}.reshape({shape_tuple(shape)})" if src.host and src.contiguous else None
+    return View(src.array, tuple(shape), to_base, src.free, host, src.contiguous)
+
+
+def cast(src: View, shape: Index) -> View:
+    return replace(src, shape=tuple(shape))
+
+
+def reinterpret(src: View, offset: str, sizes: Index, strides: Index, op) -> View:
+    """reinterpret_cast of a whole contiguous array: flat = offset + sum(i*stride), unravelled
+    back onto the array's own shape."""
+    if not src.whole:
+        raise EmitError("the emitter supports reinterpret_cast only of a whole array", op)
+    base_shape = src.shape
+
+    def to_base(idx: Index) -> Index:
+        flat = offset
+        for i, s in zip(idx, strides):
+            flat = add(flat, mul(i, s))
+        if not base_shape:
+            return ("0",)
+        out = []
+        for p, n in enumerate(base_shape):
+            inner = "1"
+            for later in base_shape[p + 1:]:
+                inner = mul(inner, later)
+            e = floordiv(flat, inner)
+            out.append(e if p == 0 else mod(e, n))
+        return tuple(out)
+
+    return View(src.array, tuple(sizes), to_base, src.free, None, contiguous=False)
+
+
+def _tuple(items) -> str:
+    items = list(items)
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+
+
+def shape_tuple(items) -> str:
+    """A Python tuple literal of sizes: `(4,)`, `(2, 3)`, `()`."""
+    return _tuple(items) if items else "()"
