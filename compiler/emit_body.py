@@ -176,7 +176,8 @@ class Body(ControlFlow):
         self.ctx.views[op.results[0]] = _with_free(v, self._free(list(op.operands[1:])))
 
     def collapse_shape(self, op):
-        self.ctx.views[op.results[0]] = views.collapse(self.view(op.operands[0]), _reassociation(op))
+        src = self.view(op.operands[0])
+        self.ctx.views[op.results[0]] = views.collapse(src, _reassociation(op))
 
     def cast(self, op):
         src = self.view(op.operands[0])

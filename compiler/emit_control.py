@@ -106,7 +106,8 @@ class ControlFlow:
     def _prange(self, ivs, lbs, ubs, steps):
         """The outermost scf.parallel: one `numba.prange` over all its dims, delinearised."""
         if len(ivs) == 1:
-            self.w(f"for {self.names(ivs[0])} in {_range('numba.prange', lbs[0], ubs[0], steps[0])}:")
+            loop = _range("numba.prange", lbs[0], ubs[0], steps[0])
+            self.w(f"for {self.names(ivs[0])} in {loop}:")
             self.w.depth += 1
             return
         trips = [_trip(lb, ub, s) for lb, ub, s in zip(lbs, ubs, steps)]

@@ -115,13 +115,15 @@ def plan_chain(info: ChainInfo, target: str, fuse: bool = True, cores: int | Non
     assigned: dict[int, int] = {}
     decisions: list[str] = []
     members_list: list[set[int]] = []
+    claimed: set[int] = set()          # cheap ops (fills, pads) some kernel already carries
     for op in reversed(info.ops):
-        if not op.is_compute or op.id in assigned:
+        if not op.is_compute or op.id in assigned or op.id in claimed:
             continue
         members = _grow(info, op, assigned, fuse, decisions, len(members_list))
         for m in members:
             if info.op(m).kind not in CHEAP:
                 assigned[m] = len(members_list)
+        claimed |= members
         members_list.append(members)
     groups = []
     for gid, members in enumerate(reversed(members_list)):

@@ -188,18 +188,25 @@ def _wrap_in_region(op, gid: int) -> None:
 
 
 def _wrap_serial(body, g: Group, gpu: bool) -> None:
-    """Move a serial kernel's (bufferized) ops into a one-iteration forall mapped to one block."""
+    """Move a serial kernel's (bufferized) ops into a one-iteration forall mapped to one block.
+
+    Everything between the kernel's first and last op moves with it (bufferization puts copies
+    of its buffers there), except allocations, which stay on the host before the kernel, and
+    other kernels' loops, which do not depend on this kernel's partial results."""
     tags = {_tag(g.id, m) for m in g.ops}
-    ops = [op for op in body.operations if TAG in op.attributes and ir.IntegerAttr(op.attributes[TAG]).value in tags]
-    if not ops:
+    ops = list(body.operations)
+    idx = [i for i, op in enumerate(ops) if TAG in op.attributes and ir.IntegerAttr(op.attributes[TAG]).value in tags]
+    if not idx:
         raise CompilerInternalError("gpu", f"kernel {g.id}: its ops were not found after bufferization")
-    # the kernel runs where its root (last op) stood: every buffer it touches is allocated by then
-    with ir.InsertionPoint(ops[-1]), ops[-1].location:
+    moving = [op for op in ops[idx[0]: idx[-1] + 1]
+              if op.operation.name not in ("memref.alloc", "memref.alloca", "scf.forall", "scf.execute_region")]
+    last = ops[idx[-1]]
+    with ir.InsertionPoint(last), last.location:
         mapping = ir.ArrayAttr.get([ir.Attribute.parse("#gpu.block<x>")])
         loop = scf.ForallOp([0], [1], [1], mapping=mapping)
         loop.attributes[GROUP] = _i64(g.id)
         block = loop.regions[0].blocks[0]
         with ir.InsertionPoint(block):
             end = scf.InParallelOp()
-    for op in ops:
+    for op in moving:
         op.move_before(end)

@@ -1,0 +1,5 @@
+import sys
+
+from fusec.cli import main
+
+sys.exit(main())
