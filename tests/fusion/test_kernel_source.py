@@ -1,0 +1,47 @@
+"""The emitted source of three canonical chains, pinned by its key lines (not the whole file)."""
+import re
+
+from helpers import stages
+
+EW = "chain ew(x: f32[64, 128]) -> f32[64, 128] { return relu(tanh(x * 1.702 + 0.5) * sigmoid(x) - exp(-abs(x))) + 0.25 * x }"
+SM = "chain sm(x: f32[64, 128]) -> f32[64, 128] { return softmax(x) }"
+MM = "chain mm(x: f32[64, 32], w: f32[32, 128], b: f32[128]) -> f32[64, 128] { return gelu(x @ w + b) }"
+
+
+def kernels(src, target="gpu"):
+    return stages(src, target=target).emitted.source
+
+
+def test_elementwise_chain_is_one_typed_kernel():
+    s = kernels(EW)
+    assert s.count("@cuda.jit(\"void(") == 1
+    assert '@cuda.jit("void(float32[:, ::1], float32[:, ::1])")' in s
+    assert "_f32_1p702 = np.float32(1.702)" in s and "_f32_0p25 = np.float32(0.25)" in s
+    assert "cuda.threadIdx.x" in s and "math.tanh(" in s and "math.exp(" in s
+    assert re.search(r"^    k0\[\(\d+, \d+, 1\), \(\d+, \d+, 1\)\]\(arg0, alloc\)$", s, re.M)
+    assert "float64" not in s and not re.search(r"[^_\w.]\d+\.\d+[^\w]", s.split("def run_")[0].split("@cuda.jit")[1])
+
+
+def test_softmax_is_one_kernel_with_row_loops():
+    s = kernels(SM)
+    assert s.count("@cuda.jit(\"void(") == 1
+    assert "# k0: gpu.launch in @sm at <string>:1:" in s
+    assert "cuda.local.array((1,), numba.float32)" in s          # a row's running max/sum
+    assert s.count("in range(128):") == 4                         # max, exp, sum, divide over the row
+    assert "_maximumf_f32(" in s and "math.exp(" in s
+    assert re.search(r"k0\[\(2, 1, 1\), \(32, 1, 1\)\]", s)
+
+
+def test_matmul_epilogue_is_one_kernel_accumulating_in_registers():
+    s = kernels(MM)
+    assert s.count("@cuda.jit(\"void(") == 1
+    assert "cuda.local.array((1, 1), numba.float32)" in s
+    assert "in range(32):" in s                                    # the K loop
+    assert "math.tanh(" in s and "_f32_0p044715" in s              # gelu in the same kernel
+    assert re.search(r"k0\[\(4, 8, 1\), \(32, 8, 1\)\]\(arg0, arg1, alloc, arg2\)", s)
+
+
+def test_cpu_source_uses_prange_once_per_kernel():
+    s = kernels(SM, target="cpu")
+    assert "@numba.njit(parallel=True" in s and s.count("numba.prange(") == 1
+    assert "def run_sm(arg0):" in s

@@ -1,0 +1,72 @@
+"""Property tests: random chains (elementwise, broadcast, reduction, matmul mixes) give the same
+numbers fused, unfused and in the NumPy reference."""
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fusec
+from fusec.runtime import reference
+from fusec.runtime.compare import compare
+
+STEPS = [
+    "tanh({c})", "sigmoid({c})", "relu({c})", "abs({c}) - 0.5", "square(tanh({c}))", "sin({c})",
+    "gelu({c})", "silu({c})", "{c} + y", "{c} * z", "maximum({c}, x)", "minimum({c}, 0.25 * x)",
+    "{c} - max({c}, axis=1, keepdims=true)", "{c} / (1.0 + sum(abs({c}), axis=-1, keepdims=true))",
+    "softmax({c}, axis=-1)", "layernorm({c}, g, b)", "rmsnorm({c}, g)", "(tanh({c}) @ w) @ v",
+    "{c} + mean({c}, axis=0, keepdims=true)", "where({c} > 0.0, {c}, 0.1 * {c})", "exp(tanh({c}))",
+]
+HEADER = ("chain r(x: f32[M, N], y: f32[N], z: f32[M, 1], g: f32[N], b: f32[N], w: f32[N, K], v: f32[K, N])"
+          " -> {ret} {{\n")
+
+
+@st.composite
+def chains(draw):
+    n = draw(st.integers(1, 5))
+    lines, names = [], ["x"]
+    for i in range(n):
+        step = draw(st.sampled_from(STEPS))
+        expr = step.format(c=names[-1])
+        if i and draw(st.booleans()):
+            expr = f"({expr}) + {draw(st.sampled_from(names[:-1]))}"      # a value used twice
+        lines.append(f"    t{i} = {expr}\n")
+        names.append(f"t{i}")
+    two = draw(st.booleans())
+    ret = "(f32[M, N], f32)" if two else "f32[M, N]"
+    last = names[-1]
+    body = "".join(lines) + (f"    return {last}, sum({last})\n" if two else f"    return {last}\n")
+    binding = {"M": draw(st.integers(1, 5)), "N": draw(st.integers(2, 6)), "K": draw(st.integers(1, 4))}
+    return HEADER.format(ret=ret) + body + "}\n", binding
+
+
+def _check(src: str, binding: dict, target: str):
+    prog = fusec.compile(src, target=target)
+    chain = prog.r
+    inputs = reference.random_inputs(chain.typed, binding, seed=1)
+    compiled = chain.compiled(binding)
+    want = reference.run_chain(chain.typed, inputs, binding)
+    fused = compiled.fused(*inputs)
+    unfused = compiled.unfused(*inputs)
+    for i, t in enumerate(chain.typed.output_types):
+        for got, what in ((fused[i], "fused"), (unfused[i], "unfused")):
+            c = compare(got, want[i], t.dtype.name)
+            assert c.ok, f"{what} output {i} vs reference: {c.describe()}\n{src}{binding}\n{compiled.texts['plan']}"
+        c = compare(fused[i], unfused[i], t.dtype.name)
+        assert c.ok, f"fused vs unfused output {i}: {c.describe()}"
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="runs on the CUDA simulator")
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chains())
+def test_random_chains_on_cuda_sim(case):
+    src, binding = case
+    _check(src, binding, "cuda-sim")
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chains())
+def test_random_chains_on_cpu(case):
+    src, binding = case
+    _check(src, binding, "cpu")
