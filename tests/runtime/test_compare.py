@@ -1,0 +1,42 @@
+"""The numerics verdict: per-dtype tolerances, NaN/inf handling, magnitude-scaled atol, worst place."""
+import numpy as np
+
+from fusec.runtime.compare import compare
+
+
+def test_within_and_beyond_tolerance_and_the_worst_place():
+    e = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    assert compare(e + 1e-6, e, "f32").ok
+    bad = e.copy()
+    bad[1, 0] += 0.01
+    c = compare(bad, e, "f32")
+    assert not c.ok and c.worst_index == (1, 0) and abs(c.max_abs - 0.01) < 1e-6
+    assert "worst at [1, 0]" in c.describe()
+
+
+def test_nan_and_inf_must_match():
+    e = np.array([np.nan, np.inf, 1.0])
+    assert compare(e.copy(), e, "f64").ok
+    assert not compare(np.array([0.0, np.inf, 1.0]), e, "f64").ok
+    assert not compare(np.array([np.nan, -np.inf, 1.0]), e, "f64").ok
+
+
+def test_atol_scales_with_the_outputs_magnitude():
+    # an element near zero out of a large dot product: its absolute error follows the terms' size
+    e = np.array([500.0, 0.004], np.float32)
+    a = np.array([500.0, 0.005], np.float32)
+    c = compare(a, e, "f32")
+    assert c.ok and c.atol == 1e-5 * 500.0
+    small = np.array([0.5, 0.004], np.float32)
+    assert not compare(np.array([0.5, 0.005], np.float32), small, "f32").ok
+
+
+def test_integers_and_bools_are_exact():
+    assert compare(np.array([1, 2]), np.array([1, 2]), "i32").ok
+    assert not compare(np.array([1, 3]), np.array([1, 2]), "i32").ok
+    assert not compare(np.array([True]), np.array([False]), "bool").ok
+
+
+def test_shape_mismatch_is_reported():
+    c = compare(np.zeros(3), np.zeros(4), "f32")
+    assert not c.ok and "shape (3,) differs" in c.describe()
