@@ -122,3 +122,37 @@ def test_console_script_is_installed_and_exit_status_propagates(tmp_path):
 def test_unknown_pass_name_is_a_usage_error(capsys):
     assert main([os.path.join(EXAMPLES, "ew_chain.fdsl"), "--emit", "graph", "--disable-pass", "no-such-pass"]) == 1
     assert "invalid choice: 'no-such-pass'" in capsys.readouterr().err
+
+
+def test_emit_compiler_stages(capsys, tmp_path):
+    f = os.path.join(EXAMPLES, "softmax.fdsl")
+    assert main([f, "--chain", "softmax_rows", "--bind", "M=8,N=16", "--emit", "plan"]) == 0
+    plan = capsys.readouterr().out
+    assert plan.startswith("plan softmax_rows (target gpu, fused): 4 compute ops -> 1 kernel")
+    assert main([f, "--chain", "softmax_rows", "--bind", "M=8,N=16", "--emit", "gpu"]) == 0
+    assert capsys.readouterr().out.count("gpu.launch ") == 1
+    assert main([f, "--chain", "softmax_rows", "--bind", "M=8,N=16", "--emit", "gpu", "--target", "cpu"]) == 0
+    assert "scf.parallel" in capsys.readouterr().out
+    assert main([f, "--chain", "softmax_rows", "--bind", "M=8,N=16", "--emit", "kernels", "--no-fuse"]) == 0
+    assert capsys.readouterr().out.count("@cuda.jit(\"void(") == 4
+    assert main([f, "--chain", "softmax_rows", "--bind", "M=8,N=16", "--target", "cpu", "--dump-dir", str(tmp_path)]) == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names[0] == "softmax_rows.02-linalg.mlir" and names[-1] == "softmax_rows.07-kernels.py"
+
+
+def test_internal_error_exits_2_with_a_reproduction_hint(monkeypatch, capsys):
+    from fusec.compiler import pipeline
+    from fusec.compiler.errors import CompilerInternalError
+
+    def broken(job, st):
+        raise CompilerInternalError("tiled", "transform script failed: synthetic")
+
+    stages = tuple(pipeline.Stage(s.name, s.why, broken if s.name == "tiled" else s.run, s.text, s.suffix)
+                   for s in pipeline.STAGES)
+    monkeypatch.setattr(pipeline, "STAGES", stages)
+    f = os.path.join(EXAMPLES, "ew_chain.fdsl")
+    assert main([f, "--chain", "ew_chain", "--bind", "M=4,N=8", "--target", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "fusec: internal error in stage tiled" in err and "synthetic" in err
+    assert "reproduce with: fusec " in err and "--dump-dir" in err
+    assert "Traceback" not in err
