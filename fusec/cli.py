@@ -237,7 +237,7 @@ def _inputs_for(chain: TypedChain, given: dict | None, bind: dict[str, int], see
         missing = [p.name for p in chain.param_nodes if p.name not in given]
         if missing:
             raise UsageError(f"--inputs has no {chain.name}/in/{missing[0]} for chain '{chain.name}'")
-        inputs = [given[p.name] for p in chain.param_nodes]
+        inputs = [_declared(given[p.name], p.type.dtype) for p in chain.param_nodes]
         return inputs, reference.bind_symbols(chain, inputs, bind)
     binding = {}
     for s in chain.symbols:
@@ -246,6 +246,15 @@ def _inputs_for(chain: TypedChain, given: dict | None, bind: dict[str, int], see
                   f"(set it with --bind {s}=...)", file=sys.stderr)
         binding[s] = bind.get(s, DEFAULT_SIZE)
     return reference.random_inputs(chain, binding, seed), binding
+
+
+def _declared(x: np.ndarray, dtype) -> np.ndarray:
+    """npz stores bf16 as f32 (runtime/npz.py): convert back when the value is exactly bf16."""
+    if dtype.name == "bf16" and x.dtype == np.float32:
+        y = x.astype(dtype.np)
+        if np.array_equal(y.astype(np.float32), x, equal_nan=True):
+            return y
+    return x
 
 
 def _compiler_texts(typed: TypedModule, plans, args, target: str | None) -> dict[str, str]:

@@ -145,9 +145,19 @@ class Program:
         return load_chain(art.load(directory), chain, self.target, texts)
 
 
+def check_supported(chain: TypedChain, target: Target) -> None:
+    """User errors for what the Numba targets cannot run, at the place in the user's file."""
+    from fusec.dsl.diagnostics import Diagnostic, FdslError
+    for n in chain.nodes:
+        if n.type.dtype.name == "bf16":
+            raise FdslError([Diagnostic(n.span, f"bf16 is not supported on the {target.name} target (Numba has no "
+                                        "bf16 arithmetic); use --target reference or mlir-jit, or cast to f32")])
+
+
 def build_chain(chain: TypedChain, binding: dict[str, int], target: Target, options: Options):
     """Compile one chain (the running build and, if asked, the unfused baseline)."""
     from fusec.compiler.pipeline import CompileOptions, compile_chain
+    check_supported(chain, target)
     hand = dict(options.plans).get(chain.name)
     builds = {"fused": options.fuse}
     if options.baseline and options.fuse:

@@ -18,12 +18,19 @@ def load(path: str) -> dict[str, dict[str, dict[str, np.ndarray]]]:
     return out
 
 
+def portable(x) -> np.ndarray:
+    """bf16 has no npz representation (it would load back as raw bytes): store it as f32, which
+    holds every bf16 value exactly; readers convert back where the chain declares bf16."""
+    x = np.asarray(x)
+    return x.astype(np.float32) if x.dtype.name == "bfloat16" else x
+
+
 def save(path: str, chains: dict[str, tuple[dict[str, np.ndarray], list[np.ndarray]]]) -> None:
     """Write {chain: (inputs by arg name, outputs in order)} in the golden layout."""
     arrays = {}
     for name, (inputs, outputs) in chains.items():
-        arrays.update({f"{name}/in/{k}": v for k, v in inputs.items()})
-        arrays.update({f"{name}/out/{i}": v for i, v in enumerate(outputs)})
+        arrays.update({f"{name}/in/{k}": portable(v) for k, v in inputs.items()})
+        arrays.update({f"{name}/out/{i}": portable(v) for i, v in enumerate(outputs)})
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "wb") as f:
         np.savez(f, **arrays)

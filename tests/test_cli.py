@@ -156,3 +156,15 @@ def test_internal_error_exits_2_with_a_reproduction_hint(monkeypatch, capsys):
     assert "fusec: internal error in stage tiled" in err and "synthetic" in err
     assert "reproduce with: fusec " in err and "--dump-dir" in err
     assert "Traceback" not in err
+
+
+def test_bf16_round_trips_through_npz_and_is_refused_by_numba_targets(tmp_path, capsys):
+    f = write(tmp_path, "h.fdsl", "chain h(x: bf16[4]) -> bf16[4] {\n    return x * 2\n}\n")
+    saved = str(tmp_path / "h.npz")
+    assert main([f, "--target", "reference", "--save", saved]) == 0
+    first = capsys.readouterr().out
+    assert main([f, "--target", "reference", "--inputs", saved]) == 0
+    assert capsys.readouterr().out == first
+    assert main([f, "--target", "cpu"]) == 1
+    err = capsys.readouterr().err
+    assert "h.fdsl:1:9: error: bf16 is not supported on the cpu target" in err
