@@ -393,3 +393,29 @@ def test_typed_format_is_deterministic():
     assert text == typed(src).format()
     assert "%y = mul %1, %2 : f32[M, 4]  # 2:9" in text
     assert "sum %y {axis=[1], keepdims=false} : f32[M]" in text
+
+
+# ---- FDSL.md itself --------------------------------------------------------------------------
+
+import os
+import re
+
+FDSL_MD = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "FDSL.md")
+
+
+def _doc_programs():
+    with open(FDSL_MD) as f:
+        text = f.read()
+    return [b for b in re.findall(r"```\n(.*?)```", text, re.S) if "chain " in b]
+
+
+@pytest.mark.skipif(not os.path.exists(FDSL_MD), reason="../shared/FDSL.md is not beside this checkout")
+def test_every_program_in_fdsl_md_checks():
+    progs = _doc_programs()
+    assert len(progs) >= 2
+    for src in progs:
+        mod = fusec.check(src)
+        for c in mod.chains:
+            assert c.output_types, c.name
+    mlp = fusec.check(progs[0]).chain("mlp")
+    assert str(mlp.output_types[0]) == "f32[M, 768]"
