@@ -187,19 +187,23 @@ def _wrap_in_region(op, gid: int) -> None:
         op.move_before(end)
 
 
+_STAY_ON_HOST = ("memref.alloc", "memref.alloca", "memref.subview", "memref.expand_shape", "memref.collapse_shape",
+                 "memref.cast", "memref.reinterpret_cast", "arith.constant", "scf.forall", "scf.execute_region")
+
+
 def _wrap_serial(body, g: Group, gpu: bool) -> None:
     """Move a serial kernel's (bufferized) ops into a one-iteration forall mapped to one block.
 
     Everything between the kernel's first and last op moves with it (bufferization puts copies
-    of its buffers there), except allocations, which stay on the host before the kernel, and
-    other kernels' loops, which do not depend on this kernel's partial results."""
+    of its buffers there), except allocations and views, which stay on the host before the
+    kernel (later kernels may read the same view), and other kernels' loops, which do not
+    depend on this kernel's partial results."""
     tags = {_tag(g.id, m) for m in g.ops}
     ops = list(body.operations)
     idx = [i for i, op in enumerate(ops) if TAG in op.attributes and ir.IntegerAttr(op.attributes[TAG]).value in tags]
     if not idx:
         raise CompilerInternalError("gpu", f"kernel {g.id}: its ops were not found after bufferization")
-    moving = [op for op in ops[idx[0]: idx[-1] + 1]
-              if op.operation.name not in ("memref.alloc", "memref.alloca", "scf.forall", "scf.execute_region")]
+    moving = [op for op in ops[idx[0]: idx[-1] + 1] if op.operation.name not in _STAY_ON_HOST]
     last = ops[idx[-1]]
     with ir.InsertionPoint(last), last.location:
         mapping = ir.ArrayAttr.get([ir.Attribute.parse("#gpu.block<x>")])

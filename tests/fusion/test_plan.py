@@ -131,3 +131,13 @@ def test_serial_kernel_takes_its_buffer_copies_along():
     gpu = st.texts["gpu"]
     launch = gpu.index("gpu.launch ")
     assert "memref.copy" not in gpu[:launch]
+
+
+def test_serial_kernel_leaves_views_on_the_host():
+    # regression (found by the property tests): a serial kernel moved a keepdims view of its
+    # output buffer into its launch while a later kernel still read through it -> segfault
+    st = stages("chain r(x: f32[M, N], g: f32[N]) -> (f32[M, N], f32) { t0 = x / (1.0 + sum(abs(x), "
+                "axis=-1, keepdims=true)); t1 = relu(t0); t2 = (t1 + mean(t1, axis=0, keepdims=true)) + t0; "
+                "t3 = rmsnorm(t2, g); return t3, sum(t3) }", binding={"M": 1, "N": 2})
+    assert st.texts["gpu"].count("gpu.launch ") == st.plan.kernel_count
+    assert "NULL" not in st.texts["gpu"]
