@@ -1,0 +1,95 @@
+"""python -m bench [run] | table | scaling — see `python -m bench --help`.
+
+    python -m bench                      the whole suite at full size on the CPU: writes
+                                         bench/results/<machine>-<date>.json and the README table
+    python -m bench --only softmax,mlp   some workloads
+    python -m bench --size tiny          every workload at test size (plumbing check, seconds)
+    python -m bench table                regenerate the README section from bench/results/
+    python -m bench scaling              the compile-time scaling benchmark (10/100/1000 ops)
+
+For NumPy's real BLAS speed on machines that set OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE, run it as
+`env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench` (the JSON records which kernel ran).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", nargs="?", default="run", choices=("run", "table", "scaling"))
+    p.add_argument("--size", default="full", choices=("full", "tiny"))
+    p.add_argument("--only", default="", help="comma-separated workload names")
+    p.add_argument("--anchors", default=None,
+                   help="comma-separated anchors (default: numpy,torch,torch.compile,jax.jit)")
+    p.add_argument("--seconds", type=float, default=None, help="timing budget per implementation")
+    p.add_argument("--out", default=str(RESULTS), help="results directory")
+    p.add_argument("--readme", default=str(ROOT / "README.md"))
+    p.add_argument("--no-readme", action="store_true", help="do not rewrite the README table")
+    p.add_argument("--no-scaling", action="store_true", help="run: skip the compile-time scaling part")
+    p.add_argument("--scaling-sizes", default="10,100,1000")
+    p.add_argument("--scaling-jit-max", type=int, default=100,
+                   help="largest n whose emitted code is also Numba-compiled (jit time)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "table":
+        from .table import update_readme
+        changed = update_readme(Path(args.readme), Path(args.out))
+        print(f"{args.readme}: {'updated' if changed else 'unchanged'}")
+        return 0
+    if args.command == "scaling":
+        result = _scaling(args)
+        print(json.dumps({k: v["exponent"] for k, v in result["kinds"].items()}))
+        return 0
+    return _run(args)
+
+
+def _scaling(args) -> dict:
+    from .scaling import run_scaling
+    sizes = tuple(int(s) for s in args.scaling_sizes.split(",") if s)
+    print("compile-time scaling (cpu target):", flush=True)
+    return run_scaling(sizes, jit_max=args.scaling_jit_max, log=lambda s: print(s, flush=True))
+
+
+def _run(args) -> int:
+    from .anchors import CPU_ANCHORS
+    from .suite import run_suite, write_results
+    from .table import update_readme
+    from .timing import Budget
+    from .workloads import WORKLOADS
+    only = [s for s in args.only.split(",") if s]
+    unknown = sorted(set(only) - {w.name for w in WORKLOADS})
+    if unknown:
+        print(f"unknown workload(s): {', '.join(unknown)}", file=sys.stderr)
+        return 1
+    workloads = tuple(w for w in WORKLOADS if not only or w.name in only)
+    anchors = tuple(a for a in (args.anchors.split(",") if args.anchors else CPU_ANCHORS) if a)
+    tiny = args.size == "tiny"
+    budget = Budget(seconds=args.seconds if args.seconds is not None else (0.05 if tiny else 3.0),
+                    min_runs=3 if tiny else 5, max_runs=10 if tiny else 60, warmup=1 if tiny else 2)
+    t0 = time.perf_counter()
+    results = run_suite(workloads, args.size, anchors, budget, log=lambda s: print(s, flush=True))
+    if not args.no_scaling and not tiny and not only:
+        results["compile_scaling"] = _scaling(args)
+    results["wall_s"] = round(time.perf_counter() - t0, 1)
+    path = write_results(results, Path(args.out))
+    print(f"wrote {path}")
+    if not args.no_readme and not tiny:
+        changed = update_readme(Path(args.readme), Path(args.out))
+        print(f"{args.readme}: {'updated' if changed else 'unchanged'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""The implementations a workload is timed in: fusec (fused and unfused builds) and the anchors
+users would pick instead. Each is optional: `prepare` returns an `Impl`, or raises `Skip` with a
+note (not installed, no GPU, compile failure), and the suite goes on without it.
+
+An Impl's `call()` runs the workload once on prepared inputs and returns when the result is
+ready (synchronising devices); `result()` gives that output as a NumPy array. `cold_s` is the
+first call's time (compilation included) and `cached_s`, where the tool has a cache, the time
+of a first call that finds the cache filled.
+"""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .workloads import NUMPY, Workload, array_fns, jax_fns, torch_fns
+
+CPU_ANCHORS = ("numpy", "torch", "torch.compile", "jax.jit")
+GPU_ANCHORS = ("cupy", "torch", "torch.compile")
+
+
+class Skip(Exception):
+    """This implementation cannot run here; the message says why."""
+
+
+@dataclass
+class Impl:
+    name: str
+    call: Callable[[], object]
+    result: Callable[[], np.ndarray]
+    cold_s: float | None = None
+    cached_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+    detail: dict = field(default_factory=dict)
+
+
+def _have(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _timed_first(fn: Callable[[], object]) -> tuple[object, float]:
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+# ---- fusec ---------------------------------------------------------------------------------
+
+def fusec_impls(w: Workload, binding: dict, inputs: list[np.ndarray], target: str) -> list[Impl]:
+    """fusec's fused and unfused builds of the workload's chain (one compile gives both)."""
+    import fusec
+    from fusec.program import load_chain
+    from fusec.runtime import artifact as art
+
+    t0 = time.perf_counter()
+    prog = fusec.compile(str(w.fdsl), target=target)
+    chain = prog.chains[w.chain]
+    built = chain.compiled(binding)
+    mlir_s = time.perf_counter() - t0
+    stage_s = {k: round(v, 4) for k, v in built.compile_seconds.items()}
+    impls = []
+    for build in ("fused", "unfused"):
+        exe = getattr(built, build)
+        args = exe.prepare(inputs)
+        holder: dict = {}
+
+        def call(exe=exe, args=args, holder=holder):
+            holder["out"] = exe.run_prepared(args)
+            exe.target.synchronize()
+            return holder["out"]
+
+        _, jit_s = _timed_first(call)
+        impl = Impl(f"fusec {build}", call,
+                    lambda exe=exe, holder=holder: np.asarray(exe.target.to_host(holder["out"][0])),
+                    cold_s=(mlir_s if build == "fused" else 0.0) + jit_s)
+        impl.detail = {"kernels": built.kernel_counts.get(build), "jit_s": round(jit_s, 4)}
+        if build == "fused":
+            impl.detail.update(mlir_s=round(mlir_s, 4), stage_s=stage_s)
+            impl.cached_s = _fusec_cached(built.artifact_dir, chain.typed, built.target, inputs, load_chain, art)
+        impls.append(impl)
+    return impls
+
+
+def _fusec_cached(directory: Path, typed, target, inputs, load_chain, art) -> float:
+    """A later process's start: load the artifact (no MLIR) and run once (Numba JIT)."""
+    copy = Path(tempfile.mkdtemp(prefix="fusec-bench-cached-")) / directory.name
+    shutil.copytree(directory, copy)     # a new path: the module is imported and jitted afresh
+    try:
+        t0 = time.perf_counter()
+        built = load_chain(art.load(copy), typed, target)
+        built.fused(*inputs)
+        return time.perf_counter() - t0
+    finally:
+        shutil.rmtree(copy.parent, ignore_errors=True)
+
+
+# ---- anchors -------------------------------------------------------------------------------
+
+def prepare(anchor: str, w: Workload, inputs: list[np.ndarray]) -> Impl:
+    """An anchor's Impl for workload `w`; raises Skip with the reason when it cannot run."""
+    makers = {"numpy": _numpy, "torch": _torch_eager, "torch.compile": _torch_compile,
+              "jax.jit": _jax, "cupy": _cupy, "torch.cuda": _torch_cuda,
+              "torch.compile.cuda": _torch_compile_cuda}
+    if anchor not in makers:
+        raise Skip(f"unknown anchor {anchor!r}")
+    return makers[anchor](w, inputs)
+
+
+def _numpy(w: Workload, inputs) -> Impl:
+    fn = NUMPY[w.name]
+    holder: dict = {}
+
+    def call():
+        holder["out"] = fn(*inputs)
+        return holder["out"]
+    _, cold = _timed_first(call)
+    return Impl("numpy", call, lambda: np.asarray(holder["out"]), cold_s=cold)
+
+
+def _import_torch():
+    if not _have("torch"):
+        raise Skip("PyTorch is not installed (pip install -e '.[bench]')")
+    import torch
+    return torch
+
+
+def _torch_eager(w: Workload, inputs, device: str = "cpu", name: str = "torch") -> Impl:
+    torch = _import_torch()
+    fn = torch_fns(torch)[w.name]
+    return _torch_impl(torch, name, fn, inputs, device)
+
+
+def _torch_compile(w: Workload, inputs, device: str = "cpu", name: str = "torch.compile") -> Impl:
+    torch = _import_torch()
+    fn = torch_fns(torch)[w.name]
+    compiled = torch.compile(fn)
+    try:
+        impl = _torch_impl(torch, name, compiled, inputs, device)
+    except Exception as e:     # inductor needs a C++ compiler (CPU) or Triton (GPU)
+        raise Skip(f"torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
+    # cached: a fresh dynamo trace that finds inductor's on-disk caches filled
+    torch._dynamo.reset()
+    again = torch.compile(fn)
+    args = [torch.from_numpy(x).to(device) for x in inputs]
+    _, impl.cached_s = _timed_first(lambda: _sync(torch, device, again(*args)))
+    return impl
+
+
+def _sync(torch, device: str, out):
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return out
+
+
+def _torch_impl(torch, name: str, fn, inputs, device: str) -> Impl:
+    args = [torch.from_numpy(x).to(device) for x in inputs]
+    holder: dict = {}
+
+    def call():
+        with torch.no_grad():
+            holder["out"] = fn(*args)
+        return _sync(torch, device, holder["out"])
+    _, cold = _timed_first(call)
+    impl = Impl(name, call, lambda: holder["out"].detach().cpu().numpy(), cold_s=cold)
+    impl.detail = {"torch": torch.__version__, "threads": torch.get_num_threads()}
+    return impl
+
+
+def _jax(w: Workload, inputs) -> Impl:
+    if not _have("jax"):
+        raise Skip("JAX is not installed (pip install -e '.[bench]')")
+    import jax
+    import jax.numpy as jnp
+    fn = jax_fns(jax, jnp)[w.name]
+    args = [jax.device_put(x) for x in inputs]
+    holder: dict = {}
+    jitted = jax.jit(fn)
+
+    def call():
+        holder["out"] = jitted(*args).block_until_ready()
+        return holder["out"]
+    _, cold = _timed_first(call)
+    impl = Impl("jax.jit", call, lambda: np.asarray(holder["out"]), cold_s=cold)
+    impl.cached_s = _jax_cached(jax, fn, args)
+    impl.detail = {"jax": jax.__version__}
+    return impl
+
+
+def _jax_cached(jax, fn, args) -> float | None:
+    """Re-jit after clearing the in-memory caches, with JAX's persistent cache filled."""
+    try:
+        jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="fusec-bench-jax-"))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        jax.jit(fn)(*args).block_until_ready()        # fills the persistent cache
+        jax.clear_caches()
+        _, s = _timed_first(lambda: jax.jit(fn)(*args).block_until_ready())
+        return s
+    except Exception:      # older JAX without these options: no cached number
+        return None
+
+
+def _cupy(w: Workload, inputs) -> Impl:
+    if not _have("cupy"):
+        raise Skip("CuPy is not installed")
+    import cupy as cp
+    try:
+        cp.cuda.runtime.getDeviceCount()
+    except Exception as e:
+        raise Skip(f"no CUDA device for CuPy: {e}") from None
+    fn = array_fns(cp)[w.name]
+    args = [cp.asarray(x) for x in inputs]
+    holder: dict = {}
+
+    def call():
+        holder["out"] = fn(*args)
+        cp.cuda.get_current_stream().synchronize()
+        return holder["out"]
+    _, cold = _timed_first(call)
+    return Impl("cupy", call, lambda: cp.asnumpy(holder["out"]), cold_s=cold)
+
+
+def _torch_cuda(w: Workload, inputs) -> Impl:
+    torch = _import_torch()
+    if not torch.cuda.is_available():
+        raise Skip("no CUDA device for PyTorch")
+    return _torch_eager(w, inputs, "cuda", "torch")
+
+
+def _torch_compile_cuda(w: Workload, inputs) -> Impl:
+    torch = _import_torch()
+    if not torch.cuda.is_available():
+        raise Skip("no CUDA device for PyTorch")
+    return _torch_compile(w, inputs, "cuda", "torch.compile")

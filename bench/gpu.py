@@ -1,0 +1,263 @@
+"""The suite on a lent GPU, in one call, from artifacts compiled here (no MLIR there).
+
+Here (no GPU needed):
+    python -m bench.gpu prepare build/gpu-bench        # fusec compile --target cuda, every workload
+                                                        # at full size, plus the lark wheel
+On the GPU machine (its image has numba, numba-cuda, cupy, torch, triton; not lark, not MLIR),
+through the device tool with carry=["build/gpu-bench"]:
+    python -m bench.gpu run build/gpu-bench --out "$OUT"
+
+`run` installs the carried lark wheel if lark is missing, loads each artifact with fusec's
+runtime only, measures the device's copy bandwidth (a device-to-device copy timed with CUDA
+events), times fusec fused/unfused, CuPy, PyTorch eager and torch.compile interleaved, checks
+every output against the NumPy reference (on the host, in float64) and writes
+`$OUT/<machine>-<date>.json`, which `python -m bench table` turns into the README table once
+copied into bench/results/.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GPU_SECONDS = 1.0     # timing budget per implementation: the whole run must fit a few minutes
+
+
+def prepare(out: Path, only: list[str] | None = None, size: str = "full") -> None:
+    """Compile every workload for the cuda target into out/<name>/, and fetch the lark wheel."""
+    import lark
+
+    import fusec
+    from fusec.program import build_chain
+    from fusec.runtime import artifact as art
+    from fusec.runtime.targets import Target
+
+    from .workloads import WORKLOADS
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = {"size": size, "workloads": {}}
+    for w in WORKLOADS:
+        if only and w.name not in only:
+            continue
+        binding = w.binding(size)
+        text = w.fdsl.read_text()
+        typed = fusec.check(str(w.fdsl))
+        chain = next(c for c in typed.chains if c.name == w.chain)
+        t0 = time.perf_counter()
+        meta, sources, plan_text, _, _ = build_chain(chain, binding, Target("cuda"), fusec.Options())
+        art.write(out / w.name, target="cuda", source_path=f"bench/fdsl/{w.fdsl.name}", source=text,
+                  version=fusec.__version__, chains={w.chain: (meta, sources, plan_text)})
+        manifest["workloads"][w.name] = {"binding": binding, "compile_s": round(time.perf_counter() - t0, 3)}
+        print(f"compiled {w.name} {binding} for cuda in {manifest['workloads'][w.name]['compile_s']} s", flush=True)
+    wheels = out / "wheels"
+    wheels.mkdir(exist_ok=True)
+    if not list(wheels.glob("lark-*.whl")):
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels),
+                        f"lark=={lark.__version__}"], check=True)
+    (out / "gpu-manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    print(f"wrote {out}: carry it to the GPU and run `python -m bench.gpu run {out} --out $OUT`")
+
+
+def _ensure_lark(directory: Path) -> None:
+    if importlib.util.find_spec("lark") is not None:
+        return
+    wheel = sorted((directory / "wheels").glob("lark-*.whl"))
+    if not wheel:
+        raise SystemExit("lark is not installed and no lark wheel was carried: run `prepare` here first")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel[-1])],
+                   check=True)
+
+
+def _ensure_fusec() -> None:
+    """Import fusec from this checkout without installing it: its packages fusec.dsl,
+    fusec.compiler and fusec.runtime live in dsl/, compiler/ and runtime/ (pyproject's
+    package-dir), so map them by hand when fusec is not installed."""
+    try:
+        import fusec.dsl  # noqa: F401
+        return
+    except ImportError:
+        pass
+    sys.path.insert(0, str(ROOT))
+    for name, folder in (("fusec", "fusec"), ("fusec.dsl", "dsl"), ("fusec.compiler", "compiler"),
+                         ("fusec.runtime", "runtime")):
+        if name in sys.modules:
+            continue
+        spec = importlib.util.spec_from_file_location(name, ROOT / folder / "__init__.py",
+                                                      submodule_search_locations=[str(ROOT / folder)])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        if name != "fusec":      # fusec/__init__ imports the others: run it last
+            spec.loader.exec_module(module)
+    spec = importlib.util.find_spec("fusec")
+    spec.loader.exec_module(sys.modules["fusec"])
+
+
+def device_bandwidth(mbytes: int = 1024, reps: int = 20) -> dict:
+    """Best-of-`reps` device-to-device copy (Numba CUDA), read + write bytes, CUDA events."""
+    import numpy as np
+    from numba import cuda
+    n = mbytes * (1 << 20) // 4
+    src = cuda.to_device(np.ones(n, np.float32))
+    dst = cuda.device_array(n, np.float32)
+    dst.copy_to_device(src)
+    best = float("inf")
+    elapsed = getattr(cuda, "event_elapsed_time", None)    # the simulator has no events to time
+    for _ in range(reps):
+        start, stop = cuda.event(), cuda.event()
+        t0 = time.perf_counter()
+        start.record()
+        dst.copy_to_device(src)
+        stop.record()
+        stop.synchronize()
+        s = elapsed(start, stop) / 1e3 if elapsed else time.perf_counter() - t0
+        best = min(best, max(s, 1e-9))
+    return {"gbps": round(2 * n * 4 / best / 1e9, 1), "bytes": 2 * n * 4,
+            "method": f"device-to-device copy of {mbytes} MiB float32 (Numba CUDA), best of {reps}, CUDA events"}
+
+
+def run(directory: Path, out: Path, only: list[str] | None = None, target_name: str = "cuda") -> Path:
+    """target_name "cuda-sim" runs the same plumbing on Numba's simulator (tiny sizes; tests)."""
+    _ensure_lark(directory)
+    _ensure_fusec()
+    import numpy as np
+
+    import fusec
+    from fusec.program import load_chain
+    from fusec.runtime import artifact as art
+    from fusec.runtime.targets import select
+
+    from . import machine
+    from .anchors import Impl, Skip, prepare as prepare_anchor
+    from .suite import SCHEMA, _agree, _failure, _oracle, _ratios, git_commit
+    from .timing import Budget, measure
+    from .workloads import BY_NAME
+
+    manifest = json.loads((directory / "gpu-manifest.json").read_text())
+    target = select(target_name)
+    gpu = _gpu_name()
+    bandwidth = device_bandwidth(1024 if manifest["size"] == "full" else 4)
+    print(f"{gpu}: copy bandwidth {bandwidth['gbps']} GB/s", flush=True)
+    budget = Budget(seconds=GPU_SECONDS, min_runs=5, max_runs=100, warmup=3)
+    results = []
+    for name, meta in manifest["workloads"].items():
+        if only and name not in only:
+            continue
+        w = BY_NAME[name]
+        binding = meta["binding"]
+        inputs = w.make_inputs(binding, seed=0)
+        impls: list[Impl] = []
+        skipped: dict[str, str] = {}
+        try:
+            a = art.load(directory / name)
+            typed = fusec.check(a.source())
+            chain = next(c for c in typed.chains if c.name == w.chain)
+            t0 = time.perf_counter()
+            built = load_chain(a, chain, target)
+            load_s = time.perf_counter() - t0
+            impls += [_fusec_gpu(built, build, inputs, load_s, meta["compile_s"]) for build in ("fused", "unfused")]
+        except Exception as e:
+            skipped["fusec fused"] = skipped["fusec unfused"] = _failure(e)
+        for anchor in ("cupy", "torch.cuda", "torch.compile.cuda"):
+            try:
+                impls.append(prepare_anchor(anchor, w, inputs))
+            except Skip as e:
+                skipped[anchor] = str(e)
+            except Exception as e:
+                skipped[anchor] = _failure(e)
+        samples = measure({i.name: i.call for i in impls}, budget)
+        floor = machine.floor_ms(w.bytes(binding), 0, bandwidth["gbps"], None)
+        oracle = _oracle(w, inputs, binding)
+        entries = {}
+        for impl in impls:
+            e = samples[impl.name].as_dict()
+            e.update(cold_s=impl.cold_s, cached_s=impl.cached_s, agreement=_agree(impl, oracle))
+            if impl.detail:
+                e["detail"] = impl.detail
+            entries[impl.name] = e
+            print(f"  {name:14s} {impl.name:15s} {e['median_ms']:9.4f} ms (min {e['min_ms']:.4f})", flush=True)
+        results.append({"name": name, "chain": w.chain, "fdsl": f"bench/fdsl/{w.fdsl.name}", "binding": binding,
+                        "bound": w.bound, "bytes": w.bytes(binding), "flops": w.flops(binding),
+                        "floor": floor, "impls": entries, "skipped": skipped,
+                        "ratios": _ratios(samples, floor)})
+    import datetime as dt
+    doc = {"schema": SCHEMA, "suite": "fusec-bench", "size": manifest["size"], "target": "cuda",
+           "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "machine": machine.machine_id(gpu), "host": {"gpu": gpu, **_versions()},
+           "fusec": {"version": fusec.__version__, "commit": git_commit()},
+           "bandwidth": bandwidth, "gemm": {},
+           "budget": {"seconds": budget.seconds, "min_runs": budget.min_runs, "max_runs": budget.max_runs,
+                      "warmup": budget.warmup},
+           "ratio_convention": "fusec fused time / other time: below 1 means fusec is faster",
+           "workloads": results}
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{doc['machine']}-{doc['date'][:10]}.json"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {path}")
+    return path
+
+
+def _fusec_gpu(built, build: str, inputs, load_s: float, compile_s: float):
+    from .anchors import Impl
+    exe = getattr(built, build)
+    args = exe.prepare(inputs)          # inputs on the device once, as the anchors have them
+    holder: dict = {}
+
+    def call():
+        holder["out"] = exe.run_prepared(args)
+        exe.target.synchronize()
+        return holder["out"]
+    t0 = time.perf_counter()
+    call()
+    jit_s = time.perf_counter() - t0
+    impl = Impl(f"fusec {build}", call, lambda: exe.target.to_host(holder["out"][0]),
+                cold_s=(compile_s if build == "fused" else 0.0) + load_s + jit_s, cached_s=load_s + jit_s)
+    impl.detail = {"kernels": built.kernel_counts.get(build), "jit_s": round(jit_s, 3),
+                   "compiled_here_s": compile_s}
+    return impl
+
+
+def _gpu_name() -> str:
+    from numba import cuda
+    name = getattr(cuda.get_current_device(), "name", "cuda simulator")
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def _versions() -> dict:
+    import numba
+    import numpy as np
+    out = {"numpy": np.__version__, "numba": numba.__version__}
+    for mod in ("cupy", "torch", "triton"):
+        if importlib.util.find_spec(mod) is not None:
+            try:
+                out[mod] = __import__(mod).__version__
+            except Exception:
+                pass
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", choices=("prepare", "run"))
+    p.add_argument("directory")
+    p.add_argument("--out", default=None, help="run: where the JSON goes (default: $OUT or .)")
+    p.add_argument("--only", default="")
+    p.add_argument("--size", default="full", choices=("full", "tiny"))
+    p.add_argument("--target", default="cuda", choices=("cuda", "cuda-sim"),
+                   help="run: cuda-sim checks the plumbing on Numba's simulator")
+    args = p.parse_args(argv)
+    only = [s for s in args.only.split(",") if s] or None
+    if args.command == "prepare":
+        prepare(Path(args.directory), only, args.size)
+    else:
+        import os
+        run(Path(args.directory), Path(args.out or os.environ.get("OUT", ".")), only, args.target)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

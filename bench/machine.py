@@ -1,0 +1,104 @@
+"""What the results were measured on, and the floors they are compared with: the measured
+memory copy bandwidth (memory-bound workloads) and the measured single-precision GEMM rate of
+the BLAS NumPy links (compute-bound ones)."""
+from __future__ import annotations
+
+import os
+import platform
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+
+OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def cpu_model() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        m = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+        if m:
+            return m.group(1).strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_id(gpu_name: str | None = None) -> str:
+    """A short, file-name-safe tag: `cpu-amd-epyc-2c` or `gpu-nvidia-h200`."""
+    text = gpu_name if gpu_name else f"{cpu_model()} {os.cpu_count()}c"
+    tag = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return f"{'gpu' if gpu_name else 'cpu'}-{tag}"
+
+
+def blas_info() -> list[dict]:
+    """Which BLAS NumPy uses and with which kernel (threadpoolctl), when that is installed."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return []
+    keep = ("user_api", "internal_api", "version", "architecture", "num_threads", "prefix")
+    return [{k: v for k, v in d.items() if k in keep} for d in threadpool_info()]
+
+
+def describe() -> dict:
+    import numba
+    info = {
+        "cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
+        "numpy": np.__version__, "numba": numba.__version__,
+        "numba_threading_layer": numba.config.THREADING_LAYER,
+        "numba_threads": numba.config.NUMBA_NUM_THREADS,
+        "blas": blas_info(),
+        "env": {k: os.environ[k] for k in OPENBLAS_VARS if k in os.environ},
+    }
+    try:
+        info["load_average"] = list(os.getloadavg())
+    except OSError:
+        pass
+    return info
+
+
+def copy_bandwidth(mbytes: int = 256, reps: int = 10) -> dict:
+    """Best-of-`reps` GB/s of np.copyto between two preallocated float32 arrays, counting the
+    bytes read and the bytes written (a STREAM-copy-style number)."""
+    n = mbytes * (1 << 20) // 4
+    src = np.ones(n, np.float32)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t0)
+    return {"gbps": round(2 * src.nbytes / best / 1e9, 2), "bytes": 2 * src.nbytes,
+            "method": f"np.copyto of {mbytes} MiB float32, best of {reps}, read + write bytes"}
+
+
+def gemm_rate(n: int = 2048, reps: int = 5) -> dict:
+    """Best-of-`reps` GFLOP/s of an n x n x n float32 np.matmul (NumPy's BLAS, all its threads)."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    out = np.empty((n, n), np.float32)
+    np.matmul(a, b, out=out)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        np.matmul(a, b, out=out)
+        best = min(best, time.perf_counter() - t0)
+    return {"gflops": round(2 * n ** 3 / best / 1e9, 1),
+            "method": f"np.matmul {n}x{n}x{n} float32, best of {reps}"}
+
+
+def floor_ms(nbytes: int, flops: int, bandwidth_gbps: float, gflops: float | None) -> dict:
+    """The time no implementation can beat on this machine: bytes at copy bandwidth, or flops at
+    the BLAS GEMM rate, whichever is larger."""
+    mem = nbytes / (bandwidth_gbps * 1e9) * 1e3
+    comp = flops / (gflops * 1e9) * 1e3 if gflops else 0.0
+    return {"ms": _sig(max(mem, comp)), "memory_ms": _sig(mem), "compute_ms": _sig(comp),
+            "bound": "memory" if mem >= comp else "compute"}
+
+
+def _sig(x: float) -> float:
+    return float(f"{x:.4g}")

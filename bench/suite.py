@@ -1,0 +1,154 @@
+"""The suite: for each workload, prepare every implementation, time them interleaved, check each
+against the NumPy reference (in float64), and return the results as one JSON-able dict."""
+from __future__ import annotations
+
+import datetime as dt
+import gc
+import subprocess
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from . import machine
+from .anchors import CPU_ANCHORS, Impl, Skip, fusec_impls, prepare
+from .timing import Budget, measure, paired_ratio
+from .workloads import WORKLOADS, Workload
+
+SCHEMA = 1
+FUSEC = ("fusec fused", "fusec unfused")
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parent, timeout=10)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def run_suite(workloads: tuple[Workload, ...] = WORKLOADS, size: str = "full",
+              anchors: tuple[str, ...] = CPU_ANCHORS, budget: Budget = Budget(),
+              target: str = "cpu", log=print, machine_info: dict | None = None,
+              bandwidth: dict | None = None, gemm: dict | None = None) -> dict:
+    """Run every workload; `log` gets one line per step (progress for a long run)."""
+    import fusec
+    info = machine_info or machine.describe()
+    bandwidth = bandwidth or machine.copy_bandwidth(256 if size == "full" else 8)
+    gemm = gemm if gemm is not None else machine.gemm_rate(2048 if size == "full" else 128)
+    log(f"copy bandwidth {bandwidth['gbps']} GB/s; sgemm {gemm.get('gflops')} GFLOP/s")
+    results = []
+    for w in workloads:
+        log(f"[{w.name}]")
+        results.append(run_workload(w, size, anchors, budget, target, bandwidth, gemm, log))
+        gc.collect()
+    return {
+        "schema": SCHEMA, "suite": "fusec-bench", "size": size, "target": target,
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": info.get("machine_id") or machine.machine_id(info.get("gpu")),
+        "host": info, "fusec": {"version": fusec.__version__, "commit": git_commit()},
+        "bandwidth": bandwidth, "gemm": gemm,
+        "budget": {"seconds": budget.seconds, "min_runs": budget.min_runs,
+                   "max_runs": budget.max_runs, "warmup": budget.warmup},
+        "ratio_convention": "fusec fused time / other time: below 1 means fusec is faster",
+        "workloads": results,
+    }
+
+
+def run_workload(w: Workload, size: str, anchors, budget: Budget, target: str,
+                 bandwidth: dict, gemm: dict, log=print) -> dict:
+    binding = w.binding(size)
+    inputs = w.make_inputs(binding, seed=0)
+    oracle = _oracle(w, inputs, binding)
+    impls: list[Impl] = []
+    skipped: dict[str, str] = {}
+    try:
+        impls += fusec_impls(w, binding, inputs, target)
+    except Exception as e:          # a compiler failure is a result, not the end of the suite
+        skipped["fusec fused"] = skipped["fusec unfused"] = _failure(e)
+    for a in anchors:
+        try:
+            impls.append(prepare(a, w, inputs))
+        except Skip as e:
+            skipped[a] = str(e)
+        except Exception as e:
+            skipped[a] = _failure(e)
+    for name, note in skipped.items():
+        log(f"  skip {name}: {note}")
+    samples = measure({i.name: i.call for i in impls}, budget)
+    floor = machine.floor_ms(w.bytes(binding), w.flops(binding), bandwidth["gbps"], gemm.get("gflops"))
+    out_impls = {}
+    for impl in impls:
+        s = samples[impl.name]
+        entry = s.as_dict()
+        entry.update(cold_s=_r(impl.cold_s), cached_s=_r(impl.cached_s), agreement=_agree(impl, oracle))
+        if impl.detail:
+            entry["detail"] = impl.detail
+        if impl.notes:
+            entry["notes"] = impl.notes
+        out_impls[impl.name] = entry
+        log(f"  {impl.name:15s} median {s.median_ms:10.3f} ms  min {s.min_ms:10.3f} ms  "
+            f"({len(s.seconds)} runs)  {'ok' if entry['agreement']['ok'] else 'MISMATCH'}")
+    return {
+        "name": w.name, "chain": w.chain, "fdsl": f"bench/fdsl/{w.fdsl.name}", "binding": binding,
+        "bound": w.bound, "bytes": w.bytes(binding), "flops": w.flops(binding), "floor": floor,
+        "impls": out_impls, "skipped": skipped, "ratios": _ratios(samples, floor),
+    }
+
+
+def _oracle(w: Workload, inputs, binding) -> np.ndarray:
+    """fusec's NumPy reference executor, computing in float64."""
+    import fusec
+    typed = fusec.check(str(w.fdsl))
+    chain = next(c for c in typed.chains if c.name == w.chain)
+    return np.asarray(fusec.reference(chain, inputs, binding, compute_f64=True)[0])
+
+
+def _agree(impl: Impl, oracle: np.ndarray) -> dict:
+    from fusec.runtime.compare import compare
+    try:
+        got = impl.result()
+    except Exception as e:
+        return {"ok": False, "reason": _failure(e)}
+    c = compare(got.astype(np.float32) if got.dtype != np.float32 else got, oracle, "f32")
+    return {"ok": c.ok, "max_abs": float(f"{c.max_abs:.3g}"), "max_rel": float(f"{c.max_rel:.3g}")}
+
+
+def _ratios(samples: dict, floor: dict) -> dict:
+    out: dict = {}
+    fused = samples.get("fusec fused")
+    if fused is None:
+        return out
+    for name, s in samples.items():
+        if name == "fusec fused":
+            continue
+        out[name] = {"median": _r(fused.median_ms / s.median_ms), "min": _r(fused.min_ms / s.min_ms),
+                     "paired": _r(paired_ratio(fused, s))}
+    if floor["ms"] > 0:
+        out["floor"] = {"median": _r(fused.median_ms / floor["ms"]), "min": _r(fused.min_ms / floor["ms"])}
+    return out
+
+
+def _r(x):
+    """Four significant digits (times span microseconds to seconds)."""
+    return None if x is None else float(f"{float(x):.4g}")
+
+
+def _failure(e: BaseException) -> str:
+    last = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
+    where = f" ({Path(last.filename).name}:{last.lineno})" if last else ""
+    return f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}{where}"
+
+
+def write_results(results: dict, out_dir: Path) -> Path:
+    """bench/results/<machine>-<date>[-<size>].json"""
+    import json
+    out_dir.mkdir(parents=True, exist_ok=True)
+    day = results["date"][:10]
+    suffix = "" if results["size"] == "full" else f"-{results['size']}"
+    path = out_dir / f"{results['machine']}-{day}{suffix}.json"
+    path.write_text(json.dumps(results, indent=1, sort_keys=False) + "\n")
+    return path
+
+

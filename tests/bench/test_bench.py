@@ -1,0 +1,134 @@
+"""The benchmark suite's plumbing at tiny sizes: workloads agree with the reference, the timing
+loop interleaves, results have the documented shape, the README table comes from JSON, the
+scaling benchmark fits an exponent. Nothing here asserts a timing."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fusec
+from bench import anchors, gpu, machine, scaling, table, timing
+from bench.suite import run_suite, write_results
+from bench.workloads import NUMPY, WORKLOADS
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.mark.parametrize("w", WORKLOADS, ids=lambda w: w.name)
+def test_numpy_anchor_matches_the_fdsl_chain(w):
+    binding = w.binding("tiny")
+    inputs = w.make_inputs(binding)
+    typed = fusec.check(str(w.fdsl))
+    chain = next(c for c in typed.chains if c.name == w.chain)
+    want = fusec.reference(chain, inputs, binding, compute_f64=True)[0]
+    got = NUMPY[w.name](*inputs)
+    assert got.dtype == np.float32 and got.shape == w.output_shape(binding)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_inputs_are_seeded_and_bytes_count_every_array():
+    w = WORKLOADS[1]
+    b = w.binding("tiny")
+    a, c = w.make_inputs(b, seed=3), w.make_inputs(b, seed=3)
+    assert all(np.array_equal(x, y) for x, y in zip(a, c))
+    assert w.bytes(b) == sum(x.nbytes for x in a) + 4 * int(np.prod(w.output_shape(b)))
+
+
+def test_measure_interleaves_rounds_and_gives_slow_calls_fewer_runs():
+    now = [0.0]
+    order = []
+
+    def call(name, cost):
+        def f():
+            order.append(name)
+            now[0] += cost
+        return f
+    s = timing.measure({"fast": call("fast", 0.001), "slow": call("slow", 0.1)},
+                       timing.Budget(seconds=0.5, min_runs=3, max_runs=20, warmup=1), clock=lambda: now[0])
+    assert len(s["fast"].seconds) == 20 and len(s["slow"].seconds) == 5
+    timed = order[2:]                        # after one warm-up call each
+    assert timed[:4] == ["fast", "slow", "slow", "fast"]     # the order rotates round by round
+    assert timing.paired_ratio(s["fast"], s["slow"]) == pytest.approx(0.01)
+
+
+def test_missing_anchor_is_skipped_with_a_note(monkeypatch):
+    monkeypatch.setattr(anchors, "_have", lambda module: False)
+    w = WORKLOADS[0]
+    inputs = w.make_inputs(w.binding("tiny"))
+    for a in ("torch", "torch.compile", "jax.jit", "cupy"):
+        with pytest.raises(anchors.Skip, match="not installed"):
+            anchors.prepare(a, w, inputs)
+
+
+def test_suite_writes_the_documented_json(tmp_path):
+    w = [x for x in WORKLOADS if x.name in ("ew_chain", "softmax")]
+    budget = timing.Budget(seconds=0.01, min_runs=2, max_runs=3, warmup=1)
+    r = run_suite(tuple(w), "tiny", ("numpy", "no-such-anchor"), budget, log=lambda s: None,
+                  bandwidth={"gbps": 10.0}, gemm={"gflops": 10.0})
+    assert r["schema"] == 1 and r["size"] == "tiny" and r["target"] == "cpu"
+    for entry in r["workloads"]:
+        assert set(entry["impls"]) == {"fusec fused", "fusec unfused", "numpy"}
+        assert entry["skipped"] == {"no-such-anchor": "unknown anchor 'no-such-anchor'"}
+        for impl in entry["impls"].values():
+            assert impl["agreement"]["ok"], impl
+            assert impl["runs"] >= 2 and impl["min_ms"] <= impl["median_ms"]
+        assert entry["impls"]["fusec fused"]["cold_s"] > 0
+        assert entry["impls"]["fusec fused"]["cached_s"] > 0
+        assert set(entry["ratios"]) == {"fusec unfused", "numpy", "floor"}
+        assert entry["floor"]["bound"] in ("memory", "compute")
+    path = write_results(r, tmp_path)
+    assert path.name.endswith("-tiny.json") and json.loads(path.read_text())["machine"] == r["machine"]
+
+
+def test_readme_table_is_generated_from_results(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    fixture = json.loads((HERE / "fixture_result.json").read_text())
+    (results / "cpu-test-2026-01-01.json").write_text(json.dumps(fixture))
+    older = dict(fixture, date="2025-01-01T00:00:00Z")
+    older["workloads"] = []
+    (results / "cpu-test-2025-01-01.json").write_text(json.dumps(older))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\nbefore\n{table.START}\nstale\n{table.END}\nafter\n")
+    assert table.update_readme(readme, results)
+    text = readme.read_text()
+    assert text.startswith("# x\n\nbefore\n") and text.endswith(f"{table.END}\nafter\n")
+    assert "stale" not in text
+    section = text.split(table.START)[1].split(table.END)[0]
+    assert "| softmax | 5.5 (5) |" in section            # fusec fused median (min)
+    assert "0.50× vs jax.jit" in section                  # fused over the faster compiled anchor
+    assert "cpu-test-2026-01-01.json" in section          # the newest result per machine
+    assert "Not run: torch.compile (PyTorch is not installed" in section
+    assert not table.update_readme(readme, results)        # idempotent
+
+
+def test_scaling_fits_an_exponent():
+    assert scaling.fit_exponent([10, 100, 1000], [1.0, 10.0, 100.0]) == pytest.approx(1.0)
+    src = scaling.elementwise_chain(10)
+    assert src.count("\n    v") == 11 and fusec.check(src).chains[0].name == "scale"
+    fusec.check(scaling.mixed_chain(20))
+    r = scaling.run_scaling(sizes=(10, 20), kinds=("elementwise",), log=lambda s: None, jit_max=0)
+    rows = r["kinds"]["elementwise"]["rows"]
+    assert [x["n"] for x in rows] == [10, 20] and "tiled" in rows[0]["stages_s"]
+    assert isinstance(r["kinds"]["elementwise"]["exponent"], float)
+
+
+def test_floor_is_bytes_at_bandwidth_or_flops_at_gemm_rate():
+    f = machine.floor_ms(10 ** 9, 10 ** 9, 100.0, 1000.0)
+    assert f == {"ms": 10.0, "memory_ms": 10.0, "compute_ms": 1.0, "bound": "memory"}
+    assert machine.floor_ms(10 ** 6, 10 ** 12, 100.0, 1000.0)["bound"] == "compute"
+    assert machine.machine_id("NVIDIA H200") == "gpu-nvidia-h200"
+
+
+def test_gpu_script_runs_from_artifacts_on_the_simulator(tmp_path):
+    """`prepare` compiles for cuda here; `run` needs only the artifacts (checked on cuda-sim)."""
+    (tmp_path / "art" / "wheels").mkdir(parents=True)
+    (tmp_path / "art" / "wheels" / "lark-0-py3-none-any.whl").write_text("")   # no download
+    gpu.prepare(tmp_path / "art", only=["softmax"], size="tiny")
+    assert (tmp_path / "art" / "softmax" / "manifest.json").exists()
+    path = gpu.run(tmp_path / "art", tmp_path / "out", target_name="cuda-sim")
+    doc = json.loads(path.read_text())
+    [w] = doc["workloads"]
+    assert doc["target"] == "cuda" and w["name"] == "softmax"
+    assert w["impls"]["fusec fused"]["agreement"]["ok"] and "cupy" in w["skipped"]
