@@ -24,6 +24,7 @@ __all__ = ["EmittedModule", "Entry", "EmitError", "emit", "gpu_cleanup_pipeline"
            "cpu_cleanup_pipeline"]
 
 _COPY_THREADS = 256
+CPU_FASTMATH = '{"contract", "reassoc"}'
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ def _assemble(target, consts, globals_, helpers, kernels, hosts) -> str:
             "import math", "", "import numba", "import numpy as np"]
     if target == "cuda":
         head.append("from numba import cuda")
+    head += helpers.imports()
     parts = ["\n".join(head)]
     if consts.defs:
         parts.append("\n".join(consts.lines()))
@@ -165,7 +167,7 @@ class _FuncEmitter:
             head = [f"def {inner}({', '.join(params)}):", doc]
         else:
             doc = f'    """@{self.func_name} {sig} at {where}."""'
-            head = ['@numba.njit(parallel=True, fastmath=False, cache=False, error_model="numpy")',
+            head = [f'@numba.njit(parallel=True, fastmath={CPU_FASTMATH}, cache=False, error_model="numpy")',
                     f"def {inner}({', '.join(params)}):", doc]
         text = "\n".join(head + w.lines)
         if f16_wrapper:

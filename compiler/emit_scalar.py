@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .emit_values import Constants, EmitError, Elem, add, atom, elem_of, floordiv, mod, mul, no_rule
+from . import emit_cpu
+from .emit_values import (Constants, EmitError, Elem, add, atom, elem_of, elem_of_name, floordiv,
+                          mod, mul, no_rule)
 from .mlir import ir
 
 _CMPF = {  # arith.cmpf predicate number -> template over a, b (NaN compares false except une)
@@ -46,18 +48,36 @@ class Helpers:
     target: str
     consts: Constants
     used: dict[str, list[str]] = field(default_factory=dict)
+    decorated: set[str] = field(default_factory=set)     # helpers whose text has its decorator
+    intrinsics: bool = False                              # a Numba @intrinsic is among them
 
     def use(self, name: str, elem: Elem | None = None) -> str:
+        if self.target == "cpu" and emit_cpu.is_cpu_helper(name):
+            return self._use_cpu(name)
         key = f"_{name}_{elem.mlir}" if elem is not None and name in _TYPED_HELPERS else f"_{name}"
         if key not in self.used:
             self.used[key] = _helper_body(name, key, elem, self)
         return key
 
+    def _use_cpu(self, name: str) -> str:
+        key = emit_cpu.minmax_key(name) if name in emit_cpu.MINMAX else f"_{name}"
+        if key not in self.used:
+            self.used[key] = []            # claimed first: a helper may use others
+            lines, intrinsic = emit_cpu.helper(name, key, self._use_cpu,
+                                               lambda v: self.consts.float(v, elem_of_name("f32")))
+            self.used[key] = lines
+            self.decorated.add(key)
+            self.intrinsics |= intrinsic
+        return key
+
+    def imports(self) -> tuple[str, ...]:
+        return emit_cpu.IMPORTS if self.intrinsics else ()
+
     def lines(self) -> list[str]:
         deco = "@cuda.jit(device=True)" if self.target == "cuda" else "@numba.njit"
         out = []
         for key in sorted(self.used):
-            out += ["", "", deco] + self.used[key]
+            out += ["", ""] + ([] if key in self.decorated else [deco]) + self.used[key]
         return out
 
     def rounding(self, fn: str, x: str, elem: Elem) -> str:
@@ -197,6 +217,8 @@ class ScalarRules:
             if out.kind == "bool" and name == "arith.muli":
                 return f"{a[0]} and {a[1]}"
             return self._wrap_int(f"{atom(a[0])} {_BINARY[name]} {atom(a[1])}", out)
+        if name in emit_cpu.VECTOR_MATH and self.target == "cpu" and out.mlir == "f32":
+            return f"{self.helpers.use(emit_cpu.VECTOR_MATH[name])}({a[0]})"
         if name in _MATH_UNARY:
             return self._wrap_float(f"math.{_MATH_UNARY[name]}({a[0]})", out)
         if name in _MATH_BINARY:

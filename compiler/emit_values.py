@@ -92,6 +92,11 @@ def elem_of(t: "ir.Type", op: "ir.Operation | None" = None) -> Elem:
     return _ELEMS[text]
 
 
+def elem_of_name(mlir: str) -> Elem:
+    """The Elem of a scalar type by its MLIR name ("f32")."""
+    return _ELEMS[mlir]
+
+
 def is_memref_type(t: "ir.Type") -> bool:
     return isinstance(t.maybe_downcast(), ir.MemRefType)
 

@@ -1,0 +1,111 @@
+"""The CPU target's vectorisable forms (compiler/emit_cpu.py): arith.maximumf & co. as LLVM's
+min/max intrinsics, f32 exp and tanh as MLIR's polynomial approximations, and the fastmath
+flags; checked for accuracy over f32's range, for IEEE special values, and in reductions long
+enough to run through LLVM's vectorised loops."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import fusec
+from fusec.compiler.emit import CPU_FASTMATH
+
+
+def _sweep() -> np.ndarray:
+    rng = np.random.default_rng(1)
+    parts = [np.linspace(-110, 95, 20001, dtype=np.float32),
+             np.linspace(-12, 12, 20001, dtype=np.float32),
+             (rng.standard_normal(20000) * 3).astype(np.float32),
+             np.logspace(-40, -3, 2000, dtype=np.float32),
+             -np.logspace(-40, -3, 2000, dtype=np.float32),
+             np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 88.72, 88.73, -87.34, -103.9, -104.1,
+                       9.0, -9.0, 8.9, 0.0004, -0.00039], np.float32)]
+    x = np.concatenate(parts)
+    return x[: x.size // 64 * 64].reshape(64, -1)
+
+
+X = _sweep()
+
+
+def _ulps(got: np.ndarray, want64: np.ndarray) -> float:
+    with np.errstate(over="ignore"):
+        want = want64.astype(np.float32)
+    finite = np.isfinite(want)
+    spacing = np.spacing(np.maximum(np.abs(want[finite]), np.float32(1.2e-38)))
+    return float(np.max(np.abs(got[finite].astype(np.float64) - want64[finite]) / spacing))
+
+
+@pytest.fixture(scope="module")
+def unary():
+    src = ("chain e(x: f32[M, N]) -> f32[M, N] { return exp(x) }\n"
+           "chain t(x: f32[M, N]) -> f32[M, N] { return tanh(x) }\n")
+    return fusec.compile(src, target="cpu", options={"baseline": False})
+
+
+def test_exp_f32_within_3_ulp_and_keeps_special_values(unary):
+    got = unary.e(X)
+    with np.errstate(over="ignore"):
+        want = np.exp(X.astype(np.float64))
+    assert _ulps(got, want) <= 3
+    with np.errstate(over="ignore"):
+        want32 = want.astype(np.float32)
+    special = ~np.isfinite(want32) | (want32 == 0) | np.isnan(X)
+    np.testing.assert_array_equal(got[special], want32[special])       # nan, inf, 0 exactly
+    tiny = (want32 > 0) & (want32 < np.float32(1.2e-38))              # gradual underflow
+    assert np.all(np.abs(got[tiny] - want32[tiny]) <= np.float32(1.5e-45))
+
+
+def test_tanh_f32_within_5_ulp_keeps_signs_and_limits(unary):
+    got = unary.t(X)
+    want = np.tanh(X.astype(np.float64))
+    assert _ulps(got, want) <= 5
+    big = np.abs(X) >= 9
+    np.testing.assert_array_equal(got[big], np.sign(X[big]))           # +-1 exactly, inf too
+    assert np.isnan(got[np.isnan(X)]).all()
+    small = np.abs(X) < np.float32(0.0004)
+    np.testing.assert_array_equal(got[small], X[small])                # incl. the sign of -0
+    assert np.array_equal(np.signbit(got[small]), np.signbit(X[small]))
+
+
+def test_cpu_source_uses_the_vector_forms_and_safe_fastmath_flags(unary):
+    src = unary.e.stages({"M": 64, "N": 64})["kernels"]
+    assert "_exp_f32(" in src and "math.exp(" not in src
+    flags = set(re.findall(r'"(\w+)"', CPU_FASTMATH))
+    assert flags == {"contract", "reassoc"}      # never nnan/ninf/nsz/arcp/afn: IEEE specials hold
+    assert f"fastmath={CPU_FASTMATH}" in src
+    relu = fusec.compile("chain r(x: f32[M, N]) -> f32[M, N] { return relu(x) }", target="cpu")
+    assert "_llvm_maximum(" in relu.r.stages({"M": 8, "N": 8})["kernels"]
+
+
+def test_f64_and_cuda_keep_libm():
+    src = "chain e(x: f64[M, N]) -> f64[M, N] { return exp(tanh(x)) }"
+    cpu = fusec.compile(src, target="cpu", options={"baseline": False}).e.stages({"M": 4, "N": 4})
+    assert "math.exp(" in cpu["kernels"] and "_exp_f32" not in cpu["kernels"]
+    src32 = "chain e(x: f32[M, N]) -> f32[M, N] { return exp(x) }"
+    cuda = fusec.compile(src32, target="cuda-sim", options={"baseline": False}).e.stages({"M": 4, "N": 4})
+    assert "math.exp(" in cuda["kernels"] and "intrinsic" not in cuda["kernels"]
+
+
+def test_vectorised_reductions_keep_nan_inf_and_signed_zero():
+    src = ("chain mx(x: f32[M, N]) -> f32[M] { return max(x, axis=-1) }\n"
+           "chain mn(x: f32[M, N]) -> f32[M] { return min(x, axis=-1) }\n"
+           "chain sm(x: f32[M, N]) -> f32[M] { return sum(x, axis=-1) }\n")
+    prog = fusec.compile(src, target="cpu", options={"baseline": False})
+    x = np.random.default_rng(2).standard_normal((16, 1000)).astype(np.float32)
+    x[1, 517] = np.nan
+    x[2, 3] = np.inf
+    x[3, 999] = -np.inf
+    x[4] = -0.0
+    x[5] = 0.0
+    x[5, 100] = -0.0
+    x[6, ::2] = np.inf
+    x[6, 1::2] = -np.inf
+    with np.errstate(invalid="ignore"):
+        for name, ref in (("mx", np.max), ("mn", np.min), ("sm", np.sum)):
+            got = getattr(prog, name)(x)
+            want = ref(x.astype(np.float64), axis=-1).astype(np.float32)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4, equal_nan=True, err_msg=name)
+    assert np.signbit(prog.mx(x)[4]) and not np.signbit(prog.mx(x)[5])    # max(-0, -0) = -0
+    assert np.signbit(prog.mn(x)[5])                                       # min(+0, -0) = -0
