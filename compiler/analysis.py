@@ -18,6 +18,10 @@ VIEW_OPS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape")
 IGNORED = ("tensor.empty", "arith.constant", "func.return")
 CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.conv_2d_nchw_fchw", "linalg.batch_matmul_transpose_b",
                 "linalg.matmul_transpose_b", "linalg.batch_reduce_matmul", "linalg.contract")
+# body ops that cost nothing at run time (constants, casts between index and integers, compares
+# feeding selects are counted through the select)
+FREE_OPS = ("constant", "index_cast", "index_castui", "bitcast", "extf", "truncf", "sitofp", "uitofp", "fptosi",
+            "fptoui", "extsi", "extui", "trunci")
 TRANSCENDENTAL = ("math.exp", "math.log", "math.tanh", "math.erf", "math.sqrt", "math.rsqrt", "math.sin",
                   "math.cos", "math.powf", "math.exp2", "math.log2", "math.log1p", "math.expm1")
 
@@ -37,6 +41,44 @@ class OpInfo:
     elem_bytes: int
     body_ops: tuple[str, ...]                   # payload ops of a generic's body (for costs and notes)
     loc: str
+    operand_keys: tuple[str, ...] = ()          # per operand: "arg3", "%5:0" (op 5's result 0), "empty"...
+    operand_shapes: tuple[tuple[int, ...], ...] = ()
+    operand_elem_bytes: tuple[int, ...] = ()
+    n_inputs: int = 0                           # operands before the outs (inits)
+    result_shapes: tuple[tuple[int, ...], ...] = ()
+    reduction_ops: tuple[str, ...] = ()         # body ops that combine into an accumulator (reductions)
+
+    @property
+    def points(self) -> int:
+        """Points of the iteration space (one body execution each)."""
+        n = 1
+        for x in self.loops:
+            n *= max(1, x)
+        return n
+
+    @property
+    def result_bytes(self) -> int:
+        return sum(_prod(s) * self.elem_bytes for s in (self.result_shapes or (self.result_shape,)))
+
+    def operand_bytes(self, k: int) -> int:
+        return _prod(self.operand_shapes[k]) * self.operand_elem_bytes[k]
+
+    def flop_counts(self) -> dict[str, int]:
+        """Body ops that cost FLOPs, by short name (addf, exp, ...), per point. A contraction's
+        multiply-add counts as one `mac`, a reduction's combining op as one `reduce`."""
+        if self.kind == "contraction":
+            return {"mac": 1}
+        out: dict[str, int] = {}
+        combining = list(self.reduction_ops)
+        for b in self.body_ops:
+            dialect, _, op = b.partition(".")
+            if dialect not in ("arith", "math") or op in FREE_OPS:
+                continue
+            if op in combining:
+                combining.remove(op)
+                op = "reduce"
+            out[op] = out.get(op, 0) + 1
+        return out
 
     @property
     def parallel_loops(self) -> tuple[int, ...]:
@@ -92,6 +134,13 @@ def tag_ops(module: ir.Module) -> None:
             op.attributes[ID_ATTR] = ir.IntegerAttr.get(i64, i)
 
 
+def _prod(shape) -> int:
+    n = 1
+    for x in shape:
+        n *= max(0, x)
+    return n
+
+
 def _dims(expr) -> frozenset:
     return frozenset(int(d) for d in re.findall(r"d(\d+)", str(expr)))
 
@@ -124,6 +173,11 @@ def analyze(module: ir.Module) -> dict[str, ChainInfo]:
 def _info(i: int, orig, gen, all_ops) -> OpInfo:
     index = {id_: k for k, id_ in enumerate(map(_key, all_ops))}
     producers = tuple(_producer(v, index) for v in orig.operands)
+    keys = tuple(_operand_key(v, index) for v in orig.operands)
+    shapes = tuple(_shape(v.type) for v in orig.operands)
+    ebytes = tuple(_elem_bytes(v.type) for v in orig.operands)
+    rshapes = tuple(_shape(r.type) for r in orig.results)
+    extra = dict(operand_keys=keys, operand_shapes=shapes, operand_elem_bytes=ebytes, result_shapes=rshapes)
     users = []
     for r in orig.results:
         for use in r.uses:
@@ -136,10 +190,10 @@ def _info(i: int, orig, gen, all_ops) -> OpInfo:
         # a pad is its own parallel loop nest over its result; source dim t moves with loop t
         dims = tuple(frozenset({t}) for t in range(len(shape)))
         return OpInfo(i, name, "pad", shape, ("parallel",) * len(shape), producers, (dims,), dims,
-                      tuple(sorted(set(users))), shape, eb, (), str(orig.location))
+                      tuple(sorted(set(users))), shape, eb, (), str(orig.location), n_inputs=1, **extra)
     if name in VIEW_OPS:
         return OpInfo(i, name, "view", (), (), producers, (), (), tuple(sorted(set(users))), shape, eb, (),
-                      str(orig.location))
+                      str(orig.location), n_inputs=1, **extra)
     maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(gen.attributes["indexing_maps"])]
     iters = tuple("reduction" if "reduction" in str(a) else "parallel" for a in ir.ArrayAttr(gen.attributes["iterator_types"]))
     operand_loops = tuple(tuple(_dims(e) for e in m.results) for m in maps)
@@ -157,8 +211,10 @@ def _info(i: int, orig, gen, all_ops) -> OpInfo:
         kind = "reduction"
     else:
         kind = "elementwise"
+    n_in = len(gen.operands) - len(gen.results)
     return OpInfo(i, name, kind, tuple(loops), iters, producers, operand_loops, operand_loops[-1],
-                  tuple(sorted(set(users))), shape, eb, body, str(orig.location))
+                  tuple(sorted(set(users))), shape, eb, body, str(orig.location), n_inputs=n_in,
+                  reduction_ops=_combining_ops(gen, n_in) if kind == "reduction" else (), **extra)
 
 
 def _is_contraction(gen, maps, iters) -> bool:
@@ -174,6 +230,31 @@ def _is_contraction(gen, maps, iters) -> bool:
     return len(varying) >= 2 and missing and bool(body & {"arith.mulf", "arith.muli"})
 
 
+def _combining_ops(gen, n_in: int) -> tuple[str, ...]:
+    """Short names of the body ops that read an accumulator (an outs block argument)."""
+    block = gen.regions[0].blocks[0]
+    accs = {_key_value(a) for a in list(block.arguments)[n_in:]}
+    out = []
+    for op in block.operations:
+        if any(_key_value(v) in accs for v in op.operands) and op.name.split(".")[0] in ("arith", "math"):
+            out.append(op.name.split(".", 1)[1])
+    return tuple(out)
+
+
+def _key_value(v) -> str:
+    return v.get_name() if hasattr(v, "get_name") else str(v)
+
+
+def _operand_key(value, index) -> str:
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return f"arg{ir.BlockArgument(value).arg_number}"
+    k = index.get(_key(owner))
+    if k is None:
+        return owner.name.split(".", 1)[-1]          # empty, constant...
+    return f"%{k}:{ir.OpResult(value).result_number}"
+
+
 def _key(op) -> int:
     return hash(op.operation if hasattr(op, "operation") else op)
 
@@ -183,3 +264,39 @@ def _producer(value, index) -> int | None:
     if isinstance(owner, ir.Block):
         return None
     return index.get(_key(owner))
+
+
+def loop_correspondence(info: ChainInfo, root: int, members, pads: bool = False) -> dict[int, dict[int, frozenset]]:
+    """For each member op: root loop -> the member's loops that move with it (pads too when
+    `pads`: a pad's loops are its result dims)."""
+    skip = ("view",) if pads else ("pad", "view")
+    corr = {root: {r: frozenset({r}) for r in range(len(info.op(root).loops))}}
+    order = sorted(members, reverse=True)
+    for c in order:
+        if c not in corr:
+            continue
+        cons = info.op(c)
+        for k, p in enumerate(cons.producers):
+            if p is None or p not in members or p in corr or info.op(p).kind in skip:
+                continue
+            prod = info.op(p)
+            if k >= len(cons.operand_loops):
+                continue
+            dims = cons.operand_loops[k]
+            corr[p] = {r: frozenset().union(*[prod.result_loops[t] for t, d in enumerate(dims)
+                                               if t < len(prod.result_loops) and d & corr[c][r]])
+                       for r in corr[c]}
+    return corr
+
+
+def tileable_loops(info: ChainInfo, root: int, members: set[int]) -> tuple[int, ...]:
+    """Root loops that can be split across blocks without recomputing a reduction or contraction."""
+    r = info.op(root)
+    corr = loop_correspondence(info, root, members)
+    out = []
+    for loop in r.parallel_loops:
+        if r.loops[loop] <= 1:
+            continue
+        if all(corr.get(m, {}).get(loop) for m in members if info.op(m).kind in ("reduction", "contraction")):
+            out.append(loop)
+    return tuple(out)

@@ -37,13 +37,17 @@ class CompileOptions:
 
     target: 'gpu' (kernels for cuda / cuda-sim) or 'cpu' (numba parallel loops);
     fuse: False gives the unfused build (one kernel per linalg op);
-    plan: a hand-given plan as JSON text ({"groups": [{"ops": [...], "block_tiles": [...]}]}).
+    plan: a hand-given plan as JSON text ({"groups": [{"ops": [...], "block_tiles": [...]}]});
+    hw: the hardware profile the cost model plans for (compiler/hardware.py; None: the target's
+    default); tuned: measured tiles by group signature as JSON (compiler/autotune.py).
     """
     disabled_passes: frozenset[str] = frozenset()
     locations: bool = False
     target: str = "gpu"
     fuse: bool = True
     plan: str | None = None
+    hw: str | None = None
+    tuned: str | None = None
 
 
 @dataclass(frozen=True)
@@ -84,13 +88,16 @@ def _graph(job: Job, st: ChainStages) -> None:
 
 def _plan(job: Job, st: ChainStages) -> None:
     from .analysis import analyze, tag_ops
-    from .plan import plan_chain, plan_from_dict
+    from .hardware import get
+    from .plan import plan_chain, plan_from_dict, with_eager_transfers
     with st.module.context:
         tag_ops(st.module)
         info = analyze(st.module)[job.chain.name]
     o = job.options
-    st.plan = (plan_from_dict(info, o.target, json.loads(o.plan)) if o.plan
-               else plan_chain(info, o.target, fuse=o.fuse))
+    hw = get(o.hw, o.target)
+    plan = (plan_from_dict(info, o.target, json.loads(o.plan), hw=hw) if o.plan
+            else plan_chain(info, o.target, fuse=o.fuse, hw=hw, tuned=json.loads(o.tuned) if o.tuned else None))
+    st.plan = with_eager_transfers(plan, st.texts.get("linalg"), st.module.context)
 
 
 def _tiled(job: Job, st: ChainStages) -> None:
@@ -179,10 +186,10 @@ def _dump_failure(module: ir.Module, chain: str, stage: str, dump_dir) -> Path:
 def run_stages(typed_module: TypedModule, bindings: dict[str, dict[str, int]] | None = None,
                disabled_passes: Iterable[str] = (), dump_dir: str | Path | None = None,
                locations: bool = False, until: str | None = None, target: str = "gpu",
-               fuse: bool = True) -> dict[str, str]:
+               fuse: bool = True, hw: str | None = None) -> dict[str, str]:
     """Every stage's text for every chain: {stage: text}. With several chains a stage's text is
     the per-chain modules in chain order, separated by `// -----` (mlir-opt's split marker)."""
-    options = CompileOptions(frozenset(disabled_passes), locations, target, fuse)
+    options = CompileOptions(frozenset(disabled_passes), locations, target, fuse, hw=hw)
     bindings = bindings or {}
     per_chain = [compile_chain(c, bindings.get(c.name, {}), options=options, until=until, dump_dir=dump_dir)
                  for c in typed_module.chains]

@@ -1,27 +1,30 @@
 """The fusion plan: which linalg ops share a kernel, with what tiles, and why.
 
-A plan is a frozen value computed from `ChainInfo` (compiler/analysis.py); it never touches IR.
-The tiling stage (compiler/tiling.py) reads it. Plans print (`--emit plan`), compare, and can
-be given by hand (`plan_from_dict`), so tests pin groups and tiles without heuristics.
+A plan is a frozen value computed from `ChainInfo` (compiler/analysis.py) and a hardware
+profile (compiler/hardware.py); it never touches IR. The tiling stage (compiler/tiling.py)
+reads it. Plans print (`--emit plan`), compare, and can be given by hand (`plan_from_dict`),
+so tests pin groups and tiles without the model.
 
-First-form rules (the cost model refines them):
-- elementwise and reduction producers fuse into their consumer when every user of the
-  producer is in the same kernel;
-- a contraction (matmul, batched matmul, conv) fuses as the producer of an elementwise or
-  reduction epilogue, at most one per kernel; nothing but its fills and pads fuses *into* a
-  contraction (that would recompute the producer once per tile of the other operand);
-- fills and pads always travel with their consumer (a pad is re-gathered per tile, halo included);
-- a root loop is tiled only where every reduction/contraction in the kernel varies with it
-  (tiling any other loop would recompute that op once per tile); a producer that would leave
-  no loop to tile is not fused.
+The planner grows one kernel per root, consumers first. A producer joins a kernel when the
+cost model (compiler/cost.py) predicts the kernel with it faster than the kernel without it
+plus the producer as a kernel of its own; the decision keeps the decisive numbers (bytes
+saved, recomputation, spills, the time difference). Structural limits come first, each one
+guard:
+- fills and pads always travel with their consumer (a pad is re-gathered per tile);
+- a producer with users outside the kernel is not fused (a plan holds each op in one kernel);
+- one contraction per kernel;
+- a producer that would leave the kernel no loop to split across blocks is not fused.
+Tiles are the model's pick among candidates (compiler/tilechoice.py).
 """
 from __future__ import annotations
 
 import heapq
-import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from .analysis import ChainInfo, OpInfo
+from . import hardware
+from .analysis import ChainInfo, OpInfo, loop_correspondence, tileable_loops  # noqa: F401 (re-exported)
+from .cost import KernelCost, Tiling, big_transfers, op_flops, total_time, unfused_kernels, with_cheap_producers
+from .tilechoice import TileChooser, group_signature
 
 CHEAP = ("fill", "pad")
 
@@ -48,6 +51,10 @@ class Group:
             out.append(b // t if t else 1)
         return tuple(out)
 
+    @property
+    def tiling(self) -> Tiling:
+        return Tiling(self.block_tiles, self.thread_tiles, self.mapped)
+
 
 @dataclass(frozen=True)
 class FusionPlan:
@@ -57,10 +64,23 @@ class FusionPlan:
     groups: tuple[Group, ...]
     decisions: tuple[str, ...]
     info: ChainInfo = field(compare=False, repr=False)
+    hardware: str = field(default="", compare=False)
+    costs: tuple[KernelCost, ...] = field(default=(), compare=False, repr=False)      # per group
+    baseline: tuple[KernelCost, ...] = field(default=(), compare=False, repr=False)   # unfused kernels
+    candidates: tuple[tuple[tuple[Tiling, float], ...], ...] = field(default=(), compare=False, repr=False)
+    transfers: tuple[tuple[str, int], ...] = field(default=(), compare=False)        # big tensors moved
 
     @property
     def kernel_count(self) -> int:
         return len(self.groups)
+
+    @property
+    def predicted_s(self) -> float:
+        return total_time(self.costs)
+
+    @property
+    def predicted_unfused_s(self) -> float:
+        return total_time(self.baseline)
 
     def group_of(self, op: int) -> Group:
         for g in self.groups:
@@ -70,7 +90,7 @@ class FusionPlan:
 
     def summary(self) -> dict:
         """The plan as plain data (for reports and artifacts)."""
-        return {
+        out = {
             "chain": self.chain, "target": self.target, "fused": self.fused,
             "ops": sum(1 for o in self.info.ops if o.is_compute), "kernels": self.kernel_count,
             "groups": [{
@@ -82,13 +102,28 @@ class FusionPlan:
             } for g in self.groups],
             "decisions": list(self.decisions),
         }
+        if self.costs:
+            for g, c, cands in zip(out["groups"], self.costs, self.candidates or [()] * len(self.costs)):
+                g["cost"] = c.as_dict()
+                g["candidates"] = [{"block_tiles": list(t.block), "thread_tiles": list(t.thread),
+                                    "predicted_s": s} for t, s in cands[:5]]
+            out["model"] = {
+                "hardware": self.hardware, "predicted_s": self.predicted_s,
+                "unfused_predicted_s": self.predicted_unfused_s,
+                "predicted_speedup": self.predicted_unfused_s / max(self.predicted_s, 1e-30),
+                "launches": len(self.costs), "unfused_launches": len(self.baseline),
+                "unfused_kernels": [c.as_dict() for c in self.baseline],
+                "rejected": [d for d in self.decisions if d.startswith("not fused")],
+                "big_transfers": dict(self.transfers),
+            }
+        return out
 
     def format(self) -> str:
         n_compute = sum(1 for o in self.info.ops if o.is_compute)
         head = (f"plan {self.chain} (target {self.target}, {'fused' if self.fused else 'unfused'}): "
                 f"{n_compute} compute ops -> {self.kernel_count} kernel{'s' if self.kernel_count != 1 else ''}")
         lines = [head]
-        for g in self.groups:
+        for i, g in enumerate(self.groups):
             root = self.info.op(g.root)
             shape = "x".join(map(str, root.loops)) or "scalar"
             tiles = "serial (one thread)" if g.serial else (
@@ -98,10 +133,52 @@ class FusionPlan:
             for op, role in g.roles:
                 o = self.info.op(op)
                 lines.append(f"    %{op:<3} {o.label:<34} {role:<9} {_loc(o.loc)}")
+            if i < len(self.costs):
+                lines.append("    model: " + describe_cost(self.costs[i]))
+        if self.costs:
+            lines.append(f"  predicted on {self.hardware}: {_time(self.predicted_s)} in {len(self.costs)} "
+                         f"launch{'es' if len(self.costs) != 1 else ''}; unfused {_time(self.predicted_unfused_s)} "
+                         f"in {len(self.baseline)}"
+                         + (f"; speedup {self.predicted_unfused_s / max(self.predicted_s, 1e-30):.2f}x"
+                            if self.fused else ""))
         if self.decisions:
             lines.append("  decisions:")
             lines += [f"    {d}" for d in self.decisions]
         return "\n".join(lines)
+
+
+def describe_cost(c: KernelCost) -> str:
+    """One line: FLOPs, bytes unfused -> fused, intensity, bound, predicted time."""
+    extra = []
+    if c.recompute_flops:
+        extra.append(f"{_flops(c.recompute_flops)} recomputed")
+    if c.intermediates:
+        extra.append(f"{c.intermediates} intermediate{'s' if c.intermediates != 1 else ''} on chip")
+    if c.bytes_spilled:
+        extra.append(f"{_bytes(c.bytes_spilled)} spilled")
+    return (f"{_flops(c.flops)}, {_bytes(c.bytes_unfused)} -> {_bytes(c.bytes)}, "
+            f"{c.intensity:.2f} FLOP/B, {c.bound}-bound, {_time(c.time_s)}"
+            + (f" ({', '.join(extra)})" if extra else ""))
+
+
+def _flops(x: float) -> str:
+    for unit, div in (("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if x >= div:
+            return f"{x / div:.3g} {unit}"
+    return f"{x:.3g} FLOP"
+
+
+def _bytes(x: float) -> str:
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(x) >= div:
+            return f"{x / div:.3g} {unit}"
+    return f"{x:.0f} B"
+
+
+def _time(s: float) -> str:
+    if abs(s) >= 1e-3:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s * 1e6:.3g} us"
 
 
 def _loc(loc: str) -> str:
@@ -110,8 +187,14 @@ def _loc(loc: str) -> str:
 
 # ---- the planner -----------------------------------------------------------------------------
 
-def plan_chain(info: ChainInfo, target: str, fuse: bool = True, cores: int | None = None) -> FusionPlan:
-    """Partition a chain's ops into kernels and pick tiles for `target` ('gpu' or 'cpu')."""
+def plan_chain(info: ChainInfo, target: str, fuse: bool = True, cores: int | None = None,
+               hw: hardware.HardwareProfile | None = None, tuned: dict | None = None) -> FusionPlan:
+    """Partition a chain's ops into kernels and pick tiles for `target` ('gpu' or 'cpu') on `hw`
+    (default: the target's default profile). `tuned` maps group signatures to measured tiles."""
+    hw = hw or hardware.get(None, target)
+    if cores and hw.kind == "cpu":
+        hw = replace(hw, units=cores)
+    chooser = TileChooser(info, target, hw, tuned)
     assigned: dict[int, int] = {}
     decisions: list[str] = []
     members_list: list[set[int]] = []
@@ -119,134 +202,135 @@ def plan_chain(info: ChainInfo, target: str, fuse: bool = True, cores: int | Non
     for op in reversed(info.ops):
         if not op.is_compute or op.id in assigned or op.id in claimed:
             continue
-        members = _grow(info, op, assigned, fuse, decisions, len(members_list))
+        members = _Grower(info, chooser, op, assigned, fuse, decisions, len(members_list)).grow()
         for m in members:
             if info.op(m).kind not in CHEAP:
                 assigned[m] = len(members_list)
         claimed |= members
         members_list.append(members)
-    groups = []
-    for gid, members in enumerate(reversed(members_list)):
-        root = max(m for m in members if info.op(m).is_compute)
-        groups.append(_make_group(info, gid, root, members, target, cores))
     # kernel numbers follow program order; decisions were written with provisional numbers
     n = len(members_list)
     decisions = [d.replace("{K", "{").format(*[n - 1 - k for k in range(n)]) if "{" in d else d
                  for d in decisions]
-    return FusionPlan(info.func, target, fuse, tuple(groups), tuple(decisions), info)
+    groups = [_make_group(info, gid, m, chooser) for gid, m in enumerate(reversed(members_list))]
+    decisions += [f"tiles of kernel {g.id}: block {list(g.block_tiles)} measured fastest (--autotune)"
+                  for g in groups if chooser.best(frozenset(g.ops)).tuned]
+    return _with_costs(FusionPlan(info.func, target, fuse, tuple(groups), tuple(decisions), info), chooser)
 
 
-def _grow(info: ChainInfo, root: OpInfo, assigned, fuse: bool, decisions: list[str], gid: int) -> set[int]:
-    members = {root.id}
-    contractions = 1 if root.kind == "contraction" else 0
-    heap: list[int] = []
-    edges: dict[int, int] = {}                       # producer -> the consumer that proposed it
+def _with_costs(plan: FusionPlan, chooser: TileChooser) -> FusionPlan:
+    info = plan.info
+    costs = tuple(chooser.cost(g.ops, g.tiling) for g in plan.groups)
+    cands = tuple(chooser.best(frozenset(g.ops)).candidates for g in plan.groups)
+    singles = [k for g in plan.groups for k in unfused_kernels(info, g.ops)]
+    baseline = tuple(chooser.best(k).cost for k in sorted(singles, key=max))
+    transfers = (("unfused", big_transfers(info, singles)), ("fused", big_transfers(info, [g.ops for g in plan.groups])))
+    return replace(plan, hardware=chooser.hw.name, costs=costs, baseline=baseline, candidates=cands,
+                   transfers=transfers)
 
-    def propose(consumer: int) -> None:
-        for p in info.op(consumer).producers:
-            if p is not None and p not in members and p not in edges:
-                edges[p] = consumer
-                heapq.heappush(heap, -p)
 
-    propose(root.id)
-    while heap:
-        p = -heapq.heappop(heap)
-        prod, cons = info.op(p), info.op(edges[p])
+class _Grower:
+    """Grow one kernel from its root: propose producers, largest id first; keep each that the
+    model says pays for itself."""
+
+    def __init__(self, info: ChainInfo, chooser: TileChooser, root: OpInfo, assigned, fuse: bool,
+                 decisions: list[str], gid: int):
+        self.info, self.chooser, self.root = info, chooser, root
+        self.assigned, self.fuse, self.decisions, self.gid = assigned, fuse, decisions, gid
+        self.members = set(with_cheap_producers(info, root.id))
+        self.contractions = 1 if root.kind == "contraction" else 0
+
+    def grow(self) -> set[int]:
+        heap: list[int] = []
+        edges: dict[int, int] = {}
+
+        def propose(consumer: int) -> None:
+            for p in self.info.op(consumer).producers:
+                if p is not None and p not in self.members and p not in edges:
+                    edges[p] = consumer
+                    heapq.heappush(heap, -p)
+
+        propose(self.root.id)
+        while heap:
+            p = -heapq.heappop(heap)
+            if self._consider(self.info.op(p)):
+                propose(p)
+        return self.members
+
+    def _consider(self, prod: OpInfo) -> bool:
+        """Fuse `prod` if it pays; True when a compute op joined (its producers are proposed next)."""
+        p, info, gid = prod.id, self.info, self.gid
         if prod.kind in CHEAP:
-            members.add(p)
-            continue
-        if prod.kind == "view" or p in assigned:
-            continue
+            self.members.add(p)
+            return False
+        if prod.kind == "view" or p in self.assigned or not self.fuse:
+            return False
         who = f"%{p} {prod.label}"
-        if not fuse:
-            continue
-        outside = [u for u in prod.users if u not in members]
+        outside = [u for u in prod.users if u not in self.members]
         if outside:
             shown = ", ".join("the chain's result" if u == -1 else f"%{u}" for u in outside)
-            decisions.append(f"not fused: {who} into kernel {{K{gid}}}: also used by {shown} "
-                             f"(fusing would compute it twice)")
-            continue
-        if cons.kind == "contraction":
-            decisions.append(f"not fused: {who} into the {cons.label} of kernel {{K{gid}}}: it would be "
-                             f"recomputed for every tile of the other operand")
-            continue
-        if prod.kind == "contraction" and contractions:
-            decisions.append(f"not fused: {who} into kernel {{K{gid}}}: one contraction per kernel")
-            continue
-        trial = members | {p}
-        if tileable_loops(info, root.id, members) and not tileable_loops(info, root.id, trial):
-            decisions.append(f"not fused: {who} into kernel {{K{gid}}}: the kernel would have no loop left "
-                             f"to split across blocks (it reduces every loop of %{root.id})")
-            continue
-        members.add(p)
-        contractions += prod.kind == "contraction"
-        decisions.append(f"fused: {who} into kernel {{K{gid}}} (all its users are there)")
-        propose(p)
-    return members
+            self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: also used by {shown} "
+                                  f"(fusing would compute it twice)")
+            return False
+        if prod.kind == "contraction" and self.contractions:
+            self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: one contraction per kernel")
+            return False
+        alone = with_cheap_producers(info, p)
+        trial = frozenset(self.members | alone)
+        if tileable_loops(info, self.root.id, self.members) and not tileable_loops(info, self.root.id, trial):
+            self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: the kernel would have no loop left "
+                                  f"to split across blocks (it reduces every loop of %{self.root.id})")
+            return False
+        fused = self.chooser.best(trial).cost
+        now = self.chooser.offer(frozenset(self.members), self.chooser.best(trial).tiling).cost
+        apart = self.chooser.best(alone).cost
+        delta = fused.time_s - now.time_s - apart.time_s
+        saved = now.bytes + apart.bytes - fused.bytes
+        if delta < 0:
+            self.members |= alone
+            self.contractions += prod.kind == "contraction"
+            self.decisions.append(f"fused: {who} into kernel {{K{gid}}}: saves {_saved(saved, prod)}"
+                                  f" and a launch, {_signed(delta)}")
+            return True
+        self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: {self._reason(prod, now, apart, fused)}"
+                              f" (saves {_saved(saved, prod)}; net {_signed(delta)})")
+        return False
+
+    def _reason(self, prod: OpInfo, now: KernelCost, apart: KernelCost, fused: KernelCost) -> str:
+        hw = self.chooser.hw
+        d_recompute = fused.recompute_s - now.recompute_s - apart.recompute_s
+        d_spill = fused.spill_s - now.spill_s - apart.spill_s
+        if d_recompute >= d_spill and d_recompute > 0:
+            times = 1 + (fused.recompute_flops - now.recompute_flops) / max(op_flops(prod, hw), 1e-30)
+            return f"recompute {times:.3g}x {prod.label} costs {_signed(d_recompute)}"
+        if d_spill > 0:
+            where = (f"{hw.onchip_per_unit // 1024} KiB of shared memory/L1 per SM" if hw.kind == "gpu"
+                     else f"{hw.onchip_per_unit // 1024} KiB L2 of a core")
+            per = "per thread" if hw.kind == "gpu" else "per tile"
+            return (f"its on-chip intermediates ({_bytes(fused.onchip_bytes)} {per}) overflow the {where}: "
+                    f"spilling {_bytes(fused.bytes_spilled)} costs {_signed(d_spill)}")
+        return (f"predicted {_time(fused.time_s)} fused against {_time(now.time_s)} + {_time(apart.time_s)} "
+                f"apart ({fused.bound}-bound, occupancy {fused.occupancy:.0%})")
 
 
-def loop_correspondence(info: ChainInfo, root: int, members: set[int]) -> dict[int, dict[int, frozenset]]:
-    """For each member op: root loop -> the member's loops that move with it."""
-    corr = {root: {r: frozenset({r}) for r in range(len(info.op(root).loops))}}
-    order = sorted(members, reverse=True)
-    for c in order:
-        if c not in corr:
-            continue
-        cons = info.op(c)
-        for k, p in enumerate(cons.producers):
-            if p is None or p not in members or p in corr or info.op(p).kind in ("pad", "view"):
-                continue
-            prod = info.op(p)
-            if k >= len(cons.operand_loops):
-                continue
-            dims = cons.operand_loops[k]
-            corr[p] = {r: frozenset().union(*[prod.result_loops[t] for t, d in enumerate(dims)
-                                               if t < len(prod.result_loops) and d & corr[c][r]])
-                       for r in corr[c]}
-    return corr
+def _saved(nbytes: float, prod: OpInfo) -> str:
+    size = prod.result_bytes
+    k = nbytes / size if size else 0
+    if size and 0.95 <= k <= 4.05 and abs(k - round(k)) < 0.05:
+        return f"{round(k)}x{_bytes(size)}"
+    return _bytes(nbytes)
 
 
-def tileable_loops(info: ChainInfo, root: int, members: set[int]) -> tuple[int, ...]:
-    """Root loops that can be split across blocks without recomputing a reduction or contraction."""
-    r = info.op(root)
-    corr = loop_correspondence(info, root, members)
-    out = []
-    for loop in r.parallel_loops:
-        if r.loops[loop] <= 1:
-            continue
-        if all(corr.get(m, {}).get(loop) for m in members if info.op(m).kind in ("reduction", "contraction")):
-            out.append(loop)
-    return tuple(out)
+def _signed(s: float) -> str:
+    return ("+" if s >= 0 else "-") + _time(abs(s))
 
 
-def _largest_divisor(n: int, limit: int) -> int:
-    for d in range(min(n, max(1, limit)), 0, -1):
-        if n % d == 0:
-            return d
-    return 1
-
-
-def _make_group(info: ChainInfo, gid: int, root: int, members: set[int], target: str, cores: int | None) -> Group:
-    r = info.op(root)
+def _make_group(info: ChainInfo, gid: int, members: set[int], chooser: TileChooser) -> Group:
+    root = max(m for m in members if info.op(m).is_compute)
     ops = tuple(sorted(members))
     roles = tuple((m, _role(info, m, root)) for m in ops)
-    tile = tileable_loops(info, root, members)
-    n = len(r.loops)
-    block = [0] * n
-    thread = [0] * n if target == "gpu" else []
-    if not tile:
-        return Group(gid, root, ops, roles, tuple(block), tuple(thread), ())
-    if target == "cpu":
-        loop = tile[0]
-        chunks = 4 * (cores or os.cpu_count() or 1)
-        block[loop] = _largest_divisor(r.loops[loop], max(1, -(-r.loops[loop] // chunks)))
-        return Group(gid, root, ops, roles, tuple(block), (), (loop,))
-    mapped = tile[-3:]
-    limits = {0: 32, 1: 8, 2: 2} if r.kind != "contraction" else {0: 16, 1: 16, 2: 1}
-    for depth, loop in enumerate(reversed(mapped)):
-        block[loop] = _largest_divisor(r.loops[loop], limits[depth])
-        thread[loop] = 1
-    return Group(gid, root, ops, roles, tuple(block), tuple(thread), tuple(mapped))
+    t = chooser.best(frozenset(members)).tiling
+    return Group(gid, root, ops, roles, t.block, t.thread, t.mapped)
 
 
 def _role(info: ChainInfo, op: int, root: int) -> str:
@@ -256,15 +340,41 @@ def _role(info: ChainInfo, op: int, root: int) -> str:
     return {"fill": "init", "pad": "pad"}.get(o.kind, "producer")
 
 
+def with_eager_transfers(plan: FusionPlan, linalg_text: str | None, context) -> FusionPlan:
+    """The plan with the intermediate-sized global reads and writes of op-by-op execution (one
+    kernel per linalg op as lowered, before the graph passes merge elementwise ops): the
+    baseline an eager framework has."""
+    if not linalg_text:
+        return plan
+    from .analysis import analyze, tag_ops
+    from .errors import CompilerInternalError
+    from .mlir import ir
+    try:
+        module = ir.Module.parse(linalg_text, context=context)
+        with context:
+            tag_ops(module)
+            eager = analyze(module)[plan.chain]
+    except (CompilerInternalError, KeyError, ValueError):
+        return plan
+    kernels = unfused_kernels(eager, [o.id for o in eager.ops])
+    return replace(plan, transfers=(("eager", big_transfers(eager, kernels)),) + plan.transfers)
+
+
+def signatures(plan: FusionPlan) -> list[str]:
+    """Each group's signature (the autotuning cache key, with shapes, without op numbering)."""
+    return [group_signature(plan.info, g.ops) for g in plan.groups]
+
+
 # ---- plans given by hand ---------------------------------------------------------------------
 
 class PlanError(ValueError):
     """A hand-written plan that does not fit the chain."""
 
 
-def plan_from_dict(info: ChainInfo, target: str, spec: dict) -> FusionPlan:
+def plan_from_dict(info: ChainInfo, target: str, spec: dict, hw: hardware.HardwareProfile | None = None) -> FusionPlan:
     """A plan from {"groups": [{"ops": [...], "block_tiles": [...], "thread_tiles": [...]}]}.
-    Fills and pads may be omitted: they join the group of their consumer."""
+    Fills and pads may be omitted: they join the group of their consumer. The model prices it
+    (predicted times) but decides nothing."""
     groups = []
     seen: set[int] = set()
     for gid, g in enumerate(spec["groups"]):
@@ -298,4 +408,6 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict) -> FusionPlan:
         raise PlanError(f"ops {missing} are in no group")
     groups.sort(key=lambda g: g.root)
     groups = [Group(i, g.root, g.ops, g.roles, g.block_tiles, g.thread_tiles, g.mapped) for i, g in enumerate(groups)]
-    return FusionPlan(info.func, target, True, tuple(groups), ("plan given by hand",), info)
+    hw = hw or hardware.get(None, target)
+    plan = FusionPlan(info.func, target, True, tuple(groups), ("plan given by hand",), info)
+    return _with_costs(plan, TileChooser(info, target, hw))

@@ -1,0 +1,406 @@
+"""The cost model: pure functions from ChainInfo, a kernel's ops and tiles, and a hardware profile
+(compiler/hardware.py) to predicted numbers. It never touches IR; the planner (compiler/plan.py)
+asks it and records the decisive numbers.
+
+Per kernel:
+- FLOPs: every op's body per point, transcendentals weighted (profile weights), times the number
+  of times tiling recomputes it (a producer that does not move with a tiled loop of the root is
+  recomputed once per tile along that loop);
+- global bytes: each tensor read from outside the kernel once, plus its re-reads by tiles that do
+  not split it (served by L2 / the LLC when it fits), and each result used outside the kernel
+  written once; the same ops as one kernel each give the unfused bytes;
+- on chip: the intermediates that never reach global memory and their footprint per thread (gpu)
+  or per tile (cpu); past the on-chip budget they spill, and on a GPU the row-per-thread (strided)
+  reads lose their L1 reuse;
+- time: roofline max(FLOPs / peak, bytes / bandwidth) with the peak and the bandwidth scaled by
+  how much of the machine the grid keeps busy (occupancy from threads, registers and blocks per
+  SM; chunks per core on a CPU), plus the launch and the allocation of global buffers.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from .analysis import ChainInfo, OpInfo, loop_correspondence
+from .hardware import HardwareProfile
+
+CHEAP = ("fill", "pad")
+# gpu execution constants (documented estimates, not datasheet numbers)
+BASE_REGS = 32                 # registers a thread needs besides its private arrays
+REG_ARRAY_ELEMS = 16           # private arrays up to this size live in registers (unrolled)
+MEM_PARALLELISM = 4            # loads one thread keeps in flight (unrolled loops)
+DEP_LATENCY = 4                # cycles between dependent FP32 ops of one warp
+SCHEDULERS = 4                 # warp schedulers per SM
+SECTOR = 32                    # bytes an L1 miss fetches
+WARP = 32
+CALLS = ("exp", "exp2", "log", "log2", "log1p", "expm1", "tanh", "erf", "sin", "cos", "powf")
+
+
+@dataclass(frozen=True)
+class Tiling:
+    block: tuple[int, ...]
+    thread: tuple[int, ...]
+    mapped: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class KernelCost:
+    ops: tuple[int, ...]              # compute ops of the kernel
+    flops: float                      # weighted FLOPs, recomputation included
+    recompute_flops: float            # of which recomputation
+    bytes_read: float                 # global memory (DRAM/HBM), first reads
+    bytes_written: float
+    bytes_cached: float               # re-reads served by L2 / the LLC
+    bytes_spilled: float              # on-chip overflow and lost L1 reuse, to L2 or global memory
+    bytes_unfused: float              # the same ops as one kernel each
+    flops_unfused: float
+    kernels_unfused: int
+    intermediates: int                # tensors that stay on chip
+    onchip_bytes: int                 # their footprint per thread (gpu) / per tile (cpu)
+    threads: int                      # per block (gpu) / chunks (cpu)
+    blocks: int
+    occupancy: float                  # gpu: resident warps / max warps per SM; cpu: busy cores / cores
+    compute_s: float
+    memory_s: float
+    launch_s: float
+    alloc_s: float
+    recompute_s: float                # share of compute_s spent recomputing
+    spill_s: float                    # share of memory_s spent on spills
+    time_s: float
+    bound: str                        # memory | compute | launch
+
+    @property
+    def bytes(self) -> float:
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / max(self.bytes, 1.0)
+
+    @property
+    def saved_bytes(self) -> float:
+        return self.bytes_unfused - self.bytes
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["ops"] = list(self.ops)
+        d["bytes"] = self.bytes
+        d["intensity"] = self.intensity
+        return d
+
+
+# ---- FLOPs ----------------------------------------------------------------------------------
+
+def op_flops(op: OpInfo, hw: HardwareProfile) -> float:
+    """Weighted FLOPs of one op over its whole iteration space."""
+    counts = op.flop_counts()
+    if not counts:
+        return 0.0
+    calls = any(c in CALLS for c in counts)
+    per_point = 0.0
+    for name, n in counts.items():
+        w = hw.weight(name)
+        if name not in CALLS and name not in ("reduce", "mac") and calls and op.kind == "elementwise":
+            w = max(w, hw.weight("scalar"))        # a loop with calls does not vectorise
+        per_point += n * w
+    return per_point * op.points
+
+
+# ---- bytes ----------------------------------------------------------------------------------
+
+def _prod(xs) -> int:
+    n = 1
+    for x in xs:
+        n *= max(1, x)
+    return n
+
+
+def _external_reads(info: ChainInfo, members: frozenset[int]) -> dict[str, tuple[int, int, int]]:
+    """Tensors a kernel reads from global memory: key -> (bytes, reading op, operand index)."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for m in sorted(members):
+        o = info.op(m)
+        if o.kind == "fill":
+            continue
+        for k, key in enumerate(o.operand_keys):
+            p = o.producers[k]
+            if (p is not None and p in members) or not key.startswith(("arg", "%")) or not o.operand_shapes[k]:
+                continue
+            if key not in out:
+                out[key] = (o.operand_bytes(k), m, k)
+    return out
+
+
+def _writes(info: ChainInfo, members: frozenset[int]) -> list[int]:
+    """Ops of the kernel whose results reach global memory (used outside it or returned)."""
+    return [m for m in sorted(members) if info.op(m).is_compute and info.op(m).kind != "pad"
+            and any(u == -1 or u not in members for u in info.op(m).users)]
+
+
+def kernel_bytes(info: ChainInfo, members) -> float:
+    """Global bytes of a kernel, first reads and writes only (no tiling effects)."""
+    members = frozenset(members)
+    return (sum(b for b, _, _ in _external_reads(info, members).values())
+            + sum(info.op(m).result_bytes for m in _writes(info, members)))
+
+
+def with_cheap_producers(info: ChainInfo, op: int) -> frozenset[int]:
+    """An op and the fills and pads that travel with it."""
+    return frozenset({op} | {p for p in info.op(op).producers if p is not None and info.op(p).kind in CHEAP})
+
+
+def unfused_kernels(info: ChainInfo, members) -> list[frozenset[int]]:
+    """The kernels the same ops make when nothing fuses (one per compute op, fills/pads along)."""
+    return [with_cheap_producers(info, m) for m in sorted(members)
+            if info.op(m).is_compute and info.op(m).kind not in CHEAP]
+
+
+# ---- one kernel ------------------------------------------------------------------------------
+
+def kernel_cost(info: ChainInfo, members, root: int, tiling: Tiling, hw: HardwareProfile,
+                _unfused: tuple[float, float, int] | None = None) -> KernelCost:
+    """Predicted numbers of one kernel: `members` (ops), `root`, `tiling` on `hw`."""
+    members = frozenset(members)
+    r = info.op(root)
+    corr = loop_correspondence(info, root, members, pads=True)
+    gpu = hw.kind == "gpu"
+    inner = tiling.thread if gpu and any(tiling.thread) else tiling.block
+    inner_tiles = {l: r.loops[l] // t for l, t in enumerate(inner) if t}
+    block_tiles = {l: r.loops[l] // t for l, t in enumerate(tiling.block) if t}
+
+    # FLOPs, with recomputation of producers that do not move with a tiled loop
+    flops = recompute = 0.0
+    compute_ops = [m for m in sorted(members) if info.op(m).is_compute and info.op(m).kind not in CHEAP]
+    for m in compute_ops:
+        f = op_flops(info.op(m), hw)
+        factor = 1 if m == root else _prod(n for l, n in inner_tiles.items() if not corr.get(m, {}).get(l))
+        flops += f * factor
+        recompute += f * (factor - 1)
+
+    # global bytes: first reads, re-reads by tiles that do not split a tensor, writes
+    reads = _external_reads(info, members)
+    first = cached = uncached_rereads = 0.0
+    for key, (nbytes, m, k) in reads.items():
+        first += nbytes
+        varies = _operand_varies(info.op(m), k, corr.get(m, {}))
+        again = _prod(n for l, n in block_tiles.items() if l not in varies) - 1
+        if again:
+            if nbytes <= hw.l2_bytes:
+                cached += nbytes * again
+            else:
+                uncached_rereads += nbytes * again
+    written = [m for m in _writes(info, members)]
+    wbytes = float(sum(info.op(m).result_bytes for m in written))
+    intermediates = [m for m in compute_ops if m != root and m not in written]
+    footprint = [(_slice_elems(info.op(m), corr.get(m, {}), inner), info.op(m)) for m in intermediates]
+
+    if _unfused is None:
+        parts = unfused_kernels(info, members)
+        _unfused = (sum(kernel_bytes(info, p) for p in parts),
+                    sum(op_flops(info.op(m), hw) for m in compute_ops), len(parts))
+    common = dict(ops=tuple(compute_ops), flops=flops, recompute_flops=recompute, bytes_read=first + uncached_rereads,
+                  bytes_written=wbytes, bytes_cached=cached, bytes_unfused=_unfused[0], flops_unfused=_unfused[1],
+                  kernels_unfused=_unfused[2], intermediates=len(intermediates))
+    if gpu:
+        return _gpu_time(info, members, root, tiling, hw, common, footprint, reads, corr)
+    return _cpu_time(info, members, root, tiling, hw, common, footprint, reads, written)
+
+
+def _operand_varies(op: OpInfo, k: int, corr_m: dict[int, frozenset]) -> set[int]:
+    """Root loops along which operand k of `op` takes different slices."""
+    if k >= len(op.operand_loops):
+        return set(corr_m)
+    used = frozenset().union(*op.operand_loops[k]) if op.operand_loops[k] else frozenset()
+    return {l for l, mine in corr_m.items() if mine & used}
+
+
+def _slice_elems(op: OpInfo, corr_m: dict[int, frozenset], inner: tuple[int, ...]) -> int:
+    """Elements of op's result one innermost tile computes (a whole dim unless a tiled root loop
+    moves along it)."""
+    n = 1
+    for t, dim in enumerate(op.result_shape):
+        loops = op.result_loops[t] if t < len(op.result_loops) else frozenset()
+        tiles = [inner[l] for l, mine in corr_m.items() if l < len(inner) and inner[l] and mine & loops]
+        n *= min(dim, min(tiles)) if tiles else max(1, dim)
+    return n * max(1, len(op.result_shapes))
+
+
+def _time(compute_s: float, memory_s: float, hw: HardwareProfile) -> float:
+    return max(compute_s, memory_s) if hw.overlap else compute_s + memory_s
+
+
+def _finish(common: dict, hw: HardwareProfile, compute_s: float, memory_s: float, launch_s: float,
+            alloc_s: float, **kw) -> KernelCost:
+    body = _time(compute_s, memory_s, hw)
+    bound = "launch" if launch_s + alloc_s > body else ("compute" if compute_s >= memory_s else "memory")
+    return KernelCost(**common, compute_s=compute_s, memory_s=memory_s, launch_s=launch_s, alloc_s=alloc_s,
+                      time_s=body + launch_s + alloc_s, bound=bound, **kw)
+
+
+# ---- gpu ------------------------------------------------------------------------------------
+
+def _gpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, footprint, reads, corr):
+    """Throughput (roofline over the whole device) or latency (what one thread does in sequence,
+    times the waves of threads), whichever is longer: row-per-thread kernels on small problems
+    are latency-bound, large ones bandwidth- or compute-bound."""
+    r = info.op(root)
+    threads = _prod(tiling.block[l] // (tiling.thread[l] or tiling.block[l]) if tiling.thread else 1
+                    for l in tiling.mapped) if tiling.mapped else 1
+    blocks = _prod(r.loops[l] // tiling.block[l] for l in tiling.mapped if tiling.block[l]) if tiling.mapped else 1
+    warps = math.ceil(threads / WARP)
+    reg_elems = sum(n for n, _ in footprint if n <= REG_ARRAY_ELEMS)
+    local = sum(n * o.elem_bytes for n, o in footprint if n > REG_ARRAY_ELEMS)
+    regs = min(hw.regs_per_thread, BASE_REGS + reg_elems)
+    local += max(0, BASE_REGS + reg_elems - hw.regs_per_thread) * 4             # register spills
+    per_sm = max(1, min(hw.max_blocks_per_unit, hw.max_threads_per_unit // (warps * WARP),
+                        hw.regs_per_unit // max(1, regs * warps * WARP)))
+    resident_blocks = min(blocks, per_sm * hw.units)
+    waves = math.ceil(blocks / (per_sm * hw.units))
+    occupancy = per_sm * warps * WARP / hw.max_threads_per_unit
+    threads_per_sm = resident_blocks * threads / min(hw.units, resident_blocks)
+    total_threads = blocks * threads
+    lanes = threads / (warps * WARP)
+
+    # on chip: private arrays per SM against shared memory/L1; what does not fit spills, and the
+    # row-per-thread (strided) reads that needed L1 to reuse their sectors lose that reuse
+    local_sm = local * threads_per_sm
+    onchip = hw.onchip_per_unit
+    spill = 0.0
+    if local_sm > onchip:
+        spill = (1 - onchip / local_sm) * local * total_threads * 2                 # written, read back
+    strided = {key for key, (b, m, k) in reads.items() if _strided(info, m, k, corr.get(m, {}), tiling)}
+    l1_need = local_sm + len(strided) * threads_per_sm * SECTOR
+    lost_frac = min(1.0, (l1_need - onchip) / l1_need) if strided and l1_need > onchip else 0.0
+    lost = lost_frac * sum(reads[k][0] for k in strided) * (SECTOR / 4 - 1)
+    spill_bytes = spill + lost
+    spill_bw = hw.cache_bandwidth if spill <= hw.l2_bytes and lost == 0 else hw.bandwidth
+
+    # latency: the loads one thread waits for in sequence (a row walked by one thread shares each
+    # 32-byte sector among 8 floats while L1 holds it), a few in flight at a time; stores are
+    # posted and do not stall it
+    per_thread = 0.0
+    for key, (b, m, k) in reads.items():
+        per_elem = info.op(m).operand_elem_bytes[k]
+        walk = key in strided and lost_frac < 1
+        per_thread += b / total_threads / (SECTOR * (1 - lost_frac) + per_elem * lost_frac if walk else per_elem)
+    per_thread += spill / 2 / total_threads / 4                                   # reading spills back
+    latency_mem = waves * per_thread * hw.mem_latency_s / MEM_PARALLELISM
+    # a thread's dependent ops issue every DEP_LATENCY cycles unless other warps of its
+    # scheduler fill the gaps
+    warps_per_scheduler = resident_blocks * warps / min(hw.units, resident_blocks) / SCHEDULERS
+    cycles_per_op = max(1.0, DEP_LATENCY / max(1.0, warps_per_scheduler))
+    latency_cmp = waves * common["flops"] / total_threads * cycles_per_op / hw.clock_hz
+
+    eb = info.op(root).elem_bytes
+    peak = hw.peak(eb) * lanes
+    io = common["bytes_read"] + common["bytes_written"]
+    bw = hw.cache_bandwidth if io + spill_bytes <= hw.l2_bytes else hw.bandwidth   # timed again: in L2
+    throughput = io / bw + common["bytes_cached"] / hw.cache_bandwidth + spill_bytes / spill_bw
+    compute_s = max(common["flops"] / peak, latency_cmp)
+    recompute_s = compute_s * common["recompute_flops"] / max(common["flops"], 1e-30)
+    memory_s = max(throughput, latency_mem)
+    spill_s = memory_s * (spill_bytes / spill_bw) / max(throughput, 1e-30) if spill_bytes else 0.0
+    alloc_s = hw.alloc_s * len(_writes(info, frozenset(members)))
+    return _finish(dict(common, bytes_spilled=spill_bytes, onchip_bytes=int(local + reg_elems * 4)), hw,
+                   compute_s, memory_s, hw.launch_s, alloc_s, threads=threads, blocks=blocks,
+                   occupancy=min(1.0, occupancy), recompute_s=recompute_s, spill_s=spill_s)
+
+
+def _strided(info: ChainInfo, m: int, k: int, corr_m: dict[int, frozenset], tiling: Tiling) -> bool:
+    """A global read whose consecutive threads (threadIdx.x: the innermost mapped loop) do not
+    move along the tensor's contiguous last dim."""
+    if not tiling.mapped:
+        return False
+    o = info.op(m)
+    if k >= len(o.operand_loops) or not o.operand_loops[k]:
+        return False
+    x = tiling.mapped[-1]
+    mine = corr_m.get(x, frozenset())
+    last = o.operand_loops[k][-1]
+    varies = any(mine & d for d in o.operand_loops[k])
+    return varies and not (mine & last)
+
+
+# ---- cpu ------------------------------------------------------------------------------------
+
+def _cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, footprint, reads, written):
+    r = info.op(root)
+    cores = hw.units
+    chunks = _prod(r.loops[l] // tiling.block[l] for l in tiling.mapped if tiling.block[l]) if tiling.mapped else 1
+    rounds = math.ceil(chunks / cores)
+    busy = min(chunks, cores)
+    efficiency = chunks / (rounds * cores)
+    bw = hw.single_core_bandwidth + (hw.bandwidth - hw.single_core_bandwidth) * (busy - 1) / max(1, cores - 1) \
+        if hw.single_core_bandwidth else hw.bandwidth
+    # per tile: intermediates and the tile's slices of what it reads and writes; past one core's
+    # L2 the second and later passes over them go to the LLC or memory
+    tile_inter = sum(n * o.elem_bytes for n, o in footprint)
+    tile_io = (common["bytes_read"] + common["bytes_written"]) / max(1, chunks)
+    spill = 0.0
+    if tile_inter + tile_io > hw.onchip_per_unit:
+        passes = _passes(info, members, reads)
+        spill = sum(b * (passes.get(key, 1) - 1) for key, (b, _, _) in reads.items())
+        spill += sum(n * o.elem_bytes * 2 for n, o in footprint) * chunks
+    total_io = common["bytes_read"] + common["bytes_written"]
+    # timed again and again, a kernel whose data fits the LLC finds it there
+    resident = total_io + spill <= hw.l2_bytes
+    if resident:
+        bw = max(bw, hw.cache_bandwidth * busy / cores)
+    spill_bw = hw.cache_bandwidth if resident else bw
+    eb = r.elem_bytes
+    peak = hw.peak(eb) * efficiency
+    compute_s = common["flops"] / peak + rounds * hw.chunk_s
+    recompute_s = common["recompute_flops"] / peak
+    spill_s = spill / spill_bw
+    memory_s = total_io / bw + common["bytes_cached"] / hw.cache_bandwidth + spill_s
+    alloc_s = sum(info.op(m).result_bytes * hw.fault_s_per_byte for m in written
+                  if info.op(m).result_bytes >= hw.mmap_threshold)
+    return _finish(dict(common, bytes_spilled=spill, onchip_bytes=int(tile_inter)), hw, compute_s, memory_s,
+                   hw.launch_s, alloc_s, threads=chunks, blocks=chunks, occupancy=busy / cores,
+                   recompute_s=recompute_s, spill_s=spill_s)
+
+
+def _passes(info: ChainInfo, members, reads) -> dict[str, int]:
+    """How many ops of the kernel read each external tensor (each reads it in its own loop)."""
+    out: dict[str, int] = {}
+    for m in members:
+        o = info.op(m)
+        for key in set(o.operand_keys):
+            if key in reads:
+                out[key] = out.get(key, 0) + 1
+    return out
+
+
+# ---- chains and the seeds' arithmetic ----------------------------------------------------------
+
+def total_time(costs) -> float:
+    return sum(c.time_s for c in costs)
+
+
+def speedup(unfused, fused) -> float:
+    """Predicted speedup of a fused build over the unfused one (sums of kernel times)."""
+    return total_time(unfused) / max(total_time(fused), 1e-30)
+
+
+def roofline_time(flops: float, nbytes: float, hw: HardwareProfile, launches: int = 0) -> float:
+    """The plain roofline of a kernel that keeps the whole machine busy."""
+    return _time(flops / hw.peak_flops, nbytes / hw.bandwidth, hw) + launches * hw.launch_s
+
+
+def launch_savings(kernels_before: int, kernels_after: int, hw: HardwareProfile) -> float:
+    return (kernels_before - kernels_after) * hw.launch_s
+
+
+def big_transfers(info: ChainInfo, kernels, share: float = 0.5) -> int:
+    """Global reads and writes of intermediate-sized tensors (at least `share` of the largest
+    intermediate; of the largest tensor when there is none) over the given kernels."""
+    sizes = [o.result_bytes for o in info.ops if o.is_compute and o.kind not in CHEAP and -1 not in o.users]
+    if not sizes:
+        sizes = [o.result_bytes for o in info.ops if o.is_compute]
+    limit = share * max(sizes, default=0)
+    n = 0
+    for members in kernels:
+        members = frozenset(members)
+        n += sum(1 for b, _, _ in _external_reads(info, members).values() if b >= limit)
+        n += sum(1 for m in _writes(info, members) if info.op(m).result_bytes >= limit)
+    return n

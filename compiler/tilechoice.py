@@ -1,0 +1,206 @@
+"""Tile candidates for one kernel and the cost model's pick among them.
+
+GPU: the last three tileable loops of the root are mapped (threadIdx.x innermost); block tiles
+divide their loops, thread tiles divide the block tiles (map_nested_forall_to_threads needs
+static trip counts), threads per block stay within the profile's limit. The search starts at the
+conventional shape (32 x 8 x 2 threads, 16 x 16 for a contraction root) and moves one tile to a
+neighbouring divisor while that is predicted at least 2% faster: within the model's own error,
+the conventional shape wins. CPU: one loop is split into prange chunks; every divisor is a
+candidate, the default being about four chunks per core.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .analysis import ChainInfo, tileable_loops
+from .cost import KernelCost, Tiling, kernel_bytes, kernel_cost, op_flops, unfused_kernels
+from .hardware import HardwareProfile
+
+MARGIN = 0.02          # a candidate must be this much faster than the incumbent to replace it
+MAX_CPU_CANDIDATES = 48
+
+
+@dataclass(frozen=True)
+class Choice:
+    tiling: Tiling
+    cost: KernelCost
+    candidates: tuple[tuple[Tiling, float], ...]      # what was evaluated, fastest first
+    tuned: bool = False                                # tiles taken from autotuning
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _largest_divisor(n: int, limit: int) -> int:
+    for d in range(min(n, max(1, limit)), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+def group_signature(info: ChainInfo, members) -> str:
+    """A key for a kernel independent of op numbering: its ops' kinds, bodies and shapes."""
+    parts = []
+    root = max(m for m in members if info.op(m).is_compute)
+    for m in sorted(members):
+        o = info.op(m)
+        parts.append(f"{o.kind}:{o.name}:{'/'.join(o.body_ops)}:{o.loops}:{o.operand_shapes}:{m == root}")
+    return "|".join(parts)
+
+
+class TileChooser:
+    """Best tiles per kernel (memoised), for one chain, target and profile."""
+
+    def __init__(self, info: ChainInfo, target: str, hw: HardwareProfile, tuned: dict | None = None):
+        self.info, self.target, self.hw = info, target, hw
+        self.tuned = tuned or {}
+        self.memo: dict[frozenset, Choice] = {}
+        self.seeds: dict[int, list[Tiling]] = {}          # good tilings found per root
+
+    def root(self, members) -> int:
+        return max(m for m in members if self.info.op(m).is_compute)
+
+    def cost(self, members, tiling: Tiling) -> KernelCost:
+        members = frozenset(members)
+        unfused = (sum(kernel_bytes(self.info, p) for p in unfused_kernels(self.info, members)),
+                   sum(op_flops(self.info.op(m), self.hw) for m in members
+                       if self.info.op(m).is_compute and self.info.op(m).kind not in ("fill", "pad")),
+                   len(unfused_kernels(self.info, members)))
+        return kernel_cost(self.info, members, self.root(members), tiling, self.hw, unfused)
+
+    def best(self, members) -> Choice:
+        members = frozenset(members)
+        if members not in self.memo:
+            self.memo[members] = self._choose(members)
+            if not self.memo[members].tuned:
+                self.seeds.setdefault(self.root(members), []).append(self.memo[members].tiling)
+        return self.memo[members]
+
+    def offer(self, members, tiling: Tiling) -> Choice:
+        """Try a tiling found for another kernel with the same root; keep it if it is better, so
+        that two kernels compared in a decision are searched alike."""
+        members = frozenset(members)
+        old = self.best(members)
+        if old.tuned or tiling == old.tiling or not self._valid(members, tiling):
+            return old
+        c = self.cost(members, tiling)
+        if c.time_s < old.cost.time_s * (1 - MARGIN):
+            ranked = tuple(sorted(old.candidates + ((tiling, c.time_s),), key=lambda x: x[1]))
+            self.memo[members] = Choice(tiling, c, ranked)
+        return self.memo[members]
+
+    def _valid(self, members, t: Tiling) -> bool:
+        allowed = tileable_loops(self.info, self.root(members), set(members))
+        if not t.mapped:
+            return not allowed
+        return set(t.mapped) <= set(allowed) and (self.target != "gpu" or tuple(t.mapped) == tuple(allowed[-3:]))
+
+    def _choose(self, members: frozenset) -> Choice:
+        root = self.root(members)
+        n = len(self.info.op(root).loops)
+        tile = tileable_loops(self.info, root, set(members))
+        serial = Tiling((0,) * n, (0,) * n if self.target == "gpu" else (), ())
+        if not tile:
+            c = self.cost(members, serial)
+            return Choice(serial, c, ((serial, c.time_s),))
+        tuned = self.tuned.get(group_signature(self.info, members))
+        if tuned is not None:
+            t = Tiling(tuple(tuned["block"]), tuple(tuned.get("thread", ())), tuple(tuned["mapped"]))
+            c = self.cost(members, t)
+            return Choice(t, c, ((t, c.time_s),), tuned=True)
+        search = self._gpu_search if self.target == "gpu" else self._cpu_search
+        return search(members, root, tile)
+
+    # ---- cpu: every divisor of one loop --------------------------------------------------
+    def _cpu_search(self, members, root, tile) -> Choice:
+        r = self.info.op(root)
+        loop = tile[0]
+        extent = r.loops[loop]
+        n = len(r.loops)
+        chunks = 4 * self.hw.units
+        default = _largest_divisor(extent, max(1, -(-extent // chunks)))
+        options = divisors(extent)
+        if len(options) > MAX_CPU_CANDIDATES:
+            step = len(options) / MAX_CPU_CANDIDATES
+            options = sorted({options[int(i * step)] for i in range(MAX_CPU_CANDIDATES)} | {default, extent})
+
+        def tiling(d):
+            block = [0] * n
+            block[loop] = d
+            return Tiling(tuple(block), (), (loop,))
+
+        evaluated = {d: self.cost(members, tiling(d)) for d in options}
+        best = default
+        for d, c in evaluated.items():
+            if c.time_s < evaluated[best].time_s * (1 - MARGIN):
+                best = d
+        ranked = tuple(sorted(((tiling(d), c.time_s) for d, c in evaluated.items()), key=lambda x: x[1]))
+        return Choice(tiling(best), evaluated[best], ranked)
+
+    # ---- gpu: hill-climb over neighbouring divisors ---------------------------------------
+    def _gpu_search(self, members, root, tile) -> Choice:
+        r = self.info.op(root)
+        n = len(r.loops)
+        mapped = tile[-3:]
+        limits = {0: 32, 1: 8, 2: 2} if r.kind != "contraction" else {0: 16, 1: 16, 2: 1}
+        block = [0] * n
+        thread = [0] * n
+        for depth, loop in enumerate(reversed(mapped)):
+            block[loop] = _largest_divisor(r.loops[loop], limits[depth])
+            thread[loop] = 1
+        start = Tiling(tuple(block), tuple(thread), tuple(mapped))
+        seen: dict[Tiling, KernelCost] = {start: self.cost(members, start)}
+        best = start
+        for seed in self.seeds.get(root, []):
+            if seed not in seen and self._valid(members, seed):
+                seen[seed] = self.cost(members, seed)
+                if seen[seed].time_s < seen[best].time_s * (1 - MARGIN):
+                    best = seed
+        while True:
+            improved = False
+            for cand in self._neighbours(best, r.loops):
+                if cand not in seen:
+                    seen[cand] = self.cost(members, cand)
+                if seen[cand].time_s < seen[best].time_s * (1 - MARGIN):
+                    best, improved = cand, True
+            if not improved:
+                break
+        ranked = tuple(sorted(((t, c.time_s) for t, c in seen.items()), key=lambda x: x[1]))
+        return Choice(best, seen[best], ranked)
+
+    def _neighbours(self, t: Tiling, loops) -> list[Tiling]:
+        out = []
+        for loop in t.mapped:
+            ds = divisors(loops[loop])
+            i = ds.index(t.block[loop])
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(ds):
+                    b = list(t.block)
+                    th = list(t.thread)
+                    b[loop] = ds[j]
+                    if b[loop] % th[loop]:
+                        th[loop] = 1
+                    out.append(Tiling(tuple(b), tuple(th), t.mapped))
+            per = divisors(t.block[loop])
+            k = per.index(t.thread[loop])
+            for j in (k - 1, k + 1):
+                if 0 <= j < len(per):
+                    th = list(t.thread)
+                    th[loop] = per[j]
+                    out.append(Tiling(t.block, tuple(th), t.mapped))
+            for f in (2, 0.5):                 # more (fewer) points per thread, same threads
+                b, th = list(t.block), list(t.thread)
+                b[loop], th[loop] = int(b[loop] * f), int(th[loop] * f)
+                if th[loop] >= 1 and b[loop] >= 1 and loops[loop] % b[loop] == 0 and b[loop] % th[loop] == 0:
+                    out.append(Tiling(tuple(b), tuple(th), t.mapped))
+        return [c for c in out if 1 <= _threads(c) <= self.hw.max_threads_per_block]
+
+
+def _threads(t: Tiling) -> int:
+    n = 1
+    for loop in t.mapped:
+        n *= t.block[loop] // t.thread[loop] if t.thread and t.thread[loop] else 1
+    return n
