@@ -1,7 +1,8 @@
 """`fusec` command line: compile, run and check FDSL chains.
 
     fusec FILE [--target T] [--emit STAGE] [--inputs in.npz] [--save out.npz] [--bind M=64,...]
-               [--report r.json] [--no-fuse] [--dump-dir DIR]
+               [--report r.json] [--no-fuse] [--dump-dir DIR] [--explain] [--hw NAME]
+               [--autotune] [--plot DIR]
     fusec compile FILE -o DIR [--target T] [--bind ...]     write a compiled artifact
     fusec run DIR [--inputs in.npz] [--save out.npz]        run one (no MLIR needed)
     fusec test PATH... [--update] [--target T]              golden tests
@@ -87,7 +88,25 @@ def _main_parser() -> argparse.ArgumentParser:
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME", choices=_pass_names(),
                    help="switch off a graph pass by name (repeatable): " + ", ".join(_pass_names()))
     p.add_argument("--locations", action="store_true", help="show source locations in printed IR")
+    p.add_argument("--explain", action="store_true",
+                   help="print the cost model's view of every kernel (ops, tiles, FLOPs, bytes unfused -> fused, "
+                        "intensity, bound, predicted time) and every rejected fusion with its reason")
+    p.add_argument("--hw", choices=_hw_names(), type=str.lower,
+                   help="the hardware profile the cost model plans for (default: the real device on cuda, "
+                        "h200 on other GPU targets, this machine's measured profile on cpu)")
+    p.add_argument("--autotune", action="store_true",
+                   help="time the model's best tile candidates on the target and keep the fastest "
+                        "(cached on disk by kernel, shapes, dtype and hardware)")
+    p.add_argument("--plot", metavar="DIR", help="write roofline.png, traffic.png and breakdown.png to DIR")
     return p
+
+
+def _hw_names() -> tuple[str, ...]:
+    try:
+        from fusec.compiler.hardware import NAMES
+    except ImportError:
+        return ()
+    return tuple(NAMES)
 
 
 def _test_parser() -> argparse.ArgumentParser:
@@ -159,6 +178,9 @@ def _cmd_main(args: argparse.Namespace) -> int:
     if args.emit == "typed":
         print("\n\n".join(c.format() for c in chains))
         return 0
+    if (args.explain or args.plot or args.autotune) and target in ("reference", "mlir-jit"):
+        raise UsageError(f"--explain, --plot and --autotune need a compiled target (cuda, cuda-sim, cpu), "
+                         f"not {target}")
     given = npz.load(args.inputs) if args.inputs else {}
     bind = api.parse_bind(",".join(args.bind))
     plans = [(c, *_inputs_for(c, given.get(c.name, {}).get("in"), bind, args.seed)) for c in chains]
@@ -185,21 +207,28 @@ def _cmd_main(args: argparse.Namespace) -> int:
 def _program(path_or_source: str, target: str | None, args, baseline: bool = True) -> "fusec.Program":
     from fusec.program import compile as compile_program
     options = {"fuse": not getattr(args, "no_fuse", False), "baseline": baseline,
-               "disabled_passes": tuple(getattr(args, "disable_pass", ()))}
+               "disabled_passes": tuple(getattr(args, "disable_pass", ())), "hw": getattr(args, "hw", None),
+               "autotune": getattr(args, "autotune", False)}
     return compile_program(path_or_source, target, options)
 
 
 def _run_compiled(args, typed: TypedModule, plans, target: str | None) -> int:
     """The main job: compile each chain, run it fused and unfused, check it, report."""
-    from .report import run_and_check
+    from .report import explain, run_and_check
     program = _program(args.file, target, args)
     reports, saved = [], {}
     for chain, inputs, binding in plans:
         compiled = program.chains[chain.name].compiled(binding)
+        if args.explain:
+            print(explain(compiled.plan, binding))
         rep = run_and_check(compiled, inputs, running="fused" if program.options.fuse else "unfused")
         print(rep.format())
         reports.append(rep)
         saved[chain.name] = ({p.name: x for p, x in zip(chain.param_nodes, inputs)}, rep.outputs)
+    if args.plot:
+        from .plots import write_plots
+        for path in write_plots(reports, args.plot):
+            print(f"wrote {path}")
     return _finish(args, reports, saved)
 
 
@@ -263,7 +292,7 @@ def _compiler_texts(typed: TypedModule, plans, args, target: str | None) -> dict
     sub = TypedModule(typed.file, tuple(c for c, _, _ in plans))
     kind = "cpu" if target == "cpu" else "gpu"
     return run_stages(sub, bindings, disabled_passes=tuple(args.disable_pass), dump_dir=args.dump_dir,
-                      locations=args.locations, target=kind, fuse=not args.no_fuse)
+                      locations=args.locations, target=kind, fuse=not args.no_fuse, hw=args.hw)
 
 
 def _run(chain: TypedChain, inputs, binding, args, typed, target: str) -> list[np.ndarray]:
@@ -372,6 +401,8 @@ def _compile_parser() -> argparse.ArgumentParser:
     p.add_argument("--chain", action="append", default=[], help="only this chain (repeatable)")
     p.add_argument("--no-fuse", action="store_true", help="the fused build is the unfused one")
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME", choices=_pass_names())
+    p.add_argument("--hw", choices=_hw_names(), type=str.lower,
+                   help="the hardware profile the cost model plans for (default: h200 for cuda, measured cpu)")
     return p
 
 
@@ -396,7 +427,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     typed = api.check(args.file)
     bind = api.parse_bind(",".join(args.bind))
     target = Target(args.target)          # compiling needs no device: nothing is imported here
-    options = Options.make({"fuse": not args.no_fuse, "disabled_passes": tuple(args.disable_pass)})
+    options = Options.make({"fuse": not args.no_fuse, "disabled_passes": tuple(args.disable_pass), "hw": args.hw})
     chains = {}
     for c in _select(typed, args.chain):
         binding = {s: bind.get(s, DEFAULT_SIZE) for s in c.symbols}

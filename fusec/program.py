@@ -29,11 +29,16 @@ from . import __version__, api
 class Options:
     """How to compile. `fuse=False` (or FUSEC_NO_FUSE=1) runs the unfused build instead;
     `plans` gives plans by hand per chain name ({"groups": [{"ops": [...], "block_tiles": [...]}]});
-    `baseline=False` skips building the unfused comparison build."""
+    `baseline=False` skips building the unfused comparison build; `hw` names the hardware profile
+    the cost model plans for (h200, h100, a100, seed, cpu, device; default: the real device on
+    `cuda`, h200 for other GPU targets, the measured cpu profile on `cpu`); `autotune` times the
+    model's best tile candidates on the target and keeps the fastest (cached on disk)."""
     fuse: bool = True
     baseline: bool = True
     disabled_passes: tuple[str, ...] = ()
     plans: tuple[tuple[str, str], ...] = ()       # (chain, plan JSON)
+    hw: str | None = None
+    autotune: bool = False
 
     @staticmethod
     def make(options=None, **kw) -> "Options":
@@ -159,6 +164,10 @@ def build_chain(chain: TypedChain, binding: dict[str, int], target: Target, opti
     from fusec.compiler.pipeline import CompileOptions, compile_chain
     check_supported(chain, target)
     hand = dict(options.plans).get(chain.name)
+    hw = options.hw or ("device" if target.name == "cuda" else None)
+    tuned = None
+    if options.autotune and options.fuse and not hand:
+        tuned = _autotune(chain, binding, target, options, hw)
     builds = {"fused": options.fuse}
     if options.baseline and options.fuse:
         builds["unfused"] = False
@@ -166,7 +175,8 @@ def build_chain(chain: TypedChain, binding: dict[str, int], target: Target, opti
     main = None
     for build, fuse in builds.items():
         opts = CompileOptions(frozenset(options.disabled_passes), False, target.kind, fuse,
-                              hand if (fuse and build == "fused") else None)
+                              hand if (fuse and build == "fused") else None, hw=hw,
+                              tuned=tuned if build == "fused" else None)
         st = compile_chain(chain, binding, options=opts)
         entry = st.emitted.entries[chain.name]
         sources[build] = st.emitted.source
@@ -178,6 +188,34 @@ def build_chain(chain: TypedChain, binding: dict[str, int], target: Target, opti
                              list(main.emitted.entries[chain.name].result_types), metas,
                              main.plan.summary(), seconds)
     return meta, sources, main.texts["plan"], main.plan, main.texts
+
+
+def _autotune(chain: TypedChain, binding: dict[str, int], target: Target, options: Options,
+              hw: str | None) -> str:
+    """Measured tiles for the chain's kernels (compiler/autotune.py), as CompileOptions.tuned."""
+    import json
+    from fusec.compiler import autotune
+    from fusec.compiler.pipeline import CompileOptions, compile_chain
+    base = CompileOptions(frozenset(options.disabled_passes), False, target.kind, True, None, hw=hw)
+    plan = compile_chain(chain, binding, options=base, until="plan").plan
+    inputs = reference.random_inputs(chain, binding, 0)
+    scratch = Path(tempfile.mkdtemp(prefix="fusec-tune-"))
+
+    def measure(tuned: dict) -> float:
+        opts = CompileOptions(base.disabled_passes, False, target.kind, True, None, hw=hw, tuned=json.dumps(tuned))
+        st = compile_chain(chain, binding, options=opts)
+        entry = st.emitted.entries[chain.name]
+        meta = art.ChainArtifact(chain.name, dict(binding), [], [], {"fused": {"host": entry.host,
+                                 "kernels": list(entry.kernels)}}, st.plan.summary())
+        directory = scratch / f"c{len(list(scratch.iterdir()))}"
+        art.write(directory, target=target.name, source_path="<tune>", source="", version=__version__,
+                  chains={chain.name: (meta, {"fused": st.emitted.source}, st.texts["plan"])})
+        host = art.load(directory).module(chain.name, "fused")
+        dtypes = [p.type.dtype.np for p in chain.param_nodes]
+        return Executable(host, target, dtypes, f"{chain.name}/tune").time(inputs, min_runs=5).min_s
+
+    tuned, _ = autotune.tune(plan, measure)
+    return json.dumps(tuned, sort_keys=True)
 
 
 def load_chain(artifact: art.Artifact, chain: TypedChain, target: Target, texts: dict | None = None) -> CompiledChain:

@@ -1,4 +1,5 @@
-"""Run a compiled chain against the reference and describe the result (text and JSON)."""
+"""Run a compiled chain against the reference and describe the result (text and JSON), with the
+cost model's predictions beside the measurements, and the --explain text."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -41,6 +42,35 @@ class ChainReport:
         return [f"chain {self.chain} output {i} ({t}): {c.describe()}"
                 for i, (c, t) in enumerate(zip(self.comparisons, self.output_types)) if not c.ok]
 
+    def predicted(self) -> dict | None:
+        """Predicted against measured: per build and per kernel (a kernel's measured time is the
+        chain's when the build is that one kernel; the CPU runs a chain as one function)."""
+        model = self.plan.get("model")
+        if not model:
+            return None
+        fused_key = "predicted_s" if self.running == "fused" else "unfused_predicted_s"
+        out = {"hardware": model["hardware"], "fused_s": model[fused_key],
+               "unfused_s": model["unfused_predicted_s"], "speedup": model["predicted_speedup"],
+               "measured": "minimum of the timed runs (this machine's timings are noisy; the median is in 'time')",
+               "kernels": []}
+        if self.fused:
+            out["fused_measured_s"] = self.fused.min_s
+            out["fused_ratio"] = self.fused.min_s / max(out["fused_s"], 1e-30)
+        if self.unfused:
+            out["unfused_measured_s"] = self.unfused.min_s
+            out["unfused_ratio"] = self.unfused.min_s / max(out["unfused_s"], 1e-30)
+            out["measured_speedup"] = self.unfused.min_s / self.fused.min_s
+        single = len(self.plan["groups"]) == 1
+        for g in self.plan["groups"]:
+            c = g.get("cost", {})
+            k = {"kernel": g["kernel"], "predicted_s": c.get("time_s"), "bound": c.get("bound")}
+            if single and self.fused:
+                k["measured_s"] = self.fused.min_s
+                k["ratio"] = self.fused.min_s / max(c.get("time_s") or 1e-30, 1e-30)
+                k["measured_as"] = "the whole chain (one kernel)"
+            out["kernels"].append(k)
+        return out
+
     def as_dict(self) -> dict:
         return {
             "chain": self.chain, "target": self.target, "binding": self.binding, "build": self.running,
@@ -48,6 +78,7 @@ class ChainReport:
             "time": {"fused": self.fused.as_dict() if self.fused else None,
                      "unfused": self.unfused.as_dict() if self.unfused else None,
                      "speedup": self.speedup},
+            "model": self.predicted(),
             "numerics": [{"output": i, "type": t, "ok": c.ok, "max_abs_err": c.max_abs, "max_rel_err": c.max_rel,
                           "worst_index": list(c.worst_index), "rtol": c.rtol, "atol": c.atol}
                          for i, (c, t) in enumerate(zip(self.comparisons, self.output_types))],
@@ -77,10 +108,105 @@ class ChainReport:
             else:
                 t += f" (median of {self.fused.runs} runs; min {self.fused.min_s * 1e3:.3f} ms)"
             lines.append(t)
+        lines += self._model_lines()
         for i, (c, t) in enumerate(zip(self.comparisons, self.output_types)):
             verdict = "ok" if c.ok else "MISMATCH"
             lines.append(f"  out {i} {t}: max abs err {c.max_abs:.3g}, max rel err {c.max_rel:.3g} -> {verdict}")
         return "\n".join(lines)
+
+
+    def _model_lines(self) -> list[str]:
+        m = self.predicted()
+        if not m:
+            return []
+        line = (f"  model ({m['hardware']}): predicted fused {_ms(m['fused_s'])}"
+                + (f", unfused {_ms(m['unfused_s'])}, speedup {m['speedup']:.2f}x" if self.running == "fused" else ""))
+        if "fused_measured_s" in m:
+            line += f"; measured (min) fused {_ms(m['fused_measured_s'])} (x{m['fused_ratio']:.2f})"
+            if "unfused_measured_s" in m:
+                line += (f", unfused {_ms(m['unfused_measured_s'])} (x{m['unfused_ratio']:.2f}), "
+                         f"speedup {m['measured_speedup']:.2f}x")
+        out = [line]
+        if len(m["kernels"]) > 1:
+            out.append("    per kernel (predicted; measured per chain only): " + ", ".join(
+                f"k{k['kernel']} {_ms(k['predicted_s'])} {k['bound']}" for k in m["kernels"]))
+        big = self.plan.get("model", {}).get("big_transfers", {})
+        if big.get("fused") is not None:
+            out.append("  " + transfers_line(big))
+        return out
+
+
+def transfers_line(big: dict) -> str:
+    """Global reads and writes of intermediate-sized tensors: op by op, unfused build, fused."""
+    parts = []
+    if "eager" in big:
+        parts.append(f"{big['eager']} op by op")
+    parts.append(f"{big['unfused']} unfused")
+    parts.append(f"{big['fused']} fused")
+    base = big.get("eager", big["unfused"])
+    cut = f" ({(big['fused'] - base) / base:+.0%})" if base else ""
+    return "intermediate-sized global reads/writes: " + ", ".join(parts) + cut
+
+
+def _ms(s: float | None) -> str:
+    if s is None:
+        return "?"
+    return f"{s * 1e3:.3f} ms" if s >= 1e-4 else f"{s * 1e6:.1f} us"
+
+
+def explain(plan: dict, binding: dict[str, int] | None = None) -> str:
+    """--explain: per kernel its ops, tiles, FLOPs, bytes (unfused -> fused), intensity, bound,
+    predicted time; then each rejected fusion with its reason (from a plan summary)."""
+    bound = ", ".join(f"{k}={v}" for k, v in (binding or {}).items())
+    model = plan.get("model", {})
+    lines = [f"explain {plan['chain']}{f' [{bound}]' if bound else ''} on {plan['target']}, "
+             f"hardware {model.get('hardware', '?')}: {plan['ops']} ops -> {plan['kernels']} "
+             f"kernel{'s' if plan['kernels'] != 1 else ''}"]
+    for g in plan["groups"]:
+        c = g.get("cost")
+        ops = ", ".join(f"%{o['id']} {o['label']}" + (" [root]" if o["role"] == "root" else "")
+                        for o in g["ops"] if o["role"] not in ("init", "pad"))
+        lines.append(f"  kernel {g['kernel']}: {ops}")
+        tiles = "serial (one thread)" if g["serial"] else f"block {g['block_tiles']}" + (
+            f", thread {g['thread_tiles']} ({'x'.join(map(str, g['threads']))} threads)" if g["thread_tiles"] else "")
+        alts = ", ".join(f"{a['block_tiles']}{'/' + str(a['thread_tiles']) if a['thread_tiles'] else ''} "
+                         f"{_ms(a['predicted_s'])}" for a in g.get("candidates", [])[:3])
+        lines.append(f"    tiles: {tiles}" + (f"; best candidates: {alts}" if alts else ""))
+        if not c:
+            continue
+        lines.append(f"    FLOPs {_num(c['flops'])}" + (f" ({_num(c['recompute_flops'])} recomputed)"
+                                                       if c["recompute_flops"] else "")
+                     + f"; global bytes {_num(c['bytes_unfused'])}B unfused -> {_num(c['bytes'])}B fused"
+                     + (f" (+{_num(c['bytes_cached'])}B re-read from cache)" if c["bytes_cached"] else "")
+                     + f"; intensity {c['intensity']:.2f} FLOP/B")
+        lines.append(f"    on chip: {c['intermediates']} intermediate{'s' if c['intermediates'] != 1 else ''}"
+                     f" ({_num(c['onchip_bytes'])}B per {'thread' if plan['target'] == 'gpu' else 'tile'})"
+                     + (f", {_num(c['bytes_spilled'])}B spilled" if c["bytes_spilled"] else "")
+                     + f"; occupancy {c['occupancy']:.0%}; launches {c['kernels_unfused']} -> 1")
+        lines.append(f"    {c['bound']}-bound: predicted {_ms(c['time_s'])} (compute {_ms(c['compute_s'])}, "
+                     f"memory {_ms(c['memory_s'])}, launch {_ms(c['launch_s'])}"
+                     + (f", allocation {_ms(c['alloc_s'])}" if c["alloc_s"] else "") + ")")
+    if model:
+        lines.append(f"  predicted: fused {_ms(model['predicted_s'])} in {model['launches']} launch"
+                     f"{'es' if model['launches'] != 1 else ''}, unfused {_ms(model['unfused_predicted_s'])} in "
+                     f"{model['unfused_launches']}; speedup {model['predicted_speedup']:.2f}x")
+        if model.get("big_transfers"):
+            lines.append("  " + transfers_line(model["big_transfers"]))
+    rejected = [d for d in plan.get("decisions", []) if d.startswith("not fused")]
+    fused = [d for d in plan.get("decisions", []) if not d.startswith("not fused")]
+    if fused:
+        lines.append("  decisions:")
+        lines += [f"    {d}" for d in fused]
+    lines.append("  rejected fusions:" + ("" if rejected else " none"))
+    lines += [f"    {d}" for d in rejected]
+    return "\n".join(lines)
+
+
+def _num(x: float) -> str:
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= div:
+            return f"{x / div:.3g} {unit}"
+    return f"{x:.3g} "
 
 
 def run_and_check(compiled: CompiledChain, inputs: list[np.ndarray], timing: bool = True,

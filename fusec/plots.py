@@ -1,0 +1,165 @@
+"""--plot DIR: the cost model's three pictures, as PNG files, for the chains of one run.
+
+    roofline.png   every kernel on its hardware's roofline, before fusion (one kernel per op,
+                   hollow) and after (filled): attained FLOP/s against arithmetic intensity
+    traffic.png    global memory traffic per fused kernel: what its ops move unfused vs fused
+    breakdown.png  predicted time per chain split into launch, compute and memory beyond compute,
+                   unfused vs fused, with the measured times as markers
+
+Everything comes from the plan summaries and timings in ChainReports (no compiler needed).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+PICTURES = ("roofline.png", "traffic.png", "breakdown.png")
+
+
+def write_plots(reports, directory) -> list[Path]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    chains = [r for r in reports if r.plan.get("model")]
+    paths = []
+    for name, draw in (("roofline.png", _roofline), ("traffic.png", _traffic)):
+        fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+        draw(ax, chains)
+        fig.tight_layout()
+        fig.savefig(out / name)
+        plt.close(fig)
+        paths.append(out / name)
+    n = max(1, len(chains))
+    cols = min(n, 3)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols + 1, 3.6 * rows), dpi=110, squeeze=False)
+    for ax, r in zip(axes.flat, chains):
+        _breakdown(ax, r)
+    for ax in list(axes.flat)[len(chains):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
+    fig.suptitle("Execution time: predicted launch / compute / memory, unfused vs fused (measured: diamonds)",
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0.07, 1, 0.95))
+    fig.savefig(out / "breakdown.png")
+    plt.close(fig)
+    paths.append(out / "breakdown.png")
+    return paths
+
+
+def _label(r, k) -> str:
+    return f"{r.chain}:k{k}"
+
+
+def _roofline(ax, chains) -> None:
+    from fusec.compiler.hardware import get
+    colors = _colors(len(chains))
+    hws = []
+    xs = []
+    for r, color in zip(chains, colors):
+        model = r.plan["model"]
+        before = model["unfused_kernels"]
+        after = [g["cost"] for g in r.plan["groups"]]
+        for kernels, filled in ((before, False), (after, True)):
+            for i, c in enumerate(kernels):
+                x, y = max(c["intensity"], 1e-3), c["flops"] / max(c["time_s"], 1e-12)
+                xs.append(x)
+                ax.scatter([x], [max(y, 1.0)], s=60 if filled else 40, marker="o",
+                           facecolors=color if filled else "none", edgecolors=color,
+                           label=f"{r.chain} fused" if filled and i == 0 else (
+                               f"{r.chain} unfused" if not filled and i == 0 else None))
+                if filled:
+                    ax.annotate(f"k{i}", (x, max(y, 1.0)), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        if model["hardware"] not in hws:
+            hws.append(model["hardware"])
+    lo, hi = min(xs, default=0.01) / 4, max(xs, default=100) * 4
+    for name in hws:
+        hw = _profile(get, name, chains)
+        if hw is None:
+            continue
+        import numpy as np
+        grid = np.logspace(np.log10(lo), np.log10(hi), 200)
+        ax.plot(grid, np.minimum(hw.peak_flops, hw.bandwidth * grid), "k-", lw=1.2,
+                label=f"{name} roof: {hw.bandwidth / 1e9:.0f} GB/s, {hw.peak_flops / 1e12:.2f} TFLOP/s")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte of global memory)")
+    ax.set_ylabel("attained FLOP/s (predicted)")
+    ax.set_title("Roofline: each kernel before fusion (hollow) and after (filled)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+
+
+def _profile(get, name, chains):
+    target = "cpu" if name == "cpu" else "gpu"
+    try:
+        return get(None if name.startswith("device") else name, target)
+    except Exception:
+        return None
+
+
+def _traffic(ax, chains) -> None:
+    labels, unfused, fused = [], [], []
+    for r in chains:
+        for g in r.plan["groups"]:
+            labels.append(_label(r, g["kernel"]))
+            unfused.append(g["cost"]["bytes_unfused"] / 1e6)
+            fused.append(g["cost"]["bytes"] / 1e6)
+    xs = range(len(labels))
+    w = 0.4
+    ax.bar([x - w / 2 for x in xs], unfused, w, label="unfused (its ops as one kernel each)", color="#d62728")
+    ax.bar([x + w / 2 for x in xs], fused, w, label="fused", color="#2ca02c")
+    for x, u, f in zip(xs, unfused, fused):
+        if u > 0:
+            ax.annotate(f"{(f - u) / u:+.0%}", (x + w / 2, f), textcoords="offset points", xytext=(0, 3),
+                        ha="center", fontsize=7)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("global memory traffic (MB, predicted)")
+    ax.set_title("Memory traffic per kernel: unfused vs fused")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+
+
+def _parts(costs) -> tuple[float, float, float]:
+    launch = compute = memory = 0.0
+    for c in costs:
+        body = c["time_s"] - c["launch_s"] - c["alloc_s"]
+        launch += c["launch_s"] + c["alloc_s"]
+        shown = min(c["compute_s"], body)
+        compute += shown
+        memory += body - shown
+    return launch, compute, memory
+
+
+def _breakdown(ax, r) -> None:
+    labels, rows, measured = [], [], []
+    for build, costs, timing in (("unfused", r.plan["model"]["unfused_kernels"], r.unfused),
+                                 ("fused", [g["cost"] for g in r.plan["groups"]], r.fused)):
+        labels.append(f"{build}\n({len(costs)} kernel{'s' if len(costs) != 1 else ''})")
+        rows.append(_parts(costs))
+        measured.append(timing.min_s * 1e3 if timing is not None else None)
+    xs = list(range(len(labels)))
+    bottom = [0.0] * len(xs)
+    for i, (name, color) in enumerate((("launch + allocation", "#7f7f7f"), ("compute", "#1f77b4"),
+                                       ("memory beyond compute", "#ff7f0e"))):
+        vals = [row[i] * 1e3 for row in rows]
+        ax.bar(xs, vals, 0.6, bottom=bottom, label=name, color=color)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    mx = [(x, m) for x, m in zip(xs, measured) if m is not None]
+    if mx:
+        ax.scatter([x for x, _ in mx], [m for _, m in mx], marker="D", color="black", zorder=3,
+                   label="measured (min of runs)")
+    ax.set_xticks(xs)
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("time (ms)")
+    ax.set_title(r.chain, fontsize=9)
+    ax.grid(True, axis="y", alpha=0.3)
+
+
+def _colors(n: int) -> list:
+    import matplotlib
+    cmap = matplotlib.colormaps["tab10"]
+    return [cmap(i % 10) for i in range(n)]
