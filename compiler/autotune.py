@@ -99,3 +99,16 @@ def tune(plan: FusionPlan, measure: Callable[[dict], float], k: int = 3, cache: 
     if save:
         save_cache(cache)
     return tuned, trials
+
+
+def kendall_tau(predicted: dict, measured: dict) -> float:
+    """Rank agreement of two timings of the same candidates: 1 the same order, -1 reversed."""
+    keys = sorted(predicted)
+    concordant = discordant = 0
+    for i, a in enumerate(keys):
+        for b in keys[i + 1:]:
+            s = (predicted[a] - predicted[b]) * (measured[a] - measured[b])
+            concordant += s > 0
+            discordant += s < 0
+    pairs = len(keys) * (len(keys) - 1) // 2
+    return (concordant - discordant) / pairs if pairs else 1.0

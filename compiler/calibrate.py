@@ -1,9 +1,9 @@
-"""Numba loops that measure this CPU for its hardware profile (compiler/hardware.py).
+"""What measures this CPU for its hardware profile (compiler/hardware.py).
 
-Each is shaped like the code compiler/emit writes for the cpu target: a prange over row tiles,
-plain loops inside, 2-D indexing, the emitter's fastmath flags, numpy error model. Compute costs are measured
-on one core (parallel=False): a busy second core then does not disturb them. Bandwidth and the
-fork/join of a parallel region are measured with every core.
+Memory: Numba loops shaped like the code compiler/emit writes for the cpu target (a prange over
+row tiles, plain loops inside, 2-D indexing, the emitter's fastmath flags), run on every core.
+Compute: small FDSL chains compiled by fusec itself (`emitted_chain`), so each op is priced as
+the emitter writes it today, timed on one thread (a busy second core then does not disturb it).
 """
 import math
 
@@ -11,10 +11,6 @@ import numba
 import numpy as np
 
 ROWS = 32
-_1 = np.float32(1.0)
-_0 = np.float32(0.0)
-_A = np.float32(1.0001)
-_B = np.float32(0.5)
 
 def emitted_fastmath():
     """The fastmath flags compiler/emit puts on cpu kernels (the loops here must match them)."""
@@ -30,25 +26,6 @@ def emitted_fastmath():
 
 FASTMATH = emitted_fastmath()
 JIT = dict(parallel=True, fastmath=FASTMATH, error_model="numpy")
-SERIAL = dict(parallel=False, fastmath=FASTMATH, error_model="numpy")   # per-core costs: one core suffices
-
-
-@numba.njit
-def _maximumf_f32(a, b):
-    if a != a or b != b:
-        return a + b
-    if a == b:
-        return b if math.copysign(_1, a) < _0 else a
-    return a if a > b else b
-
-
-@numba.njit(**SERIAL)
-def copy_serial(a, out, reps=1):
-    for t in numba.prange(a.shape[0] // ROWS):
-        for _rep in range(reps):
-            for r in range(ROWS):
-                for j in range(a.shape[1]):
-                    out[t * ROWS + r, j] = a[t * ROWS + r, j]
 
 
 @numba.njit(**JIT)
@@ -70,65 +47,26 @@ def copy_fresh(a):
     return out
 
 
-@numba.njit(**SERIAL)
-def fma64(a, out, reps=1):
-    for t in numba.prange(a.shape[0] // ROWS):
-        for _rep in range(reps):
-            for r in range(ROWS):
-                for j in range(a.shape[1]):
-                    v = a[t * ROWS + r, j]
-                    for _ in range(32):
-                        v = v * _A + _B
-                    out[t * ROWS + r, j] = v
-
-
-@numba.njit(**SERIAL)
-def row_sum(a, out, reps=1):
-    for t in numba.prange(a.shape[0] // ROWS):
-        for _rep in range(reps):
-            for r in range(ROWS):
-                acc = _0
-                for j in range(a.shape[1]):
-                    acc = acc + a[t * ROWS + r, j]
-                out[t * ROWS + r] = acc
-
-
-def _unary(body):
-    @numba.njit(**SERIAL)
-    def kernel(a, out, reps=1):
-        for t in numba.prange(a.shape[0] // ROWS):
-            for _rep in range(reps):
-                for r in range(ROWS):
-                    for j in range(a.shape[1]):
-                        out[t * ROWS + r, j] = body(a[t * ROWS + r, j])
-    return kernel
-
-
-call_exp = _unary(numba.njit(lambda v: np.float32(math.exp(v))))
-call_tanh = _unary(numba.njit(lambda v: np.float32(math.tanh(v))))
-call_erf = _unary(numba.njit(lambda v: np.float32(math.erf(v))))
-call_log = _unary(numba.njit(lambda v: np.float32(math.log(v + _1))))
-call_sqrt = _unary(numba.njit(lambda v: np.float32(math.sqrt(v))))
-call_divf = _unary(numba.njit(lambda v: _1 / (v + _1)))
-call_maximumf = _unary(numba.njit(lambda v: _maximumf_f32(v, _B)))
-
-
-@numba.njit(**SERIAL)
-def matmul(a, b, c):
-    """c = a @ b accumulated in the output, as the emitted contraction loop does."""
-    for t in numba.prange(a.shape[0] // ROWS):
-        for r in range(ROWS):
-            for j in range(b.shape[1]):
-                c[t * ROWS + r, j] = _0
-        for r in range(ROWS):
-            for j in range(b.shape[1]):
-                for k in range(a.shape[1]):
-                    c[t * ROWS + r, j] = c[t * ROWS + r, j] + a[t * ROWS + r, k] * b[k, j]
-
-
 @numba.njit(**JIT)
 def empty_region(x):
     for i in numba.prange(x.shape[0]):
         tmp = np.empty((1,), np.float32)
         tmp[0] = x[i, 0]
         x[i, 0] = tmp[0]
+
+
+def emitted_chain(src: str, binding: dict[str, int]):
+    """(host function, inputs) of an FDSL chain compiled for the cpu target with its default plan."""
+    import types
+
+    from fusec.dsl.checker import check
+    from fusec.dsl.parser import parse
+    from fusec.runtime.reference import random_inputs
+
+    from .pipeline import CompileOptions, compile_chain
+    chain = check(parse(src, "<calibrate>")).chains[0]
+    st = compile_chain(chain, binding, options=CompileOptions(target="cpu", hw="calibration"))
+    mod = types.ModuleType(f"fusec_calibrate_{chain.name}")
+    exec(compile(st.emitted.source, f"<calibrate {chain.name}>", "exec"), mod.__dict__)
+    inputs = [np.ascontiguousarray(x) for x in random_inputs(chain, binding, 0)]
+    return getattr(mod, st.emitted.entries[chain.name].host), inputs

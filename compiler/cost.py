@@ -232,7 +232,9 @@ def _time(compute_s: float, memory_s: float, hw: HardwareProfile) -> float:
 def _finish(common: dict, hw: HardwareProfile, compute_s: float, memory_s: float, launch_s: float,
             alloc_s: float, **kw) -> KernelCost:
     body = _time(compute_s, memory_s, hw)
-    bound = "launch" if launch_s + alloc_s > body else ("compute" if compute_s >= memory_s else "memory")
+    # first touches of freshly mapped buffers are memory traffic too
+    bound = ("launch" if launch_s > body + alloc_s else
+             "compute" if compute_s >= memory_s + alloc_s else "memory")
     return KernelCost(**common, compute_s=compute_s, memory_s=memory_s, launch_s=launch_s, alloc_s=alloc_s,
                       time_s=body + launch_s + alloc_s, bound=bound, **kw)
 
@@ -330,34 +332,48 @@ def _cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, 
     rounds = math.ceil(chunks / cores)
     busy = min(chunks, cores)
     efficiency = chunks / (rounds * cores)
-    bw = hw.single_core_bandwidth + (hw.bandwidth - hw.single_core_bandwidth) * (busy - 1) / max(1, cores - 1) \
-        if hw.single_core_bandwidth else hw.bandwidth
-    # per tile: intermediates and the tile's slices of what it reads and writes; past one core's
-    # L2 the second and later passes over them go to the LLC or memory
+    # per tile: intermediates and the tile's slices of what it reads and writes. Every op of the
+    # kernel walks the tile in its own loop, so the second and later passes over a tensor, and
+    # the intermediates, come from one core's L2 when the tile fits there, else from the LLC
+    # when every busy core's tile fits there, else from memory
     tile_inter = sum(n * o.elem_bytes for n, o in footprint)
-    tile_io = (common["bytes_read"] + common["bytes_written"]) / max(1, chunks)
+    total_io = common["bytes_read"] + common["bytes_written"]
+    tile_io = total_io / max(1, chunks)
+    working = tile_inter + tile_io
     spill = 0.0
-    if tile_inter + tile_io > hw.onchip_per_unit:
+    resident = total_io <= hw.l2_bytes            # timed again and again: found in the LLC
+    bw = _cpu_bw(hw, busy, resident)
+    spill_bw = bw
+    if working > hw.onchip_per_unit:
         passes = _passes(info, members, reads)
         spill = sum(b * (passes.get(key, 1) - 1) for key, (b, _, _) in reads.items())
         spill += sum(n * o.elem_bytes * 2 for n, o in footprint) * chunks
-    total_io = common["bytes_read"] + common["bytes_written"]
-    # timed again and again, a kernel whose data fits the LLC finds it there
-    resident = total_io + spill <= hw.l2_bytes
-    if resident:
-        bw = max(bw, hw.cache_bandwidth * busy / cores)
-    spill_bw = hw.cache_bandwidth if resident else bw
+        spill_bw = _cpu_bw(hw, busy, working * busy <= hw.l2_bytes)
     eb = r.elem_bytes
     peak = hw.peak(eb) * efficiency
     compute_s = common["flops"] / peak + rounds * hw.chunk_s
     recompute_s = common["recompute_flops"] / peak
     spill_s = spill / spill_bw
-    memory_s = total_io / bw + common["bytes_cached"] / hw.cache_bandwidth + spill_s
+    # chunks run in rounds of one per core; a last, partial round has fewer cores streaming
+    full, last = divmod(chunks, cores)
+    per_chunk = total_io / chunks
+    memory_s = (full * cores * per_chunk / bw + (last * per_chunk / _cpu_bw(hw, last, resident) if last else 0.0)
+                + common["bytes_cached"] / hw.cache_bandwidth + spill_s)
     alloc_s = sum(info.op(m).result_bytes * hw.fault_s_per_byte for m in written
                   if info.op(m).result_bytes >= hw.mmap_threshold)
     return _finish(dict(common, bytes_spilled=spill, onchip_bytes=int(tile_inter)), hw, compute_s, memory_s,
                    hw.launch_s, alloc_s, threads=chunks, blocks=chunks, occupancy=busy / cores,
                    recompute_s=recompute_s, spill_s=spill_s)
+
+
+def _cpu_bw(hw: HardwareProfile, busy: int, resident: bool) -> float:
+    """Bandwidth with `busy` cores streaming (DRAM: between one core's and all cores'; from
+    the LLC: in proportion to the cores)."""
+    if resident:
+        return max(hw.bandwidth, hw.cache_bandwidth) * busy / hw.units
+    if not hw.single_core_bandwidth or hw.units == 1:
+        return hw.bandwidth
+    return hw.single_core_bandwidth + (hw.bandwidth - hw.single_core_bandwidth) * (busy - 1) / (hw.units - 1)
 
 
 def _passes(info: ChainInfo, members, reads) -> dict[str, int]:

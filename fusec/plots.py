@@ -16,20 +16,31 @@ PICTURES = ("roofline.png", "traffic.png", "breakdown.png")
 
 
 def write_plots(reports, directory) -> list[Path]:
+    """Write the three pictures for these ChainReports to `directory`; returns their paths."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    figs = figures(reports)
+    import matplotlib.pyplot as plt
+    for name, fig in figs.items():
+        fig.savefig(out / name)
+        plt.close(fig)
+        paths.append(out / name)
+    return paths
+
+
+def figures(reports) -> dict:
+    """{file name: matplotlib Figure} for the chains of these ChainReports that carry a model."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
     chains = [r for r in reports if r.plan.get("model")]
-    paths = []
+    out = {}
     for name, draw in (("roofline.png", _roofline), ("traffic.png", _traffic)):
         fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
         draw(ax, chains)
         fig.tight_layout()
-        fig.savefig(out / name)
-        plt.close(fig)
-        paths.append(out / name)
+        out[name] = fig
     n = max(1, len(chains))
     cols = min(n, 3)
     rows = -(-n // cols)
@@ -43,10 +54,8 @@ def write_plots(reports, directory) -> list[Path]:
     fig.suptitle("Execution time: predicted launch / compute / memory, unfused vs fused (measured: diamonds)",
                  fontsize=10)
     fig.tight_layout(rect=(0, 0.07, 1, 0.95))
-    fig.savefig(out / "breakdown.png")
-    plt.close(fig)
-    paths.append(out / "breakdown.png")
-    return paths
+    out["breakdown.png"] = fig
+    return out
 
 
 def _label(r, k) -> str:
@@ -83,6 +92,9 @@ def _roofline(ax, chains) -> None:
         grid = np.logspace(np.log10(lo), np.log10(hi), 200)
         ax.plot(grid, np.minimum(hw.peak_flops, hw.bandwidth * grid), "k-", lw=1.2,
                 label=f"{name} roof: {hw.bandwidth / 1e9:.0f} GB/s, {hw.peak_flops / 1e12:.2f} TFLOP/s")
+        if hw.cache_bandwidth > hw.bandwidth:
+            ax.plot(grid, np.minimum(hw.peak_flops, hw.cache_bandwidth * grid), "k--", lw=0.8,
+                    label=f"{name} roof from cache ({hw.l2_bytes >> 20} MiB): {hw.cache_bandwidth / 1e9:.0f} GB/s")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte of global memory)")

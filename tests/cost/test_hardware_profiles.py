@@ -1,0 +1,63 @@
+"""Hardware profiles are data: datasheet GPUs, a cpu profile measured once and cached on disk."""
+import json
+from dataclasses import replace
+
+import pytest
+
+from fusec.compiler import hardware
+from fusec.compiler.hardware import GPUS, HardwareError, get
+
+
+@pytest.mark.parametrize("name", ["h200", "h100", "a100"])
+def test_gpu_profiles_have_every_limit_the_model_uses(name):
+    p = GPUS[name]
+    assert p.kind == "gpu" and p.bandwidth > 1e12 and p.peak_flops > 1e13 and p.peak_flops_fp16 > p.peak_flops
+    assert p.units > 100 and p.onchip_per_unit >= p.onchip_per_block > 96 * 1024
+    assert p.regs_per_unit == 65536 and p.regs_per_thread == 255 and p.max_threads_per_block == 1024
+    assert p.l2_bytes >= 40 << 20 and p.launch_s > 0 and p.clock_hz > 1e9 and p.mem_latency_s > 0
+    assert p.weight("exp") > 1 and p.weight("addf") == 1
+
+
+def test_names_select_profiles_and_unknown_names_say_which_exist():
+    assert get("H100", "gpu") is GPUS["h100"]
+    assert get(None, "gpu") is GPUS[hardware.DEFAULT_GPU]
+    with pytest.raises(HardwareError, match="known: h200, h100, a100, seed, cpu, device"):
+        get("v100", "gpu")
+
+
+def test_device_without_a_gpu_falls_back_to_the_default_profile(monkeypatch):
+    monkeypatch.setattr(hardware, "_DEVICE", None)
+    assert get("device", "gpu").name == hardware.DEFAULT_GPU       # the simulator has no properties
+
+
+def test_cpu_profile_is_read_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(hardware, "_CPU", None)
+    fake = replace(GPUS["seed"], name="cpu", kind="cpu", units=2, bandwidth=12.5e9)
+    key = hardware.profile_key()
+    (tmp_path / "hardware-cpu.json").write_text(json.dumps({"key": key, "profile": fake.as_dict()}))
+    monkeypatch.setattr(hardware, "measure_cpu", lambda cores=None: pytest.fail("measured instead of cached"))
+    p = hardware.cpu_profile()
+    assert p.bandwidth == 12.5e9 and p.kind == "cpu" and dict(p.weights) == dict(fake.weights)
+    monkeypatch.setattr(hardware, "_CPU", None)
+
+
+def test_a_stale_cache_is_measured_again_and_rewritten(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(hardware, "_CPU", None)
+    (tmp_path / "hardware-cpu.json").write_text(json.dumps({"key": "another machine", "profile": {}}))
+    measured = replace(GPUS["seed"], name="cpu", kind="cpu", units=2, bandwidth=7e9)
+    monkeypatch.setattr(hardware, "measure_cpu", lambda cores=None: measured)
+    assert hardware.cpu_profile().bandwidth == 7e9
+    data = json.loads((tmp_path / "hardware-cpu.json").read_text())
+    assert data["key"] == hardware.profile_key() and data["profile"]["bandwidth"] == 7e9
+    monkeypatch.setattr(hardware, "_CPU", None)
+
+
+def test_the_measured_cpu_profile_is_plausible():
+    p = hardware.cpu_profile()          # measured once per machine (and emitter), then cached
+    assert p.kind == "cpu" and p.units >= 1 and p.source == "measured"
+    assert 1e9 < p.bandwidth < 2e12 and p.cache_bandwidth >= p.bandwidth
+    assert p.peak_flops > 1e9 and 0 < p.launch_s < 1e-2
+    assert p.onchip_per_unit > 0 and p.l2_bytes >= p.onchip_per_unit
+    assert p.weight("exp") >= 1 and p.weight("reduce") >= 1
