@@ -4,7 +4,8 @@ Output: for target "cuda", one `@cuda.jit("<signature>")` kernel per gpu.launch 
 folded into index arithmetic, constants re-materialised, only typed constants) and a host
 function `run_<func>(*args) -> tuple` per func.func that allocates with cuda.device_array,
 launches in program order and returns the results; for "cpu", `run_<func>` is one
-`numba.njit(parallel=True)` function whose outermost scf.parallel is a `numba.prange`.
+`numba.njit(parallel=True)` function whose outermost scf.parallel is a `numba.prange`, with the
+vectorisable scalar forms of emit_cpu.py and contractions handed to NumPy's BLAS.
 See `emit` for the input it requires.
 """
 from __future__ import annotations
@@ -71,7 +72,10 @@ def emit(module: "ir.Module", target: str) -> EmittedModule:
         per-thread (cuda.local.array), so buffers a block shares must be
         #gpu.address_space<workgroup> (cuda.shared.array);
       - cpu: no gpu ops; foralls as scf.parallel (scf-forall-to-parallel), without reductions
-        at the outermost level.
+        at the outermost level; the one linalg left is a float matmul, batch_matmul or
+        conv_2d_nchw_fchw marked `fusec.cpu_call` by the CPU lowering
+        (transforms/cpu_library_calls.py), written as a NumPy (BLAS) call in Numba's object
+        mode, or as i-k-j loops where an operand view has no NumPy expression.
     Anything else raises EmitError naming the op and its location.
 
     Semantics kept: f16 is computed in f32 (CUDA rounds at truncf and stores; the CPU target

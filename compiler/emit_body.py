@@ -6,6 +6,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from . import emit_cpu
 from . import emit_views as views
 from .emit_control import ControlFlow
 from .emit_scalar import Helpers, ScalarRules
@@ -231,6 +232,10 @@ class Body(ControlFlow):
         self.w(f"{dst.at(idx)} = {src.at(idx)}")
         self.w.depth -= len(idx)
 
+    def library_call(self, op):
+        self.need(op, "cpu")
+        emit_cpu.library_call(self, op)
+
     # ------------------------------------------------------------------ gpu
     def gpu_id(self, op):
         self.need(op, "kernel")
@@ -323,4 +328,6 @@ _HANDLERS = {
     "gpu.block_id": Body.gpu_id, "gpu.thread_id": Body.gpu_id, "gpu.block_dim": Body.gpu_id,
     "gpu.grid_dim": Body.gpu_id, "gpu.global_id": Body.global_id, "gpu.barrier": Body.barrier,
     "gpu.launch": Body.launch,
+    "linalg.matmul": Body.library_call, "linalg.batch_matmul": Body.library_call,
+    "linalg.conv_2d_nchw_fchw": Body.library_call,
 }

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import re
 
+from .mlir import ir
+
 IMPORTS = ("from llvmlite import ir as llvmir", "from numba.core import types as nbtypes",
            "from numba.extending import intrinsic")
 
@@ -127,3 +129,93 @@ def _helper_text(name: str, key: str, use) -> tuple[list[str], bool]:
 
 def is_cpu_helper(name: str) -> bool:
     return name in _LLVM_MINMAX or name in ("bitcast_i32_f32", "exp_f32", "tanh_f32")
+
+
+# ---- contractions: linalg ops the CPU lowering left for a library call -------------------------
+
+CONV_LINES = (  # y (+)= conv(x, w) for padded x, by im2col + one BLAS matmul per image
+    "_n, _c, _oh, _ow = {x}.shape[0], {x}.shape[1], {y}.shape[2], {y}.shape[3]",
+    "_f, _kh, _kw = {w}.shape[0], {w}.shape[2], {w}.shape[3]",
+    "_win = _np.lib.stride_tricks.sliding_window_view({x}, ((_kh - 1) * {dh} + 1, (_kw - 1) * {dw} + 1), "
+    "axis=(2, 3))[:, :, :(_oh - 1) * {sh} + 1:{sh}, :(_ow - 1) * {sw} + 1:{sw}, ::{dh}, ::{dw}]",
+    "_cols = _np.ascontiguousarray(_win.transpose(0, 1, 4, 5, 2, 3)).reshape(_n, _c * _kh * _kw, _oh * _ow)",
+    "{y}[...] {op} _np.matmul({w}.reshape(_f, _c * _kh * _kw), _cols).reshape(_n, _f, _oh, _ow)",
+)
+
+
+def library_call(body, op) -> None:
+    """A contraction marked by transforms/cpu_library_calls.py: one call in Numba's object mode
+    on the operands as arrays; loops over the views where one has no array expression."""
+    from .transforms.cpu_library_calls import ATTR
+    zero = str(op.attributes[ATTR]).strip('"') == "zero"
+    views = [body.view(v) for v in op.operands]
+    conv = op.name == "linalg.conv_2d_nchw_fchw"
+    extra = [_pair(op, "strides"), _pair(op, "dilations")] if conv else []
+    if all(v.host is not None for v in views):
+        # Object mode finds a global by importing the function's module by name, which a module
+        # exec'd from source may not allow: so no helper function, and NumPy by __import__.
+        a, b, c = (v.host for v in views)
+        body.w(f"with numba.objmode():  # {op.name}: NumPy's BLAS")
+        body.w('    _np = __import__("numpy")')
+        if not conv:
+            body.w(f"    _np.matmul({a}, {b}, out={c})" if zero else f"    {c} += _np.matmul({a}, {b})")
+            return
+        (sh, sw), (dh, dw) = (p.strip("()").split(", ") for p in extra)
+        for line in CONV_LINES:
+            body.w("    " + line.format(x=a, w=b, y=c, sh=sh, sw=sw, dh=dh, dw=dw, op="=" if zero else "+="))
+        return
+    if conv:
+        _conv_loops(body, *views, extra, zero)
+    else:
+        _matmul_loops(body, *views, zero)
+
+
+def _pair(op, name: str) -> str:
+    values = [int(x) for x in ir.DenseIntElementsAttr(op.attributes[name])] if name in op.attributes else [1, 1]
+    return f"({values[0]}, {values[1]})"
+
+
+def _loops(body, sizes) -> list[str]:
+    names = []
+    for n in sizes:
+        i = body.names.temp("i")
+        body.w(f"for {i} in range({n}):")
+        body.w.depth += 1
+        names.append(i)
+    return names
+
+
+def _matmul_loops(body, a, b, c, zero: bool) -> None:
+    """C (+)= A B in (batch, i, k, j) order: the innermost loop runs along rows of B and C."""
+    depth = body.w.depth
+    batch = c.shape[:-2]
+    if zero:
+        idx = _loops(body, c.shape)
+        body.w(f"{c.at(idx)} = {body.ctx.consts.zero(c.array.elem)}")
+        body.w.depth = depth
+    bi = _loops(body, batch)
+    i, k = _loops(body, (c.shape[-2], a.shape[-1]))
+    s = body.names.temp("a")
+    body.w(f"{s} = {a.at(bi + [i, k])}")
+    (j,) = _loops(body, (c.shape[-1],))
+    body.w(f"{c.at(bi + [i, j])} = {c.at(bi + [i, j])} + {s} * {b.at(bi + [k, j])}")
+    body.w.depth = depth
+
+
+def _conv_loops(body, x, w, y, extra, zero: bool) -> None:
+    """y (+)= conv(x, w) with the output row innermost."""
+    from .emit_values import add, mul
+    (sh, sw), (dh, dw) = (tuple(p.strip("()").split(", ")) for p in extra)
+    depth = body.w.depth
+    if zero:
+        idx = _loops(body, y.shape)
+        body.w(f"{y.at(idx)} = {body.ctx.consts.zero(y.array.elem)}")
+        body.w.depth = depth
+    n, f, c, p, q, oh = _loops(body, (y.shape[0], y.shape[1], x.shape[1], w.shape[2], w.shape[3], y.shape[2]))
+    s = body.names.temp("w")
+    body.w(f"{s} = {w.at([f, c, p, q])}")
+    (ow,) = _loops(body, (y.shape[3],))
+    src = x.at([n, c, add(mul(oh, sh), mul(p, dh)), add(mul(ow, sw), mul(q, dw))])
+    body.w(f"{y.at([n, f, oh, ow])} = {y.at([n, f, oh, ow])} + {s} * {src}")
+    body.w.depth = depth
+

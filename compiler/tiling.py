@@ -16,6 +16,7 @@ from .analysis import ID_ATTR, payload_ops
 from .errors import CompilerInternalError
 from .mlir import PassManager, interpreter, ir, scf
 from .plan import FusionPlan, Group
+from .transforms.cpu_library_calls import loops_script, mark_library_calls
 from .transforms.pad_to_generic import pad_to_generic
 
 TAG = "fusec.tag"
@@ -164,9 +165,14 @@ def to_gpu(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
 
 
 def to_cpu(module: ir.Module) -> None:
-    """Foralls become scf.parallel loops (the emitter's prange), everything else loops."""
+    """Foralls become scf.parallel loops (the emitter's prange); float contractions stay linalg
+    ops that the emitter hands to BLAS (transforms/cpu_library_calls.py); the rest loops."""
     with module.context:
-        _run_passes(module, CPU_CLEANUP, "cpu")
+        _run_passes(module, CPU_CLEANUP[:1], "cpu")
+        with ir.Location.unknown():
+            mark_library_calls(module)
+            _apply(module, loops_script(), "cpu")
+        _run_passes(module, GPU_CLEANUP[1:], "cpu")
 
 
 def _run_passes(module: ir.Module, passes: tuple[str, ...], stage: str) -> None:

@@ -109,3 +109,71 @@ def test_vectorised_reductions_keep_nan_inf_and_signed_zero():
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4, equal_nan=True, err_msg=name)
     assert np.signbit(prog.mx(x)[4]) and not np.signbit(prog.mx(x)[5])    # max(-0, -0) = -0
     assert np.signbit(prog.mn(x)[5])                                       # min(+0, -0) = -0
+
+
+# ----------------------------------------------------------------------------- library calls
+
+def test_contractions_become_blas_calls_with_their_zero_fill_dropped():
+    src = ("chain mlp(x: f32[M, K], w: f32[K, N], b: f32[N]) -> f32[M, N] { return gelu(x @ w + b) }\n"
+           "chain att(q: f32[B, S, 8], k: f32[B, S, 8], v: f32[B, S, 8]) -> f32[B, S, 8] {\n"
+           "    return softmax(q @ transpose(k) / 8.0, axis=-1) @ v\n}\n")
+    prog = fusec.compile(src, target="cpu", options={"baseline": False})
+    rng = np.random.default_rng(3)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((64, 32), (32, 48), (48,)))
+    text = prog.mlp.stages({"M": 64, "K": 32, "N": 48})["kernels"]
+    assert "with numba.objmode():  # linalg.matmul: NumPy's BLAS" in text
+    assert "_np.matmul(arg0[" in text and "out=alloc[" in text        # C = A B: no fill, no +=
+    assert prog.mlp.check(binding={"M": 64, "K": 32, "N": 48})[0].ok
+    assert prog.att.check(binding={"B": 3, "S": 16})[0].ok
+    assert "linalg.batch_matmul" in prog.att.stages({"B": 3, "S": 16})["kernels"]
+    got = prog.mlp(x, w, b)
+    h = x.astype(np.float64) @ w + b
+    np.testing.assert_allclose(got, 0.5 * h * (1 + np.tanh(0.7978845608 * (h + 0.044715 * h ** 3))),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_conv_becomes_im2col_and_one_gemm_per_tile():
+    src = ("chain c(x: f32[B, 3, 9, 11], w: f32[4, 3, 3, 2]) -> f32[B, 4, 5, 5] {\n"
+           "    return conv2d(x, w, stride=2, padding=[1, 0], dilation=[1, 2])\n}\n")
+    prog = fusec.compile(src, target="cpu", options={"baseline": False})
+    text = prog.c.stages({"B": 2})["kernels"]
+    assert "linalg.conv_2d_nchw_fchw: NumPy's BLAS" in text and "sliding_window_view" in text
+    assert prog.c.check(binding={"B": 2})[0].ok
+
+
+MEMREF_MATMUL = """
+func.func @mm(%a: memref<2x4x8xf32>, %b: memref<4x6xf32>, %c: memref<8x6xf32>) -> memref<8x6xf32> {
+  %sa = memref.subview %a[0, 0, 2] [2, 4, 4] [1, 1, 1] : memref<2x4x8xf32> to memref<2x4x4xf32, strided<[32, 8, 1], offset: 2>>
+  %ca = memref.collapse_shape %sa [[0, 1], [2]] : memref<2x4x4xf32, strided<[32, 8, 1], offset: 2>> into memref<8x4xf32, strided<[8, 1], offset: 2>>
+  %out = memref.alloc() : memref<8x6xf32>
+  memref.copy %c, %out : memref<8x6xf32> to memref<8x6xf32>
+  linalg.matmul ins(%ca, %b : memref<8x4xf32, strided<[8, 1], offset: 2>>, memref<4x6xf32>) outs(%out : memref<8x6xf32>)
+  return %out : memref<8x6xf32>
+}
+"""
+
+
+def test_a_view_without_an_array_expression_falls_back_to_ikj_loops(tmp_path):
+    """C += A B where A is a collapsed subview (no NumPy expression for it): loops, i-k-j order."""
+    import importlib.util
+
+    from fusec.compiler.emit import emit
+    from fusec.compiler.mlir import ir
+    from fusec.compiler.tiling import to_cpu
+    with ir.Context():
+        module = ir.Module.parse(MEMREF_MATMUL)
+        to_cpu(module)
+        assert 'fusec.cpu_call = "acc"' in str(module)
+        src = emit(module, "cpu").source
+    assert "objmode" not in src
+    loops = [line.strip() for line in src.splitlines() if line.strip().startswith("for ")]
+    assert len(loops) >= 3
+    path = tmp_path / "mm.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("mm_fallback", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rng = np.random.default_rng(4)
+    a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((2, 4, 8), (4, 6), (8, 6)))
+    (got,) = mod.run_mm(a, b, c)
+    np.testing.assert_allclose(got, c + a[:, :, 2:6].reshape(8, 4) @ b, rtol=1e-5, atol=1e-5)
