@@ -16,7 +16,7 @@ from .analysis import ID_ATTR, payload_ops
 from .errors import CompilerInternalError
 from .mlir import PassManager, interpreter, ir, scf
 from .plan import FusionPlan, Group
-from .transforms.cpu_library_calls import loops_script, mark_library_calls
+from .transforms.cpu_library_calls import hoist_whole_contractions, loops_script, mark_library_calls
 from .transforms.pad_to_generic import pad_to_generic
 
 TAG = "fusec.tag"
@@ -170,6 +170,7 @@ def to_cpu(module: ir.Module) -> None:
     with module.context:
         _run_passes(module, CPU_CLEANUP[:1], "cpu")
         with ir.Location.unknown():
+            hoist_whole_contractions(module)
             mark_library_calls(module)
             _apply(module, loops_script(), "cpu")
         _run_passes(module, GPU_CLEANUP[1:], "cpu")
