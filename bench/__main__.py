@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -35,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--readme", default=str(ROOT / "README.md"))
     p.add_argument("--no-readme", action="store_true", help="do not rewrite the README table")
     p.add_argument("--no-scaling", action="store_true", help="run: skip the compile-time scaling part")
+    p.add_argument("--omp-wait", default="", choices=("PASSIVE", "ACTIVE", ""),
+                   help="set OMP_WAIT_POLICY for every OpenMP pool in the process (Numba's, "
+                        "PyTorch's); default: leave the environment as users have it")
+    p.add_argument("--malloc-reuse", action="store_true",
+                   help="keep freed memory for reuse in this process (glibc mallopt), for every "
+                        "implementation alike: times without the page faults of fresh outputs")
     p.add_argument("--scaling-sizes", default="10,100,1000")
     p.add_argument("--scaling-jit-max", type=int, default=100,
                    help="largest n whose emitted code is also Numba-compiled (jit time)")
@@ -43,6 +50,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.omp_wait:
+        # Before any OpenMP runtime starts (Numba's, PyTorch's): interleaved implementations
+        # with spinning thread pools steal each other's cores on a small machine.
+        os.environ["OMP_WAIT_POLICY"] = args.omp_wait
     if args.command == "table":
         from .table import update_readme
         changed = update_readme(Path(args.readme), Path(args.out))
@@ -76,10 +87,18 @@ def _run(args) -> int:
     workloads = tuple(w for w in WORKLOADS if not only or w.name in only)
     anchors = tuple(a for a in (args.anchors.split(",") if args.anchors else CPU_ANCHORS) if a)
     tiny = args.size == "tiny"
+    malloc = "default"
+    if args.malloc_reuse:
+        from .machine import reuse_freed_memory
+        malloc = "reuse" if reuse_freed_memory() else "default (mallopt refused)"
     budget = Budget(seconds=args.seconds if args.seconds is not None else (0.05 if tiny else 3.0),
                     min_runs=3 if tiny else 5, max_runs=10 if tiny else 60, warmup=1 if tiny else 2)
     t0 = time.perf_counter()
-    results = run_suite(workloads, args.size, anchors, budget, log=lambda s: print(s, flush=True))
+    from .machine import describe
+    info = describe()
+    info["malloc"] = malloc
+    results = run_suite(workloads, args.size, anchors, budget, log=lambda s: print(s, flush=True),
+                        machine_info=info)
     if not args.no_scaling and not tiny and not only:
         results["compile_scaling"] = _scaling(args)
     results["wall_s"] = round(time.perf_counter() - t0, 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import gc
+import os
 import subprocess
 import traceback
 from pathlib import Path
@@ -60,6 +61,7 @@ def run_workload(w: Workload, size: str, anchors, budget: Budget, target: str,
                  bandwidth: dict, gemm: dict, log=print) -> dict:
     binding = w.binding(size)
     inputs = w.make_inputs(binding, seed=0)
+    load_before = _loadavg()
     oracle = _oracle(w, inputs, binding)
     impls: list[Impl] = []
     skipped: dict[str, str] = {}
@@ -94,7 +96,16 @@ def run_workload(w: Workload, size: str, anchors, budget: Budget, target: str,
         "name": w.name, "chain": w.chain, "fdsl": f"bench/fdsl/{w.fdsl.name}", "binding": binding,
         "bound": w.bound, "bytes": w.bytes(binding), "flops": w.flops(binding), "floor": floor,
         "impls": out_impls, "skipped": skipped, "ratios": _ratios(samples, floor),
+        "load_average": {"before": load_before, "after": _loadavg()},
     }
+
+
+def _loadavg() -> list[float] | None:
+    """The 1/5/15-minute load averages: other work on the machine while this was timed."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
 
 
 def _oracle(w: Workload, inputs, binding) -> np.ndarray:
@@ -147,6 +158,8 @@ def write_results(results: dict, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     day = results["date"][:10]
     suffix = "" if results["size"] == "full" else f"-{results['size']}"
+    if results.get("host", {}).get("malloc") == "reuse":
+        suffix += "-malloc-reuse"
     path = out_dir / f"{results['machine']}-{day}{suffix}.json"
     path.write_text(json.dumps(results, indent=1, sort_keys=False) + "\n")
     return path

@@ -25,11 +25,12 @@ def load_results(directory: Path) -> list[dict]:
 
 
 def newest_per_machine(results: list[dict], size: str = "full") -> list[dict]:
-    best: dict[str, dict] = {}
+    """The newest result per machine and allocator mode."""
+    best: dict[tuple, dict] = {}
     for r in results:
         if r.get("size") != size:
             continue
-        key = r["machine"]
+        key = (r["machine"], r.get("host", {}).get("malloc", "default"))
         if key not in best or (r["date"], r["_file"]) > (best[key]["date"], best[key]["_file"]):
             best[key] = r
     return [best[k] for k in sorted(best)]
@@ -67,9 +68,12 @@ def render_result(r: dict) -> str:
     bad = [f"{w['name']}/{n}" for w in r["workloads"] for n, e in w["impls"].items()
            if not e.get("agreement", {}).get("ok", True)]
     skipped = sorted({f"{n} ({note.split(':')[0]})" for w in r["workloads"] for n, note in w["skipped"].items()})
+    malloc = r.get("host", {}).get("malloc", "default")
+    mode = (" Freed memory kept for reuse (`--malloc-reuse`): no page faults for fresh outputs."
+            if malloc == "reuse" else "")
     notes = [f"**{r['machine']}** ({desc}), {r['date'][:10]}, target `{r['target']}`, fusec "
              f"{r['fusec'].get('commit') or r['fusec']['version']}: copy bandwidth "
-             f"{r['bandwidth']['gbps']} GB/s{extra}. From `bench/results/{r['_file']}`.", ""]
+             f"{r['bandwidth']['gbps']} GB/s{extra}.{mode} From `bench/results/{r['_file']}`.", ""]
     notes += lines
     notes.append("")
     notes.append("Milliseconds, median (minimum) of interleaved runs after warm-up. Ratios are fusec "
@@ -77,11 +81,47 @@ def render_result(r: dict) -> str:
                  "faster of torch.compile and jax.jit. The floor is the workload's compulsory bytes at "
                  "the measured copy bandwidth, or its flops at the measured sgemm rate, whichever is "
                  "larger.")
+    notes += ["", *_compile_table(r)]
+    if r.get("compile_scaling"):
+        notes += ["", _scaling_line(r["compile_scaling"])]
     if bad:
         notes.append(f"Numerical disagreement with the NumPy reference: {', '.join(bad)}.")
     if skipped:
         notes.append(f"Not run: {', '.join(skipped)}.")
     return "\n".join(notes)
+
+
+def _secs(x) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def _compile_table(r: dict) -> list[str]:
+    """Cold (first call, compilation included) and cached (a later process) seconds."""
+    tools = [c for c in ("fusec fused", "torch.compile", "jax.jit") if any(c in w["impls"] for w in r["workloads"])]
+    head = ["compile s, cold / cached"] + tools
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for w in r["workloads"]:
+        cells = [w["name"]]
+        for t in tools:
+            e = w["impls"].get(t)
+            cells.append(f"{_secs(e.get('cold_s'))} / {_secs(e.get('cached_s'))}" if e else "–")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("fusec cold: MLIR compile of the fused and unfused builds plus Numba's jit of the fused "
+                 "one; cached: loading the artifact (no MLIR) and Numba's jit, which is not cached. "
+                 "torch.compile cached: a fresh trace finding inductor's caches filled; jax.jit "
+                 "cached: JAX's persistent compilation cache.")
+    return lines
+
+
+def _scaling_line(sc: dict) -> str:
+    parts = []
+    for kind, v in sc["kinds"].items():
+        sizes = ", ".join(f"n={row['n']}: {sum(x for k, x in row['stages_s'].items() if k != 'numba jit'):.2f} s"
+                          + (f" (+{row['stages_s']['numba jit']:.1f} s jit)" if "numba jit" in row["stages_s"] else "")
+                          for row in v["rows"])
+        parts.append(f"{kind} chains {sizes}; growth n^{v['exponent']}")
+    return ("Compile-time scaling (front end to emitted source, cpu target): " + "; ".join(parts) + ".")
 
 
 def _best_compiled(w: dict) -> tuple[str, float] | None:
