@@ -2,8 +2,8 @@
 
 Kernel by kernel, in plan order, the model's top-k tile candidates (by predicted time) are
 built and timed on the target, the other kernels keeping their current tiles; the fastest is
-kept. Choices are cached on disk by (group signature with shapes and dtypes, hardware profile,
-target), so a later compile of the same kernel reuses them without timing. The timing itself is
+kept. Choices are cached on disk by (group signature with shapes and dtypes, hardware profile
+(for the cpu: this CPU and the emitter's version), target), so a later compile of the same kernel reuses them without timing. The timing itself is
 a callback (the runtime does it): this module only chooses and remembers.
 """
 from __future__ import annotations
@@ -34,6 +34,14 @@ def cache_path() -> Path:
 
 def cache_key(signature: str, hw: str, target: str) -> str:
     return hashlib.sha1(f"{signature}|{hw}|{target}".encode()).hexdigest()
+
+
+def machine(plan: FusionPlan) -> str:
+    """The hardware part of the key: the profile's name; for the cpu, this CPU and emitter."""
+    if plan.target == "cpu" and plan.hardware == "cpu":
+        from .hardware import profile_key
+        return profile_key()
+    return plan.hardware
 
 
 def load_cache(path: Path | None = None) -> dict:
@@ -81,7 +89,7 @@ def tune(plan: FusionPlan, measure: Callable[[dict], float], k: int = 3, cache: 
         if g.serial:
             continue
         sig = group_signature(plan.info, g.ops)
-        key = cache_key(sig, plan.hardware, plan.target)
+        key = cache_key(sig, machine(plan), plan.target)
         if key in cache:
             tuned[sig] = cache[key]["tiles"]
             continue

@@ -42,12 +42,13 @@ def _largest_divisor(n: int, limit: int) -> int:
 
 
 def group_signature(info: ChainInfo, members) -> str:
-    """A key for a kernel independent of op numbering: its ops' kinds, bodies and shapes."""
+    """A key for a kernel independent of op numbering: its ops' kinds, bodies, shapes and dtypes."""
     parts = []
     root = max(m for m in members if info.op(m).is_compute)
     for m in sorted(members):
         o = info.op(m)
-        parts.append(f"{o.kind}:{o.name}:{'/'.join(o.body_ops)}:{o.loops}:{o.operand_shapes}:{m == root}")
+        parts.append(f"{o.kind}:{o.name}:{'/'.join(o.body_ops)}:{o.loops}:{o.operand_shapes}:"
+                     f"{o.operand_elem_bytes}:{o.elem_bytes}:{m == root}")
     return "|".join(parts)
 
 
@@ -137,8 +138,10 @@ class TileChooser:
         for d, c in evaluated.items():
             if c.time_s < evaluated[best].time_s * (1 - MARGIN):
                 best = d
-        ranked = tuple(sorted(((tiling(d), c.time_s) for d, c in evaluated.items()), key=lambda x: x[1]))
-        return Choice(tiling(best), evaluated[best], ranked)
+        chosen = tiling(best)
+        ranked = tuple(sorted(((tiling(d), c.time_s) for d, c in evaluated.items()),
+                              key=lambda x: (x[1], x[0] != chosen)))
+        return Choice(chosen, evaluated[best], ranked)
 
     # ---- gpu: hill-climb over neighbouring divisors ---------------------------------------
     def _gpu_search(self, members, root, tile) -> Choice:
@@ -168,7 +171,7 @@ class TileChooser:
                     best, improved = cand, True
             if not improved:
                 break
-        ranked = tuple(sorted(((t, c.time_s) for t, c in seen.items()), key=lambda x: x[1]))
+        ranked = tuple(sorted(((t, c.time_s) for t, c in seen.items()), key=lambda x: (x[1], x[0] != best)))
         return Choice(best, seen[best], ranked)
 
     def _neighbours(self, t: Tiling, loops) -> list[Tiling]:

@@ -67,20 +67,26 @@ def _roofline(ax, chains) -> None:
     colors = _colors(len(chains))
     hws = []
     xs = []
+    skipped = [0]
     for r, color in zip(chains, colors):
         model = r.plan["model"]
         before = model["unfused_kernels"]
         after = [g["cost"] for g in r.plan["groups"]]
         for kernels, filled in ((before, False), (after, True)):
+            shown = False
             for i, c in enumerate(kernels):
-                x, y = max(c["intensity"], 1e-3), c["flops"] / max(c["time_s"], 1e-12)
+                if c["flops"] <= 0:             # pure data movement (copies): no place on a roofline
+                    skipped[0] += 1
+                    continue
+                x, y = c["intensity"], c["flops"] / max(c["time_s"], 1e-12)
                 xs.append(x)
-                ax.scatter([x], [max(y, 1.0)], s=60 if filled else 40, marker="o",
+                ax.scatter([x], [y], s=60 if filled else 40, marker="o",
                            facecolors=color if filled else "none", edgecolors=color,
-                           label=f"{r.chain} fused" if filled and i == 0 else (
-                               f"{r.chain} unfused" if not filled and i == 0 else None))
+                           label=None if shown else f"{r.chain} {'fused' if filled else 'unfused'}")
+                shown = True
                 if filled:
-                    ax.annotate(f"k{i}", (x, max(y, 1.0)), textcoords="offset points", xytext=(4, 4), fontsize=7)
+                    ax.annotate(f"k{i}", (x, y), textcoords="offset points", xytext=(4, 4 + 8 * (i % 3)),
+                                fontsize=7, color=color)
         if model["hardware"] not in hws:
             hws.append(model["hardware"])
     lo, hi = min(xs, default=0.01) / 4, max(xs, default=100) * 4
@@ -99,7 +105,8 @@ def _roofline(ax, chains) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte of global memory)")
     ax.set_ylabel("attained FLOP/s (predicted)")
-    ax.set_title("Roofline: each kernel before fusion (hollow) and after (filled)")
+    ax.set_title("Roofline: each kernel before fusion (hollow) and after (filled)"
+                 + (f"\n({skipped[0]} copy kernels without FLOPs not shown)" if skipped[0] else ""), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
 
@@ -160,10 +167,14 @@ def _breakdown(ax, r) -> None:
         vals = [row[i] * 1e3 for row in rows]
         ax.bar(xs, vals, 0.6, bottom=bottom, label=name, color=color)
         bottom = [b + v for b, v in zip(bottom, vals)]
+    for x, total in zip(xs, bottom):
+        ax.annotate(f"{total:.3g}", (x, total), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=7)
     mx = [(x, m) for x, m in zip(xs, measured) if m is not None]
     if mx:
         ax.scatter([x for x, _ in mx], [m for _, m in mx], marker="D", color="black", zorder=3,
                    label="measured (min of runs)")
+        for x, m in mx:
+            ax.annotate(f"{m:.3g}", (x, m), textcoords="offset points", xytext=(6, -3), fontsize=7)
     ax.set_xticks(xs)
     ax.set_xticklabels(labels, fontsize=8)
     ax.set_ylabel("time (ms)")

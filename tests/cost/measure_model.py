@@ -12,12 +12,14 @@ it takes minutes and its numbers depend on the machine and its load).
    kernel, each built from a hand plan (plan_from_dict with explicit block tiles), priced by the
    model and timed; the two rankings are compared (Kendall tau; 1 = the same order).
 
-Timing: each build is timed in several rounds (Executable.time: one warm-up, then repeated runs)
-and the minimum over all runs is kept. This machine shares its cores: while another process keeps
+Timing: the builds are timed in rounds, round-robin (Executable.time: one warm-up, then repeated
+runs), and per build the minimum over all runs is kept. This machine shares its cores: while another process keeps
 a core busy, a parallel region waits a scheduler timeslice (milliseconds), which the minimum
 filters out when at least one undisturbed run happened; the median is recorded as well.
 --threads 1 runs Numba on one thread (and the model with a one-core profile), which no second
-process can disturb.
+process can disturb. BLAS runs one thread per call (--blas-threads, default 1): the cpu target
+calls it once per tile inside prange workers, where a multi-threaded OpenBLAS oversubscribes the
+cores (on the 2-core development machine a 768x256x512 matmul epilogue took 4 ms instead of 0.9).
 """
 from __future__ import annotations
 
@@ -41,56 +43,67 @@ RANKING = {
         fdsl="examples/softmax.fdsl", chain="softmax_rows", binding={"M": 3072, "N": 2048},
         ops=[1, 2, 4, 5], chunks=[1, 2, 3, 6, 48]),
 }
+# the candidates the model tells apart (predictions at least 10% apart): the claim is on these
+SEPARATED = (1, 3, 6)
 
 
-def timed(executable, inputs, rounds: int) -> dict:
-    mins, meds, runs = [], [], 0
+def interleaved(builds: dict, rounds: int, pause_s: float = 0.5) -> dict:
+    """Time every build in rounds, round-robin (each round: one warm-up, then repeated runs for
+    about 0.4 s), so that every build meets the quiet and the busy moments of a shared machine
+    alike; per build the minimum over all runs and the median of the rounds' medians."""
+    mins = {k: [] for k in builds}
+    meds = {k: [] for k in builds}
+    runs = {k: 0 for k in builds}
     for _ in range(rounds):
-        t = executable.time(inputs, min_runs=5, max_runs=60, budget_s=0.6)
-        mins.append(t.min_s)
-        meds.append(t.median_s)
-        runs += t.runs
-    return {"min_s": min(mins), "median_s": statistics.median(meds), "runs": runs}
+        for k, (executable, inputs) in builds.items():
+            t = executable.time(inputs, min_runs=3, max_runs=40, budget_s=0.4)
+            mins[k].append(t.min_s)
+            meds[k].append(t.median_s)
+            runs[k] += t.runs
+        time.sleep(pause_s)
+    return {k: {"min_s": min(mins[k]), "median_s": statistics.median(meds[k]), "runs": runs[k],
+                "round_mins_s": mins[k]} for k in builds}
 
 
 def workloads(args, profile_name: str | None) -> list[dict]:
     import fusec
     from bench.workloads import WORKLOADS
-    out = []
+    rows, builds = [], {}
     for w in WORKLOADS:
         binding = w.binding("full")
         if args.quick:
             key = next(iter(binding))
             binding[key] = max(1, binding[key] // 4)
         prog = fusec.compile(str(w.fdsl), target="cpu", options={"hw": profile_name})
-        chain = prog[w.chain]
         t0 = time.perf_counter()
-        compiled = chain.compiled(binding)
+        compiled = prog[w.chain].compiled(binding)
         inputs = w.make_inputs(binding, seed=0)
         model = compiled.plan["model"]
-        row = {"workload": w.name, "binding": binding, "bench_bound": w.bound, "compile_s": time.perf_counter() - t0,
-               "kernels": compiled.plan["kernels"], "unfused_kernels": model["unfused_launches"],
-               "model_bounds": [g["cost"]["bound"] for g in compiled.plan["groups"]],
-               "predicted": {"fused_s": model["predicted_s"], "unfused_s": model["unfused_predicted_s"],
-                             "speedup": model["predicted_speedup"],
-                             "kernels_s": [g["cost"]["time_s"] for g in compiled.plan["groups"]]},
-               "load_before": os.getloadavg()[0]}
-        row["measured"] = {"fused": timed(compiled.fused, inputs, args.rounds),
-                           "unfused": timed(compiled.unfused, inputs, args.rounds)}
-        m = row["measured"]
-        row["measured"]["speedup"] = m["unfused"]["min_s"] / m["fused"]["min_s"]
-        row["ratio_measured_over_predicted"] = {
-            "fused": m["fused"]["min_s"] / model["predicted_s"],
-            "unfused": m["unfused"]["min_s"] / model["unfused_predicted_s"]}
-        row["per_kernel_measured"] = ("the fused build is one kernel: its time is the chain's"
-                                      if row["kernels"] == 1 else "chain only (one Numba function runs all kernels)")
-        row["load_after"] = os.getloadavg()[0]
-        out.append(row)
-        print(f"{w.name:14} {str(binding):34} predicted fused {model['predicted_s'] * 1e3:9.3f} ms  measured "
-              f"{m['fused']['min_s'] * 1e3:9.3f} ms (x{row['ratio_measured_over_predicted']['fused']:.2f})  unfused "
-              f"{model['unfused_predicted_s'] * 1e3:9.3f} / {m['unfused']['min_s'] * 1e3:9.3f} ms "
-              f"(x{row['ratio_measured_over_predicted']['unfused']:.2f})  bound {row['model_bounds']}", flush=True)
-    return out
+        rows.append({"workload": w.name, "binding": binding, "bench_bound": w.bound,
+                     "compile_s": time.perf_counter() - t0,
+                     "kernels": compiled.plan["kernels"], "unfused_kernels": model["unfused_launches"],
+                     "model_bounds": [g["cost"]["bound"] for g in compiled.plan["groups"]],
+                     "predicted": {"fused_s": model["predicted_s"], "unfused_s": model["unfused_predicted_s"],
+                                   "speedup": model["predicted_speedup"],
+                                   "kernels_s": [g["cost"]["time_s"] for g in compiled.plan["groups"]]},
+                     "per_kernel_measured": ("the fused build is one kernel: its time is the chain's"
+                                             if compiled.plan["kernels"] == 1
+                                             else "chain only (one Numba function runs all kernels)")})
+        builds[(w.name, "fused")] = (compiled.fused, inputs)
+        builds[(w.name, "unfused")] = (compiled.unfused, inputs)
+    load = os.getloadavg()[0]
+    times = interleaved(builds, args.rounds)
+    for row in rows:
+        f, u = times[(row["workload"], "fused")], times[(row["workload"], "unfused")]
+        p = row["predicted"]
+        row["measured"] = {"fused": f, "unfused": u, "speedup": u["min_s"] / f["min_s"]}
+        row["ratio_measured_over_predicted"] = {"fused": f["min_s"] / p["fused_s"], "unfused": u["min_s"] / p["unfused_s"]}
+        row["load"] = [load, os.getloadavg()[0]]
+        r = row["ratio_measured_over_predicted"]
+        print(f"{row['workload']:14} {str(row['binding']):34} predicted fused {p['fused_s'] * 1e3:9.3f} ms  measured "
+              f"{f['min_s'] * 1e3:9.3f} ms (x{r['fused']:.2f})  unfused {p['unfused_s'] * 1e3:9.3f} / "
+              f"{u['min_s'] * 1e3:9.3f} ms (x{r['unfused']:.2f})  bound {row['model_bounds']}", flush=True)
+    return rows
 
 
 def ranking(args, profile_name: str | None) -> list[dict]:
@@ -99,29 +112,36 @@ def ranking(args, profile_name: str | None) -> list[dict]:
     from fusec.runtime import reference
     out = []
     for what, case in RANKING.items():
-        prog_typed = fusec.check(os.path.join(ROOT, case["fdsl"]))
-        chain = prog_typed.chain(case["chain"])
+        chain = fusec.check(os.path.join(ROOT, case["fdsl"])).chain(case["chain"])
         rows = case["binding"][next(iter(case["binding"]))]
         inputs = reference.random_inputs(chain, case["binding"], 0)
-        cands = []
+        cands, builds = [], {}
         for chunks in case["chunks"]:
             tile = rows // chunks
             spec = {case["chain"]: {"groups": [{"ops": case["ops"], "block_tiles": [tile, 0]}]}}
             prog = fusec.compile(os.path.join(ROOT, case["fdsl"]), target="cpu",
                                  options={"plans": spec, "baseline": False, "hw": profile_name})
             compiled = prog[case["chain"]].compiled(case["binding"])
-            predicted = compiled.plan["model"]["predicted_s"]
-            measured = timed(compiled.fused, inputs, args.rounds)
-            cands.append({"chunks": chunks, "block_tiles": [tile, 0], "predicted_s": predicted, **measured})
-            print(f"{what:48} chunks {chunks:3}  predicted {predicted * 1e3:8.3f} ms  measured "
-                  f"{measured['min_s'] * 1e3:8.3f} ms (median {measured['median_s'] * 1e3:.3f})", flush=True)
+            cands.append({"chunks": chunks, "block_tiles": [tile, 0], "predicted_s": compiled.plan["model"]["predicted_s"]})
+            builds[chunks] = (compiled.fused, inputs)
+        times = interleaved(builds, args.rounds)
+        for c in cands:
+            c.update(times[c["chunks"]])
+            print(f"{what:48} chunks {c['chunks']:3}  predicted {c['predicted_s'] * 1e3:8.3f} ms  measured "
+                  f"{c['min_s'] * 1e3:8.3f} ms (median {c['median_s'] * 1e3:.3f})", flush=True)
         pred = {c["chunks"]: c["predicted_s"] for c in cands}
         meas = {c["chunks"]: c["min_s"] for c in cands}
+        sp = {k: pred[k] for k in SEPARATED}
+        sm = {k: meas[k] for k in SEPARATED}
         out.append({"kernel": what, "binding": case["binding"], "candidates": cands,
                     "predicted_order": sorted(pred, key=pred.get), "measured_order": sorted(meas, key=meas.get),
-                    "kendall_tau": kendall_tau(pred, meas)})
-        print(f"  predicted order {out[-1]['predicted_order']}, measured {out[-1]['measured_order']}, "
-              f"tau {out[-1]['kendall_tau']:.2f}", flush=True)
+                    "kendall_tau": kendall_tau(pred, meas),
+                    "separated": {"chunks": list(SEPARATED), "predicted_order": sorted(sp, key=sp.get),
+                                  "measured_order": sorted(sm, key=sm.get), "kendall_tau": kendall_tau(sp, sm)}})
+        r = out[-1]
+        print(f"  all: predicted order {r['predicted_order']}, measured {r['measured_order']}, tau "
+              f"{r['kendall_tau']:.2f}; chunks {list(SEPARATED)}: predicted {r['separated']['predicted_order']}, "
+              f"measured {r['separated']['measured_order']}, tau {r['separated']['kendall_tau']:.2f}", flush=True)
     return out
 
 
@@ -129,10 +149,13 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.path.join(ROOT, "tests", "cost", "results", "model_vs_measured.json"))
     p.add_argument("--quick", action="store_true", help="a quarter of the benchmark rows")
-    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--threads", type=int, default=0, help="Numba threads (0: all cores)")
     p.add_argument("--only", choices=("workloads", "ranking"))
+    p.add_argument("--blas-threads", type=int, default=1, help="OpenBLAS threads per call (0: its default)")
     args = p.parse_args()
+    if args.blas_threads and "numpy" not in sys.modules:
+        os.environ["OPENBLAS_NUM_THREADS"] = str(args.blas_threads)
     import numba
     from fusec.compiler import hardware
     profile_name = None
@@ -144,12 +167,21 @@ def main() -> int:
         hardware.register(one)
         profile_name = one.name
     result = {"machine": hardware.cpu_profile().as_dict(), "threads": numba.get_num_threads(),
+              "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
               "profile": profile_name or "cpu", "rounds": args.rounds, "quick": args.quick,
               "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     if args.only != "ranking":
         result["workloads"] = workloads(args, profile_name)
     if args.only != "workloads":
         result["ranking"] = ranking(args, profile_name)
+    if args.only and os.path.exists(args.out):        # one section again: keep the other one
+        with open(args.out) as f:
+            old = json.load(f)
+        other = "ranking" if args.only == "workloads" else "workloads"
+        if other in old:
+            result[other] = old[other]
+            result[f"{other}_started"] = old.get(f"{other}_started", old.get("started"))
+    result[f"{args.only or 'workloads'}_started"] = result["started"]
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
