@@ -171,7 +171,7 @@ class _FuncEmitter:
             head = [f"def {inner}({', '.join(params)}):", doc]
         else:
             doc = f'    """@{self.func_name} {sig} at {where}."""'
-            head = [f'@numba.njit(parallel=True, fastmath={CPU_FASTMATH}, cache=False, error_model="numpy")',
+            head = [f'@numba.njit(parallel=True, nogil=True, fastmath={CPU_FASTMATH}, cache=False, error_model="numpy")',
                     f"def {inner}({', '.join(params)}):", doc]
         text = "\n".join(head + w.lines)
         if f16_wrapper:

@@ -24,6 +24,13 @@ from .mlir import ir
 
 IMPORTS = ("from llvmlite import ir as llvmir", "from numba.core import types as nbtypes",
            "from numba.extending import intrinsic")
+# The CPU function is nogil, so a thread of its prange can take the GIL for an object-mode
+# (BLAS) call while another runs compiled code; Numba warns that object mode itself is not
+# parallel, which these calls (NumPy releases the GIL in BLAS) do not need to hear.
+OBJMODE_PRELUDE = (
+    "import warnings", "",
+    'warnings.filterwarnings("ignore", message="Code running in object mode won.t allow parallel",',
+    "                        category=numba.NumbaWarning)")
 
 _LLVM_MINMAX = {"maximumf": "llvm.maximum", "minimumf": "llvm.minimum",
                 "maxnumf": "llvm.maxnum", "minnumf": "llvm.minnum"}
@@ -155,6 +162,7 @@ def library_call(body, op) -> None:
         # Object mode finds a global by importing the function's module by name, which a module
         # exec'd from source may not allow: so no helper function, and NumPy by __import__.
         a, b, c = (v.host for v in views)
+        body.ctx.helpers.objmode = True
         body.w(f"with numba.objmode():  # {op.name}: NumPy's BLAS")
         body.w('    _np = __import__("numpy")')
         if not conv:

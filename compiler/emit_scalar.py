@@ -50,6 +50,7 @@ class Helpers:
     used: dict[str, list[str]] = field(default_factory=dict)
     decorated: set[str] = field(default_factory=set)     # helpers whose text has its decorator
     intrinsics: bool = False                              # a Numba @intrinsic is among them
+    objmode: bool = False                                 # cpu: some op is a call in object mode
 
     def use(self, name: str, elem: Elem | None = None) -> str:
         if self.target == "cpu" and emit_cpu.is_cpu_helper(name):
@@ -71,7 +72,7 @@ class Helpers:
         return key
 
     def imports(self) -> tuple[str, ...]:
-        return emit_cpu.IMPORTS if self.intrinsics else ()
+        return (emit_cpu.IMPORTS if self.intrinsics else ()) + (emit_cpu.OBJMODE_PRELUDE if self.objmode else ())
 
     def lines(self) -> list[str]:
         deco = "@cuda.jit(device=True)" if self.target == "cuda" else "@numba.njit"

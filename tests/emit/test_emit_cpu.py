@@ -117,7 +117,10 @@ def test_contractions_become_blas_calls_with_their_zero_fill_dropped():
     src = ("chain mlp(x: f32[M, K], w: f32[K, N], b: f32[N]) -> f32[M, N] { return gelu(x @ w + b) }\n"
            "chain att(q: f32[B, S, 8], k: f32[B, S, 8], v: f32[B, S, 8]) -> f32[B, S, 8] {\n"
            "    return softmax(q @ transpose(k) / 8.0, axis=-1) @ v\n}\n")
-    prog = fusec.compile(src, target="cpu", options={"baseline": False})
+    row_tiles = {"mlp": {"groups": [{"ops": [1, 2], "block_tiles": [16, 0]}]},
+                 "att": {"groups": [{"ops": [0, 2], "block_tiles": [1, 0, 0, 0]},
+                                    {"ops": [3, 5, 6, 8, 9, 11], "block_tiles": [1, 0, 0, 0]}]}}
+    prog = fusec.compile(src, target="cpu", options={"baseline": False, "plans": row_tiles})
     rng = np.random.default_rng(3)
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((64, 32), (32, 48), (48,)))
     text = prog.mlp.stages({"M": 64, "K": 32, "N": 48})["kernels"]
