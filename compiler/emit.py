@@ -171,8 +171,10 @@ class _FuncEmitter:
             head = [f"def {inner}({', '.join(params)}):", doc]
         else:
             doc = f'    """@{self.func_name} {sig} at {where}."""'
-            head = [f'@numba.njit(parallel=True, nogil=True, fastmath={CPU_FASTMATH}, cache=False, error_model="numpy")',
-                    f"def {inner}({', '.join(params)}):", doc]
+            # parallel=True only with a prange to run: else Numba warns and compiles for nothing
+            parallel = any("numba.prange(" in line for line in w.lines)
+            head = [f'@numba.njit(parallel={parallel}, nogil=True, fastmath={CPU_FASTMATH}, cache=False, '
+                    'error_model="numpy")', f"def {inner}({', '.join(params)}):", doc]
         text = "\n".join(head + w.lines)
         if f16_wrapper:
             text += "\n\n\n" + self._f16_wrapper(inner, params)
