@@ -3,11 +3,12 @@
 Here (no GPU needed):
     python -m bench.gpu prepare build/gpu-bench        # fusec compile --target cuda, every workload
                                                         # at full size, plus the lark wheel
-On the GPU machine (its image has numba, numba-cuda, cupy, torch, triton; not lark, not MLIR),
+On the GPU machine (its image has numba, numba-cuda, cupy, torch, triton; not lark, ml_dtypes
+or MLIR),
 through the device tool with carry=["build/gpu-bench"]:
     python -m bench.gpu run build/gpu-bench --out "$OUT"
 
-`run` installs the carried lark wheel if lark is missing, loads each artifact with fusec's
+`run` installs the carried lark and ml_dtypes wheels if missing, loads each artifact with fusec's
 runtime only, measures the device's copy bandwidth (a device-to-device copy timed with CUDA
 events), times fusec fused/unfused, CuPy, PyTorch eager and torch.compile interleaved, checks
 every output against the NumPy reference (on the host, in float64) and writes
@@ -58,18 +59,25 @@ def prepare(out: Path, only: list[str] | None = None, size: str = "full") -> Non
     if not list(wheels.glob("lark-*.whl")):
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels),
                         f"lark=={lark.__version__}"], check=True)
+    if not list(wheels.glob("ml_dtypes-*.whl")):      # fusec.dsl imports it; binary: one per Python
+        for version in ("3.10", "3.11", "3.12", "3.13"):
+            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels),
+                            "--only-binary=:all:", "--python-version", version,
+                            "--platform", "manylinux2014_x86_64", "ml_dtypes"], check=False)
     (out / "gpu-manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     print(f"wrote {out}: carry it to the GPU and run `python -m bench.gpu run {out} --out $OUT`")
 
 
 def _ensure_lark(directory: Path) -> None:
-    if importlib.util.find_spec("lark") is not None:
+    """Install the carried wheels of what fusec's runtime imports and the GPU image lacks."""
+    missing = [m for m in ("lark", "ml_dtypes") if importlib.util.find_spec(m) is None]
+    if not missing:
         return
-    wheel = sorted((directory / "wheels").glob("lark-*.whl"))
-    if not wheel:
-        raise SystemExit("lark is not installed and no lark wheel was carried: run `prepare` here first")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel[-1])],
-                   check=True)
+    wheels = directory / "wheels"
+    if not list(wheels.glob("*.whl")):
+        raise SystemExit(f"{', '.join(missing)} not installed and no wheels carried: run `prepare` here first")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    "--find-links", str(wheels), *missing], check=True)
 
 
 def _ensure_fusec() -> None:

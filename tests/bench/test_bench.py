@@ -124,7 +124,8 @@ def test_floor_is_bytes_at_bandwidth_or_flops_at_gemm_rate():
 def test_gpu_script_runs_from_artifacts_on_the_simulator(tmp_path):
     """`prepare` compiles for cuda here; `run` needs only the artifacts (checked on cuda-sim)."""
     (tmp_path / "art" / "wheels").mkdir(parents=True)
-    (tmp_path / "art" / "wheels" / "lark-0-py3-none-any.whl").write_text("")   # no download
+    for wheel in ("lark-0-py3-none-any.whl", "ml_dtypes-0-py3-none-any.whl"):   # no download
+        (tmp_path / "art" / "wheels" / wheel).write_text("")
     gpu.prepare(tmp_path / "art", only=["softmax"], size="tiny")
     assert (tmp_path / "art" / "softmax" / "manifest.json").exists()
     path = gpu.run(tmp_path / "art", tmp_path / "out", target_name="cuda-sim")
