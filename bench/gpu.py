@@ -99,6 +99,7 @@ def _ensure_fusec() -> None:
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         if name != "fusec":      # fusec/__init__ imports the others: run it last
+            setattr(sys.modules["fusec"], name.split(".")[1], module)
             spec.loader.exec_module(module)
     spec = importlib.util.find_spec("fusec")
     spec.loader.exec_module(sys.modules["fusec"])
