@@ -351,7 +351,17 @@ def _cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, 
         spill_bw = _cpu_bw(hw, busy, working * busy <= hw.l2_bytes)
     eb = r.elem_bytes
     peak = hw.peak(eb) * efficiency
-    compute_s = common["flops"] / peak + rounds * hw.chunk_s
+    # contractions are BLAS calls (transforms/cpu_library_calls.py): one per chunk, each with
+    # blas_threads threads (more than the cores do not help), or, for a zero-filled 2-D matmul
+    # whose row tiles make the whole product, one call before the chunk loop
+    per_core = hw.peak(eb) / cores
+    hoist = _hoisted_matmuls(info, members, root, tiling)
+    hoisted = sum(op_flops(info.op(m), hw) for m in hoist)
+    library = sum(op_flops(info.op(m), hw) for m in members if info.op(m).kind == "contraction" and m not in hoist)
+    blas = max(1, hw.blas_threads)
+    compute_s = ((common["flops"] - hoisted - library) / peak
+                 + library * rounds * busy / (chunks * per_core * min(cores, busy * blas))
+                 + hoisted / (per_core * min(cores, blas)) + rounds * hw.chunk_s)
     recompute_s = common["recompute_flops"] / peak
     spill_s = spill / spill_bw
     # chunks run in rounds of one per core; a last, partial round has fewer cores streaming
@@ -360,10 +370,30 @@ def _cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, 
     memory_s = (full * cores * per_chunk / bw + (last * per_chunk / _cpu_bw(hw, last, resident) if last else 0.0)
                 + common["bytes_cached"] / hw.cache_bandwidth + spill_s)
     alloc_s = sum(info.op(m).result_bytes * hw.fault_s_per_byte for m in written
-                  if info.op(m).result_bytes >= hw.mmap_threshold)
+                  if info.op(m).result_bytes >= hw.mmap_threshold) / busy      # the busy cores fault in parallel
     return _finish(dict(common, bytes_spilled=spill, onchip_bytes=int(tile_inter)), hw, compute_s, memory_s,
                    hw.launch_s, alloc_s, threads=chunks, blocks=chunks, occupancy=busy / cores,
                    recompute_s=recompute_s, spill_s=spill_s)
+
+
+def _hoisted_matmuls(info: ChainInfo, members, root: int, tiling: Tiling) -> list[int]:
+    """Matmuls of a cpu kernel the emitter calls once, whole, before its chunk loop: zero-filled
+    (their init a fill), both inputs from outside the kernel, rows split by the chunk loop."""
+    if not tiling.mapped:
+        return []
+    corr = loop_correspondence(info, root, members)
+    out = []
+    for m in members:
+        o = info.op(m)
+        if o.name != "linalg.matmul" or len(o.producers) < 3:
+            continue
+        a, b, init = o.producers[:3]
+        if (init is None or info.op(init).kind != "fill" or (a is not None and a in members)
+                or (b is not None and b in members)):
+            continue
+        if corr.get(m, {}).get(tiling.mapped[0]) == frozenset({0}):          # its rows are the split loop
+            out.append(m)
+    return out
 
 
 def _cpu_bw(hw: HardwareProfile, busy: int, resident: bool) -> float:

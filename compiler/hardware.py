@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 KB, MB, GB = 1024, 1024 ** 2, 1024 ** 3
-CALIBRATION_VERSION = 5          # bump when the measurement changes: cached profiles are re-measured
+CALIBRATION_VERSION = 7          # bump when the measurement changes: cached profiles are re-measured
 
 # FLOP-equivalents of one call, for GPUs: libdevice sequences (exp: ex2.approx plus range
 # reduction; tanh/erf: polynomial sequences; IEEE div and sqrt: Newton iterations). Three
@@ -61,9 +61,10 @@ class HardwareProfile:
     mem_latency_s: float = 0.0              # gpu: a global load that misses the caches
     weights: tuple[tuple[str, float], ...] = GPU_WEIGHTS   # FLOP-equivalents per call
     # cpu only
+    blas_threads: int = 1                   # threads one BLAS call uses (contractions are BLAS calls)
     single_core_bandwidth: float = 0.0
     chunk_s: float = 0.0                    # one prange iteration (scheduling, per-tile allocations)
-    fault_s_per_byte: float = 0.0           # first touch of a freshly mapped buffer (page faults)
+    fault_s_per_byte: float = 0.0           # first touch of a freshly mapped buffer, one core (page faults)
     mmap_threshold: int = 0                 # buffers this large are mapped afresh on every call
     notes: tuple[str, ...] = ()
     source: str = "datasheet"
@@ -252,8 +253,10 @@ def cpu_profile(refresh: bool = False) -> HardwareProfile:
 
 
 def profile_key() -> str:
-    """What a cached cpu profile must match: this CPU, its cores, the calibration and the emitter."""
-    return f"{_cpu_model()}|{os.cpu_count() or 1}|v{CALIBRATION_VERSION}|emitter={_emitter_hash()}"
+    """What a cached cpu profile must match: this CPU, its cores, the calibration, the emitter,
+    and the BLAS threads the calibrated matmul ran with."""
+    return (f"{_cpu_model()}|{os.cpu_count() or 1}|v{CALIBRATION_VERSION}|emitter={_emitter_hash()}"
+            f"|blas={blas_threads()}")
 
 
 def _emitter_hash() -> str:
@@ -301,6 +304,21 @@ def _quiet_best(fn, tries: int = 6, good: float = 1e-4) -> float:
     return best
 
 
+def _fault_cost(big, out) -> float:
+    """Seconds per byte of first touches of a freshly mapped buffer, on one thread (stable on a
+    shared machine; faults on several cores proceed in parallel, the cost model divides)."""
+    import numba
+    from . import calibrate as k
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        t_into = _best(lambda: k.copy_into(big, out), 5)
+        t_fresh = _best(lambda: k.copy_fresh(big), 5)
+    finally:
+        numba.set_num_threads(threads)
+    return max(0.0, (t_fresh - t_into) / big.nbytes)
+
+
 def measure_cpu(cores: int | None = None) -> HardwareProfile:
     """Measure this machine with loops shaped like the emitted ones (takes several seconds)."""
     import numpy as np
@@ -315,10 +333,9 @@ def measure_cpu(cores: int | None = None) -> HardwareProfile:
     t_np = _best(lambda: np.copyto(out, big), 7)
     # a 2-core copy faster than a 1-core one is the sign of an undisturbed run
     t_into = _quiet_best(lambda: k.copy_into(big, out), good=0.8 * t_np)
-    t_fresh = _quiet_best(lambda: k.copy_fresh(big), tries=3, good=0.0)
     bw1 = 2 * big.nbytes / t_np
     bw = max(bw1, 2 * big.nbytes / t_into)
-    fault = max(0.0, (t_fresh - t_into) / big.nbytes)
+    fault = _fault_cost(big, out)
     mid = big[: max(64, llc // 4 // (4 * 4096) // 64 * 64)]               # in + out: half the LLC
     mid_out = np.empty_like(mid)
     llc_bw = max(bw, 2 * mid.nbytes / _quiet_best(lambda: k.copy_into(mid, mid_out)),
@@ -334,6 +351,7 @@ def measure_cpu(cores: int | None = None) -> HardwareProfile:
         launch_s=t_launch, units=cores, onchip_per_unit=l2, onchip_per_block=l2, max_threads_per_block=1,
         max_threads_per_unit=1, max_blocks_per_unit=1, l2_bytes=llc, cache_bandwidth=llc_bw,
         overlap=True, weights=tuple(sorted(weights.items())), single_core_bandwidth=bw1,
+        blas_threads=min(cores, blas_threads()),
         chunk_s=max(0.0, (t_chunks - t_launch) * cores / chunks.shape[0]), fault_s_per_byte=fault,
         mmap_threshold=32 * MB,
         notes=(f"measured on {_cpu_model()}, {cores} cores, L2 {l2 // KB} KiB/core, LLC {llc // MB} MiB",
@@ -399,13 +417,24 @@ def _measure_ops(failed: list[str]) -> tuple[dict[str, float], float]:
         weights[name] = (round(max(1.0, (per_point[name] - base) / flop + (1 if name != "divf" else 0)), 2)
                          if name in per_point else defaults[name])
     weights["reduce"] = round(max(1.0, (per_point["reduce"] - base / 2) / flop), 2) if "reduce" in per_point else 1.0
-    weights["mac"] = round(max(1.0, per_point["mac"] / flop), 2) if "mac" in per_point else 2.0
+    # the matmul chain is one BLAS call using blas_threads(): its weight is per BLAS thread
+    weights["mac"] = round(max(1.0, per_point["mac"] * blas_threads() / flop), 2) if "mac" in per_point else 2.0
     weights["rsqrt"] = weights["sqrt"] + weights["divf"]
     weights["minimumf"] = weights["maximumf"]
     for f, like in (("exp2", "exp"), ("log2", "log"), ("log1p", "log"), ("expm1", "exp"), ("sin", "tanh"),
                     ("cos", "tanh"), ("powf", "log")):
         weights[f] = weights[like] * (2 if f == "powf" else 1)
     return weights, flop
+
+
+def blas_threads() -> int:
+    """Threads of a BLAS call in this process (OpenBLAS reads these variables; default: all cores)."""
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        try:
+            return max(1, int(os.environ[var]))
+        except (KeyError, ValueError):
+            continue
+    return os.cpu_count() or 1
 
 
 def _simd_lanes() -> int:

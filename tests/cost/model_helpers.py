@@ -15,7 +15,7 @@ CPU = HardwareProfile(
     onchip_per_unit=1 << 20, onchip_per_block=1 << 20, l2_bytes=32 << 20, cache_bandwidth=200e9,
     weights=(("reduce", 2.0), ("mac", 100.0), ("scalar", 16.0), ("exp", 50.0), ("tanh", 40.0), ("erf", 400.0),
              ("log", 100.0), ("sqrt", 3.0), ("rsqrt", 4.0), ("divf", 1.0), ("maximumf", 2.0), ("minimumf", 2.0)),
-    single_core_bandwidth=30e9, fault_s_per_byte=4e-10, mmap_threshold=32 << 20)
+    single_core_bandwidth=30e9, fault_s_per_byte=4e-10, mmap_threshold=32 << 20, blas_threads=2)
 
 
 def info_of(src: str, binding: dict, target: str = "gpu"):

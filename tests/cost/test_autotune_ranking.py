@@ -10,11 +10,12 @@ import pytest
 import fusec
 from fusec.compiler.autotune import cache_key, kendall_tau, machine, top_candidates, tune
 from fusec.compiler.plan import plan_chain, plan_from_dict, signatures
-from model_helpers import CPU, info_of
+from model_helpers import CPU, cpu, info_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOFTMAX = "chain s(x: f32[M, N]) -> f32[M, N] { return softmax(x) }"
 MLP = "chain m(x: f32[M, D], w: f32[D, H], b: f32[H]) -> f32[M, H] { return gelu(x @ w + b) }"
+BMM = "chain b(x: f32[B, M, K], w: f32[B, K, N], r: f32[B, M, N]) -> f32[B, M, N] { return gelu(x @ w) + r }"
 
 
 def test_kendall_tau():
@@ -23,19 +24,31 @@ def test_kendall_tau():
     assert kendall_tau({1: 3.0, 2: 2.0, 3: 1.0}, {1: 30.0, 2: 10.0, 3: 20.0}) == pytest.approx(1 / 3)
 
 
-@pytest.mark.parametrize("src,binding,ops", [(MLP, {"M": 768, "D": 256, "H": 512}, [1, 2]),
-                                             (SOFTMAX, {"M": 3072, "N": 2048}, [1, 2, 4, 5])])
-def test_model_ranks_chunkings_by_balance_then_cache(src, binding, ops):
-    # the candidates the measurement script times: 1 chunk (one core), 3 (a core idle half of the
-    # second round), 6 (balanced, tiles that fit the caches)
+@pytest.mark.parametrize("src,binding,ops,loops", [(BMM, {"B": 12, "M": 256, "K": 256, "N": 256}, [1, 2], 3),
+                                                   (SOFTMAX, {"M": 3072, "N": 2048}, [1, 2, 4, 5], 2)])
+def test_model_ranks_chunkings_by_balance_then_cache(src, binding, ops, loops):
+    # the candidates the measurement script times (BLAS on one thread per call): 1 chunk (one
+    # core), 3 (a core idle half of the second round), 6 (balanced, tiles that fit the caches)
+    one_blas_thread = cpu(blas_threads=1)
     info = info_of(src, binding, target="cpu")
-    rows = binding["M"]
+    extent = binding[next(iter(binding))]
     predicted = {}
     for chunks in (1, 3, 6):
-        p = plan_from_dict(info, "cpu", {"groups": [{"ops": ops, "block_tiles": [rows // chunks, 0]}]}, hw=CPU)
+        tiles = [extent // chunks] + [0] * (loops - 1)
+        p = plan_from_dict(info, "cpu", {"groups": [{"ops": ops, "block_tiles": tiles}]}, hw=one_blas_thread)
         predicted[chunks] = p.predicted_s
     assert sorted(predicted, key=predicted.get) == [6, 3, 1]
+    assert predicted[1] > 1.3 * predicted[6]
     assert kendall_tau(predicted, {1: 3.0, 3: 2.0, 6: 1.0}) == 1.0
+
+
+def test_a_whole_matmul_before_the_chunk_loop_does_not_depend_on_the_chunks():
+    # the cpu lowering calls BLAS once for a zero-filled 2-D matmul whose row tiles make the
+    # whole product; only its epilogue is split into chunks
+    info = info_of(MLP, {"M": 768, "D": 256, "H": 512}, target="cpu")
+    t = {c: plan_from_dict(info, "cpu", {"groups": [{"ops": [1, 2], "block_tiles": [768 // c, 0]}]}, hw=CPU)
+         .predicted_s for c in (1, 6)}
+    assert t[1] == pytest.approx(t[6], rel=0.05)
 
 
 def test_tune_keeps_the_fastest_measured_candidate_and_caches_it():

@@ -124,7 +124,7 @@ def test_large_outputs_pay_their_page_faults_on_cpu():
     # a buffer past glibc's mmap threshold is mapped afresh on every call
     p = plan(SOFTMAX, {"M": 3000, "N": 4096}, target="cpu", hw=CPU)
     c = p.costs[0]
-    assert c.alloc_s == pytest.approx(3000 * 4096 * 4 * CPU.fault_s_per_byte)
+    assert c.alloc_s == pytest.approx(3000 * 4096 * 4 * CPU.fault_s_per_byte / 2)      # 2 cores fault at once
     assert c.bound == "memory"
 
 
