@@ -175,8 +175,11 @@ def main() -> int:
     if args.threads:
         numba.set_num_threads(args.threads)
         # the model on as many cores as the runtime uses
-        one = replace(hardware.cpu_profile(), name=f"cpu{args.threads}", units=args.threads,
-                      bandwidth=hardware.cpu_profile().single_core_bandwidth or hardware.cpu_profile().bandwidth)
+        full = hardware.cpu_profile()
+        share = args.threads / full.units
+        one = replace(full, name=f"cpu{args.threads}", units=args.threads, peak_flops=full.peak_flops * share,
+                      peak_flops_fp16=full.peak_flops_fp16 * share, cache_bandwidth=full.cache_bandwidth * share,
+                      bandwidth=full.single_core_bandwidth if args.threads == 1 else full.bandwidth * share)
         hardware.register(one)
         profile_name = one.name
     result = {"machine": hardware.cpu_profile().as_dict(), "threads": numba.get_num_threads(),
