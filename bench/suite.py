@@ -156,7 +156,7 @@ def write_results(results: dict, out_dir: Path) -> Path:
     """bench/results/<machine>-<date>[-<size>].json"""
     import json
     out_dir.mkdir(parents=True, exist_ok=True)
-    day = results["date"][:10]
+    day = results["date"][:16].replace(":", "")          # 2026-11-30T0145: one file per run
     suffix = "" if results["size"] == "full" else f"-{results['size']}"
     if results.get("host", {}).get("malloc") == "reuse":
         suffix += "-malloc-reuse"
