@@ -66,7 +66,6 @@ class Body(ControlFlow):
         self.ctx, self.w, self.mode = ctx, w, mode
         self.names = ctx.names
         self.parallel_depth = 0
-        self.scratch: list[str] = []     # cpu: lines to allocate before the current prange
 
     # ------------------------------------------------------------------ values
     def val(self, v: "ir.Value") -> str:
@@ -144,15 +143,7 @@ class Body(ControlFlow):
             self.w(f"{name} = cuda.device_array({shape_tuple(carried)}, np.{elem.storage})")
         else:
             array = Array(name, elem, len(carried), elem.compute)
-            if self.parallel_depth and all(is_int(d) for d in carried):
-                # Inside a prange iteration: its buffers die with the iteration, so each thread
-                # reuses one (no allocation and fresh pages per iteration).
-                pool = self.names.fresh(f"{name}_per_thread")
-                self.scratch.append(f"{pool} = np.empty((numba.config.NUMBA_NUM_THREADS, "
-                                    f"{', '.join(carried)}), np.{elem.compute})")
-                self.w(f"{name} = {pool}[numba.get_thread_id()]")
-            else:
-                self.w(f"{name} = np.empty({shape_tuple(carried)}, np.{elem.compute})")
+            self.w(f"{name} = np.empty({shape_tuple(carried)}, np.{elem.compute})")
         self.ctx.views[result] = views.whole(array, shape, host=name)
 
     def get_global(self, op):

@@ -85,9 +85,7 @@ class ControlFlow:
         for iv in ivs:
             self.ctx.expr[iv] = self.names(iv)
         depth = self.w.depth
-        head = len(self.w.lines)
         if outermost:
-            self.scratch = []
             self._prange(ivs, lbs, ubs, steps)
         else:
             for iv, lb, ub, step in zip(ivs, lbs, ubs, steps):
@@ -102,9 +100,6 @@ class ControlFlow:
             self.w("pass")
         self.parallel_depth -= 1
         self.w.depth = depth
-        if outermost:   # per-thread scratch buffers, allocated once before the loop
-            self.w.lines[head:head] = ["    " * depth + line for line in self.scratch]
-            self.scratch = []
         for r, acc in zip(op.results, accs):
             self.ctx.expr[r] = acc
 

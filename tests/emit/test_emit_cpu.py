@@ -222,16 +222,3 @@ def test_row_tiles_of_a_matmul_become_one_call_unless_the_loop_writes_an_input(s
         assert "linalg.fill" not in text
     else:
         assert "linalg.fill" in text.split("scf.parallel")[1]
-
-
-def test_buffers_of_a_prange_iteration_are_one_per_thread_allocated_before_the_loop():
-    prog = fusec.compile("chain s(x: f32[M, N]) -> f32[M, N] { return softmax(x, axis=-1) }",
-                         target="cpu", options={"baseline": False,
-                                                "plans": {"s": {"groups": [{"ops": [1, 2, 4, 5],
-                                                                            "block_tiles": [4, 0]}]}}})
-    text = prog.s.stages({"M": 64, "N": 32})["kernels"]
-    pools = re.findall(r"^    (\w+_per_thread) = np\.empty\(\(numba\.config\.NUMBA_NUM_THREADS, ", text, re.M)
-    assert pools and all(text.index(p) < text.index("numba.prange(") for p in pools)
-    assert all(f"{p}[numba.get_thread_id()]" in text for p in pools)
-    assert "np.empty(" not in text.split("numba.prange(")[1]          # nothing allocated per iteration
-    assert prog.s.check(binding={"M": 64, "N": 32})[0].ok
