@@ -275,6 +275,13 @@ class _Grower:
         if prod.kind == "contraction" and self.contractions:
             self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: one contraction per kernel")
             return False
+        shared = self._shared_init(prod)
+        if shared is not None:
+            # tile-and-fuse initialises a fill shared by the root and a producer only once, for
+            # the producer, and leaves the root's accumulator uninitialised (nll at B=C=64)
+            self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: it shares its init %{shared} with the "
+                                  f"root's accumulator, which the tiling would then leave uninitialised")
+            return False
         alone = with_cheap_producers(info, p)
         trial = frozenset(self.members | alone)
         if tileable_loops(info, self.root.id, self.members) and not tileable_loops(info, self.root.id, trial):
@@ -295,6 +302,15 @@ class _Grower:
         self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: {self._reason(prod, now, apart, fused)}"
                               f" (saves {_saved(saved, prod)}; net {_signed(delta)})")
         return False
+
+    def _shared_init(self, prod: OpInfo) -> int | None:
+        """The fill that initialises both `prod` and the root of a tiled reduction/contraction."""
+        if self.root.kind not in ("reduction", "contraction") or prod.kind not in ("reduction", "contraction"):
+            return None
+        inits = {p for p in self.root.producers[self.root.n_inputs:] if p is not None and self.info.op(p).kind == "fill"}
+        mine = {p for p in prod.producers[prod.n_inputs:] if p is not None and self.info.op(p).kind == "fill"}
+        both = inits & mine
+        return min(both) if both and tileable_loops(self.info, self.root.id, self.members) else None
 
     def _reason(self, prod: OpInfo, now: KernelCost, apart: KernelCost, fused: KernelCost) -> str:
         hw = self.chooser.hw

@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pytest
 
+import fusec
 from fusec.compiler.analysis import tileable_loops
 from fusec.compiler.hardware import GPUS
 from fusec.compiler.plan import plan_chain, plan_from_dict
@@ -136,3 +137,20 @@ def test_summary_and_format_carry_the_model():
     json.dumps(s)
     text = p.format()
     assert "    model: " in text and "FLOP/B, " in text and "-bound, " in text and "predicted on h200:" in text
+
+
+def test_a_fill_shared_with_a_tiled_reduction_root_is_not_fused():
+    # regression: at B=C=64 the model split nll's serial kernel; fusing sum(exp) into the tiled
+    # lp * onehot reduction, whose zero fill it shares, left the root's accumulator uninitialised
+    # (garbage results for some inputs)
+    import os
+    from fusec.runtime import reference
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "examples", "log_softmax.fdsl")
+    prog = fusec.compile(path, target="cpu", options={"baseline": False})
+    binding = {"B": 64, "C": 64}
+    compiled = prog.nll.compiled(binding)
+    assert any("shares its init" in d for d in compiled.plan["decisions"])
+    for seed in range(4):
+        inputs = reference.random_inputs(prog.nll.typed, binding, seed)
+        assert prog.nll.check(inputs)[0].ok
