@@ -33,6 +33,7 @@ class Comparison:
     rtol: float
     atol: float
     reason: str = ""
+    note: str = ""                      # why a result outside the tolerance still passed
 
     def describe(self) -> str:
         where = f"[{', '.join(map(str, self.worst_index))}]" if self.worst_index else "[]"
@@ -66,3 +67,22 @@ def compare(actual: np.ndarray, expected: np.ndarray, dtype: str) -> Comparison:
     idx = np.unravel_index(int(np.argmax(excess)), a.shape)
     return Comparison(bool(np.all(excess <= 0)), float(err.max()), float(np.nanmax(rel)),
                       tuple(int(i) for i in idx), float(a[idx]), float(e[idx]), rtol, atol_eff)
+
+
+def compare_to_truth(actual: np.ndarray, expected: np.ndarray, truth: np.ndarray | None, dtype: str) -> Comparison:
+    """`compare`, and when that fails: the float64 reference decides. An output at least as close
+    to the float64 truth as the reference itself (within 2x its error) passes, because then the
+    difference is the reference's own rounding, amplified by an ill-conditioned chain (softmax of
+    large logits, long dot products), not a wrong kernel."""
+    c = compare(actual, expected, dtype)
+    if c.ok or truth is None or dtype in ("i32", "i64", "bool") or c.reason:
+        return c
+    t = np.asarray(truth, np.float64)
+    with np.errstate(all="ignore"):
+        ours = float(np.nanmax(np.abs(np.asarray(actual, np.float64) - t)))
+        theirs = float(np.nanmax(np.abs(np.asarray(expected, np.float64) - t)))
+    if np.isfinite(ours) and ours <= 2 * theirs:
+        from dataclasses import replace
+        return replace(c, ok=True, note=f"as close to the f64 truth as the {dtype} reference "
+                                        f"({ours:.3g} vs {theirs:.3g})")
+    return c

@@ -40,3 +40,16 @@ def test_integers_and_bools_are_exact():
 def test_shape_mismatch_is_reported():
     c = compare(np.zeros(3), np.zeros(4), "f32")
     assert not c.ok and "shape (3,) differs" in c.describe()
+
+
+def test_the_float64_truth_decides_when_the_reference_itself_is_off():
+    from fusec.runtime.compare import compare_to_truth
+    truth = np.array([1.0, 2.0])
+    ref32 = np.array([1.0, 2.003])            # the f32 reference's own rounding, amplified
+    good = np.array([1.0, 2.002])             # outside tolerance of ref32, closer to the truth
+    bad = np.array([1.0, 2.02])
+    assert not compare(good, ref32, "f32").ok
+    c = compare_to_truth(good, ref32, truth, "f32")
+    assert c.ok and "as close to the f64 truth as the f32 reference" in c.note
+    assert not compare_to_truth(bad, ref32, truth, "f32").ok
+    assert not compare_to_truth(np.array([1, 3]), np.array([1, 2]), np.array([1, 2]), "i32").ok
