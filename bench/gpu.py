@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import time
@@ -132,6 +133,9 @@ def run(directory: Path, out: Path, only: list[str] | None = None, target_name: 
     """target_name "cuda-sim" runs the same plumbing on Numba's simulator (tiny sizes; tests)."""
     _ensure_lark(directory)
     _ensure_fusec()
+    import tempfile
+    for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):     # cold compiles really cold
+        os.environ.setdefault(var, tempfile.mkdtemp(prefix="fusec-bench-"))
     import numpy as np
 
     import fusec
@@ -263,7 +267,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "prepare":
         prepare(Path(args.directory), only, args.size)
     else:
-        import os
         run(Path(args.directory), Path(args.out or os.environ.get("OUT", ".")), only, args.target)
     return 0
 
