@@ -196,7 +196,7 @@ def _cmd_main(args: argparse.Namespace) -> int:
     for chain, inputs, binding in plans:
         outs = _run(chain, inputs, binding, args, typed, target)
         failures += _report(chain, binding, outs, inputs, target)
-        saved[chain.name] = ({p.name: x for p, x in zip(chain.param_nodes, inputs)}, outs)
+        saved[chain.name] = _entry(chain, inputs, outs)
     if args.save:
         npz.save(args.save, saved)
     if failures:
@@ -224,7 +224,7 @@ def _run_compiled(args, typed: TypedModule, plans, target: str | None) -> int:
         rep = run_and_check(compiled, inputs, running="fused" if program.options.fuse else "unfused")
         print(rep.format())
         reports.append(rep)
-        saved[chain.name] = ({p.name: x for p, x in zip(chain.param_nodes, inputs)}, rep.outputs)
+        saved[chain.name] = _entry(chain, inputs, rep.outputs)
     if args.plot:
         from .plots import write_plots
         for path in write_plots(reports, args.plot):
@@ -248,6 +248,11 @@ def _finish(args, reports, saved) -> int:
 def fusec_version() -> str:
     from fusec import __version__
     return __version__
+
+
+def _entry(chain: TypedChain, inputs, outputs) -> tuple[dict, list]:
+    """One chain's npz entry: inputs by parameter name, outputs in order (runtime/npz.py)."""
+    return {p.name: x for p, x in zip(chain.param_nodes, inputs)}, list(outputs)
 
 
 def _select(typed: TypedModule, names: list[str]) -> list[TypedChain]:
@@ -350,8 +355,7 @@ def _cmd_test(args: argparse.Namespace) -> int:
             chains = {}
             for c in typed.chains:
                 inputs, binding = _inputs_for(c, None, bind, args.seed)
-                chains[c.name] = ({p.name: x for p, x in zip(c.param_nodes, inputs)},
-                                  reference.run_chain(c, inputs, binding))
+                chains[c.name] = _entry(c, inputs, reference.run_chain(c, inputs, binding))
             npz.save(gpath, chains)
             print(f"wrote {gpath} ({len(chains)} chains)")
             continue
@@ -466,5 +470,5 @@ def _cmd_run(args: argparse.Namespace) -> int:
         rep = run_and_check(load_chain(a, chain, target), inputs)
         print(rep.format())
         reports.append(rep)
-        saved[cname] = ({p.name: x for p, x in zip(chain.param_nodes, inputs)}, rep.outputs)
+        saved[cname] = _entry(chain, inputs, rep.outputs)
     return _finish(args, reports, saved)
