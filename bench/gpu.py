@@ -35,8 +35,8 @@ def prepare(out: Path, only: list[str] | None = None, size: str = "full") -> Non
     import lark
 
     import fusec
-    from fusec.program import build_chain
-    from fusec.runtime import artifact as art
+    from fusec.compiler.pipeline import build_chain
+    from fusec.program import compile_options, write_artifact
     from fusec.runtime.targets import Target
 
     from .workloads import WORKLOADS
@@ -50,9 +50,10 @@ def prepare(out: Path, only: list[str] | None = None, size: str = "full") -> Non
         typed = fusec.check(str(w.fdsl))
         chain = next(c for c in typed.chains if c.name == w.chain)
         t0 = time.perf_counter()
-        meta, sources, plan_text, _, _ = build_chain(chain, binding, Target("cuda"), fusec.Options())
-        art.write(out / w.name, target="cuda", source_path=f"bench/fdsl/{w.fdsl.name}", source=text,
-                  version=fusec.__version__, chains={w.chain: (meta, sources, plan_text)})
+        target = Target("cuda")
+        options = compile_options(target)          # without a GPU here: planned for the H200
+        built = build_chain(chain, binding, options)
+        write_artifact(out / w.name, target, f"bench/fdsl/{w.fdsl.name}", text, options, [built])
         manifest["workloads"][w.name] = {"binding": binding, "compile_s": round(time.perf_counter() - t0, 3)}
         print(f"compiled {w.name} {binding} for cuda in {manifest['workloads'][w.name]['compile_s']} s", flush=True)
     wheels = out / "wheels"

@@ -53,12 +53,14 @@ KINDS = {"elementwise": elementwise_chain, "mixed": mixed_chain}
 def compile_once(source: str, target: str = "cpu", jit: bool = True) -> dict:
     """Front end + every compiler stage of one chain (fused build); seconds per stage."""
     import fusec
-    from fusec.compiler.pipeline import CompileOptions, compile_chain
+    from fusec.compiler.calibrate import hardware_profile
+    from fusec.compiler.options import CompileOptions
+    from fusec.compiler.pipeline import compile_typed
     t0 = time.perf_counter()
     typed = fusec.check(source)
     front = time.perf_counter() - t0
     chain = typed.chains[0]
-    st = compile_chain(chain, {}, options=CompileOptions(target=target))
+    st = compile_typed(chain, {}, options=CompileOptions(target=target, hardware=hardware_profile(None, target)))
     stages = {"front end": front, **st.seconds}
     if target == "cpu" and jit:
         stages["numba jit"] = _jit_seconds(st.emitted, chain.name)

@@ -22,11 +22,12 @@ from fusec.dsl.typed import TypedChain, TypedModule
 from fusec.dsl.types import DType
 
 from .errors import CompilerInternalError
+from . import mlir
 from .lowering.builder import element_type, parallel, tensor_type
-from .lower import check_binding, print_ir
-from .mlir import (ExecutionEngine, MLIRError, PassManager, arith, bufferization, func,
-                   get_ranked_memref_descriptor, ir, linalg)
-from .pipeline import CompileOptions, compile_chain
+from .lowering.lower import check_binding
+from .mlir import MLIRError, PassManager, arith, bufferization, func, ir, linalg, print_ir
+from .options import CompileOptions
+from .pipeline import compile_typed
 
 STAGE = "mlir-jit"
 ENTRY = "_fusec_entry"
@@ -92,7 +93,7 @@ class JitChain:
             raise ValueError(f"chain {self.chain.name} takes {len(self.inputs)} inputs, got {len(inputs)}")
         args = [self._prepare(i, spec, x) for i, (spec, x) in enumerate(zip(self.inputs, inputs))]
         outs = [np.zeros(spec.shape, spec.carrier) for spec in self.outputs]
-        descriptors = [get_ranked_memref_descriptor(a) for a in args + outs]
+        descriptors = [mlir.get_ranked_memref_descriptor(a) for a in args + outs]
         self._engine.invoke(ENTRY, *[ctypes.pointer(ctypes.pointer(d)) for d in descriptors])
         return [o.view(np.bool_) if spec.dtype.is_bool else o for spec, o in zip(self.outputs, outs)]
 
@@ -173,7 +174,7 @@ def jit_compile_module(graph_module: ir.Module, chain: TypedChain, binding: dict
             PassManager.parse(f"builtin.module({','.join(TO_LLVM)})").run(module.operation)
         except MLIRError as e:
             raise CompilerInternalError(STAGE, f"lowering chain {chain.name} to LLVM failed:\n{e}") from None
-        engine = ExecutionEngine(module, opt_level=OPT_LEVEL)
+        engine = mlir.ExecutionEngine(module, opt_level=OPT_LEVEL)
     return JitChain(engine, chain, binding, inputs, outputs)
 
 
@@ -208,7 +209,7 @@ def jit_compile(typed: TypedModule | TypedChain, chain_name: str | None, binding
     """Front-end output -> stages -> native code, cached per (chain, binding, disabled passes)."""
     chain = _chain_of(typed, chain_name)
     binding = check_binding(chain, binding)
-    options = CompileOptions(frozenset(disabled_passes))
+    options = CompileOptions(disabled_passes=frozenset(disabled_passes), baseline=False)
     key = (chain, tuple(sorted(binding.items())), options)
     try:
         hash(key)
@@ -217,7 +218,7 @@ def jit_compile(typed: TypedModule | TypedChain, chain_name: str | None, binding
     if key is not None and key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
-    graph = compile_chain(chain, binding, options=options, until="graph").module
+    graph = compile_typed(chain, binding, options=options, until="graph").module
     compiled = jit_compile_module(graph, chain, binding)
     if key is not None:
         _CACHE[key] = compiled

@@ -4,14 +4,20 @@ Prefers the upstream `mlir` package when it is installed (complete: ir, passmana
 dialects, the execution engine and runtime helpers); otherwise uses the same upstream bindings
 as shipped inside the torch-mlir wheel (`torch_mlir.ir`, ...). The choice is all-or-nothing, so
 IR from one set is never handed to the other. `BINDINGS` names the package in use.
+
+The execution engine (LLVM's JIT, for the mlir-jit target only) loads on first use of
+`ExecutionEngine` or `get_ranked_memref_descriptor`, so compiling to Numba never loads it.
+Also here: the two IR utilities every stage uses (`verify`, `print_ir`).
 """
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
 
+from .errors import CompilerInternalError
+
 _SUBMODULES = (
-    "ir", "passmanager", "execution_engine", "runtime",
+    "ir", "passmanager",
     "dialects.arith", "dialects.bufferization", "dialects.func", "dialects.linalg",
     "dialects.math", "dialects.memref", "dialects.scf", "dialects.tensor",
     "dialects.transform", "dialects.transform.interpreter", "dialects.transform.structured",
@@ -46,12 +52,21 @@ transform = _mods["dialects.transform"]
 interpreter = _mods["dialects.transform.interpreter"]
 structured = _mods["dialects.transform.structured"]
 gpu = _mods["dialects.gpu"]
-ExecutionEngine = _mods["execution_engine"].ExecutionEngine
-runtime = _mods["runtime"]
-get_ranked_memref_descriptor = runtime.get_ranked_memref_descriptor
-
 PassManager = passmanager.PassManager
 MLIRError = ir.MLIRError
+_LAZY = {"ExecutionEngine": ("execution_engine", "ExecutionEngine"), "runtime": ("runtime", None),
+         "get_ranked_memref_descriptor": ("runtime", "get_ranked_memref_descriptor")}
+
+
+def __getattr__(name: str):
+    """The execution engine and its runtime helpers, imported when first asked for."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    mod = importlib.import_module(f"{BINDINGS}.{module}")
+    value = mod if attr is None else getattr(mod, attr)
+    globals()[name] = value
+    return value
 
 
 def new_context() -> "ir.Context":
@@ -65,8 +80,25 @@ def parse_module(text: str, context: "ir.Context | None" = None) -> "ir.Module":
         return ir.Module.parse(text)
 
 
+def verify(module: "ir.Module", stage: str) -> None:
+    """Raise CompilerInternalError naming `stage` when the module does not verify."""
+    try:
+        ok = module.operation.verify()
+    except MLIRError as e:
+        raise CompilerInternalError(stage, f"the IR does not verify:\n{e}") from None
+    if not ok:
+        raise CompilerInternalError(stage, "the IR does not verify")
+
+
+def print_ir(module: "ir.Module | ir.Operation", locations: bool = False) -> str:
+    """Deterministic text of a module (no addresses, stable SSA names); with `locations`, every
+    op shows its loc("file":line:col)."""
+    op = module.operation if isinstance(module, ir.Module) else module
+    return op.get_asm(enable_debug_info=locations)
+
+
 __all__ = [
     "BINDINGS", "ir", "passmanager", "PassManager", "MLIRError", "arith", "bufferization", "func",
     "linalg", "math", "memref", "scf", "tensor", "transform", "interpreter", "structured", "gpu", "ExecutionEngine",
-    "runtime", "get_ranked_memref_descriptor", "new_context", "parse_module",
+    "runtime", "get_ranked_memref_descriptor", "new_context", "parse_module", "verify", "print_ir",
 ]

@@ -1,71 +1,70 @@
-"""The compiler's stages as data: an ordered list the CLI's --emit/--dump-dir and the tests loop over.
+"""The compiler, top to bottom: the stages as data, one ordered list the CLI's --emit/--dump-dir
+and the tests loop over, and `build_chain`, which makes a chain's builds.
 
-    linalg   the typed chain lowered to linalg on tensors (compiler/lower.py), verified
-    graph    after the graph passes (compiler/passes.py), verified after every pass
-    plan     the FusionPlan (compiler/plan.py): kernels, roles, tiles, decisions (text)
-    tiled    tile-and-fuse by transform script, bufferized (compiler/tiling.py)
+    ast      the FDSL file parsed (dsl/parser.py); the text is this chain's part of it
+    typed    the chain checked: every value with its dtype and shape (dsl/checker.py)
+    linalg   lowered to linalg on tensors (compiler/lowering/), verified
+    graph    after the graph passes (compiler/transforms/graph.py), verified after every pass
+    plan     the FusionPlan (compiler/plan/): kernels, roles, tiles, the model's numbers, decisions
+    tiled    tile-and-fuse by transform script, bufferized (compiler/transforms/tile_and_fuse.py)
     gpu      one gpu.launch per kernel (cpu target: scf.parallel loops), loops only
-    kernels  the emitted Python module (compiler/emit.py)
+             (compiler/transforms/to_target.py)
+    kernels  the emitted Python module (compiler/emit/)
 
-Each stage updates one chain's ChainStages (module, plan, emitted) and every stage's text is
-deterministic. Chains compile independently (one module per chain and binding); dumps are
-DIR/<chain>.<NN>-<stage>.<ext>, NN counting from the front end's stages (ast=00, typed=01) so
-a whole --dump-dir lists in pipeline order.
+Each stage updates one chain's ChainStages (ast, typed chain, module, plan, emitted source) and
+records its text and seconds; every text is deterministic. A compile starts at `ast` from the
+source text (`compile_source`) or resumes at `linalg` from a typed chain (`compile_typed`).
+Chains compile independently (one module per chain and binding); dumps are
+DIR/<chain>.<NN>-<stage>.<ext>, so a whole --dump-dir lists in pipeline order.
 """
 from __future__ import annotations
 
 import json
-import tempfile
+import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
+from fusec.dsl import ast as A
+from fusec.dsl.checker import check
+from fusec.dsl.parser import format_ast, parse
 from fusec.dsl.typed import TypedChain, TypedModule
 
+from .emit import EmittedModule, emit
 from .errors import CompilerInternalError
-from .lower import lower_chain, print_ir, verify
-from .mlir import ir
-from .passes import check_pass_names, run_graph_passes
-
-FRONT_END_STAGES: tuple[str, ...] = ("ast", "typed")
-
-
-@dataclass(frozen=True)
-class CompileOptions:
-    """Everything that changes what the stages produce (hashable: part of a cache key).
-
-    target: 'gpu' (kernels for cuda / cuda-sim) or 'cpu' (numba parallel loops);
-    fuse: False gives the unfused build (one kernel per linalg op);
-    plan: a hand-given plan as JSON text ({"groups": [{"ops": [...], "block_tiles": [...]}]});
-    hw: the hardware profile the cost model plans for (compiler/hardware.py; None: the target's
-    default); tuned: measured tiles by group signature as JSON (compiler/autotune.py).
-    """
-    disabled_passes: frozenset[str] = frozenset()
-    locations: bool = False
-    target: str = "gpu"
-    fuse: bool = True
-    plan: str | None = None
-    hw: str | None = None
-    tuned: str | None = None
+from .lowering.lower import lower_chain
+from .mlir import ir, print_ir, verify
+from .options import CompileOptions
+from .plan import autotune
+from .plan.analysis import analyze, tag_ops
+from .plan.hardware import DEFAULT_GPU, GPUS, HardwareProfile, cache_dir
+from .plan.planner import FusionPlan, plan_chain, plan_from_dict, with_eager_transfers
+from .transforms.graph import check_pass_names, run_graph_passes
+from .transforms.tile_and_fuse import tile_and_fuse
+from .transforms.to_target import to_cpu, to_gpu
 
 
 @dataclass(frozen=True)
 class Job:
-    chain: TypedChain
+    chain: str                                   # the chain's name
     binding: tuple[tuple[str, int], ...]
     options: CompileOptions
+    text: str = ""                               # the FDSL source (stages ast and typed)
+    path: str = "<string>"
 
 
 @dataclass
 class ChainStages:
-    """One chain's trip through the stages: the text after each stage, the last module, the
-    fusion plan and the emitted kernels once those stages have run."""
+    """One chain's trip through the stages: the text after each stage and what the last stages
+    made (AST, typed chain, module, fusion plan, emitted kernels)."""
     chain: str
     texts: dict[str, str] = field(default_factory=dict)
+    ast: A.Module | None = None
+    typed: TypedChain | None = None
     module: ir.Module | None = None
-    plan: object | None = None
-    emitted: object | None = None
+    plan: FusionPlan | None = None
+    emitted: EmittedModule | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -76,49 +75,79 @@ class Stage:
     run: Callable[[Job, ChainStages], None]
     text: Callable[[ChainStages, CompileOptions], str] = lambda st, o: print_ir(st.module, o.locations)
     suffix: str = ".mlir"
+    verifies: bool = True                        # the stage leaves a module to verify
+
+
+def _ast(job: Job, st: ChainStages) -> None:
+    st.ast = parse(job.text, job.path)
+
+
+def _typed(job: Job, st: ChainStages) -> None:
+    st.typed = check(st.ast).chain(job.chain)
 
 
 def _linalg(job: Job, st: ChainStages) -> None:
-    st.module = lower_chain(job.chain, dict(job.binding), verify_ir=False)
+    st.module = lower_chain(st.typed, dict(job.binding), verify_ir=False)
 
 
 def _graph(job: Job, st: ChainStages) -> None:
     run_graph_passes(st.module, job.options.disabled_passes)
 
 
+def planning_profile(options: CompileOptions) -> HardwareProfile:
+    """The profile a plan is made for: the options', else the default GPU's."""
+    if options.hardware is not None:
+        return options.hardware
+    if options.target == "gpu":
+        return GPUS[DEFAULT_GPU]
+    raise CompilerInternalError("plan", "a cpu compile needs the measured cpu profile in its options "
+                                        "(fusec.compiler.calibrate.hardware_profile('cpu', 'cpu'))")
+
+
 def _plan(job: Job, st: ChainStages) -> None:
-    from .analysis import analyze, tag_ops
-    from .hardware import get
-    from .plan import plan_chain, plan_from_dict, with_eager_transfers
     with st.module.context:
         tag_ops(st.module)
-        info = analyze(st.module)[job.chain.name]
+        info = analyze(st.module)[job.chain]
     o = job.options
-    hw = get(o.hw, o.target)
-    plan = (plan_from_dict(info, o.target, json.loads(o.plan), hw=hw) if o.plan
+    hw = planning_profile(o)
+    hand = o.plan_for(job.chain) if o.fuse else None
+    plan = (plan_from_dict(info, o.target, hand, hw=hw) if hand is not None
             else plan_chain(info, o.target, fuse=o.fuse, hw=hw, tuned=json.loads(o.tuned) if o.tuned else None))
     st.plan = with_eager_transfers(plan, st.texts.get("linalg"), st.module.context)
 
 
 def _tiled(job: Job, st: ChainStages) -> None:
-    from .tiling import tile_and_fuse
-    tile_and_fuse(st.module, {job.chain.name: st.plan})
+    tile_and_fuse(st.module, {job.chain: st.plan})
 
 
 def _gpu(job: Job, st: ChainStages) -> None:
-    from .tiling import to_cpu, to_gpu
     if job.options.target == "gpu":
-        to_gpu(st.module, {job.chain.name: st.plan})
+        to_gpu(st.module, {job.chain: st.plan})
     else:
         to_cpu(st.module)
 
 
 def _kernels(job: Job, st: ChainStages) -> None:
-    from .emit import emit
     st.emitted = emit(st.module, "cuda" if job.options.target == "gpu" else "cpu")
 
 
+def _ast_text(st: ChainStages, o: CompileOptions) -> str:
+    """This chain's part of the file: the consts declared before it, and the chain."""
+    items = []
+    for item in st.ast.items:
+        if isinstance(item, A.ChainDef):
+            if item.name == st.chain:
+                items.append(item)
+                break
+        else:
+            items.append(item)
+    return format_ast(A.Module(st.ast.file, tuple(items))) + "\n"
+
+
 STAGES: tuple[Stage, ...] = (
+    Stage("ast", "parse the FDSL file (Lark); every node keeps its span", _ast, _ast_text, ".txt", False),
+    Stage("typed", "check names, dtypes, shapes and symbols; constant-fold the scalars", _typed,
+          lambda st, o: st.typed.format() + "\n", ".txt", False),
     Stage("linalg", "lowering: one func.func on tensors, linalg named ops and generics", _linalg),
     Stage("graph", "graph passes: batchnorm folding, canonicalize, CSE, elementwise fusion, DCE", _graph),
     Stage("plan", "partition the linalg ops into kernels and pick tiles (FusionPlan)", _plan,
@@ -130,68 +159,148 @@ STAGES: tuple[Stage, ...] = (
           lambda st, o: st.emitted.source, ".py"),
 )
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
-
-
-def stage_number(name: str) -> int:
-    return (FRONT_END_STAGES + STAGE_NAMES).index(name)
+FRONT_END = ("ast", "typed")           # the stages a compile from a typed chain has already passed
 
 
 def dump_path(dump_dir: str | Path, chain: str, stage: str, suffix: str = "") -> Path:
-    ext = next((s.suffix for s in STAGES if s.name == stage), ".mlir")
-    return Path(dump_dir) / f"{chain}.{stage_number(stage):02d}-{stage}{suffix}{ext}"
+    ext = next(s.suffix for s in STAGES if s.name == stage)
+    return Path(dump_dir) / f"{chain}.{STAGE_NAMES.index(stage):02d}-{stage}{suffix}{ext}"
 
 
-def compile_chain(chain: TypedChain, binding: dict[str, int] | None = None, *,
+def compile_source(text: str, path: str, chain: str, binding: dict[str, int] | None = None, *,
+                   options: CompileOptions = CompileOptions(), until: str | None = None,
+                   dump_dir: str | Path | None = None) -> ChainStages:
+    """Every stage from `ast`, on chain `chain` of the FDSL source `text` (read from `path`)."""
+    job = Job(chain, tuple(sorted((binding or {}).items())), options, text, path)
+    return _run(job, ChainStages(chain), until, dump_dir)
+
+
+def compile_typed(chain: TypedChain, binding: dict[str, int] | None = None, *,
                   options: CompileOptions = CompileOptions(), until: str | None = None,
                   dump_dir: str | Path | None = None) -> ChainStages:
-    """Run the stages in order (through `until`, default all) on one chain, verifying each."""
-    check_pass_names(options.disabled_passes)
+    """The stages from `linalg` on, for a chain already parsed and checked."""
+    job = Job(chain.name, tuple(sorted((binding or {}).items())), options)
+    return _run(job, ChainStages(chain.name, typed=chain), until, dump_dir)
+
+
+def _run(job: Job, st: ChainStages, until: str | None, dump_dir) -> ChainStages:
+    check_pass_names(job.options.disabled_passes)
     if until is not None and until not in STAGE_NAMES:
-        raise ValueError(f"unknown stage {until!r}; the compiler stages are: {', '.join(STAGE_NAMES)}")
-    job = Job(chain, tuple(sorted((binding or {}).items())), options)
-    out = ChainStages(chain.name)
+        raise ValueError(f"unknown stage {until!r}; the stages are: {', '.join(STAGE_NAMES)}")
     for stage in STAGES:
+        if stage.name in FRONT_END and st.typed is not None and st.ast is None:
+            continue                                     # resumed from a typed chain
         t0 = time.perf_counter()
-        _run_stage(stage, job, out, dump_dir)
-        out.seconds[stage.name] = time.perf_counter() - t0
-        out.texts[stage.name] = stage.text(out, options)
+        _run_stage(stage, job, st, dump_dir)
+        st.seconds[stage.name] = time.perf_counter() - t0
+        st.texts[stage.name] = stage.text(st, job.options)
         if dump_dir is not None:
-            path = dump_path(dump_dir, chain.name, stage.name)
+            path = dump_path(dump_dir, job.chain, stage.name)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(out.texts[stage.name])
+            path.write_text(st.texts[stage.name])
         if stage.name == until:
             break
-    return out
+    return st
 
 
 def _run_stage(stage: Stage, job: Job, st: ChainStages, dump_dir) -> None:
     try:
         stage.run(job, st)
-        verify(st.module, stage.name)
+        if stage.verifies:
+            verify(st.module, stage.name)
     except CompilerInternalError as e:
         if st.module is None or e.dump_path:
             raise
-        raise e.with_dump(str(_dump_failure(st.module, job.chain.name, stage.name, dump_dir))) from None
+        raise e.with_dump(str(_dump_failure(st.module, job.chain, stage.name, dump_dir))) from None
 
 
 def _dump_failure(module: ir.Module, chain: str, stage: str, dump_dir) -> Path:
-    """The IR as the failing stage left it (generic form when it does not verify)."""
-    directory = Path(dump_dir) if dump_dir is not None else Path(tempfile.mkdtemp(prefix="fusec-ice-"))
+    """The IR as the failing stage left it (generic form when it does not verify); without a
+    dump directory, under the fusec cache directory (never the system temp directory)."""
+    directory = Path(dump_dir) if dump_dir is not None else cache_dir() / "internal-errors" / f"{chain}-{os.getpid()}"
     path = dump_path(directory, chain, stage, ".failed").with_suffix(".mlir")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(print_ir(module, locations=True))
     return path
 
 
-def run_stages(typed_module: TypedModule, bindings: dict[str, dict[str, int]] | None = None,
-               disabled_passes: Iterable[str] = (), dump_dir: str | Path | None = None,
-               locations: bool = False, until: str | None = None, target: str = "gpu",
-               fuse: bool = True, hw: str | None = None) -> dict[str, str]:
-    """Every stage's text for every chain: {stage: text}. With several chains a stage's text is
-    the per-chain modules in chain order, separated by `// -----` (mlir-opt's split marker)."""
-    options = CompileOptions(frozenset(disabled_passes), locations, target, fuse, hw=hw)
+def run_source_stages(text: str, path: str, chains: Iterable[str], bindings: dict[str, dict[str, int]] | None = None,
+                      *, options: CompileOptions = CompileOptions(), until: str | None = None,
+                      dump_dir: str | Path | None = None) -> dict[str, str]:
+    """Every stage's text from `ast` (through `until`) for the named chains of a source:
+    {stage: text}. With several chains a stage's text is the per-chain texts in order, separated
+    by `// -----` (mlir-opt's split marker)."""
     bindings = bindings or {}
-    per_chain = [compile_chain(c, bindings.get(c.name, {}), options=options, until=until, dump_dir=dump_dir)
-                 for c in typed_module.chains]
+    return _joined([compile_source(text, path, c, bindings.get(c, {}), options=options, until=until,
+                                   dump_dir=dump_dir) for c in chains])
+
+
+def run_stages(typed: TypedModule, bindings: dict[str, dict[str, int]] | None = None, *,
+               options: CompileOptions = CompileOptions(), until: str | None = None,
+               dump_dir: str | Path | None = None) -> dict[str, str]:
+    """Like run_source_stages, from `linalg` on, for every chain of a checked module."""
+    bindings = bindings or {}
+    return _joined([compile_typed(c, bindings.get(c.name, {}), options=options, until=until, dump_dir=dump_dir)
+                    for c in typed.chains])
+
+
+def _joined(per_chain: list[ChainStages]) -> dict[str, str]:
     names = [s for s in STAGE_NAMES if all(s in r.texts for r in per_chain)] if per_chain else []
     return {s: "\n// -----\n\n".join(r.texts[s] for r in per_chain) for s in names}
+
+
+# ---- a chain's builds ------------------------------------------------------------------------
+
+Timer = Callable[[str, str], float]          # (emitted module source, host function) -> seconds
+
+
+@dataclass(frozen=True)
+class ChainBuild:
+    """What `build_chain` made of one chain and binding: the build that runs (`fused`; the
+    unfused one when options.fuse is False) and, when asked for, the unfused baseline."""
+    chain: TypedChain
+    binding: dict[str, int]
+    options: CompileOptions                      # as built (autotuned tiles filled in)
+    builds: dict[str, ChainStages]               # "fused", and "unfused" when built
+
+    @property
+    def main(self) -> ChainStages:
+        return self.builds["fused"]
+
+    @property
+    def plan(self) -> FusionPlan:
+        return self.main.plan
+
+    def sources(self) -> dict[str, str]:
+        return {b: st.emitted.source for b, st in self.builds.items()}
+
+    def seconds(self) -> dict[str, float]:
+        return {f"{b}.{k}": v for b, st in self.builds.items() for k, v in st.seconds.items()}
+
+
+def build_chain(chain: TypedChain, binding: dict[str, int], options: CompileOptions,
+                timer: Timer | None = None) -> ChainBuild:
+    """Compile one chain: the build that runs and (options.baseline, fusing) the unfused one.
+    With options.autotune, `timer` times candidate builds on the target (compiler/plan/autotune.py)."""
+    if options.autotune and options.fuse and options.tuned is None and options.plan_for(chain.name) is None:
+        if timer is None:
+            raise ValueError("autotuning needs a timer for the target")
+        options = replace(options, tuned=_autotuned(chain, binding, options, timer))
+    builds = {"fused": compile_typed(chain, binding, options=options)}
+    if options.baseline and options.fuse:
+        unfused = replace(options, fuse=False, plans=(), tuned=None, autotune=False)
+        builds["unfused"] = compile_typed(chain, binding, options=unfused)
+    return ChainBuild(chain, dict(binding), options, builds)
+
+
+def _autotuned(chain: TypedChain, binding: dict[str, int], options: CompileOptions, timer: Timer) -> str:
+    """Measured tiles for the chain's kernels: the model's best candidates of each, timed."""
+    base = replace(options, autotune=False, tuned=None, baseline=False)
+    plan = compile_typed(chain, binding, options=base, until="plan").plan
+
+    def measure(tuned: dict) -> float:
+        st = compile_typed(chain, binding, options=replace(base, tuned=json.dumps(tuned, sort_keys=True)))
+        return timer(st.emitted.source, st.emitted.entries[chain.name].host)
+
+    tuned, _ = autotune.tune(plan, measure)
+    return json.dumps(tuned, sort_keys=True)

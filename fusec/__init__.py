@@ -7,11 +7,10 @@
                                    -> Program: program.chains[name](*arrays) runs fused kernels;
                                       .plan(binding), .stages(binding), .check() on each chain
 """
-__version__ = "0.1.0"
+from fusec.dsl.diagnostics import FdslError
 
-from fusec.dsl.diagnostics import FdslError  # noqa: E402
-
-from .api import check, parse, reference  # noqa: E402
-from .program import Options, Program, compile  # noqa: E402
+from .api import check, parse, reference
+from .program import Options, Program, compile
+from .version import __version__
 
 __all__ = ["parse", "check", "reference", "compile", "Program", "Options", "FdslError", "__version__"]

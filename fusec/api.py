@@ -1,8 +1,6 @@
 """The library front door: load and check FDSL, bind symbols, run the reference."""
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from fusec.dsl import ast as A

@@ -22,43 +22,32 @@ import traceback
 import numpy as np
 
 from fusec.dsl.diagnostics import FdslError
-from fusec.dsl.parser import format_ast
 from fusec.dsl.typed import TypedChain, TypedModule
 from fusec.runtime import npz, reference
 from fusec.runtime.artifact import ArtifactError
 from fusec.runtime.compare import compare
-from fusec.runtime.targets import TargetError
+from fusec.runtime.targets import COMPILED, TARGETS, Target, TargetError
 
 from . import api
 from .errors import NumericsError, UsageError
 
 DEFAULT_SIZE = 64
-FRONT_STAGES = ("ast", "typed")
-TARGETS = ("reference", "mlir-jit", "cuda", "cuda-sim", "cpu")
 
 
 def _stage_names() -> tuple[str, ...]:
-    return FRONT_STAGES + _compiler_stages()
-
-
-def _compiler_stages() -> tuple[str, ...]:
     try:
         from fusec.compiler.pipeline import STAGE_NAMES
-    except ImportError:
+    except ImportError:          # no MLIR in this environment: only the reference can run
         return ()
     return tuple(STAGE_NAMES)
 
 
 def _pass_names() -> tuple[str, ...]:
     try:
-        from fusec.compiler.passes import PASS_NAMES
+        from fusec.compiler.transforms.graph import PASS_NAMES
     except ImportError:
         return ()
     return tuple(PASS_NAMES)
-
-
-def _targets() -> tuple[str, ...]:
-    return TARGETS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -73,7 +62,7 @@ def _main_parser() -> argparse.ArgumentParser:
                                 "Subcommand: `fusec test PATH...` runs golden tests.")
     p.add_argument("file", help="an .fdsl file")
     p.add_argument("--emit", choices=_stage_names(), help="print the program after this stage and stop")
-    p.add_argument("--target", choices=_targets(),
+    p.add_argument("--target", choices=TARGETS,
                    help="where to run each chain: cuda, cuda-sim (Numba's simulator), cpu, reference (NumPy "
                         "only) or mlir-jit (MLIR's CPU JIT); default: cuda when a GPU is present, else cpu")
     p.add_argument("--no-fuse", action="store_true",
@@ -103,7 +92,7 @@ def _main_parser() -> argparse.ArgumentParser:
 
 def _hw_names() -> tuple[str, ...]:
     try:
-        from fusec.compiler.hardware import NAMES
+        from fusec.compiler.plan.hardware import NAMES
     except ImportError:
         return ()
     return tuple(NAMES)
@@ -114,7 +103,7 @@ def _test_parser() -> argparse.ArgumentParser:
                                 "(NAME.golden.npz beside NAME.fdsl) and compare with the golden outputs.")
     p.add_argument("paths", nargs="+", help=".fdsl files or directories")
     p.add_argument("--update", action="store_true", help="(re)write golden files from the reference")
-    p.add_argument("--target", choices=_targets(), default="reference",
+    p.add_argument("--target", choices=TARGETS, default="reference",
                    help="what to test against the golden outputs (default: the reference itself)")
     p.add_argument("--bind", action="append", default=[], help="symbol sizes for --update (default 64)")
     p.add_argument("--seed", type=int, default=0)
@@ -165,37 +154,28 @@ def _internal_error(e: BaseException, argv: list[str]) -> int:
 # ---- fusec FILE ------------------------------------------------------------------------------
 
 def _cmd_main(args: argparse.Namespace) -> int:
-    target = args.target
-    if args.dump_dir and not args.emit and target is None:
-        from fusec.runtime.targets import best_available
-        target = best_available()
-    module_ast = api.parse(args.file)
-    if args.emit == "ast":
-        print(format_ast(module_ast))
-        return 0
-    typed = api.check(module_ast)
+    text, path = api.read_source(args.file)
+    typed = api.check(api.parse(args.file))
     chains = _select(typed, args.chain)
-    if args.emit == "typed":
-        print("\n\n".join(c.format() for c in chains))
-        return 0
-    if (args.explain or args.plot or args.autotune) and target in ("reference", "mlir-jit"):
+    name = args.target or _default_target()
+    if (args.explain or args.plot or args.autotune) and name not in COMPILED:
         raise UsageError(f"--explain, --plot and --autotune need a compiled target (cuda, cuda-sim, cpu), "
-                         f"not {target}")
+                         f"not {name}")
     given = npz.load(args.inputs) if args.inputs else {}
     bind = api.parse_bind(",".join(args.bind))
     plans = [(c, *_inputs_for(c, given.get(c.name, {}).get("in"), bind, args.seed)) for c in chains]
     if args.emit or args.dump_dir:
-        texts = _compiler_texts(typed, plans, args, target)
+        texts = _stage_texts(text, path, plans, args, Target(name))
         if args.emit:
             print(texts[args.emit], end="" if texts[args.emit].endswith("\n") else "\n")
             return 0
-    if target in (None, "cuda", "cuda-sim", "cpu"):
-        return _run_compiled(args, typed, plans, target)
-    saved = {}
-    failures = []
+    program = _program(args.file, name, args)
+    if program.target.compiled:
+        return _run_compiled(args, program, plans)
+    saved, failures = {}, []
     for chain, inputs, binding in plans:
-        outs = _run(chain, inputs, binding, args, typed, target)
-        failures += _report(chain, binding, outs, inputs, target)
+        outs = program.chains[chain.name].compiled(binding).fused(*inputs)
+        failures += _report(chain, binding, outs, inputs, name)
         saved[chain.name] = _entry(chain, inputs, outs)
     if args.save:
         npz.save(args.save, saved)
@@ -204,23 +184,33 @@ def _cmd_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _program(path_or_source: str, target: str | None, args, baseline: bool = True) -> "fusec.Program":
+def _default_target() -> str:
+    from fusec.runtime.targets import best_available
+    return best_available()
+
+
+def _user_options(args, baseline: bool = True) -> dict:
+    """The command line's compile options (fusec.compiler.options.CompileOptions fields; `hw` names
+    the hardware profile)."""
+    return {"fuse": not getattr(args, "no_fuse", False), "baseline": baseline,
+            "disabled_passes": tuple(getattr(args, "disable_pass", ())), "hw": getattr(args, "hw", None),
+            "autotune": getattr(args, "autotune", False), "locations": getattr(args, "locations", False)}
+
+
+def _program(path_or_source: str, target: str | None, args, baseline: bool = True):
     from fusec.program import compile as compile_program
-    options = {"fuse": not getattr(args, "no_fuse", False), "baseline": baseline,
-               "disabled_passes": tuple(getattr(args, "disable_pass", ())), "hw": getattr(args, "hw", None),
-               "autotune": getattr(args, "autotune", False)}
-    return compile_program(path_or_source, target, options)
+    return compile_program(path_or_source, target, _user_options(args, baseline))
 
 
-def _run_compiled(args, typed: TypedModule, plans, target: str | None) -> int:
+def _run_compiled(args, program, plans) -> int:
     """The main job: compile each chain, run it fused and unfused, check it, report."""
-    from .report import explain, run_and_check
-    program = _program(args.file, target, args)
+    from fusec.compiler.plan.describe import format_plan
+    from .report import run_and_check
     reports, saved = [], {}
     for chain, inputs, binding in plans:
         compiled = program.chains[chain.name].compiled(binding)
         if args.explain:
-            print(explain(compiled.plan, binding))
+            print(format_plan(compiled.plan, explain=True, binding=binding))
         rep = run_and_check(compiled, inputs, running="fused" if program.options.fuse else "unfused")
         print(rep.format())
         reports.append(rep)
@@ -246,7 +236,7 @@ def _finish(args, reports, saved) -> int:
 
 
 def fusec_version() -> str:
-    from fusec import __version__
+    from .version import __version__
     return __version__
 
 
@@ -291,21 +281,17 @@ def _declared(x: np.ndarray, dtype) -> np.ndarray:
     return x
 
 
-def _compiler_texts(typed: TypedModule, plans, args, target: str | None) -> dict[str, str]:
-    from fusec.compiler.pipeline import run_stages
-    bindings = {c.name: b for c, _, b in plans}
-    sub = TypedModule(typed.file, tuple(c for c, _, _ in plans))
-    kind = "cpu" if target == "cpu" else "gpu"
-    return run_stages(sub, bindings, disabled_passes=tuple(args.disable_pass), dump_dir=args.dump_dir,
-                      locations=args.locations, target=kind, fuse=not args.no_fuse, hw=args.hw)
-
-
-def _run(chain: TypedChain, inputs, binding, args, typed, target: str) -> list[np.ndarray]:
-    if target == "reference":
-        return reference.run_chain(chain, inputs, binding)
-    from fusec.compiler.jit import jit_run
-    return jit_run(TypedModule(typed.file, (chain,)), chain.name, inputs, binding,
-                   disabled_passes=tuple(args.disable_pass))
+def _stage_texts(text: str, path: str, plans, args, target: Target) -> dict[str, str]:
+    """--emit / --dump-dir: the stages' texts for the selected chains, compiled for `target`."""
+    from fusec.compiler.pipeline import STAGE_NAMES, run_source_stages
+    from fusec.program import compile_options
+    planned = args.emit is None or STAGE_NAMES.index(args.emit) >= STAGE_NAMES.index("plan")
+    if planned and not target.compiled:
+        raise UsageError(f"--emit {args.emit or 'all stages'} needs a compiled target (cuda, cuda-sim, cpu), "
+                         f"not {target.name}")
+    options = compile_options(target, _user_options(args), plans=planned)
+    return run_source_stages(text, path, [c.name for c, _, _ in plans], {c.name: b for c, _, b in plans},
+                      options=options, until=args.emit, dump_dir=args.dump_dir)
 
 
 def _report(chain: TypedChain, binding, outs, inputs, target: str) -> list[str]:
@@ -363,17 +349,13 @@ def _cmd_test(args: argparse.Namespace) -> int:
             print(f"{path}: no golden file ({gpath}); skipped")
             continue
         golden = npz.load(gpath)
-        program = (_program(path, args.target, args, baseline=False)
-                   if args.target in ("cuda", "cuda-sim", "cpu") else None)
+        program = _program(path, args.target, args, baseline=False)
         for c in typed.chains:
             if c.name not in golden:
                 continue
             entry = golden[c.name]
             inputs, binding = _inputs_for(c, entry["in"], bind, args.seed)
-            if program is not None:
-                outs = program.chains[c.name].compiled(binding).fused(*inputs)
-            else:
-                outs = _run(c, inputs, binding, args, typed, args.target)
+            outs = program.chains[c.name].compiled(binding).fused(*inputs)
             problems = []
             for i, t in enumerate(c.output_types):
                 want = entry["out"].get(str(i))
@@ -424,23 +406,22 @@ def _run_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
-    from fusec.program import Options, build_chain
-    from fusec.runtime import artifact as art
-    from fusec.runtime.targets import Target
+    from fusec.compiler.pipeline import build_chain
+    from fusec.program import compile_options, write_artifact
     text, path = api.read_source(args.file)
     typed = api.check(args.file)
     bind = api.parse_bind(",".join(args.bind))
     target = Target(args.target)          # compiling needs no device: nothing is imported here
-    options = Options.make({"fuse": not args.no_fuse, "disabled_passes": tuple(args.disable_pass), "hw": args.hw})
-    chains = {}
+    options = compile_options(target, _user_options(args))
+    builds = []
     for c in _select(typed, args.chain):
         binding = {s: bind.get(s, DEFAULT_SIZE) for s in c.symbols}
-        meta, sources, plan_text, plan, _ = build_chain(c, binding, target, options)
-        chains[c.name] = (meta, sources, plan_text)
+        built = build_chain(c, binding, options)
+        builds.append(built)
+        n = built.plan.kernel_count
         print(f"compiled {c.name} [{', '.join(f'{k}={v}' for k, v in binding.items())}]: "
-              f"{plan.kernel_count} kernel{'s' if plan.kernel_count != 1 else ''}")
-    out = art.write(args.output, target=args.target, source_path=path, source=text, version=fusec_version(),
-                    chains=chains)
+              f"{n} kernel{'s' if n != 1 else ''}")
+    out = write_artifact(args.output, target, path, text, options, builds)
     print(f"wrote {out}")
     return 0
 

@@ -63,7 +63,6 @@ def _label(r, k) -> str:
 
 
 def _roofline(ax, chains) -> None:
-    from fusec.compiler.hardware import get
     colors = _colors(len(chains))
     hws = []
     xs = []
@@ -87,20 +86,18 @@ def _roofline(ax, chains) -> None:
                 if filled:
                     ax.annotate(f"k{i}", (x, y), textcoords="offset points", xytext=(4, 4 + 8 * (i % 3)),
                                 fontsize=7, color=color)
-        if model["hardware"] not in hws:
-            hws.append(model["hardware"])
+        if model["hardware"] not in dict(hws):
+            hws.append((model["hardware"], model["roof"]))
     lo, hi = min(xs, default=0.01) / 4, max(xs, default=100) * 4
-    for name in hws:
-        hw = _profile(get, name, chains)
-        if hw is None:
-            continue
+    for name, roof in hws:
         import numpy as np
+        peak, bw, cache_bw = roof["peak_flops"], roof["bandwidth"], roof["cache_bandwidth"]
         grid = np.logspace(np.log10(lo), np.log10(hi), 200)
-        ax.plot(grid, np.minimum(hw.peak_flops, hw.bandwidth * grid), "k-", lw=1.2,
-                label=f"{name} roof: {hw.bandwidth / 1e9:.0f} GB/s, {hw.peak_flops / 1e12:.2f} TFLOP/s")
-        if hw.cache_bandwidth > hw.bandwidth:
-            ax.plot(grid, np.minimum(hw.peak_flops, hw.cache_bandwidth * grid), "k--", lw=0.8,
-                    label=f"{name} roof from cache ({hw.l2_bytes >> 20} MiB): {hw.cache_bandwidth / 1e9:.0f} GB/s")
+        ax.plot(grid, np.minimum(peak, bw * grid), "k-", lw=1.2,
+                label=f"{name} roof: {bw / 1e9:.0f} GB/s, {peak / 1e12:.2f} TFLOP/s")
+        if cache_bw > bw:
+            ax.plot(grid, np.minimum(peak, cache_bw * grid), "k--", lw=0.8,
+                    label=f"{name} roof from cache ({int(roof['l2_bytes']) >> 20} MiB): {cache_bw / 1e9:.0f} GB/s")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte of global memory)")
@@ -109,14 +106,6 @@ def _roofline(ax, chains) -> None:
                  + (f"\n({skipped[0]} copy kernels without FLOPs not shown)" if skipped[0] else ""), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
-
-
-def _profile(get, name, chains):
-    target = "cpu" if name == "cpu" else "gpu"
-    try:
-        return get(None if name.startswith("device") else name, target)
-    except Exception:
-        return None
 
 
 def _traffic(ax, chains) -> None:

@@ -1,20 +1,24 @@
 """`fusec.compile`: FDSL in, callable compiled chains out.
 
-Wiring only: the compiler (fusec.compiler.pipeline) builds each chain for a symbol binding
-and a target, the result is written as an artifact (fusec.runtime.artifact) and loaded back
-by the runtime, exactly as `fusec compile` / `fusec run` do across machines. Each binding
-compiles once per process.
+Wiring only: `compile_options` makes a compile's one options object (compiler/options.py) for a
+runtime target, the compiler (fusec.compiler.pipeline.build_chain) builds each chain for a
+symbol binding, and the result is written as an artifact (fusec.runtime.artifact) and loaded
+back by the runtime, exactly as `fusec compile` / `fusec run` do across machines. Each binding
+compiles once per process. The `reference` and `mlir-jit` targets run the NumPy oracle and
+MLIR's CPU JIT instead of compiled kernels.
 """
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
+from fusec.compiler.options import CompileOptions
+from fusec.dsl.diagnostics import Diagnostic, FdslError
 from fusec.dsl.typed import TypedChain, TypedModule
 from fusec.runtime import artifact as art
 from fusec.runtime import reference
@@ -22,37 +26,35 @@ from fusec.runtime.compare import Comparison, compare
 from fusec.runtime.executable import Executable
 from fusec.runtime.targets import Target, best_available, select
 
-from . import __version__, api
+from . import api
+from .version import __version__
+
+Options = CompileOptions
 
 
-@dataclass(frozen=True)
-class Options:
-    """How to compile. `fuse=False` (or FUSEC_NO_FUSE=1) runs the unfused build instead;
-    `plans` gives plans by hand per chain name ({"groups": [{"ops": [...], "block_tiles": [...]}]});
-    `baseline=False` skips building the unfused comparison build; `hw` names the hardware profile
-    the cost model plans for (h200, h100, a100, seed, cpu, device; default: the real device on
-    `cuda`, h200 for other GPU targets, the measured cpu profile on `cpu`); `autotune` times the
-    model's best tile candidates on the target and keeps the fastest (cached on disk)."""
-    fuse: bool = True
-    baseline: bool = True
-    disabled_passes: tuple[str, ...] = ()
-    plans: tuple[tuple[str, str], ...] = ()       # (chain, plan JSON)
-    hw: str | None = None
-    autotune: bool = False
+def compile_options(target: Target, options: CompileOptions | dict | None = None, *,
+                    plans: bool = True) -> CompileOptions:
+    """The options of a compile for `target`: `options` (an object, or a dict of its fields where
+    `hw` may name the hardware profile: h200, h100, a100, seed, cpu, device), FUSEC_NO_FUSE=1,
+    the target's kind, and the profile resolved (the running device on `cuda`; this machine's
+    measured profile on `cpu`, measured once with a notice). `plans=False`: nothing will be
+    planned (stages before `plan` only), so no profile is needed."""
+    d = dict(options) if isinstance(options, dict) else None
+    hw = d.pop("hw", None) if d is not None else None
+    opts = CompileOptions.make(d if d is not None else options)
+    if os.environ.get("FUSEC_NO_FUSE") == "1":
+        opts = replace(opts, fuse=False)
+    kind = target.kind if target.compiled else "cpu"
+    opts = replace(opts, target=kind)
+    if plans and target.compiled and (opts.hardware is None or hw is not None):
+        from fusec.compiler.calibrate import hardware_profile
+        name = hw or ("device" if target.name == "cuda" else None)
+        opts = replace(opts, hardware=hardware_profile(name, kind, notice=_notice))
+    return opts
 
-    @staticmethod
-    def make(options=None, **kw) -> "Options":
-        if isinstance(options, Options):
-            return options
-        d = dict(options or {}, **kw)
-        if "plans" in d and isinstance(d["plans"], dict):
-            import json
-            d["plans"] = tuple(sorted((k, v if isinstance(v, str) else json.dumps(v)) for k, v in d["plans"].items()))
-        if "disabled_passes" in d:
-            d["disabled_passes"] = tuple(d["disabled_passes"])
-        if os.environ.get("FUSEC_NO_FUSE") == "1":
-            d["fuse"] = False
-        return Options(**d)
+
+def _notice(text: str) -> None:
+    print(f"fusec: {text}", file=sys.stderr)
 
 
 @dataclass
@@ -61,12 +63,12 @@ class CompiledChain:
     chain: TypedChain
     binding: dict[str, int]
     target: Target
-    fused: Executable            # the build `fuse` selects (unfused when fuse=False)
-    unfused: Executable | None   # the comparison build (None when baseline=False or fuse=False)
-    plan: dict                   # FusionPlan.summary() of the build that runs
+    fused: Executable            # the build that runs (unfused when fuse=False; the oracle on a reference)
+    unfused: Executable | None   # the comparison build (None when baseline=False, fuse=False, a reference)
+    plan: dict | None            # FusionPlan.summary() of the build that runs (None on a reference)
     texts: dict[str, str]        # stage name -> text (of the running build)
     compile_seconds: dict[str, float]
-    artifact_dir: Path
+    artifact_dir: Path | None
     kernel_counts: dict[str, int] = field(default_factory=dict)   # build -> kernels in its plan
 
     def __call__(self, *arrays):
@@ -99,7 +101,7 @@ class Chain:
     def __call__(self, *arrays):
         return self.compiled(self.binding_for(arrays))(*arrays)
 
-    def plan(self, binding: dict[str, int]) -> dict:
+    def plan(self, binding: dict[str, int]) -> dict | None:
         return self.compiled(binding).plan
 
     def stages(self, binding: dict[str, int]) -> dict[str, str]:
@@ -119,12 +121,14 @@ class Chain:
 class Program:
     """The result of fusec.compile: `program.chains[name]` (or `program.name`) are callables."""
 
-    def __init__(self, typed: TypedModule, target: Target, options: Options, source: str, cache: Path):
+    def __init__(self, typed: TypedModule, target: Target, options: CompileOptions, source: str,
+                 cache: Path | None):
         self.typed = typed
         self.target = target
         self.options = options
         self.source = source
-        self.cache = cache
+        self._cache = cache
+        self._scratch: tempfile.TemporaryDirectory | None = None   # removed with the program
         self.chains = {c.name: Chain(self, c) for c in typed.chains}
 
     def __getitem__(self, name: str) -> Chain:
@@ -136,86 +140,85 @@ class Program:
             return chains[name]
         raise AttributeError(name)
 
+    @property
+    def cache(self) -> Path:
+        """Where this program's artifacts are written: the given cache directory, else a
+        temporary directory removed when the program is."""
+        if self._cache is None:
+            self._scratch = tempfile.TemporaryDirectory(prefix="fusec-")
+            self._cache = Path(self._scratch.name)
+        return self._cache
+
     def check(self, bindings: dict[str, dict[str, int]] | None = None, seed: int = 0) -> dict[str, list[Comparison]]:
         """Every chain against the reference on seeded inputs."""
         return {n: c.check(binding=(bindings or {}).get(n), seed=seed) for n, c in self.chains.items()}
 
     # ---- building ------------------------------------------------------------------------
     def _build(self, chain: TypedChain, binding: dict[str, int]) -> CompiledChain:
-        meta, sources, plan_text, plan, texts = build_chain(chain, binding, self.target, self.options)
+        if not self.target.compiled:
+            return _reference_chain(chain, binding, self.target, self.options)
+        check_supported(chain, self.target)
+        from fusec.compiler.pipeline import build_chain
+        built = build_chain(chain, binding, self.options, timer=_timer(chain, binding, self.target))
         tag = "_".join(f"{k}{v}" for k, v in sorted(binding.items())) or "static"
         directory = self.cache / f"{chain.name}.{tag}"
-        art.write(directory, target=self.target.name, source_path=self.typed.file.path, source=self.source,
-                  version=__version__, chains={chain.name: (meta, sources, plan_text)})
-        return load_chain(art.load(directory), chain, self.target, texts)
+        write_artifact(directory, self.target, self.typed.file.path, self.source, built.options, [built])
+        return load_chain(art.load(directory), chain, self.target, built.main.texts)
 
 
 def check_supported(chain: TypedChain, target: Target) -> None:
     """User errors for what the Numba targets cannot run, at the place in the user's file."""
-    from fusec.dsl.diagnostics import Diagnostic, FdslError
     for n in chain.nodes:
         if n.type.dtype.name == "bf16":
             raise FdslError([Diagnostic(n.span, f"bf16 is not supported on the {target.name} target (Numba has no "
                                         "bf16 arithmetic); use --target reference or mlir-jit, or cast to f32")])
 
 
-def build_chain(chain: TypedChain, binding: dict[str, int], target: Target, options: Options):
-    """Compile one chain (the running build and, if asked, the unfused baseline)."""
-    from fusec.compiler.pipeline import CompileOptions, compile_chain
-    check_supported(chain, target)
-    hand = dict(options.plans).get(chain.name)
-    hw = options.hw or ("device" if target.name == "cuda" else None)
-    tuned = None
-    if options.autotune and options.fuse and not hand:
-        tuned = _autotune(chain, binding, target, options, hw)
-    builds = {"fused": options.fuse}
-    if options.baseline and options.fuse:
-        builds["unfused"] = False
-    sources, metas, seconds = {}, {}, {}
-    main = None
-    for build, fuse in builds.items():
-        opts = CompileOptions(frozenset(options.disabled_passes), False, target.kind, fuse,
-                              hand if (fuse and build == "fused") else None, hw=hw,
-                              tuned=tuned if build == "fused" else None)
-        st = compile_chain(chain, binding, options=opts)
-        entry = st.emitted.entries[chain.name]
-        sources[build] = st.emitted.source
-        metas[build] = {"host": entry.host, "kernels": list(entry.kernels), "plan_kernels": st.plan.kernel_count}
-        seconds.update({f"{build}.{k}": v for k, v in st.seconds.items()})
-        if build == "fused":
-            main = st
-    meta = art.ChainArtifact(chain.name, dict(binding), list(main.emitted.entries[chain.name].arg_types),
-                             list(main.emitted.entries[chain.name].result_types), metas,
-                             main.plan.summary(), seconds)
-    return meta, sources, main.texts["plan"], main.plan, main.texts
+def write_artifact(directory: str | Path, target: Target, source_path: str, source: str,
+                   options: CompileOptions, builds) -> Path:
+    """An artifact of chain builds (fusec.compiler.pipeline.ChainBuild), all with `options`."""
+    chains = {}
+    for b in builds:
+        main = b.main
+        entry = main.emitted.entries[b.chain.name]
+        metas = {name: {"host": st.emitted.entries[b.chain.name].host,
+                        "kernels": list(st.emitted.entries[b.chain.name].kernels),
+                        "plan_kernels": st.plan.kernel_count} for name, st in b.builds.items()}
+        meta = art.ChainArtifact(b.chain.name, dict(b.binding), list(entry.arg_types), list(entry.result_types),
+                                 metas, main.plan.summary(), b.seconds())
+        chains[b.chain.name] = (meta, b.sources(), main.texts["plan"])
+    hardware = options.hardware.as_dict() if options.hardware else None
+    as_data = dict(options.as_dict(), hardware=options.hardware.name if options.hardware else None)
+    return art.write(directory, target=target.name, source_path=source_path, source=source, version=__version__,
+                     chains=chains, options=as_data, options_key=options.key(), hardware=hardware)
 
 
-def _autotune(chain: TypedChain, binding: dict[str, int], target: Target, options: Options,
-              hw: str | None) -> str:
-    """Measured tiles for the chain's kernels (compiler/autotune.py), as CompileOptions.tuned."""
-    import json
-    from fusec.compiler import autotune
-    from fusec.compiler.pipeline import CompileOptions, compile_chain
-    base = CompileOptions(frozenset(options.disabled_passes), False, target.kind, True, None, hw=hw)
-    plan = compile_chain(chain, binding, options=base, until="plan").plan
+def _timer(chain: TypedChain, binding: dict[str, int], target: Target):
+    """Times an emitted module's host function on `target` (autotuning's measurements)."""
     inputs = reference.random_inputs(chain, binding, 0)
-    scratch = Path(tempfile.mkdtemp(prefix="fusec-tune-"))
+    dtypes = [p.type.dtype.np for p in chain.param_nodes]
 
-    def measure(tuned: dict) -> float:
-        opts = CompileOptions(base.disabled_passes, False, target.kind, True, None, hw=hw, tuned=json.dumps(tuned))
-        st = compile_chain(chain, binding, options=opts)
-        entry = st.emitted.entries[chain.name]
-        meta = art.ChainArtifact(chain.name, dict(binding), [], [], {"fused": {"host": entry.host,
-                                 "kernels": list(entry.kernels)}}, st.plan.summary())
-        directory = scratch / f"c{len(list(scratch.iterdir()))}"
-        art.write(directory, target=target.name, source_path="<tune>", source="", version=__version__,
-                  chains={chain.name: (meta, {"fused": st.emitted.source}, st.texts["plan"])})
-        host = art.load(directory).module(chain.name, "fused")
-        dtypes = [p.type.dtype.np for p in chain.param_nodes]
-        return Executable(host, target, dtypes, f"{chain.name}/tune").time(inputs, min_runs=5).min_s
+    def time_source(source: str, host: str) -> float:
+        fn = art.function_from_source(source, host, f"{chain.name} tuning candidate")
+        return Executable(fn, target, dtypes, f"{chain.name}/tune").time(inputs, min_runs=5).min_s
+    return time_source
 
-    tuned, _ = autotune.tune(plan, measure)
-    return json.dumps(tuned, sort_keys=True)
+
+def _reference_chain(chain: TypedChain, binding: dict[str, int], target: Target,
+                     options: CompileOptions) -> CompiledChain:
+    """The `reference` (NumPy) or `mlir-jit` target's callable: no plan, no kernels."""
+    dtypes = [p.type.dtype.np for p in chain.param_nodes]
+    if target.name == "mlir-jit":
+        from fusec.compiler.jit import jit_compile
+        jitted = jit_compile(chain, chain.name, binding, sorted(options.disabled_passes))
+
+        def host(*arrays):
+            return tuple(jitted(list(arrays)))
+    else:
+        def host(*arrays):
+            return tuple(reference.run_chain(chain, list(arrays), binding))
+    run = Executable(host, target, dtypes, f"{chain.name}/{target.name}")
+    return CompiledChain(chain, binding, target, run, None, None, {}, {}, None)
 
 
 def load_chain(artifact: art.Artifact, chain: TypedChain, target: Target, texts: dict | None = None) -> CompiledChain:
@@ -234,10 +237,11 @@ def load_chain(artifact: art.Artifact, chain: TypedChain, target: Target, texts:
 
 
 def compile(path_or_source: str, target: str | None = None, options=None, cache_dir: str | None = None) -> Program:
-    """Compile FDSL (a path or source text) for `target` ('cuda', 'cuda-sim', 'cpu'; default:
-    cuda when a GPU is present, else cpu). Chains compile lazily, once per symbol binding."""
+    """Compile FDSL (a path or source text) for `target` ('cuda', 'cuda-sim', 'cpu', or the
+    references 'reference' and 'mlir-jit'; default: cuda when a GPU is present, else cpu).
+    Chains compile lazily, once per symbol binding. Artifacts go to `cache_dir`, else to a
+    temporary directory removed with the program."""
     text, _path = api.read_source(path_or_source)
     typed = api.check(path_or_source)
     tgt = select(target or best_available())
-    cache = Path(cache_dir or tempfile.mkdtemp(prefix="fusec-"))
-    return Program(typed, tgt, Options.make(options), text, cache)
+    return Program(typed, tgt, compile_options(tgt, options), text, Path(cache_dir) if cache_dir else None)

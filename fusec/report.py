@@ -1,11 +1,14 @@
 """Run a compiled chain against the reference and describe the result (text and JSON), with the
-cost model's predictions beside the measurements, and the --explain text."""
+cost model's predictions beside the measurements (the plan itself is printed by
+fusec.compiler.plan.describe)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from fusec.compiler.plan.describe import ms as _ms
+from fusec.compiler.plan.describe import transfers_line
 from fusec.runtime import reference
 from fusec.runtime.compare import Comparison, compare, compare_to_truth
 from fusec.runtime.executable import Timing
@@ -135,79 +138,6 @@ class ChainReport:
         if big.get("fused") is not None:
             out.append("  " + transfers_line(big))
         return out
-
-
-def transfers_line(big: dict) -> str:
-    """Global reads and writes of intermediate-sized tensors: op by op, unfused build, fused."""
-    parts = []
-    if "eager" in big:
-        parts.append(f"{big['eager']} op by op")
-    parts.append(f"{big['unfused']} unfused")
-    parts.append(f"{big['fused']} fused")
-    base = big.get("eager", big["unfused"])
-    cut = f" ({(big['fused'] - base) / base:+.0%})" if base else ""
-    return "intermediate-sized global reads/writes: " + ", ".join(parts) + cut
-
-
-def _ms(s: float | None) -> str:
-    if s is None:
-        return "?"
-    return f"{s * 1e3:.3f} ms" if s >= 1e-4 else f"{s * 1e6:.1f} us"
-
-
-def explain(plan: dict, binding: dict[str, int] | None = None) -> str:
-    """--explain: per kernel its ops, tiles, FLOPs, bytes (unfused -> fused), intensity, bound,
-    predicted time; then each rejected fusion with its reason (from a plan summary)."""
-    bound = ", ".join(f"{k}={v}" for k, v in (binding or {}).items())
-    model = plan.get("model", {})
-    lines = [f"explain {plan['chain']}{f' [{bound}]' if bound else ''} on {plan['target']}, "
-             f"hardware {model.get('hardware', '?')}: {plan['ops']} ops -> {plan['kernels']} "
-             f"kernel{'s' if plan['kernels'] != 1 else ''}"]
-    for g in plan["groups"]:
-        c = g.get("cost")
-        ops = ", ".join(f"%{o['id']} {o['label']}" + (" [root]" if o["role"] == "root" else "")
-                        for o in g["ops"] if o["role"] not in ("init", "pad"))
-        lines.append(f"  kernel {g['kernel']}: {ops}")
-        tiles = "serial (one thread)" if g["serial"] else f"block {g['block_tiles']}" + (
-            f", thread {g['thread_tiles']} ({'x'.join(map(str, g['threads']))} threads)" if g["thread_tiles"] else "")
-        alts = ", ".join(f"{a['block_tiles']}{'/' + str(a['thread_tiles']) if a['thread_tiles'] else ''} "
-                         f"{_ms(a['predicted_s'])}" for a in g.get("candidates", [])[:3])
-        lines.append(f"    tiles: {tiles}" + (f"; best candidates: {alts}" if alts else ""))
-        if not c:
-            continue
-        lines.append(f"    FLOPs {_num(c['flops'])}" + (f" ({_num(c['recompute_flops'])} recomputed)"
-                                                       if c["recompute_flops"] else "")
-                     + f"; global bytes {_num(c['bytes_unfused'])}B unfused -> {_num(c['bytes'])}B fused"
-                     + (f" (+{_num(c['bytes_cached'])}B re-read from cache)" if c["bytes_cached"] else "")
-                     + f"; intensity {c['intensity']:.2f} FLOP/B")
-        lines.append(f"    on chip: {c['intermediates']} intermediate{'s' if c['intermediates'] != 1 else ''}"
-                     f" ({_num(c['onchip_bytes'])}B per {'thread' if plan['target'] == 'gpu' else 'tile'})"
-                     + (f", {_num(c['bytes_spilled'])}B spilled" if c["bytes_spilled"] else "")
-                     + f"; occupancy {c['occupancy']:.0%}; launches {c['kernels_unfused']} -> 1")
-        lines.append(f"    {c['bound']}-bound: predicted {_ms(c['time_s'])} (compute {_ms(c['compute_s'])}, "
-                     f"memory {_ms(c['memory_s'])}, launch {_ms(c['launch_s'])}"
-                     + (f", allocation {_ms(c['alloc_s'])}" if c["alloc_s"] else "") + ")")
-    if model:
-        lines.append(f"  predicted: fused {_ms(model['predicted_s'])} in {model['launches']} launch"
-                     f"{'es' if model['launches'] != 1 else ''}, unfused {_ms(model['unfused_predicted_s'])} in "
-                     f"{model['unfused_launches']}; speedup {model['predicted_speedup']:.2f}x")
-        if model.get("big_transfers"):
-            lines.append("  " + transfers_line(model["big_transfers"]))
-    rejected = [d for d in plan.get("decisions", []) if d.startswith("not fused")]
-    fused = [d for d in plan.get("decisions", []) if not d.startswith("not fused")]
-    if fused:
-        lines.append("  decisions:")
-        lines += [f"    {d}" for d in fused]
-    lines.append("  rejected fusions:" + ("" if rejected else " none"))
-    lines += [f"    {d}" for d in rejected]
-    return "\n".join(lines)
-
-
-def _num(x: float) -> str:
-    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= div:
-            return f"{x / div:.3g} {unit}"
-    return f"{x:.3g} "
 
 
 def run_and_check(compiled: CompiledChain, inputs: list[np.ndarray], timing: bool = True,

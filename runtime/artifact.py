@@ -2,8 +2,9 @@
 
 A directory holding, for one FDSL file, one target and one symbol binding per chain:
 
-    manifest.json          compiler version, target, options, per chain: binding, input and
-                           output types, entry points, kernel list, plan summary, compile times
+    manifest.json          compiler version, target, the compile options and their hash, the
+                           hardware profile planned for; per chain: binding, input and output
+                           types, entry points, kernel list, plan summary, compile times
     source.fdsl            the FDSL text (the reference executor re-checks it with Lark)
     <chain>.fused.py       the emitted kernels + host function (fused plan)
     <chain>.unfused.py     the same chain, one kernel per linalg op (the baseline/fallback)
@@ -16,8 +17,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 import sys
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,9 @@ class Artifact:
     source_path: str
     chains: dict[str, ChainArtifact]
     version: str
+    options: dict = field(default_factory=dict)      # the compile options (as data)
+    options_key: str = ""                            # their stable hash
+    hardware: dict | None = None                     # the profile the plans were made for
 
     def source(self) -> str:
         return (self.directory / "source.fdsl").read_text()
@@ -61,13 +65,22 @@ class Artifact:
         return getattr(mod, b["host"])
 
 
+def function_from_source(source: str, name: str, label: str = "fusec"):
+    """Function `name` of an emitted module given as text (no file: candidates timed once)."""
+    mod = types.ModuleType(f"fusec_source_{hashlib.sha1(source.encode()).hexdigest()[:16]}")
+    exec(compile(source, f"<{label}>", "exec"), mod.__dict__)
+    return getattr(mod, name)
+
+
 def write(directory: str | Path, *, target: str, source_path: str, source: str, version: str,
-          chains: dict[str, tuple[ChainArtifact, dict[str, str], str]]) -> Path:
+          chains: dict[str, tuple[ChainArtifact, dict[str, str], str]], options: dict | None = None,
+          options_key: str = "", hardware: dict | None = None) -> Path:
     """chains: name -> (metadata, {build: python source}, plan text)."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     (d / "source.fdsl").write_text(source)
-    manifest = {"format": FORMAT, "fusec": version, "target": target, "source": source_path, "chains": {}}
+    manifest = {"format": FORMAT, "fusec": version, "target": target, "source": source_path,
+                "options": options or {}, "options_key": options_key, "hardware": hardware, "chains": {}}
     for name, (meta, sources, plan_text) in chains.items():
         for build, text in sources.items():
             fname = f"{name}.{build}.py"
@@ -97,4 +110,5 @@ def load(directory: str | Path) -> Artifact:
     chains = {n: ChainArtifact(n, c["binding"], c["inputs"], c["outputs"], c["builds"], c["plan"],
                                c.get("compile_seconds", {}))
               for n, c in m["chains"].items()}
-    return Artifact(d, m["target"], m["source"], chains, m["fusec"])
+    return Artifact(d, m["target"], m["source"], chains, m["fusec"], m.get("options", {}),
+                    m.get("options_key", ""), m.get("hardware"))

@@ -37,7 +37,8 @@ class Executable:
             if hasattr(x, "__cuda_array_interface__"):
                 out.append(x)
             else:
-                out.append(self.target.to_device(np.ascontiguousarray(np.asarray(x), dtype=dt)))
+                a = np.asarray(x, dtype=dt)            # (ascontiguousarray would make a scalar 1-D)
+                out.append(self.target.to_device(a if a.flags.c_contiguous else np.ascontiguousarray(a)))
         return out
 
     def run_prepared(self, args) -> tuple:

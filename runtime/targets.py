@@ -1,4 +1,6 @@
-"""Where compiled chains run: `cuda` (a real GPU), `cuda-sim` (Numba's CUDA simulator), `cpu`.
+"""Where chains run: `cuda` (a real GPU), `cuda-sim` (Numba's CUDA simulator), `cpu` (Numba
+parallel loops), and the two references: `reference` (the NumPy oracle) and `mlir-jit` (MLIR's
+own CPU JIT, a check of lowering independent of the Numba emitter).
 
 The simulator is process-wide: Numba reads NUMBA_ENABLE_CUDASIM when `numba.cuda` is first
 imported, so `cuda-sim` must be chosen before anything imports it, and a process that chose
@@ -13,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-TARGETS = ("cuda", "cuda-sim", "cpu")
+TARGETS = ("cuda", "cuda-sim", "cpu", "reference", "mlir-jit")
+COMPILED = ("cuda", "cuda-sim", "cpu")       # the targets fusec plans and emits kernels for
 
 
 class TargetError(Exception):
@@ -26,12 +29,18 @@ class Target:
 
     @property
     def kind(self) -> str:
-        """What the compiler builds for it: 'gpu' kernels or 'cpu' loops."""
-        return "cpu" if self.name == "cpu" else "gpu"
+        """What the compiler builds for it: 'gpu' kernels, 'cpu' loops, or (the references)
+        the target's own name."""
+        return {"cuda": "gpu", "cuda-sim": "gpu"}.get(self.name, self.name)
+
+    @property
+    def compiled(self) -> bool:
+        """fusec plans, fuses and emits kernels for it (not a reference)."""
+        return self.name in COMPILED
 
     @property
     def is_cuda(self) -> bool:
-        return self.name != "cpu"
+        return self.name in ("cuda", "cuda-sim")
 
     def to_device(self, x):
         if not self.is_cuda or hasattr(x, "__cuda_array_interface__"):

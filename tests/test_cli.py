@@ -4,9 +4,9 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import numpy as np
-import pytest
 
 from fusec.cli import main
 from fusec.runtime import npz
@@ -126,18 +126,27 @@ def test_unknown_pass_name_is_a_usage_error(capsys):
 
 def test_emit_compiler_stages(capsys, tmp_path):
     f = os.path.join(EXAMPLES, "softmax.fdsl")
-    assert main([f, "--chain", "softmax_rows", "--bind", "M=8,N=16", "--emit", "plan"]) == 0
+    assert main([f, "--chain", "softmax_rows", "--bind", "M=8,N=16", "--emit", "plan", "--target", "cuda-sim"]) == 0
     plan = capsys.readouterr().out
     assert plan.startswith("plan softmax_rows (target gpu, fused): 4 compute ops -> 1 kernel")
-    assert main([f, "--chain", "softmax_rows", "--bind", "M=8,N=16", "--emit", "gpu"]) == 0
+    # without --target, --emit plans for the target a run would use (here, with no GPU: the cpu)
+    assert main([f, "--chain", "softmax_rows", "--bind", "M=8,N=16", "--emit", "plan"]) == 0
+    assert capsys.readouterr().out.startswith("plan softmax_rows (target cpu, fused)")
+    assert main([f, "--chain", "softmax_rows", "--bind", "M=8,N=16", "--emit", "gpu", "--target", "cuda"]) == 0
     assert capsys.readouterr().out.count("gpu.launch ") == 1
     assert main([f, "--chain", "softmax_rows", "--bind", "M=8,N=16", "--emit", "gpu", "--target", "cpu"]) == 0
     assert "scf.parallel" in capsys.readouterr().out
-    assert main([f, "--chain", "softmax_rows", "--bind", "M=8,N=16", "--emit", "kernels", "--no-fuse"]) == 0
+    assert main([f, "--chain", "softmax_rows", "--bind", "M=8,N=16", "--emit", "kernels", "--no-fuse",
+                 "--target", "cuda"]) == 0
     assert capsys.readouterr().out.count("@cuda.jit(\"void(") == 4
     assert main([f, "--chain", "softmax_rows", "--bind", "M=8,N=16", "--target", "cpu", "--dump-dir", str(tmp_path)]) == 0
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names[0] == "softmax_rows.02-linalg.mlir" and names[-1] == "softmax_rows.07-kernels.py"
+    assert names[0] == "softmax_rows.00-ast.txt" and names[1] == "softmax_rows.01-typed.txt"
+    assert names[-1] == "softmax_rows.07-kernels.py" and len(names) == 8
+    assert main([f, "--emit", "linalg", "--target", "reference", "--chain", "softmax_rows"]) == 0
+    assert "linalg.generic" in capsys.readouterr().out
+    assert main([f, "--emit", "plan", "--target", "reference"]) == 1
+    assert "--emit plan needs a compiled target" in capsys.readouterr().err
 
 
 def test_internal_error_exits_2_with_a_reproduction_hint(monkeypatch, capsys):
@@ -147,8 +156,7 @@ def test_internal_error_exits_2_with_a_reproduction_hint(monkeypatch, capsys):
     def broken(job, st):
         raise CompilerInternalError("tiled", "transform script failed: synthetic")
 
-    stages = tuple(pipeline.Stage(s.name, s.why, broken if s.name == "tiled" else s.run, s.text, s.suffix)
-                   for s in pipeline.STAGES)
+    stages = tuple(replace(s, run=broken) if s.name == "tiled" else s for s in pipeline.STAGES)
     monkeypatch.setattr(pipeline, "STAGES", stages)
     f = os.path.join(EXAMPLES, "ew_chain.fdsl")
     assert main([f, "--chain", "ew_chain", "--bind", "M=4,N=8", "--target", "cpu"]) == 2

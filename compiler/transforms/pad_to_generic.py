@@ -8,7 +8,7 @@ start of the tiled stage; the generic keeps the pad's `fusec.id`, so the plan st
 """
 from __future__ import annotations
 
-from ..analysis import ID_ATTR
+from ..plan.analysis import ID_ATTR
 from ..lowering.builder import generic, identity_map
 from ..mlir import arith, ir, linalg, tensor
 

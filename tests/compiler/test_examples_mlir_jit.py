@@ -5,36 +5,35 @@ from __future__ import annotations
 import glob
 import os
 
-import numpy as np
 import pytest
 
 from fusec.compiler.jit import jit_run
-from fusec.compiler.pipeline import run_stages
+from fusec.compiler.options import CompileOptions
+from fusec.compiler.pipeline import run_source_stages
+from fusec.dsl import checker, parser
 from fusec.runtime import npz
 from fusec.runtime.compare import compare
 from fusec.runtime.reference import run_chain
-
-parser = pytest.importorskip("fusec.dsl.parser")
-checker = pytest.importorskip("fusec.dsl.checker")
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.fdsl")))
 
 
-def _typed(path):
+def _source(path):
     with open(path) as f:
-        return checker.check(parser.parse(f.read(), os.path.relpath(path, ROOT)))
+        return f.read(), os.path.relpath(path, ROOT)
+
+
+def _typed(path):
+    return checker.check(parser.parse(*_source(path)))
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[os.path.basename(p) for p in EXAMPLES])
 def test_example_runs_on_mlir_jit(path):
     typed = _typed(path)
-    golden_path = path[:-len(".fdsl")] + ".golden.npz"
-    golden = npz.load(golden_path) if os.path.exists(golden_path) else {}
+    golden = npz.load(path[:-len(".fdsl")] + ".golden.npz")
     for chain in typed.chains:
-        entry = golden.get(chain.name)
-        if entry is None:
-            continue
+        entry = golden[chain.name]
         inputs = [entry["in"][p.name] for p in chain.param_nodes]
         got = jit_run(typed, chain.name, inputs)
         want = run_chain(chain, inputs)
@@ -48,12 +47,16 @@ def test_example_runs_on_mlir_jit(path):
 def test_example_stages_verify_with_locations(path, tmp_path):
     typed = _typed(path)
     bindings = {c.name: {s: 4 for s in c.symbols} for c in typed.chains}
-    stages = run_stages(typed, bindings, dump_dir=tmp_path, locations=True, until="graph")
-    assert set(stages) == {"linalg", "graph"}
-    assert len(list(tmp_path.iterdir())) == 2 * len(typed.chains)
+    stages = run_source_stages(*_source(path), [c.name for c in typed.chains], bindings, dump_dir=tmp_path,
+                               options=CompileOptions(locations=True), until="graph")
+    assert list(stages) == ["ast", "typed", "linalg", "graph"]
+    assert len(list(tmp_path.iterdir())) == 4 * len(typed.chains)
     assert f'loc("examples/{os.path.basename(path)}"' in stages["linalg"]
+    assert stages["linalg"].count("func.func @") == len(typed.chains)
 
 
-def test_there_are_examples():
-    assert EXAMPLES, "examples/ holds no .fdsl files"
-    assert np is not None
+def test_there_are_examples_and_each_has_a_golden_file_with_every_chain():
+    assert len(EXAMPLES) >= 10, "examples/ holds fewer .fdsl files than the suite expects"
+    for path in EXAMPLES:
+        golden = npz.load(path[:-len(".fdsl")] + ".golden.npz")
+        assert set(golden) == {c.name for c in _typed(path).chains}, path

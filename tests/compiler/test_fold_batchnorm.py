@@ -5,6 +5,7 @@ import numpy as np
 
 from chainbuild import ChainBuilder, filecheck, random_input
 from fusec.compiler.jit import jit_run
+from fusec.compiler.options import CompileOptions
 from fusec.compiler.pipeline import run_stages
 from fusec.runtime.compare import compare
 from fusec.runtime.reference import run_chain
@@ -56,7 +57,7 @@ CHECK-NOT: arith.divf
 
 def test_disabled_keeps_the_textbook_form():
     b = conv_bn_relu()
-    text = run_stages(b.module(b.out), disabled_passes={"fold-batchnorm"})["graph"]
+    text = run_stages(b.module(b.out), options=CompileOptions(disabled_passes={"fold-batchnorm"}))["graph"]
     # (relu fused into the batchnorm generic; the fused op no longer carries the tag)
     filecheck(text, """
 CHECK: linalg.conv_2d_nchw_fchw

@@ -4,10 +4,11 @@ from __future__ import annotations
 import pytest
 
 from chainbuild import ChainBuilder, filecheck
-from fusec.compiler import passes
+from fusec.compiler.transforms import graph as passes
 from fusec.compiler.errors import CompilerInternalError
-from fusec.compiler.lower import lower_chain
+from fusec.compiler.lowering.lower import lower_chain
 from fusec.compiler.mlir import ir
+from fusec.compiler.options import CompileOptions
 from fusec.compiler.pipeline import run_stages
 
 
@@ -53,20 +54,20 @@ CHECK-NOT: linalg.generic
 
 def test_disabling_fusion_keeps_six_generics():
     b = six_op_chain()
-    graph = run_stages(b.module(b.out), disabled_passes=["linalg-fuse-elementwise-ops"])["graph"]
+    graph = run_stages(b.module(b.out), options=CompileOptions(disabled_passes=["linalg-fuse-elementwise-ops"]))["graph"]
     assert graph.count("linalg.generic") == 6
 
 
 def test_disabling_every_pass_leaves_the_linalg_stage():
     b = six_op_chain()
-    stages = run_stages(b.module(b.out), disabled_passes=passes.PASS_NAMES)
+    stages = run_stages(b.module(b.out), options=CompileOptions(disabled_passes=passes.PASS_NAMES))
     assert stages["graph"] == stages["linalg"]
 
 
 def test_unknown_pass_name_is_a_value_error():
     b = six_op_chain()
     with pytest.raises(ValueError, match="unknown pass 'no-such-pass'.*fold-batchnorm"):
-        run_stages(b.module(b.out), disabled_passes=["no-such-pass"])
+        run_stages(b.module(b.out), options=CompileOptions(disabled_passes=["no-such-pass"]))
 
 
 def test_run_graph_passes_reports_what_ran():

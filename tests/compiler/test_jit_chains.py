@@ -104,7 +104,7 @@ def test_every_pass_disabled_gives_the_same_numbers():
     rng = np.random.default_rng(6)
     inputs = [random_input(rng, "f32", (2, 3, 4, 4)), random_input(rng, "f32", (3,)),
               random_input(rng, "f32", (3,), positive=True)]
-    from fusec.compiler.passes import PASS_NAMES
+    from fusec.compiler.transforms.graph import PASS_NAMES
     check(chain, inputs, disabled=PASS_NAMES)
 
 

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 from chainbuild import ChainBuilder, filecheck
-from fusec.compiler.lower import lower, lower_chain, print_ir
+from fusec.compiler.lowering.lower import lower, lower_chain
+from fusec.compiler.mlir import print_ir
+from fusec.compiler.options import CompileOptions
 from fusec.compiler.pipeline import run_stages
 
 
 def linalg_text(b: ChainBuilder, *outs: int, binding=None, locations=False) -> str:
-    return run_stages(b.module(*outs), {b.name: binding or {}}, until="linalg", locations=locations)["linalg"]
+    return run_stages(b.module(*outs), {b.name: binding or {}}, until="linalg", options=CompileOptions(locations=locations))["linalg"]
 
 
 def test_function_signature_static_shapes_and_c_interface():

@@ -6,7 +6,8 @@ import pytest
 from chainbuild import ChainBuilder
 from fusec.compiler import pipeline
 from fusec.compiler.errors import CompilerInternalError
-from fusec.compiler.lowering import RULES
+from fusec.compiler.options import CompileOptions
+from fusec.compiler.lowering.registry import RULES
 from fusec.compiler.lowering.builder import parallel
 from fusec.compiler.mlir import arith, ir
 from fusec.dsl.typed import TypedModule
@@ -20,10 +21,36 @@ def two_chains() -> TypedModule:
 
 
 def test_stage_list():
-    assert pipeline.STAGE_NAMES == ("linalg", "graph", "plan", "tiled", "gpu", "kernels")
-    assert [pipeline.stage_number(s) for s in pipeline.STAGE_NAMES] == [2, 3, 4, 5, 6, 7]
+    assert pipeline.STAGE_NAMES == ("ast", "typed", "linalg", "graph", "plan", "tiled", "gpu", "kernels")
     for s in pipeline.STAGES:
         assert s.why and callable(s.run)
+
+
+SOURCE = """const scale = 0.5
+chain first(x: f32[M, 8]) -> f32[M, 8] { return softmax(x * scale) }
+chain second(a: f64[3], b: f64[3]) -> f64[3] { return a + b }
+"""
+
+
+def test_a_compile_from_source_runs_every_stage_from_ast(tmp_path):
+    stages = pipeline.run_source_stages(SOURCE, "two.fdsl", ["first", "second"], {"first": {"M": 2}},
+                                        dump_dir=tmp_path)
+    assert list(stages) == list(pipeline.STAGE_NAMES)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    per_chain = ["00-ast.txt", "01-typed.txt", "02-linalg.mlir", "03-graph.mlir", "04-plan.txt", "05-tiled.mlir",
+                 "06-gpu.mlir", "07-kernels.py"]
+    assert names == [f"{c}.{s}" for c in ("first", "second") for s in per_chain]
+    first_ast = (tmp_path / "first.00-ast.txt").read_text()
+    assert "(const scale" in first_ast and "(chain first" in first_ast and "second" not in first_ast
+    assert (tmp_path / "second.01-typed.txt").read_text().startswith("chain second(a: f64[3], b: f64[3])")
+    ast_first, ast_second = stages["ast"].split("// -----")
+    assert "(chain first" in ast_first and "(chain second" in ast_second
+
+
+def test_a_compile_from_source_reports_user_errors_at_their_place():
+    from fusec.dsl.diagnostics import FdslError
+    with pytest.raises(FdslError, match="bad.fdsl:1:39: error: unknown name .y."):
+        pipeline.compile_source("chain f(x: f32[4]) -> f32[4] { return y }", "bad.fdsl", "f")
 
 
 def test_run_stages_text_per_stage_and_chain():
@@ -48,7 +75,7 @@ def test_missing_binding_is_a_value_error():
 
 def test_dump_dir_has_one_file_per_stage_and_chain(tmp_path):
     stages = pipeline.run_stages(two_chains(), {"first": {"M": 2}}, dump_dir=tmp_path)
-    names = sorted(p.name for p in tmp_path.iterdir())
+    names = sorted(p.name for p in tmp_path.iterdir())    # from a typed chain: the stages after `typed`
     per_chain = ["02-linalg.mlir", "03-graph.mlir", "04-plan.txt", "05-tiled.mlir", "06-gpu.mlir", "07-kernels.py"]
     assert names == [f"{c}.{s}" for c in ("first", "second") for s in per_chain]
     assert (tmp_path / "second.03-graph.mlir").read_text() in stages["graph"]
@@ -56,16 +83,17 @@ def test_dump_dir_has_one_file_per_stage_and_chain(tmp_path):
 
 
 def test_stage_text_is_deterministic(tmp_path):
-    a = pipeline.run_stages(two_chains(), {"first": {"M": 2}}, locations=True)
-    b = pipeline.run_stages(two_chains(), {"first": {"M": 2}}, locations=True)
+    opts = CompileOptions(locations=True)
+    a = pipeline.run_stages(two_chains(), {"first": {"M": 2}}, options=opts)
+    b = pipeline.run_stages(two_chains(), {"first": {"M": 2}}, options=opts)
     assert a == b
     assert 'loc("test.fdsl"' in a["graph"]
 
 
 def test_compile_chain_keeps_the_last_module():
     chain = two_chains().chains[1]
-    out = pipeline.compile_chain(chain)
-    assert out.chain == "second" and set(out.texts) == set(pipeline.STAGE_NAMES)
+    out = pipeline.compile_typed(chain)
+    assert out.chain == "second" and set(out.texts) == set(pipeline.STAGE_NAMES) - {"ast", "typed"}
     assert out.module is not None and out.module.operation.verify()
     assert out.plan.kernel_count == 1 and "def run_second(" in out.emitted.source
 

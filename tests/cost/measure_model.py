@@ -118,7 +118,7 @@ def workloads(args, profile_name: str | None) -> list[dict]:
 
 def ranking(args, profile_name: str | None) -> list[dict]:
     import fusec
-    from fusec.compiler.autotune import kendall_tau
+    from fusec.compiler.plan.autotune import kendall_tau
     from fusec.runtime import reference
     out = []
     for what, case in RANKING.items():
@@ -170,19 +170,20 @@ def main() -> int:
     if args.blas_threads and "numpy" not in sys.modules:
         os.environ["OPENBLAS_NUM_THREADS"] = str(args.blas_threads)
     import numba
-    from fusec.compiler import hardware
+    from fusec.compiler.calibrate import cpu_profile
+    from fusec.compiler.plan import hardware
     profile_name = None
     if args.threads:
         numba.set_num_threads(args.threads)
         # the model on as many cores as the runtime uses
-        full = hardware.cpu_profile()
+        full = cpu_profile()
         share = args.threads / full.units
         one = replace(full, name=f"cpu{args.threads}", units=args.threads, peak_flops=full.peak_flops * share,
                       peak_flops_fp16=full.peak_flops_fp16 * share, cache_bandwidth=full.cache_bandwidth * share,
                       bandwidth=full.single_core_bandwidth if args.threads == 1 else full.bandwidth * share)
         hardware.register(one)
         profile_name = one.name
-    result = {"machine": hardware.cpu_profile().as_dict(), "threads": numba.get_num_threads(),
+    result = {"machine": cpu_profile().as_dict(), "threads": numba.get_num_threads(),
               "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
               "profile": profile_name or "cpu", "rounds": args.rounds, "quick": args.quick,
               "started": time.strftime("%Y-%m-%d %H:%M:%S")}

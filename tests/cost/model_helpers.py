@@ -4,9 +4,11 @@ import textwrap
 from dataclasses import replace
 
 import fusec
-from fusec.compiler.hardware import GPUS, HardwareProfile
-from fusec.compiler.pipeline import CompileOptions, compile_chain
-from fusec.compiler.plan import plan_chain
+from fusec.compiler.plan.hardware import GPUS, HardwareProfile
+from fusec.compiler.calibrate import CALIBRATION
+from fusec.compiler.options import CompileOptions
+from fusec.compiler.pipeline import compile_typed
+from fusec.compiler.plan.planner import plan_chain
 
 # a fixed CPU: 2 cores, 40 GB/s DRAM, 200 GB/s from a 32 MiB LLC, 1 MiB L2 per core, transcendental
 # weights in the range this project's machines measure
@@ -21,7 +23,7 @@ CPU = HardwareProfile(
 def info_of(src: str, binding: dict, target: str = "gpu"):
     """The ChainInfo of the first chain of src (graph stage)."""
     chain = fusec.check(textwrap.dedent(src)).chains[0]
-    st = compile_chain(chain, binding, options=CompileOptions(target=target, hw="h200" if target == "gpu" else "calibration"),
+    st = compile_typed(chain, binding, options=CompileOptions(target=target, hardware=GPUS["h200"] if target == "gpu" else CALIBRATION),
                        until="plan")
     return st.plan.info
 

@@ -8,8 +8,8 @@ import os
 import pytest
 
 import fusec
-from fusec.compiler.autotune import cache_key, kendall_tau, machine, top_candidates, tune
-from fusec.compiler.plan import plan_chain, plan_from_dict, signatures
+from fusec.compiler.plan.autotune import cache_key, kendall_tau, machine, top_candidates, tune
+from fusec.compiler.plan.planner import plan_chain, plan_from_dict, signatures
 from model_helpers import CPU, cpu, info_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -82,8 +82,8 @@ def test_tune_keeps_the_fastest_measured_candidate_and_caches_it():
 
 def test_autotune_option_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
-    from fusec.compiler import hardware
-    monkeypatch.setattr(hardware, "_CPU", CPU)               # a fixed profile, not this machine's
+    from fusec.compiler import calibrate
+    monkeypatch.setattr(calibrate, "_CPU", CPU)              # a fixed profile, not this machine's
     prog = fusec.compile(SOFTMAX, target="cpu", options={"autotune": True, "baseline": False})
     compiled = prog.s.compiled({"M": 256, "N": 64})
     assert any("(--autotune)" in d for d in compiled.plan["decisions"])

@@ -8,9 +8,12 @@ import pytest
 
 import fusec
 from fusec.cli import main
-from fusec.compiler.pipeline import CompileOptions, compile_chain
+from fusec.compiler.options import CompileOptions
+from fusec.compiler.pipeline import compile_typed
 from fusec.plots import PICTURES, figures, write_plots
-from fusec.report import explain
+from fusec.compiler.calibrate import cpu_profile
+from fusec.compiler.plan.describe import format_plan
+from fusec.compiler.plan.hardware import GPUS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.fdsl")))
@@ -20,7 +23,7 @@ def _plans(path, target):
     out = []
     for chain in fusec.check(path).chains:
         binding = {s: 64 for s in chain.symbols}
-        st = compile_chain(chain, binding, options=CompileOptions(target=target), until="plan")
+        st = compile_typed(chain, binding, options=CompileOptions(target=target, hardware=cpu_profile() if target == "cpu" else None), until="plan")
         out.append((chain.name, binding, st.plan.summary()))
     return out
 
@@ -30,7 +33,7 @@ def _plans(path, target):
 def test_explain_and_plots_for_every_example(path, target, tmp_path):
     plans = _plans(path, target)
     for name, binding, plan in plans:
-        text = explain(plan, binding)
+        text = format_plan(plan, explain=True, binding=binding)
         assert text.startswith(f"explain {name} [")
         for g in plan["groups"]:
             assert f"  kernel {g['kernel']}: " in text
@@ -93,7 +96,7 @@ def test_hw_flag_changes_the_profile_the_plan_is_made_for(capsys):
     assert main([f, "--chain", "softmax_rows", "--bind", "M=64,N=128", "--emit", "plan", "--hw", "a100"]) == 0
     assert "predicted on a100:" in capsys.readouterr().out
     chain = fusec.check(f).chain("softmax_rows")
-    st = compile_chain(chain, {"M": 8192, "N": 16384}, options=CompileOptions(hw="a100"), until="plan")
+    st = compile_typed(chain, {"M": 8192, "N": 16384}, options=CompileOptions(hardware=GPUS["a100"]), until="plan")
     assert "164 KiB of shared memory/L1 per SM" in st.texts["plan"]
     assert main([f, "--chain", "softmax_rows", "--bind", "M=8,N=16", "--emit", "plan", "--hw", "v100"]) == 1
     assert "invalid choice: 'v100'" in capsys.readouterr().err

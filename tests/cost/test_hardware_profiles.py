@@ -4,8 +4,10 @@ from dataclasses import replace
 
 import pytest
 
-from fusec.compiler import hardware
-from fusec.compiler.hardware import GPUS, HardwareError, get
+from fusec.compiler import calibrate
+from fusec.compiler.calibrate import hardware_profile
+from fusec.compiler.plan import hardware
+from fusec.compiler.plan.hardware import GPUS, HardwareError, get
 
 
 @pytest.mark.parametrize("name", ["h200", "h100", "a100"])
@@ -19,43 +21,50 @@ def test_gpu_profiles_have_every_limit_the_model_uses(name):
 
 
 def test_names_select_profiles_and_unknown_names_say_which_exist():
-    assert get("H100", "gpu") is GPUS["h100"]
-    assert get(None, "gpu") is GPUS[hardware.DEFAULT_GPU]
+    assert get("H100") is GPUS["h100"]
+    assert hardware_profile("H100", "gpu") is GPUS["h100"]
+    assert hardware_profile(None, "gpu") is GPUS[hardware.DEFAULT_GPU]
     with pytest.raises(HardwareError, match="known: h200, h100, a100, seed, cpu, device"):
-        get("v100", "gpu")
+        get("v100")
+    with pytest.raises(HardwareError, match="the cpu profile is measured"):
+        get("cpu")
 
 
 def test_device_without_a_gpu_falls_back_to_the_default_profile(monkeypatch):
     monkeypatch.setattr(hardware, "_DEVICE", None)
-    assert get("device", "gpu").name == hardware.DEFAULT_GPU       # the simulator has no properties
+    assert get("device").name == hardware.DEFAULT_GPU       # the simulator has no properties
 
 
 def test_cpu_profile_is_read_from_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(hardware, "_CPU", None)
+    monkeypatch.setattr(calibrate, "_CPU", None)
     fake = replace(GPUS["seed"], name="cpu", kind="cpu", units=2, bandwidth=12.5e9)
     key = hardware.profile_key()
     (tmp_path / "hardware-cpu.json").write_text(json.dumps({"key": key, "profile": fake.as_dict()}))
-    monkeypatch.setattr(hardware, "measure_cpu", lambda cores=None: pytest.fail("measured instead of cached"))
-    p = hardware.cpu_profile()
+    monkeypatch.setattr(calibrate, "measure_cpu", lambda cores=None: pytest.fail("measured instead of cached"))
+    p = hardware_profile("cpu", "cpu")
     assert p.bandwidth == 12.5e9 and p.kind == "cpu" and dict(p.weights) == dict(fake.weights)
-    monkeypatch.setattr(hardware, "_CPU", None)
+    assert hardware.cached_cpu_profile() == p
+    monkeypatch.setattr(calibrate, "_CPU", None)
 
 
 def test_a_stale_cache_is_measured_again_and_rewritten(tmp_path, monkeypatch):
     monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(hardware, "_CPU", None)
+    monkeypatch.setattr(calibrate, "_CPU", None)
     (tmp_path / "hardware-cpu.json").write_text(json.dumps({"key": "another machine", "profile": {}}))
+    assert hardware.cached_cpu_profile() is None
     measured = replace(GPUS["seed"], name="cpu", kind="cpu", units=2, bandwidth=7e9)
-    monkeypatch.setattr(hardware, "measure_cpu", lambda cores=None: measured)
-    assert hardware.cpu_profile().bandwidth == 7e9
+    monkeypatch.setattr(calibrate, "measure_cpu", lambda cores=None: measured)
+    notices = []
+    assert calibrate.cpu_profile(notice=notices.append).bandwidth == 7e9
+    assert notices and "measuring this machine" in notices[0]
     data = json.loads((tmp_path / "hardware-cpu.json").read_text())
     assert data["key"] == hardware.profile_key() and data["profile"]["bandwidth"] == 7e9
-    monkeypatch.setattr(hardware, "_CPU", None)
+    monkeypatch.setattr(calibrate, "_CPU", None)
 
 
 def test_the_measured_cpu_profile_is_plausible():
-    p = hardware.cpu_profile()          # measured once per machine (and emitter), then cached
+    p = calibrate.cpu_profile()          # measured once per machine (and emitter), then cached
     assert p.kind == "cpu" and p.units >= 1 and p.source == "measured"
     assert 1e9 < p.bandwidth < 2e12 and p.cache_bandwidth >= p.bandwidth
     assert p.peak_flops > 1e9 and 0 < p.launch_s < 1e-2

@@ -5,9 +5,9 @@ from dataclasses import replace
 import pytest
 
 import fusec
-from fusec.compiler.analysis import tileable_loops
-from fusec.compiler.hardware import GPUS
-from fusec.compiler.plan import plan_chain, plan_from_dict
+from fusec.compiler.plan.analysis import tileable_loops
+from fusec.compiler.plan.hardware import GPUS
+from fusec.compiler.plan.planner import plan_chain, plan_from_dict
 from model_helpers import CPU, info_of, plan
 
 SOFTMAX = "chain s(x: f32[M, N]) -> f32[M, N] { return softmax(x) }"

@@ -12,8 +12,8 @@ import os
 
 import pytest
 
-from fusec.compiler.cost import launch_savings, roofline_time
-from fusec.compiler.hardware import GPUS
+from fusec.compiler.plan.cost import launch_savings, roofline_time
+from fusec.compiler.plan.hardware import GPUS
 
 SEED = GPUS["seed"]
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
@@ -57,15 +57,16 @@ def test_launch_savings_500_to_100_kernels_is_2ms():
 
 
 def test_conv_bn_relu_moves_6_intermediate_sized_tensors_op_by_op_and_2_fused():
-    from fusec.compiler.pipeline import CompileOptions, compile_chain
+    from fusec.compiler.options import CompileOptions
+    from fusec.compiler.pipeline import compile_typed
     import fusec
     chain = fusec.check(os.path.join(EXAMPLES, "conv_bn_relu.fdsl")).chain("conv_bn_relu")
-    st = compile_chain(chain, {"B": 2}, options=CompileOptions(target="gpu", hw="h200"), until="plan")
+    st = compile_typed(chain, {"B": 2}, options=CompileOptions(target="gpu", hardware=GPUS["h200"]), until="plan")
     big = dict(st.plan.transfers)
     # conv reads x, writes y; batchnorm reads y, writes z; relu reads z, writes out: 6; fused: x in, out out
     assert big["eager"] == 6 and big["fused"] == 2
     # our unfused build already merged batchnorm's apply and relu (linalg-fuse-elementwise-ops)
     assert big["unfused"] == 4
-    from fusec.report import transfers_line
+    from fusec.compiler.plan.describe import transfers_line
     assert transfers_line(st.plan.summary()["model"]["big_transfers"]) == \
         "intermediate-sized global reads/writes: 6 op by op, 4 unfused, 2 fused (-67%)"

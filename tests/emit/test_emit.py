@@ -15,9 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fusec.compiler.emit import (EmitError, cpu_cleanup_pipeline, emit, gpu_cleanup_pipeline)
+from fusec.compiler.emit import EmitError, emit
+from fusec.compiler.transforms.script import run_passes
+from fusec.compiler.transforms.to_target import CPU_CLEANUP, GPU_CLEANUP
 from fusec.compiler.errors import CompilerInternalError
-from fusec.compiler.mlir import PassManager, interpreter, ir
+from fusec.compiler.mlir import interpreter, ir
 
 GOLDEN = Path(__file__).parent / "golden"
 RNG = np.random.default_rng(0)
@@ -185,8 +187,7 @@ def lowered(case, target: str):
         module = ir.Module.parse(src)
         script = ir.Module.parse(transform_script(tiling, block_dims, target))
         interpreter.apply_named_sequence(module.operation, script.body.operations[0], script)
-        pipeline = gpu_cleanup_pipeline() if target == "cuda" else cpu_cleanup_pipeline()
-        PassManager.parse(pipeline).run(module.operation)
+        run_passes(module, GPU_CLEANUP if target == "cuda" else CPU_CLEANUP, "test")
         return emit(module, target), str(module)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import fusec
-from fusec.compiler.emit import CPU_FASTMATH
+from fusec.compiler.emit.module import CPU_FASTMATH
 
 
 def _sweep() -> np.ndarray:
@@ -165,7 +165,7 @@ def test_a_view_without_an_array_expression_falls_back_to_ikj_loops(tmp_path):
 
     from fusec.compiler.emit import emit
     from fusec.compiler.mlir import ir
-    from fusec.compiler.tiling import to_cpu
+    from fusec.compiler.transforms.to_target import to_cpu
     with ir.Context():
         module = ir.Module.parse(MEMREF_MATMUL)
         to_cpu(module)

@@ -87,6 +87,12 @@ def test_compile_then_run_an_artifact_without_mlir(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["target"] == "cpu" and set(manifest["chains"]) == {"layernorm_builtin", "layernorm_by_hand"}
     assert (out / "layernorm_builtin.fused.py").exists() and (out / "source.fdsl").exists()
+    # the options and the profile the plans were made for, and the options' hash
+    assert manifest["hardware"]["name"] == "cpu" and manifest["hardware"]["kind"] == "cpu"
+    assert manifest["options"]["fuse"] is True and manifest["options"]["target"] == "cpu"
+    from fusec.compiler.calibrate import cpu_profile
+    from fusec.compiler.options import CompileOptions
+    assert manifest["options_key"] == CompileOptions(target="cpu", hardware=cpu_profile()).key()
     # a torch_mlir (and mlir) that cannot be imported: the runtime must not need them
     blocker = tmp_path / "blocker"
     for name in ("torch_mlir", "mlir"):

@@ -12,17 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .emit_body import Body, FuncCtx, Writer, operand_segments
-from .emit_scalar import Helpers, ScalarRules
-from .emit_shared import block_shared_allocs
-from .emit_values import (Constants, EmitError, Globals, Names, elem_of, floordiv,
+from .body import Body, FuncCtx, Writer, operand_segments
+from .scalar import Helpers, ScalarRules
+from .shared import block_shared_allocs
+from .values import (Constants, EmitError, Globals, Names, elem_of, floordiv,
                           format_location, is_memref, is_memref_type, memref_shape, mod,
                           py_ident, type_label)
-from .emit_views import Array, View, whole
-from .mlir import ir
+from .views import Array, View, whole
+from ..mlir import ir
 
-__all__ = ["EmittedModule", "Entry", "EmitError", "emit", "gpu_cleanup_pipeline",
-           "cpu_cleanup_pipeline"]
+__all__ = ["EmittedModule", "Entry", "EmitError", "emit"]
 
 _COPY_THREADS = 256
 CPU_FASTMATH = '{"contract", "reassoc"}'
@@ -42,23 +41,11 @@ class EmittedModule:
     entries: dict[str, Entry]        # func name -> Entry
 
 
-def gpu_cleanup_pipeline() -> str:
-    """After tile-and-fuse, bufferization and GPU mapping: linalg to loops, affine to arith."""
-    return ("builtin.module(func.func(convert-linalg-to-loops),canonicalize,cse,"
-            "lower-affine,canonicalize)")
-
-
-def cpu_cleanup_pipeline() -> str:
-    """After tile-and-fuse and bufferization (foralls unmapped): foralls to scf.parallel too."""
-    return ("builtin.module(func.func(scf-forall-to-parallel),func.func(convert-linalg-to-loops),"
-            "canonicalize,cse,lower-affine,canonicalize)")
-
-
 def emit(module: "ir.Module", target: str) -> EmittedModule:
     """Translate `module` to Python source for `target` ("cuda" or "cpu"); never mutates it.
 
-    Requires (what the tile-and-fuse output gives after `gpu_cleanup_pipeline()` or
-    `cpu_cleanup_pipeline()`):
+    Requires (what the tile-and-fuse output gives after compiler/transforms/to_target.py's
+    GPU_CLEANUP or CPU_CLEANUP passes):
       - func.funcs on memrefs, args and results identity-layout with static shapes
         (one-shot-bufferize with bufferize-function-boundaries and
         function-boundary-type-conversion=identity-layout-map); memref.global constants;

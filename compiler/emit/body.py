@@ -6,14 +6,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from . import emit_cpu
-from . import emit_views as views
-from .emit_control import ControlFlow
-from .emit_scalar import Helpers, ScalarRules
-from .emit_values import (Constants, EmitError, Globals, Names, elem_of, is_int, is_memref,
+from . import cpu as emit_cpu
+from . import views
+from .control import ControlFlow
+from .scalar import Helpers, ScalarRules
+from .values import (Constants, EmitError, Globals, Names, elem_of, is_int, is_memref,
                           memref_shape, no_rule)
-from .emit_views import Array, View, shape_tuple
-from .mlir import ir
+from .views import Array, View, shape_tuple
+from ..mlir import ir
 
 _DYNAMIC = -9223372036854775808  # ShapedType::kDynamic in static_offsets/sizes/strides
 _GPU_DIMS = {"x": 0, "y": 1, "z": 2}

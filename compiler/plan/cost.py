@@ -1,6 +1,6 @@
 """The cost model: pure functions from ChainInfo, a kernel's ops and tiles, and a hardware profile
-(compiler/hardware.py) to predicted numbers. It never touches IR; the planner (compiler/plan.py)
-asks it and records the decisive numbers.
+(hardware.py) to predicted numbers. It never touches IR; the planner (planner.py) asks it and
+records the decisive numbers.
 
 Per kernel:
 - FLOPs: every op's body per point, transcendentals weighted (profile weights), times the number
@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from .. import mathfns
 from .analysis import ChainInfo, OpInfo, loop_correspondence
 from .hardware import HardwareProfile
 
@@ -33,7 +34,7 @@ DEP_LATENCY = 4                # cycles between dependent FP32 ops of one warp
 SCHEDULERS = 4                 # warp schedulers per SM
 SECTOR = 32                    # bytes an L1 miss fetches
 WARP = 32
-CALLS = ("exp", "exp2", "log", "log2", "log1p", "expm1", "tanh", "erf", "sin", "cos", "powf")
+CALLS = mathfns.CALLS               # function calls: a loop holding one does not vectorise on a cpu
 
 
 @dataclass(frozen=True)

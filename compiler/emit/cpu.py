@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import re
 
-from .mlir import ir
+from .. import mathfns
+from ..mlir import ir
+from ..transforms.cpu_library_calls import ATTR
+from .values import add, mul
 
 IMPORTS = ("from llvmlite import ir as llvmir", "from numba.core import types as nbtypes",
            "from numba.extending import intrinsic")
@@ -103,7 +106,7 @@ def {key}(x):
     t = np.float32(math.copysign(np.float32(1.0), x)) if a > np.float32(9.0) else t
     return x if a < np.float32(0.0004) else t'''
 
-VECTOR_MATH = {"math.exp": "exp_f32", "math.tanh": "tanh_f32"}   # f32 ops with a CPU form
+VECTOR_MATH = {f.op: f.cpu_f32 for f in mathfns.FUNCTIONS.values() if f.cpu_f32}   # f32 ops with a CPU form
 
 
 def minmax_key(kind: str) -> str:
@@ -153,7 +156,6 @@ CONV_LINES = (  # y (+)= conv(x, w) for padded x, by im2col + one BLAS matmul pe
 def library_call(body, op) -> None:
     """A contraction marked by transforms/cpu_library_calls.py: one call in Numba's object mode
     on the operands as arrays; loops over the views where one has no array expression."""
-    from .transforms.cpu_library_calls import ATTR
     zero = str(op.attributes[ATTR]).strip('"') == "zero"
     views = [body.view(v) for v in op.operands]
     conv = op.name == "linalg.conv_2d_nchw_fchw"
@@ -212,7 +214,6 @@ def _matmul_loops(body, a, b, c, zero: bool) -> None:
 
 def _conv_loops(body, x, w, y, extra, zero: bool) -> None:
     """y (+)= conv(x, w) with the output row innermost."""
-    from .emit_values import add, mul
     (sh, sw), (dh, dw) = (tuple(p.strip("()").split(", ")) for p in extra)
     depth = body.w.depth
     if zero:

@@ -1,6 +1,6 @@
 """Typed chain -> MLIR on tensors: one public func.func per chain, static shapes for a binding.
 
-Each node is lowered by the rule registered for its op (compiler/lowering/), at an MLIR location
+Each node is lowered by the rule registered for its op (the other modules of this package), at an MLIR location
 built from the node's FDSL span, so `print_ir(module, locations=True)` points every op at the
 user's file:line:col.
 """
@@ -9,10 +9,11 @@ from __future__ import annotations
 from fusec.dsl.source import Span
 from fusec.dsl.typed import TypedChain, TypedModule
 
-from .errors import CompilerInternalError
-from .lowering import RULES, LoweringContext
-from .lowering.builder import ScalarConst, element_type, shape_of, elem_of, tensor_type
-from .mlir import MLIRError, func, ir, new_context
+from ..errors import CompilerInternalError
+from ..mlir import func, ir, new_context, verify
+from . import contraction, elementwise, norm, reduction, shape  # noqa: F401  (each registers its rules)
+from .builder import ScalarConst, element_type, shape_of, elem_of, tensor_type
+from .registry import RULES, LoweringContext
 
 STAGE = "linalg"
 
@@ -96,20 +97,3 @@ def _lower(chains: list[tuple[TypedChain, dict[str, int]]], context: ir.Context 
         if verify_ir:
             verify(module, STAGE)
     return module
-
-
-def verify(module: ir.Module, stage: str) -> None:
-    """Raise CompilerInternalError naming `stage` when the module does not verify."""
-    try:
-        ok = module.operation.verify()
-    except MLIRError as e:
-        raise CompilerInternalError(stage, f"the IR does not verify:\n{e}") from None
-    if not ok:
-        raise CompilerInternalError(stage, "the IR does not verify")
-
-
-def print_ir(module: ir.Module | ir.Operation, locations: bool = False) -> str:
-    """Deterministic text of a module (no addresses, stable SSA names); with `locations`, every
-    op shows its loc("file":line:col)."""
-    op = module.operation if isinstance(module, ir.Module) else module
-    return op.get_asm(enable_debug_info=locations)

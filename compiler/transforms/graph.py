@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Protocol
 
-from .errors import CompilerInternalError
-from .lower import verify
-from .mlir import MLIRError, PassManager, ir
-from .transforms.fold_batchnorm import fold_batchnorm
+from ..errors import CompilerInternalError
+from ..mlir import verify
+from ..mlir import MLIRError, PassManager, ir
+from .fold_batchnorm import fold_batchnorm
 
 STAGE = "graph"
 

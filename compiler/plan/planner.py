@@ -1,12 +1,12 @@
 """The fusion plan: which linalg ops share a kernel, with what tiles, and why.
 
-A plan is a frozen value computed from `ChainInfo` (compiler/analysis.py) and a hardware
-profile (compiler/hardware.py); it never touches IR. The tiling stage (compiler/tiling.py)
+A plan is a frozen value computed from `ChainInfo` (analysis.py) and a hardware profile
+(hardware.py); it never touches IR. The tiling stage (compiler/transforms/tile_and_fuse.py)
 reads it. Plans print (`--emit plan`), compare, and can be given by hand (`plan_from_dict`),
 so tests pin groups and tiles without the model.
 
 The planner grows one kernel per root, consumers first. A producer joins a kernel when the
-cost model (compiler/cost.py) predicts the kernel with it faster than the kernel without it
+cost model (cost.py) predicts the kernel with it faster than the kernel without it
 plus the producer as a kernel of its own; the decision keeps the decisive numbers (bytes
 saved, recomputation, spills, the time difference). Structural limits come first, each one
 guard:
@@ -14,17 +14,20 @@ guard:
 - a producer with users outside the kernel is not fused (a plan holds each op in one kernel);
 - one contraction per kernel;
 - a producer that would leave the kernel no loop to split across blocks is not fused.
-Tiles are the model's pick among candidates (compiler/tilechoice.py).
+Tiles are the model's pick among candidates (tilechoice.py).
 """
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field, replace
 
-from . import hardware
-from .analysis import ChainInfo, OpInfo, loop_correspondence, tileable_loops  # noqa: F401 (re-exported)
+from .analysis import ChainInfo, OpInfo, analyze, tag_ops, tileable_loops
+from .hardware import HardwareProfile
+from .describe import bytes_text, format_plan, time_text
 from .cost import KernelCost, Tiling, big_transfers, op_flops, total_time, unfused_kernels, with_cheap_producers
 from .tilechoice import TileChooser, group_signature
+from ..errors import CompilerInternalError
+from ..mlir import ir
 
 CHEAP = ("fill", "pad")
 
@@ -65,6 +68,7 @@ class FusionPlan:
     decisions: tuple[str, ...]
     info: ChainInfo = field(compare=False, repr=False)
     hardware: str = field(default="", compare=False)
+    roof: tuple[tuple[str, float], ...] = field(default=(), compare=False)           # the profile's roofline
     costs: tuple[KernelCost, ...] = field(default=(), compare=False, repr=False)      # per group
     baseline: tuple[KernelCost, ...] = field(default=(), compare=False, repr=False)   # unfused kernels
     candidates: tuple[tuple[tuple[Tiling, float], ...], ...] = field(default=(), compare=False, repr=False)
@@ -94,7 +98,7 @@ class FusionPlan:
             "chain": self.chain, "target": self.target, "fused": self.fused,
             "ops": sum(1 for o in self.info.ops if o.is_compute), "kernels": self.kernel_count,
             "groups": [{
-                "kernel": g.id, "root": g.root, "serial": g.serial,
+                "kernel": g.id, "root": g.root, "serial": g.serial, "loops": list(self.info.op(g.root).loops),
                 "block_tiles": list(g.block_tiles), "thread_tiles": list(g.thread_tiles),
                 "threads": list(g.threads()),
                 "ops": [{"id": op, "label": self.info.op(op).label, "role": role,
@@ -108,7 +112,7 @@ class FusionPlan:
                 g["candidates"] = [{"block_tiles": list(t.block), "thread_tiles": list(t.thread),
                                     "predicted_s": s} for t, s in cands[:5]]
             out["model"] = {
-                "hardware": self.hardware, "predicted_s": self.predicted_s,
+                "hardware": self.hardware, "roof": dict(self.roof), "predicted_s": self.predicted_s,
                 "unfused_predicted_s": self.predicted_unfused_s,
                 "predicted_speedup": self.predicted_unfused_s / max(self.predicted_s, 1e-30),
                 "launches": len(self.costs), "unfused_launches": len(self.baseline),
@@ -119,66 +123,8 @@ class FusionPlan:
         return out
 
     def format(self) -> str:
-        n_compute = sum(1 for o in self.info.ops if o.is_compute)
-        head = (f"plan {self.chain} (target {self.target}, {'fused' if self.fused else 'unfused'}): "
-                f"{n_compute} compute ops -> {self.kernel_count} kernel{'s' if self.kernel_count != 1 else ''}")
-        lines = [head]
-        for i, g in enumerate(self.groups):
-            root = self.info.op(g.root)
-            shape = "x".join(map(str, root.loops)) or "scalar"
-            tiles = "serial (one thread)" if g.serial else (
-                f"block tile {list(g.block_tiles)}" + (f", thread tile {list(g.thread_tiles)}, threads "
-                                                      f"{list(g.threads())}" if g.thread_tiles else ""))
-            lines.append(f"  kernel {g.id}: root %{g.root} {root.label} over {shape}; {tiles}")
-            for op, role in g.roles:
-                o = self.info.op(op)
-                lines.append(f"    %{op:<3} {o.label:<34} {role:<9} {_loc(o.loc)}")
-            if i < len(self.costs):
-                lines.append("    model: " + describe_cost(self.costs[i]))
-        if self.costs:
-            lines.append(f"  predicted on {self.hardware}: {_time(self.predicted_s)} in {len(self.costs)} "
-                         f"launch{'es' if len(self.costs) != 1 else ''}; unfused {_time(self.predicted_unfused_s)} "
-                         f"in {len(self.baseline)}"
-                         + (f"; speedup {self.predicted_unfused_s / max(self.predicted_s, 1e-30):.2f}x"
-                            if self.fused else ""))
-        if self.decisions:
-            lines.append("  decisions:")
-            lines += [f"    {d}" for d in self.decisions]
-        return "\n".join(lines)
-
-
-def describe_cost(c: KernelCost) -> str:
-    """One line: FLOPs, bytes unfused -> fused, intensity, bound, predicted time."""
-    extra = []
-    if c.recompute_flops:
-        extra.append(f"{_flops(c.recompute_flops)} recomputed")
-    if c.intermediates:
-        extra.append(f"{c.intermediates} intermediate{'s' if c.intermediates != 1 else ''} on chip")
-    if c.bytes_spilled:
-        extra.append(f"{_bytes(c.bytes_spilled)} spilled")
-    return (f"{_flops(c.flops)}, {_bytes(c.bytes_unfused)} -> {_bytes(c.bytes)}, "
-            f"{c.intensity:.2f} FLOP/B, {c.bound}-bound, {_time(c.time_s)}"
-            + (f" ({', '.join(extra)})" if extra else ""))
-
-
-def _flops(x: float) -> str:
-    for unit, div in (("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
-        if x >= div:
-            return f"{x / div:.3g} {unit}"
-    return f"{x:.3g} FLOP"
-
-
-def _bytes(x: float) -> str:
-    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(x) >= div:
-            return f"{x / div:.3g} {unit}"
-    return f"{x:.0f} B"
-
-
-def _time(s: float) -> str:
-    if abs(s) >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s * 1e6:.3g} us"
+        """--emit plan (compiler/plan/describe.py prints it from the summary)."""
+        return format_plan(self.summary())
 
 
 def _loc(loc: str) -> str:
@@ -187,11 +133,10 @@ def _loc(loc: str) -> str:
 
 # ---- the planner -----------------------------------------------------------------------------
 
-def plan_chain(info: ChainInfo, target: str, fuse: bool = True, cores: int | None = None,
-               hw: hardware.HardwareProfile | None = None, tuned: dict | None = None) -> FusionPlan:
-    """Partition a chain's ops into kernels and pick tiles for `target` ('gpu' or 'cpu') on `hw`
-    (default: the target's default profile). `tuned` maps group signatures to measured tiles."""
-    hw = hw or hardware.get(None, target)
+def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool = True, cores: int | None = None,
+               tuned: dict | None = None) -> FusionPlan:
+    """Partition a chain's ops into kernels and pick tiles for `target` ('gpu' or 'cpu') on `hw`.
+    `tuned` maps group signatures to measured tiles."""
     if cores and hw.kind == "cpu":
         hw = replace(hw, units=cores)
     chooser = TileChooser(info, target, hw, tuned)
@@ -225,7 +170,10 @@ def _with_costs(plan: FusionPlan, chooser: TileChooser) -> FusionPlan:
     singles = [k for g in plan.groups for k in unfused_kernels(info, g.ops)]
     baseline = tuple(chooser.best(k).cost for k in sorted(singles, key=max))
     transfers = (("unfused", big_transfers(info, singles)), ("fused", big_transfers(info, [g.ops for g in plan.groups])))
-    return replace(plan, hardware=chooser.hw.name, costs=costs, baseline=baseline, candidates=cands,
+    hw = chooser.hw
+    roof = (("bandwidth", hw.bandwidth), ("peak_flops", hw.peak_flops), ("cache_bandwidth", hw.cache_bandwidth),
+            ("l2_bytes", hw.l2_bytes))
+    return replace(plan, hardware=hw.name, roof=roof, costs=costs, baseline=baseline, candidates=cands,
                    transfers=transfers)
 
 
@@ -323,9 +271,9 @@ class _Grower:
             where = (f"{hw.onchip_per_unit // 1024} KiB of shared memory/L1 per SM" if hw.kind == "gpu"
                      else f"{hw.onchip_per_unit // 1024} KiB L2 of a core")
             per = "per thread" if hw.kind == "gpu" else "per tile"
-            return (f"its on-chip intermediates ({_bytes(fused.onchip_bytes)} {per}) overflow the {where}: "
-                    f"spilling {_bytes(fused.bytes_spilled)} costs {_signed(d_spill)}")
-        return (f"predicted {_time(fused.time_s)} fused against {_time(now.time_s)} + {_time(apart.time_s)} "
+            return (f"its on-chip intermediates ({bytes_text(fused.onchip_bytes)} {per}) overflow the {where}: "
+                    f"spilling {bytes_text(fused.bytes_spilled)} costs {_signed(d_spill)}")
+        return (f"predicted {time_text(fused.time_s)} fused against {time_text(now.time_s)} + {time_text(apart.time_s)} "
                 f"apart ({fused.bound}-bound, occupancy {fused.occupancy:.0%})")
 
 
@@ -333,12 +281,12 @@ def _saved(nbytes: float, prod: OpInfo) -> str:
     size = prod.result_bytes
     k = nbytes / size if size else 0
     if size and 0.95 <= k <= 4.05 and abs(k - round(k)) < 0.05:
-        return f"{round(k)}x{_bytes(size)}"
-    return _bytes(nbytes)
+        return f"{round(k)}x{bytes_text(size)}"
+    return bytes_text(nbytes)
 
 
 def _signed(s: float) -> str:
-    return ("+" if s >= 0 else "-") + _time(abs(s))
+    return ("+" if s >= 0 else "-") + time_text(abs(s))
 
 
 def _make_group(info: ChainInfo, gid: int, members: set[int], chooser: TileChooser) -> Group:
@@ -362,9 +310,6 @@ def with_eager_transfers(plan: FusionPlan, linalg_text: str | None, context) -> 
     baseline an eager framework has."""
     if not linalg_text:
         return plan
-    from .analysis import analyze, tag_ops
-    from .errors import CompilerInternalError
-    from .mlir import ir
     try:
         module = ir.Module.parse(linalg_text, context=context)
         with context:
@@ -387,7 +332,7 @@ class PlanError(ValueError):
     """A hand-written plan that does not fit the chain."""
 
 
-def plan_from_dict(info: ChainInfo, target: str, spec: dict, hw: hardware.HardwareProfile | None = None) -> FusionPlan:
+def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProfile) -> FusionPlan:
     """A plan from {"groups": [{"ops": [...], "block_tiles": [...], "thread_tiles": [...]}]}.
     Fills and pads may be omitted: they join the group of their consumer. The model prices it
     (predicted times) but decides nothing."""
@@ -424,6 +369,5 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, hw: hardware.Hardwa
         raise PlanError(f"ops {missing} are in no group")
     groups.sort(key=lambda g: g.root)
     groups = [Group(i, g.root, g.ops, g.roles, g.block_tiles, g.thread_tiles, g.mapped) for i, g in enumerate(groups)]
-    hw = hw or hardware.get(None, target)
     plan = FusionPlan(info.func, target, True, tuple(groups), ("plan given by hand",), info)
     return _with_costs(plan, TileChooser(info, target, hw))

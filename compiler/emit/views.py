@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from .emit_values import EmitError, Elem, add, floordiv, is_int, mod, mul
-from .mlir import ir
+from .values import EmitError, Elem, add, floordiv, is_int, mod, mul
+from ..mlir import ir
 
 Index = tuple[str, ...]
 

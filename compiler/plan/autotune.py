@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Callable
 
 from .cost import Tiling
-from .hardware import cache_dir
-from .plan import FusionPlan
+from .hardware import cache_dir, profile_key
+from .planner import FusionPlan
 from .tilechoice import group_signature
 
 
@@ -39,7 +39,6 @@ def cache_key(signature: str, hw: str, target: str) -> str:
 def machine(plan: FusionPlan) -> str:
     """The hardware part of the key: the profile's name; for the cpu, this CPU and emitter."""
     if plan.target == "cpu" and plan.hardware == "cpu":
-        from .hardware import profile_key
         return profile_key()
     return plan.hardware
 

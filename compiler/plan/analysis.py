@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .errors import CompilerInternalError
-from .mlir import PassManager, ir
+from ..errors import CompilerInternalError
+from ..mlir import PassManager, ir
 
 ID_ATTR = "fusec.id"
 VIEW_OPS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape")
@@ -22,8 +22,6 @@ CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.conv_2d_nchw_fch
 # feeding selects are counted through the select)
 FREE_OPS = ("constant", "index_cast", "index_castui", "bitcast", "extf", "truncf", "sitofp", "uitofp", "fptosi",
             "fptoui", "extsi", "extui", "trunci")
-TRANSCENDENTAL = ("math.exp", "math.log", "math.tanh", "math.erf", "math.sqrt", "math.rsqrt", "math.sin",
-                  "math.cos", "math.powf", "math.exp2", "math.log2", "math.log1p", "math.expm1")
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import emit_cpu
-from .emit_values import (Constants, EmitError, Elem, add, atom, elem_of, elem_of_name, floordiv,
+from .. import mathfns
+from . import cpu as emit_cpu
+from .values import (Constants, EmitError, Elem, add, atom, elem_of, elem_of_name, floordiv,
                           mod, mul, no_rule)
-from .mlir import ir
+from ..mlir import ir
 
 _CMPF = {  # arith.cmpf predicate number -> template over a, b (NaN compares false except une)
     0: "False", 1: "{a} == {b}", 2: "{a} > {b}", 3: "{a} >= {b}", 4: "{a} < {b}", 5: "{a} <= {b}",
@@ -28,18 +29,16 @@ _BINARY = {"arith.addf": "+", "arith.subf": "-", "arith.mulf": "*", "arith.divf"
            "arith.ori": "|", "arith.xori": "^", "arith.shli": "<<", "arith.shrsi": ">>",
            "arith.shrui": ">>", "arith.floordivsi": "//", "arith.divui": "//", "arith.remui": "%"}
 
-_MATH_UNARY = {  # math op -> Python `math` function, identical on both targets
-    "math.exp": "exp", "math.exp2": "exp2", "math.expm1": "expm1", "math.log": "log",
-    "math.log2": "log2", "math.log10": "log10", "math.log1p": "log1p", "math.sqrt": "sqrt",
-    "math.tanh": "tanh", "math.sin": "sin", "math.cos": "cos", "math.tan": "tan",
-    "math.asin": "asin", "math.acos": "acos", "math.atan": "atan", "math.sinh": "sinh",
-    "math.cosh": "cosh", "math.asinh": "asinh", "math.acosh": "acosh", "math.atanh": "atanh",
-    "math.erf": "erf", "math.erfc": "erfc",
-}
-_MATH_BINARY = {"math.powf": "pow", "math.copysign": "copysign", "math.atan2": "atan2",
-                "arith.remf": "fmod"}
+_MATH_UNARY = mathfns.python_calls(1)     # math op -> Python `math` function, identical on both targets
+_MATH_BINARY = mathfns.python_calls(2)
 # floor/ceil/trunc: CUDA types math.floor(f32) as f32; CPU Numba returns an int, so use NumPy.
 _ROUNDING = {"math.floor": "floor", "math.ceil": "ceil", "math.trunc": "trunc"}
+
+
+def has_rule(op: str) -> bool:
+    """Whether the emitter writes the arith/math op `op` (as an expression or a helper call)."""
+    return (op in _BINARY or op in _MATH_UNARY or op in _MATH_BINARY or op in _ROUNDING or op in _RULES
+            or op in ("arith.constant", "ub.poison"))
 
 
 @dataclass

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .emit_values import EmitError, is_memref
-from .mlir import ir
+from .values import EmitError, is_memref
+from ..mlir import ir
 
 _VIEWS = ("memref.subview", "memref.cast", "memref.expand_shape", "memref.collapse_shape",
           "memref.reinterpret_cast")

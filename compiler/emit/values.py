@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import CompilerInternalError
-from .mlir import ir
+from ..errors import CompilerInternalError
+from ..mlir import ir
 
 
 class EmitError(CompilerInternalError):

@@ -4,9 +4,9 @@ The outermost scf.parallel of the CPU target is one `numba.prange` over all its 
 parallel loop runs serially (inside a CUDA thread, or inside a prange iteration)."""
 from __future__ import annotations
 
-from . import emit_views as views
-from .emit_values import EmitError, add, floordiv, is_int, is_memref, mod, mul
-from .emit_views import Array
+from . import views
+from .values import EmitError, add, floordiv, is_int, is_memref, mod, mul
+from .views import Array
 
 
 class ControlFlow:

@@ -1,0 +1,86 @@
+"""One frozen, keyword-only options object for a compile: everything that changes what the
+stages produce. Its `key()` is a stable hash (recorded in artifacts; the options part of a
+cache key).
+
+    target       'gpu' (kernels for cuda / cuda-sim) or 'cpu' (numba parallel loops)
+    hardware     the profile the cost model plans for (compiler/plan/hardware.py); None: the
+                 H200 datasheet for gpu (the cpu profile is measured, so a cpu compile must be
+                 given one: compiler/calibrate.py `hardware_profile`)
+    fuse         False: the unfused build (one kernel per linalg op) is the one that runs
+    baseline     also build the unfused build beside the fused one (for the speedup line)
+    disabled_passes  graph passes switched off by name (compiler/transforms/graph.py)
+    plans        hand-given plans by chain: (chain, plan JSON) pairs
+                 ({"groups": [{"ops": [...], "block_tiles": [...], "thread_tiles": [...]}]})
+    autotune     time the model's best tile candidates and keep the fastest (cached on disk)
+    tuned        measured tiles by group signature, JSON (what autotuning found; set by the
+                 pipeline, or given to pin them)
+    locations    print loc(...) in the stages' IR text
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields, replace
+
+from .plan.hardware import HardwareProfile
+
+TARGETS = ("gpu", "cpu")
+
+
+class OptionsError(ValueError):
+    """Options that do not fit together or name nothing (a user error)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompileOptions:
+    target: str = "gpu"
+    hardware: HardwareProfile | None = None
+    fuse: bool = True
+    baseline: bool = True
+    disabled_passes: frozenset[str] = frozenset()
+    plans: tuple[tuple[str, str], ...] = ()
+    autotune: bool = False
+    tuned: str | None = None
+    locations: bool = False
+
+    def __post_init__(self):
+        if self.target not in TARGETS:
+            raise OptionsError(f"unknown compile target {self.target!r}; expected one of {', '.join(TARGETS)}")
+        if not isinstance(self.disabled_passes, frozenset):
+            object.__setattr__(self, "disabled_passes", frozenset(self.disabled_passes))
+
+    @classmethod
+    def make(cls, options: "CompileOptions | dict | None" = None, **overrides) -> "CompileOptions":
+        """From an options object or a dict of its fields (plans may be a {chain: plan dict};
+        disabled_passes any iterable), with `overrides` applied on top."""
+        if isinstance(options, CompileOptions):
+            return replace(options, **overrides) if overrides else options
+        d = dict(options or {}, **overrides)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise OptionsError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                               f"known: {', '.join(sorted(known))}")
+        if isinstance(d.get("plans"), dict):
+            d["plans"] = tuple(sorted((k, v if isinstance(v, str) else json.dumps(v, sort_keys=True))
+                                      for k, v in d["plans"].items()))
+        if "disabled_passes" in d:
+            d["disabled_passes"] = frozenset(d["disabled_passes"])
+        return cls(**d)
+
+    def plan_for(self, chain: str) -> dict | None:
+        """The hand-given plan of `chain`, if any."""
+        text = dict(self.plans).get(chain)
+        return json.loads(text) if text else None
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["hardware"] = self.hardware.as_dict() if self.hardware else None
+        d["disabled_passes"] = sorted(self.disabled_passes)
+        d["plans"] = [list(p) for p in self.plans]
+        return d
+
+    def key(self) -> str:
+        """A stable hash of everything here (hardware by its full contents)."""
+        text = json.dumps(self.as_dict(), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,10 @@
+"""Planning: which linalg ops share a kernel, with what tiles, and why.
+
+`analysis.py` reads the graph-stage IR into plain data (ChainInfo: ops, loops, producers,
+users); `hardware.py` holds the machines as data (datasheet GPUs, the measured cpu profile's
+cache); `cost.py` is the cost model, pure functions from ChainInfo, ops, tiles and a profile
+to predicted numbers; `tilechoice.py` picks tiles by the model; `planner.py` grows the
+kernels and gives the FusionPlan (a frozen value); `describe.py` prints a plan (from its
+summary, so artifacts print without MLIR); `autotune.py` keeps measured tile choices. Nothing
+here rewrites IR.
+"""

@@ -1,0 +1,86 @@
+"""Tile and fuse a graph-stage module by its FusionPlan (stage `tiled`).
+
+Per kernel: tile the root with `tile_using_forall` (GPU blocks; cpu: chunks), fuse its
+producers into the forall, consumers first, then (gpu) tile again to threads and fuse the
+producers there too. Then canonicalize, CSE and one-shot bufferize the whole module. Pads
+become gather generics first (pad_to_generic.py), so they tile and fuse into conv tiles.
+"""
+from __future__ import annotations
+
+from ..mlir import ir
+from ..plan.analysis import ID_ATTR, payload_ops
+from ..plan.planner import FusionPlan, Group
+from .pad_to_generic import pad_to_generic
+from .script import ANY, GROUP, TAG, Step, apply_script, i64, match_tag, script_text, tag_of
+
+
+def tag_groups(func_op, plan: FusionPlan) -> None:
+    """Tag each op with (group, op); give every group its own copy of a shared fill or pad."""
+    ops = {ir.IntegerAttr(op.attributes[ID_ATTR]).value: op for op in payload_ops(func_op)}
+    for g in plan.groups:
+        for m in g.ops:
+            op = ops[m]
+            if TAG in op.attributes:          # a fill/pad already claimed by another group: copy it
+                clone = op.clone(ip=ir.InsertionPoint(op))
+                clone.attributes[TAG] = i64(tag_of(g.id, m))
+                members = {ops[k] for k in g.ops if k != m}
+                for use in list(op.results[0].uses):
+                    if use.owner in members:
+                        use.owner.operands[use.operand_number] = clone.results[0]
+            else:
+                op.attributes[TAG] = i64(tag_of(g.id, m))
+
+
+def transform_script(plan: FusionPlan) -> list[Step]:
+    """The tile-and-fuse script for a plan, as data."""
+    steps: list[Step] = []
+    gpu = plan.target == "gpu"
+    for g in plan.groups:
+        if g.serial:
+            continue
+        k = g.id
+        steps.append(match_tag(f"r{k}", tag_of(k, g.root)))
+        mapping = _mapping(g, "block") if gpu else ""
+        steps.append(Step(f"%t{k}, %f{k}_0 = transform.structured.tile_using_forall %r{k} tile_sizes "
+                          f"{list(g.block_tiles)}{mapping} : ({ANY}) -> ({ANY}, {ANY})"))
+        producers = [m for m in sorted(g.ops, reverse=True) if m != g.root]
+        loop = f"f{k}_0"
+        for n, p in enumerate(producers):
+            steps.append(match_tag(f"p{k}_{n}", tag_of(k, p)))
+            steps.append(Step(f"%q{k}_{n}, %f{k}_{n + 1} = transform.structured.fuse_into_containing_op "
+                              f"%p{k}_{n} into %{loop} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"))
+            loop = f"f{k}_{n + 1}"
+        steps.append(Step(f"%g{k} = transform.param.constant {k} : i64 -> !transform.param<i64>"))
+        steps.append(Step(f'transform.annotate %{loop} "{GROUP}" = %g{k} : {ANY}, !transform.param<i64>'))
+        if gpu and any(g.thread_tiles):
+            steps.append(Step(f"%tt{k}, %h{k}_0 = transform.structured.tile_using_forall %t{k} tile_sizes "
+                              f"{list(g.thread_tiles)}{_mapping(g, 'thread')} : ({ANY}) -> ({ANY}, {ANY})"))
+            loop = f"h{k}_0"
+            for n in range(len(producers)):
+                steps.append(Step(f"%qq{k}_{n}, %h{k}_{n + 1} = transform.structured.fuse_into_containing_op "
+                                  f"%q{k}_{n} into %{loop} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"))
+                loop = f"h{k}_{n + 1}"
+    steps.append(Step(f'%fn = transform.structured.match ops{{["func.func"]}} in %root : ({ANY}) -> {ANY}'))
+    steps.append(Step(f"transform.apply_patterns to %fn {{ transform.apply_patterns.canonicalization }} : {ANY}"))
+    steps.append(Step(f"transform.apply_cse to %fn : {ANY}"))
+    steps.append(Step(f"%buf = transform.bufferization.one_shot_bufferize %root {{bufferize_function_boundaries = "
+                      f"true, function_boundary_type_conversion = 1 : i32}} : ({ANY}) -> {ANY}"))
+    return steps
+
+
+def _mapping(g: Group, level: str) -> str:
+    dims = "zyx"[3 - len(g.mapped):]
+    return " (mapping = [" + ", ".join(f"#gpu.{level}<{d}>" for d in dims) + "])"
+
+
+def tile_and_fuse(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
+    """Apply every chain's plan to its func (tensor level), then bufferize. Stage `tiled`."""
+    with module.context, ir.Location.unknown():
+        pad_to_generic(module)
+        steps = []
+        for f in module.body.operations:
+            plan = plans[ir.StringAttr(f.attributes["sym_name"]).value]
+            tag_groups(f, plan)
+            steps += transform_script(plan)[:-4]
+        steps += transform_script(FusionPlan("", "cpu", True, (), (), None))  # the shared tail
+        apply_script(module, script_text(steps), "tiled")

@@ -1,0 +1,38 @@
+"""The one options object of a compile: frozen, keyword-only, a stable hash of everything in it."""
+import dataclasses
+
+import pytest
+
+from fusec.compiler.options import CompileOptions, OptionsError
+from fusec.compiler.plan.hardware import GPUS
+
+
+def test_options_are_frozen_and_keyword_only():
+    o = CompileOptions(target="cpu", fuse=False)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        o.fuse = True
+    with pytest.raises(TypeError):
+        CompileOptions("cpu")                      # noqa: the point is that this is refused
+
+
+def test_the_key_is_stable_and_changes_with_every_field():
+    base = CompileOptions(hardware=GPUS["h200"])
+    assert base.key() == CompileOptions(hardware=GPUS["h200"]).key()
+    variants = [dict(target="cpu"), dict(hardware=GPUS["h100"]), dict(fuse=False), dict(baseline=False),
+                dict(disabled_passes=frozenset({"cse"})), dict(plans=(("f", "{}"),)), dict(autotune=True),
+                dict(tuned="{}"), dict(locations=True)]
+    keys = {dataclasses.replace(base, **v).key() for v in variants}
+    assert len(keys) == len(variants) and base.key() not in keys
+    names = {k for v in variants for k in v}
+    assert names == {f.name for f in dataclasses.fields(CompileOptions)}, "a field the key test does not vary"
+
+
+def test_make_takes_a_dict_with_plans_by_chain_and_refuses_unknown_keys():
+    o = CompileOptions.make({"plans": {"f": {"groups": [{"ops": [1]}]}}, "disabled_passes": ["cse"]}, fuse=False)
+    assert o.plan_for("f") == {"groups": [{"ops": [1]}]} and o.plan_for("g") is None
+    assert o.disabled_passes == frozenset({"cse"}) and not o.fuse
+    assert CompileOptions.make(o) is o
+    with pytest.raises(OptionsError, match="unknown option fusion; known: autotune, baseline"):
+        CompileOptions.make({"fusion": False})
+    with pytest.raises(OptionsError, match="unknown compile target 'cuda'"):
+        CompileOptions(target="cuda")
