@@ -397,25 +397,160 @@ def test_typed_format_is_deterministic():
 
 # ---- FDSL.md itself --------------------------------------------------------------------------
 
-import os
+# docs/FDSL.md is the language reference and part of the repository: these tests never skip
+# (fdsl_doc.py says what counts as a program and as a documented error).
+
 import re
 
-FDSL_MD = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "FDSL.md")
+from fdsl_doc import doc_programs as _doc_programs
+from fdsl_doc import doc_text as _doc_text
+from fusec.dsl import ast as A
+from fusec.dsl.ops import OPS, REQUIRED
+from fusec.dsl.parser import parse
 
 
-def _doc_programs():
-    with open(FDSL_MD) as f:
-        text = f.read()
-    return [b for b in re.findall(r"```\n(.*?)```", text, re.S) if "chain " in b]
-
-
-@pytest.mark.skipif(not os.path.exists(FDSL_MD), reason="../shared/FDSL.md is not beside this checkout")
 def test_every_program_in_fdsl_md_checks():
-    progs = _doc_programs()
+    progs = [src for src, err, _ in _doc_programs() if err is None]
     assert len(progs) >= 2
     for src in progs:
         mod = fusec.check(src)
+        assert mod.chains
         for c in mod.chains:
             assert c.output_types, c.name
     mlp = fusec.check(progs[0]).chain("mlp")
     assert str(mlp.output_types[0]) == "f32[M, 768]"
+
+
+_DOC_ERRORS = [(src, err, path) for src, err, path in _doc_programs() if err is not None]
+
+
+def test_fdsl_md_documents_errors_with_notes():
+    assert len(_DOC_ERRORS) >= 2
+    # the first one is the contract's example: a shape error, with a note at the declaration
+    first = _DOC_ERRORS[0][1].splitlines()
+    assert "shapes do not broadcast" in first[0] and "^" in first[2]
+    assert ": note: " in _DOC_ERRORS[0][1]
+
+
+@pytest.mark.parametrize("src,expected,path", _DOC_ERRORS, ids=[p for _, _, p in _DOC_ERRORS])
+def test_every_error_in_fdsl_md_is_what_fusec_prints(src, expected, path):
+    with pytest.raises(FdslError) as info:
+        fusec.check(parse(src, path))
+    assert info.value.render() == expected
+
+
+def test_fdsl_md_claims_about_types_hold():
+    mods = {c.name: c for src, err, _ in _doc_programs() if err is None for c in fusec.check(src).chains}
+    # symbols unify: N meets 64
+    assert [str(n.type) for n in mods["unified"].param_nodes] == ["f32[M, 64]", "f32[64]"]
+    # weak literals adopt their context's dtype; where with two literal branches is f32
+    assert [str(t) for t in mods["literals"].output_types] == ["f16[N]", "i32[N]", "f32[N]"]
+    assert {n.type.dtype.name for n in mods["literals"].nodes if n.op == "constant"} == {"f16", "i32", "f32"}
+    assert str(mods["heads"].output_types[0]) == "f32[4, S, 32]"
+
+
+# The operator tables: one row per op of dsl/ops.py, `| `name(args)` | dtypes | result | semantics |`.
+
+_ROW = re.compile(r"^\|\s*`(\w+)\(([^`]*)\)`\s*\|(.*)\|\s*$")
+
+
+def _op_rows() -> list[tuple[str, str, list[str]]]:
+    """(name, signature, [dtypes, result, semantics]) for every row of FDSL.md's operator tables."""
+    rows = []
+    for line in _doc_text().splitlines():
+        m = _ROW.match(line)
+        if m:
+            rows.append((m.group(1), f"{m.group(1)}({m.group(2)})", [c.strip() for c in m.group(3).split("|")]))
+    return rows
+
+
+def test_fdsl_md_operator_table_lists_every_op_once():
+    names = [name for name, _, _ in _op_rows()]
+    assert not set(OPS) - set(names), f"ops missing from docs/FDSL.md's operator table: {sorted(set(OPS) - set(names))}"
+    assert not set(names) - set(OPS), f"not ops of dsl/ops.py: {sorted(set(names) - set(OPS))}"
+    assert len(names) == len(set(names)), "an op has two rows"
+    for name, _, cells in _op_rows():
+        assert len(cells) == 3 and all(cells), f"{name}: expected dtypes, result and semantics"
+
+
+def _literal(e: A.Expr):
+    if isinstance(e, (A.Num, A.Str, A.Bool)):
+        return e.value
+    if isinstance(e, A.Unary) and isinstance(e.operand, A.Num):
+        return -e.operand.value
+    if isinstance(e, A.Name) and e.id == "none":
+        return None
+    raise AssertionError(f"not a default value: {e}")
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_fdsl_md_signature_matches_the_op_table(name):
+    (sig,) = [sig for n, sig, _ in _op_rows() if n == name]
+    (call,) = parse(f"chain t() -> f32 {{\n    return {sig}\n}}\n").chains[0].body[0].values
+    assert isinstance(call, A.Call) and call.func == name
+    op = OPS[name]
+    required = [a.name for a in op.args if a.default is REQUIRED]
+    optional = [(a.name, a.default) for a in op.args if a.default is not REQUIRED]
+    assert [a.id if isinstance(a, A.Name) else a for a in call.args] == required, sig
+    documented = [(k.name, _literal(k.value)) for k in call.kwargs]
+    assert [k for k, _ in documented] == [k for k, _ in optional], sig
+    for (k, got), (_, want) in zip(documented, optional):
+        assert type(got) is type(want) and got == want, f"{sig}: default of {k} is {want!r}"
+
+
+_CLASSES = {"float": ("f16", "bf16", "f32", "f64")}
+_CLASSES["numeric"] = _CLASSES["float"] + ("i32", "i64")
+_CLASSES["any"] = _CLASSES["numeric"] + ("bool",)
+_PROBE_SHAPES = {"batchnorm": ["[4, 4]", "[4]", "[4]", "[4]", "[4]"], "conv2d": ["[1, 4, 6, 6]", "[4, 4, 3, 3]"]}
+_PROBE_STATICS = {"permute": "[1, 0]", "reshape": "[16]", "broadcast_to": "[2, 4, 4]", "cast": "f32"}
+
+
+def _dtype_rule(name: str, cell: str) -> dict[str, tuple[str, ...] | None]:
+    """A dtypes cell, `CLASS` or `` `arg`, `arg` CLASS-or-dtype; ... ``, as {arg: allowed dtypes};
+    None for the arguments that take the probed dtype."""
+    tensors = [a.name for a in OPS[name].args if a.kind == "tensor"]
+    if cell in _CLASSES:
+        return {a: None for a in tensors}
+    rule = {}
+    for part in cell.split(";"):
+        *args, what = part.replace(",", " ").split()
+        assert what in _CLASSES or what in _CLASSES["any"], f"{name}: unknown dtype rule {part!r}"
+        for a in args:
+            rule[a.strip("`")] = None if what in _CLASSES else (what,)
+    assert sorted(rule) == sorted(tensors), f"{name}: the dtypes cell must name every tensor argument"
+    return rule
+
+
+def _varying_class(cell: str) -> tuple[str, ...]:
+    word = cell if cell in _CLASSES else next(w for w in cell.replace(";", " ").split() if w in _CLASSES)
+    return _CLASSES[word]
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_fdsl_md_dtype_and_result_rules_hold(name):
+    """Probe the checker with every dtype: exactly the documented ones are accepted, with the
+    documented result dtype."""
+    (cells,) = [c for n, _, c in _op_rows() if n == name]
+    dtypes_cell, result_cell = cells[0], cells[1]
+    rule = _dtype_rule(name, dtypes_cell)
+    allowed = _varying_class(dtypes_cell)
+    tensors = [a.name for a in OPS[name].args if a.kind == "tensor"]
+    shapes = _PROBE_SHAPES.get(name, ["[4, 4]"] * len(tensors))
+    for dt in _CLASSES["any"]:
+        params = ", ".join(f"{a}: {(rule[a] or (dt,))[0]}{s}" for a, s in zip(tensors, shapes))
+        args = ", ".join(tensors + ([_PROBE_STATICS[name]] if name in _PROBE_STATICS else []))
+        src = f"chain probe({params}) -> f32 {{\n    y = {name}({args})\n    return sum(cast(y, f32))\n}}\n"
+        if dt not in allowed:
+            with pytest.raises(FdslError) as info:
+                fusec.check(src)
+            assert info.value.diagnostics[0].span.line == 2, info.value.render()
+            continue
+        node = next(n for n in fusec.check(src).chain("probe").nodes if n.op == name)
+        if result_cell.startswith("bool"):
+            want = "bool"
+        elif result_cell.startswith("`dtype`"):
+            want = _PROBE_STATICS[name]
+        else:
+            assert result_cell.startswith("same"), f"{name}: unknown result rule {result_cell!r}"
+            want = dt
+        assert node.type.dtype.name == want, f"{name} on {dt}: {node.type}"

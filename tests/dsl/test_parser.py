@@ -1,5 +1,6 @@
 """The FDSL parser: every documented program parses, precedence and layout rules hold,
 spans are exact, and syntax errors are friendly FdslErrors at exact line:col."""
+import re
 import textwrap
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fdsl_doc import doc_programs
 from fusec.dsl import ast
 from fusec.dsl.diagnostics import FdslError
 from fusec.dsl.parser import format_ast, format_expr, parse
@@ -15,7 +17,36 @@ from fusec.dsl.parser import format_ast, format_expr, parse
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-# ---- every program in FDSL.md ---------------------------------------------------------
+# ---- every program in FDSL.md (fdsl_doc.py says what counts as a program and an error) ------
+
+DOC_PROGRAMS = doc_programs()
+
+
+def _doc_id(program: tuple[str, str | None, str]) -> str:
+    m = re.search(r"^\s*chain\s+(\w+)", program[0], re.M)
+    return (m.group(1) if m else "program") + ("-error" if program[1] else "")
+
+
+def test_fdsl_md_holds_the_contract_programs():
+    assert len(DOC_PROGRAMS) >= 10
+    sources = [src for src, _, _ in DOC_PROGRAMS]
+    assert sources[0] == MLP  # verbatim, and first
+    assert MLP_PIPED in sources
+    assert sum(1 for _, err, _ in DOC_PROGRAMS if err) >= 1
+
+
+@pytest.mark.parametrize("src,expected,path", DOC_PROGRAMS, ids=[_doc_id(p) for p in DOC_PROGRAMS])
+def test_every_program_in_fdsl_md_parses(src, expected, path):
+    """Every program parses, except a documented syntax error, which fails exactly as documented."""
+    try:
+        module = parse(src, path)
+    except FdslError as e:
+        assert expected is not None, f"an undocumented syntax error:\n{e.render()}"
+        assert e.render() == expected
+        return
+    assert module.chains
+    assert format_ast(module)  # the printer handles every node kind
+
 
 MLP = """\
 # examples/mlp.fdsl — a transformer MLP block with a residual connection
