@@ -85,11 +85,13 @@ def _gelu(x, approximate):
     return _c(x, 0.5) * x * (_c(x, 1) + _erf(x / _c(x, math.sqrt(2))))
 
 
-_erf_ufunc = np.frompyfunc(math.erf, 1, 1)
+def _scalar_math(fn):
+    """A Python `math` function over an array, elementwise (NumPy has no erf/erfc)."""
+    ufunc = np.frompyfunc(fn, 1, 1)
+    return lambda x: np.asarray(ufunc(x), dtype=object).astype(x.dtype)
 
 
-def _erf(x):
-    return np.asarray(_erf_ufunc(x), dtype=object).astype(x.dtype)
+_erf = _scalar_math(math.erf)
 
 
 UNARY: dict[str, tuple[str, Callable, str]] = {
@@ -105,6 +107,8 @@ UNARY: dict[str, tuple[str, Callable, str]] = {
     "relu": ("numeric", lambda x: np.maximum(x, _c(x, 0)), "max(x, 0)"),
     "silu": ("float", lambda x: x * _sigmoid(x), "x*sigmoid(x)"),
     "erf": ("float", _erf, "the error function"),
+    "erfc": ("float", _scalar_math(math.erfc), "1 - erf(x), accurate where erf(x) is near 1"),
+    "log1p": ("float", np.log1p, "log(1 + x), accurate for small x"),
     "sin": ("float", np.sin, "sine"),
     "cos": ("float", np.cos, "cosine"),
     "floor": ("float", np.floor, "round down"),
@@ -112,7 +116,7 @@ UNARY: dict[str, tuple[str, Callable, str]] = {
     "reciprocal": ("float", lambda x: _c(x, 1) / x, "1/x"),
     "square": ("numeric", lambda x: x * x, "x*x"),
 }
-POSITIVE_UNARY = {"log", "sqrt", "rsqrt", "reciprocal"}
+POSITIVE_UNARY = {"log", "log1p", "sqrt", "rsqrt", "reciprocal"}
 
 
 def _unary_infer(name: str, domain: str):

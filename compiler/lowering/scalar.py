@@ -135,6 +135,8 @@ EMITTERS: dict[str, Emitter] = {
     "relu": _unary(lambda x: maximum(x, c(0, x))),
     "silu": _unary(lambda x: mul(x, sigmoid(x))),
     "erf": _unary(math.erf),
+    "erfc": _unary(math.erfc),
+    "log1p": _unary(math.log1p),
     "sin": _unary(math.sin),
     "cos": _unary(math.cos),
     "floor": _unary(math.floor),
