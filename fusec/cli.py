@@ -2,9 +2,10 @@
 
     fusec FILE [--target T] [--emit STAGE] [--inputs in.npz] [--save out.npz] [--bind M=64,...]
                [--report r.json] [--no-fuse] [--dump-dir DIR] [--explain] [--hw NAME]
-               [--autotune] [--plot DIR]
+               [--autotune] [--plot DIR] [--kernel-report]
     fusec compile FILE -o DIR [--target T] [--bind ...]     write a compiled artifact
-    fusec run DIR [--inputs in.npz] [--save out.npz]        run one (no MLIR needed)
+    fusec run DIR [--inputs in.npz] [--save out.npz] [--kernel-report]
+                                                            run one (no MLIR needed)
     fusec test PATH... [--update] [--target T]              golden tests
 
 Exit status: 0 ok, 1 a mistake in the input (printed as file:line:col diagnostics),
@@ -87,7 +88,26 @@ def _main_parser() -> argparse.ArgumentParser:
                    help="time the model's best tile candidates on the target and keep the fastest "
                         "(cached on disk by kernel, shapes, dtype and hardware)")
     p.add_argument("--plot", metavar="DIR", help="write roofline.png, traffic.png and breakdown.png to DIR")
+    _kernel_report_flag(p)
     return p
+
+
+def _kernel_report_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kernel-report", action="store_true",
+                   help="cuda, cuda-sim: also print each chain's GPU kernels as measured without a GPU (registers, "
+                        "local memory, spills, shared memory from ptxas -v; occupancy and waves; coalescing traced "
+                        "on the simulator); on cuda without a GPU the chains are compiled and reported, not run")
+
+
+def _check_kernel_report(args, target: str) -> None:
+    if getattr(args, "kernel_report", False) and target not in ("cuda", "cuda-sim"):
+        raise UsageError(f"--kernel-report needs --target cuda or cuda-sim, not {target}")
+
+
+def _no_gpu(target: str) -> bool:
+    """--target cuda, and no CUDA GPU this process can use."""
+    from fusec.runtime.targets import best_available
+    return target == "cuda" and best_available() != "cuda"
 
 
 def _hw_names() -> tuple[str, ...]:
@@ -161,6 +181,7 @@ def _cmd_main(args: argparse.Namespace) -> int:
     if (args.explain or args.plot or args.autotune) and name not in COMPILED:
         raise UsageError(f"--explain, --plot and --autotune need a compiled target (cuda, cuda-sim, cpu), "
                          f"not {name}")
+    _check_kernel_report(args, name)
     given = npz.load(args.inputs) if args.inputs else {}
     bind = api.parse_bind(",".join(args.bind))
     plans = [(c, *_inputs_for(c, given.get(c.name, {}).get("in"), bind, args.seed)) for c in chains]
@@ -169,6 +190,8 @@ def _cmd_main(args: argparse.Namespace) -> int:
         if args.emit:
             print(texts[args.emit], end="" if texts[args.emit].endswith("\n") else "\n")
             return 0
+    if args.kernel_report and _no_gpu(name):
+        return _report_without_running(args, plans)
     program = _program(args.file, name, args)
     if program.target.compiled:
         return _run_compiled(args, program, plans)
@@ -205,6 +228,8 @@ def _program(path_or_source: str, target: str | None, args, baseline: bool = Tru
 def _run_compiled(args, program, plans) -> int:
     """The main job: compile each chain, run it fused and unfused, check it, report."""
     from fusec.compiler.plan.describe import format_plan
+    from fusec.program import artifact_kernel_report
+    from fusec.runtime import artifact as art
     from .report import run_and_check
     reports, saved = [], {}
     for chain, inputs, binding in plans:
@@ -212,6 +237,8 @@ def _run_compiled(args, program, plans) -> int:
         if args.explain:
             print(format_plan(compiled.plan, explain=True, binding=binding))
         rep = run_and_check(compiled, inputs, running="fused" if program.options.fuse else "unfused")
+        if args.kernel_report:
+            rep.kernel_report = artifact_kernel_report(art.load(compiled.artifact_dir), chain.name)
         print(rep.format())
         reports.append(rep)
         saved[chain.name] = _entry(chain, inputs, rep.outputs)
@@ -220,6 +247,25 @@ def _run_compiled(args, program, plans) -> int:
         for path in write_plots(reports, args.plot):
             print(f"wrote {path}")
     return _finish(args, reports, saved)
+
+
+_NOT_RUN = "no CUDA GPU here (the kernel report needs none)"
+
+
+def _report_without_running(args, plans) -> int:
+    """--kernel-report on cuda without a GPU: compile each chain and report its kernels."""
+    from fusec.compiler.pipeline import build_chain
+    from fusec.program import build_kernel_report, compile_options
+    from .report import UnrunReport
+    options = compile_options(Target("cuda"), _user_options(args, baseline=False))
+    reports = []
+    for chain, _inputs, binding in plans:
+        built = build_chain(chain, binding, options)
+        rep = UnrunReport(chain.name, "cuda", dict(binding), built.plan.summary(), build_kernel_report(built),
+                          _NOT_RUN, "fused" if options.fuse else "unfused")
+        print(rep.format())
+        reports.append(rep)
+    return _finish(args, reports, {})
 
 
 def _finish(args, reports, saved) -> int:
@@ -402,6 +448,7 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--target", choices=("cuda", "cuda-sim", "cpu"),
                    help="override the artifact's target (cuda artifacts also run on cuda-sim)")
+    _kernel_report_flag(p)
     return p
 
 
@@ -429,7 +476,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from fusec.dsl.checker import check
     from fusec.dsl.parser import parse
-    from fusec.program import load_chain
+    from fusec.program import artifact_kernel_report, load_chain
     from fusec.runtime import artifact as art
     from fusec.runtime.targets import select
     from .report import run_and_check
@@ -437,8 +484,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     name = args.target or a.target
     if a.target == "cpu" and name != "cpu" or a.target != "cpu" and name == "cpu":
         raise UsageError(f"{args.artifact} was compiled for {a.target}; it cannot run on {name}")
-    target = select(name)
+    _check_kernel_report(args, name)
     typed = check(parse(a.source(), a.source_path))
+    if args.kernel_report and _no_gpu(name):
+        return _report_artifact_without_running(args, a, typed)
+    target = select(name)
     given = npz.load(args.inputs) if args.inputs else {}
     reports, saved = [], {}
     for cname, meta in a.chains.items():
@@ -449,7 +499,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
         else:
             inputs = reference.random_inputs(chain, meta.binding, args.seed)
         rep = run_and_check(load_chain(a, chain, target), inputs)
+        if args.kernel_report:
+            rep.kernel_report = artifact_kernel_report(a, cname)
         print(rep.format())
         reports.append(rep)
         saved[cname] = _entry(chain, inputs, rep.outputs)
     return _finish(args, reports, saved)
+
+
+def _report_artifact_without_running(args, a, typed: TypedModule) -> int:
+    """fusec run DIR --kernel-report on cuda without a GPU: report each chain's kernels."""
+    from fusec.program import artifact_kernel_report
+    from .report import UnrunReport
+    build = "fused" if a.options.get("fuse", True) else "unfused"
+    reports = []
+    for name, meta in a.chains.items():
+        binding = {s: meta.binding[s] for s in typed.chain(name).symbols}
+        reports.append(UnrunReport(name, "cuda", binding, meta.plan, artifact_kernel_report(a, name), _NOT_RUN, build))
+        print(reports[-1].format())
+    return _finish(args, reports, {})

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -183,6 +183,7 @@ def write_artifact(directory: str | Path, target: Target, source_path: str, sour
         entry = main.emitted.entries[b.chain.name]
         metas = {name: {"host": st.emitted.entries[b.chain.name].host,
                         "kernels": list(st.emitted.entries[b.chain.name].kernels),
+                        "launches": [asdict(x) for x in st.emitted.entries[b.chain.name].launches],
                         "plan_kernels": st.plan.kernel_count} for name, st in b.builds.items()}
         meta = art.ChainArtifact(b.chain.name, dict(b.binding), list(entry.arg_types), list(entry.result_types),
                                  metas, main.plan.summary(), b.seconds())
@@ -191,6 +192,33 @@ def write_artifact(directory: str | Path, target: Target, source_path: str, sour
     as_data = dict(options.as_dict(), hardware=options.hardware.name if options.hardware else None)
     return art.write(directory, target=target.name, source_path=source_path, source=source, version=__version__,
                      chains=chains, options=as_data, options_key=options.key(), hardware=hardware)
+
+
+def build_kernel_report(built) -> list:
+    """The GPU kernel report (fusec.compiler.report) of a chain build's running build, for the
+    profile it was planned for."""
+    from fusec.compiler.pipeline import planning_profile
+    from fusec.compiler.report import report_kernels
+    emitted = built.main.emitted
+    return report_kernels(emitted.source, emitted.entries[built.chain.name], planning_profile(built.options))
+
+
+def artifact_kernel_report(artifact: art.Artifact, chain: str) -> list:
+    """The GPU kernel report of a chain's running build in an artifact (the launches its
+    manifest records), for the profile it was planned for."""
+    from fusec.compiler.emitted import Entry, Launch
+    from fusec.compiler.plan.hardware import DEFAULT_GPU, GPUS, profile_from_dict
+    from fusec.compiler.report import report_kernels
+    meta = artifact.chains[chain]
+    build = meta.builds["fused"]
+    if "launches" not in build:
+        raise art.ArtifactError(f"{artifact.directory} records no kernel launches (an older fusec wrote it); "
+                                "recompile it")
+    launches = tuple(Launch(x["kernel"], x["kind"], x["group"], tuple(x["grid"]), tuple(x["block"]))
+                     for x in build["launches"])
+    entry = Entry(build["host"], tuple(build["kernels"]), tuple(meta.inputs), tuple(meta.outputs), launches)
+    hw = profile_from_dict(artifact.hardware) if artifact.hardware else GPUS[DEFAULT_GPU]
+    return report_kernels((artifact.directory / build["module"]).read_text(), entry, hw)
 
 
 def _timer(chain: TypedChain, binding: dict[str, int], target: Target):

@@ -1,6 +1,6 @@
 """Run a compiled chain against the reference and describe the result (text and JSON), with the
 cost model's predictions beside the measurements (the plan itself is printed by
-fusec.compiler.plan.describe)."""
+fusec.compiler.plan.describe) and, when asked for, the GPU kernel report (fusec.compiler.report)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,6 +9,7 @@ import numpy as np
 
 from fusec.compiler.plan.describe import ms as _ms
 from fusec.compiler.plan.describe import transfers_line
+from fusec.compiler.report import KernelReport, format_report
 from fusec.runtime import reference
 from fusec.runtime.compare import Comparison, compare, compare_to_truth
 from fusec.runtime.executable import Timing
@@ -30,6 +31,8 @@ class ChainReport:
     unfused_kernels: int | None = None
     compile_seconds: dict[str, float] = field(default_factory=dict)
     running: str = "fused"          # which build produced `outputs`
+    untimed: str | None = None      # why the builds were not timed (cuda-sim)
+    kernel_report: list[KernelReport] | None = None   # of the build that ran (--kernel-report)
 
     @property
     def ok(self) -> bool:
@@ -80,29 +83,21 @@ class ChainReport:
             "plan": self.plan, "unfused_kernels": self.unfused_kernels,
             "time": {"fused": self.fused.as_dict() if self.fused else None,
                      "unfused": self.unfused.as_dict() if self.unfused else None,
-                     "speedup": self.speedup},
+                     "speedup": self.speedup, "note": self.untimed},
             "model": self.predicted(),
             "numerics": [{"output": i, "type": t, "ok": c.ok, "max_abs_err": c.max_abs, "max_rel_err": c.max_rel,
                           "worst_index": list(c.worst_index), "rtol": c.rtol, "atol": c.atol}
                          for i, (c, t) in enumerate(zip(self.comparisons, self.output_types))],
             "compile_seconds": self.compile_seconds,
+            "kernel_report": _kernel_dicts(self.kernel_report),
         }
 
     def format(self) -> str:
-        bound = ", ".join(f"{k}={v}" for k, v in self.binding.items())
-        p = self.plan
-        k = p["kernels"]
-        lines = [f"chain {self.chain}{f' [{bound}]' if bound else ''} on {self.target}"
-                 f"{' (unfused build: --no-fuse)' if self.running == 'unfused' else ''}",
-                 f"  {p['ops']} ops -> {k} kernel{'s' if k != 1 else ''}"
-                 + (f" (unfused: {self.unfused_kernels})" if self.unfused_kernels is not None else "")]
-        for g in p["groups"]:
-            ops = ", ".join(f"%{o['id']} {o['label']}" + (" [root]" if o["role"] == "root" else "")
-                            for o in g["ops"] if o["role"] != "init")
-            tiles = "one thread" if g["serial"] else f"block tile {g['block_tiles']}" + (
-                f", threads {g['threads']}" if g["thread_tiles"] else "")
-            lines.append(f"    kernel {g['kernel']}: {ops}; {tiles}")
-        if self.fused:
+        lines = plan_lines(self.chain, self.binding, self.target, self.plan,
+                           " (unfused build: --no-fuse)" if self.running == "unfused" else "", self.unfused_kernels)
+        if self.untimed:
+            lines.append(f"  time: {self.untimed}")
+        elif self.fused:
             t = f"  time: fused {self.fused.median_s * 1e3:.3f} ms"
             if self.unfused:
                 t += (f", unfused {self.unfused.median_s * 1e3:.3f} ms, speedup {self.speedup:.2f}x"
@@ -116,6 +111,8 @@ class ChainReport:
             verdict = "ok" if c.ok else "MISMATCH"
             lines.append(f"  out {i} {t}: max abs err {c.max_abs:.3g}, max rel err {c.max_rel:.3g} -> {verdict}"
                          + (f" ({c.note})" if c.note else ""))
+        if self.kernel_report is not None:
+            lines += kernel_lines(self.kernel_report, self.plan, self.running)
         return "\n".join(lines)
 
 
@@ -140,9 +137,62 @@ class ChainReport:
         return out
 
 
+@dataclass
+class UnrunReport:
+    """A chain compiled for a target it cannot run on here, with its kernel report
+    (--kernel-report on cuda without a GPU)."""
+    chain: str
+    target: str
+    binding: dict[str, int]
+    plan: dict
+    kernel_report: list[KernelReport]
+    why: str                        # why it did not run
+    running: str = "fused"          # the build reported
+
+    def failures(self) -> list[str]:
+        return []
+
+    def as_dict(self) -> dict:
+        return {"chain": self.chain, "target": self.target, "binding": self.binding, "build": self.running,
+                "plan": self.plan, "ran": False, "why": self.why, "kernel_report": _kernel_dicts(self.kernel_report)}
+
+    def format(self) -> str:
+        return "\n".join(plan_lines(self.chain, self.binding, self.target, self.plan)
+                         + [f"  not run: {self.why}"] + kernel_lines(self.kernel_report, self.plan, self.running))
+
+
+def plan_lines(chain: str, binding: dict[str, int], target: str, plan: dict, build_note: str = "",
+               unfused_kernels: int | None = None) -> list[str]:
+    """The heading of a chain's report: the chain, the target, and the kernels it became."""
+    bound = ", ".join(f"{k}={v}" for k, v in binding.items())
+    k = plan["kernels"]
+    lines = [f"chain {chain}{f' [{bound}]' if bound else ''} on {target}{build_note}",
+             f"  {plan['ops']} ops -> {k} kernel{'s' if k != 1 else ''}"
+             + (f" (unfused: {unfused_kernels})" if unfused_kernels is not None else "")]
+    for g in plan["groups"]:
+        ops = ", ".join(f"%{o['id']} {o['label']}" + (" [root]" if o["role"] == "root" else "")
+                        for o in g["ops"] if o["role"] != "init")
+        tiles = "one thread" if g["serial"] else f"block tile {g['block_tiles']}" + (
+            f", threads {g['threads']}" if g["thread_tiles"] else "")
+        lines.append(f"    kernel {g['kernel']}: {ops}; {tiles}")
+    return lines
+
+
+def kernel_lines(reports: list[KernelReport], plan: dict, running: str) -> list[str]:
+    """The kernel report of a build, indented under its chain."""
+    hw = (plan.get("model") or {}).get("hardware", "the planned GPU")
+    head = f"  kernel report of the {running} build for {hw} (ptxas -v, occupancy, coalescing traced on the simulator):"
+    return [head] + ["    " + line for line in format_report(reports).splitlines()]
+
+
+def _kernel_dicts(reports: list[KernelReport] | None) -> list[dict] | None:
+    return None if reports is None else [r.as_dict() for r in reports]
+
+
 def run_and_check(compiled: CompiledChain, inputs: list[np.ndarray], timing: bool = True,
                   running: str = "fused") -> ChainReport:
-    """Run the chain's build, time it and its unfused baseline, compare with the reference."""
+    """Run the chain's build, time it and its unfused baseline, compare with the reference.
+    On a target whose times mean nothing (cuda-sim) each build runs once, untimed."""
     chain = compiled.chain
     outs = compiled.fused(*inputs)
     want = reference.run_chain(chain, inputs, compiled.binding)
@@ -156,7 +206,11 @@ def run_and_check(compiled: CompiledChain, inputs: list[np.ndarray], timing: boo
                       compile_seconds=dict(compiled.compile_seconds), running=running)
     if compiled.unfused is not None:
         rep.unfused_kernels = compiled.kernel_counts.get("unfused")
-    if timing:
+    if timing and compiled.target.untimed:
+        rep.untimed = compiled.target.untimed
+        if compiled.unfused is not None:
+            compiled.unfused(*inputs)
+    elif timing:
         rep.fused = compiled.fused.time(inputs)
         if compiled.unfused is not None:
             rep.unfused = compiled.unfused.time(inputs)

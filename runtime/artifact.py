@@ -4,7 +4,8 @@ A directory holding, for one FDSL file, one target and one symbol binding per ch
 
     manifest.json          compiler version, target, the compile options and their hash, the
                            hardware profile planned for; per chain: binding, input and output
-                           types, entry points, kernel list, plan summary, compile times
+                           types, entry points, kernel list and (cuda) launches, plan summary,
+                           compile times
     source.fdsl            the FDSL text (the reference executor re-checks it with Lark)
     <chain>.fused.py       the emitted kernels + host function (fused plan)
     <chain>.unfused.py     the same chain, one kernel per linalg op (the baseline/fallback)
@@ -31,7 +32,8 @@ class ChainArtifact:
     binding: dict[str, int]
     inputs: list[str]                  # e.g. "f32[4,16]"
     outputs: list[str]
-    builds: dict[str, dict]            # "fused"/"unfused" -> {"module": file, "host": name, "kernels": [...]}
+    builds: dict[str, dict]            # "fused"/"unfused" -> {"module": file, "host": name, "kernels": [...],
+                                       #   "launches": [{"kernel", "kind", "group", "grid", "block"}, ...]}
     plan: dict                         # groups and decisions (plan_summary)
     compile_seconds: dict[str, float] = field(default_factory=dict)
 

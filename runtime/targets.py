@@ -42,6 +42,12 @@ class Target:
     def is_cuda(self) -> bool:
         return self.name in ("cuda", "cuda-sim")
 
+    @property
+    def untimed(self) -> str | None:
+        """Why runs on this target are not timed (None: they are). The simulator runs each
+        kernel thread as Python: its times say nothing of a GPU's, so each build runs once."""
+        return "not measured on cuda-sim (the simulator runs kernels as Python)" if self.name == "cuda-sim" else None
+
     def to_device(self, x):
         if not self.is_cuda or hasattr(x, "__cuda_array_interface__"):
             return x

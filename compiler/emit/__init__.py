@@ -8,6 +8,6 @@ bodies; `control.py` translates scf; `views.py` folds memref views into index ar
 arith/math op (the math functions come from compiler/mathfns.py); `cpu.py` holds the cpu
 target's vectorisable forms and BLAS calls; `shared.py` proves which buffers a block shares.
 """
-from .module import EmittedModule, EmitError, Entry, emit
+from .module import EmittedModule, EmitError, Entry, Launch, emit
 
-__all__ = ["EmittedModule", "EmitError", "Entry", "emit"]
+__all__ = ["EmittedModule", "EmitError", "Entry", "Launch", "emit"]

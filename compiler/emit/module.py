@@ -10,8 +10,8 @@ See `emit` for the input it requires.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from ..emitted import EmittedModule, Entry, Launch
 from .body import Body, FuncCtx, Writer, operand_segments
 from .scalar import Helpers, ScalarRules
 from .shared import block_shared_allocs
@@ -21,24 +21,10 @@ from .values import (Constants, EmitError, Globals, Names, elem_of, floordiv,
 from .views import Array, View, whole
 from ..mlir import ir
 
-__all__ = ["EmittedModule", "Entry", "EmitError", "emit"]
+__all__ = ["EmittedModule", "Entry", "EmitError", "Launch", "emit"]
 
 _COPY_THREADS = 256
 CPU_FASTMATH = '{"contract", "reassoc"}'
-
-
-@dataclass(frozen=True)
-class Entry:
-    host: str                        # name of the host function in source: run_<func>
-    kernels: tuple[str, ...]         # kernel function names launched by it, in order
-    arg_types: tuple[str, ...]       # e.g. ("f32[4,8]", ...) of the func's args
-    result_types: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class EmittedModule:
-    source: str                      # a complete, importable Python module
-    entries: dict[str, Entry]        # func name -> Entry
 
 
 def emit(module: "ir.Module", target: str) -> EmittedModule:
@@ -107,6 +93,8 @@ def _assemble(target, consts, globals_, helpers, kernels, hosts) -> str:
         head.append("from numba import cuda")
     head += helpers.imports()
     parts = ["\n".join(head)]
+    if helpers.cudasim:       # Numba's simulator runs kernels as Python and has no warp shuffles
+        parts.append("_CUDASIM = bool(numba.config.ENABLE_CUDASIM)")
     if consts.defs:
         parts.append("\n".join(consts.lines()))
     if globals_.defs:
@@ -129,6 +117,7 @@ class _FuncEmitter:
                            globals=globals_, on_launch=self._launch, on_host_copy=self._host_copy)
         self.kernels: list[str] = []
         self.kernel_names: list[str] = []
+        self.launches: list[Launch] = []
         self.next_kernel = first_kernel
         ftype = ir.FunctionType(ir.TypeAttr(func_op.attributes["function_type"]).value)
         self.arg_types, self.result_types = list(ftype.inputs), list(ftype.results)
@@ -136,7 +125,7 @@ class _FuncEmitter:
     def entry(self) -> Entry:
         return Entry(self.host_name, tuple(self.kernel_names),
                      tuple(type_label(t) for t in self.arg_types),
-                     tuple(type_label(t) for t in self.result_types))
+                     tuple(type_label(t) for t in self.result_types), tuple(self.launches))
 
     # ------------------------------------------------------------------ host function
     def run(self) -> str:
@@ -228,6 +217,7 @@ class _FuncEmitter:
             self.ctx.expr[arg] = e
         params, sigs = self._params(region)
         self.ctx.shared = block_shared_allocs(op)
+        self.ctx.block_dims = tuple(block_dims)
         w = Writer(1)
         Body(self.ctx, w, "kernel").ops(body_block)
         if not w.lines:
@@ -239,6 +229,8 @@ class _FuncEmitter:
             f'@cuda.jit("void({", ".join(sigs)})")',
             f"def {name}({', '.join(params)}):"] + w.lines))
         host.w(f"{name}[{grid_t}, {block_t}]({', '.join(params)})")
+        group = sum(1 for launch in self.launches if launch.kind == "launch")
+        self.launches.append(Launch(name, "launch", group, tuple(grid), tuple(block_dims)))
 
     def _params(self, region) -> tuple[list[str], list[str]]:
         """Kernel parameters: the arrays under the memrefs the body reads from outside and
@@ -289,6 +281,7 @@ class _FuncEmitter:
             f'@cuda.jit("void({", ".join(params.values())})")',
             f"def {name}({', '.join(params)}):"] + w.lines))
         host.w(f"{name}[{grid}, {block}]({', '.join(params)})")
+        self.launches.append(Launch(name, "copy", None, tuple(map(str, grid)), tuple(map(str, block))))
 
 
 _LAUNCH_ARGS = ("cuda.blockIdx.x", "cuda.blockIdx.y", "cuda.blockIdx.z",

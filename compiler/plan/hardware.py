@@ -9,6 +9,10 @@ small chains compiled by fusec itself) and cached on disk ($FUSEC_CACHE_DIR, els
 of the seeds' worked figures (900 GB/s, 19.5 TFLOP/s, 5 us launches, memory and compute not
 overlapped), kept so tests can reproduce those figures.
 
+GPU profiles also carry what compiling PTX for the part (its compute capability) and its
+occupancy (allocation granularities, per-block limits) need: the kernel report reads them
+(compiler/report/).
+
 Numbers a datasheet does not give (the cost of a Numba kernel launch from Python, L2 bandwidth,
 FLOP weights of transcendental functions in libdevice) are estimates and say so in `notes`.
 """
@@ -63,6 +67,18 @@ class HardwareProfile:
     clock_hz: float = 0.0                   # gpu: boost clock (one dependent op per cycle per thread)
     mem_latency_s: float = 0.0              # gpu: a global load that misses the caches
     weights: tuple[tuple[str, float], ...] = GPU_WEIGHTS   # FLOP-equivalents per call
+    # gpu: what compiling PTX for the part and its occupancy need (compiler/report/, after
+    # NVIDIA's cuda_occupancy.h; the same for every part of cc 8.0 to 9.0)
+    cc: tuple[int, int] = (9, 0)            # compute capability: ptxas -arch=sm_90, the occupancy rules
+    warp_size: int = 32
+    regs_per_block: int = 65536
+    smem_per_block: int = 48 * KB           # shared memory of a block that does not opt in (onchip_per_block:
+                                            # one that does; Numba's launches do not)
+    reserved_smem_per_block: int = 1 * KB   # what the driver keeps of each block's shared memory (cc >= 8.0)
+    reg_alloc_unit: int = 256               # registers go to a warp in multiples of this
+    smem_alloc_unit: int = 128              # bytes: shared memory goes to a block in multiples of this
+    sub_partitions: int = 4                 # per SM: the register file is split among them, and the launch
+                                            # check counts a block's warps in multiples of them
     # cpu only
     blas_threads: int = 1                   # threads one BLAS call uses (contractions are BLAS calls)
     single_core_bandwidth: float = 0.0
@@ -112,13 +128,13 @@ GPUS: dict[str, HardwareProfile] = {
         units=108, onchip_per_unit=164 * KB, onchip_per_block=163 * KB, regs_per_unit=65536,
         regs_per_thread=255, max_threads_per_block=1024, max_threads_per_unit=2048, max_blocks_per_unit=32,
         l2_bytes=40 * MB, cache_bandwidth=5e12, alloc_s=4e-6, clock_hz=1.41e9, mem_latency_s=3.4e-7,
-        notes=(_LAUNCH_NOTE, _L2_NOTE)),
+        cc=(8, 0), notes=(_LAUNCH_NOTE, _L2_NOTE)),
     # the seeds' illustrative device: their worked figures add compute and memory time
     "seed": HardwareProfile(
         "seed", "gpu", bandwidth=900e9, peak_flops=19.5e12, peak_flops_fp16=78e12, launch_s=5e-6,
         units=80, onchip_per_unit=96 * KB, onchip_per_block=96 * KB, regs_per_unit=65536, regs_per_thread=255,
         max_threads_per_block=1024, max_threads_per_unit=2048, max_blocks_per_unit=32, l2_bytes=6 * MB,
-        cache_bandwidth=2.5e12, overlap=False, clock_hz=1.5e9, mem_latency_s=5e-7,
+        cache_bandwidth=2.5e12, overlap=False, clock_hz=1.5e9, mem_latency_s=5e-7, cc=(8, 0),
         notes=("the seeds' worked-example device",)),
 }
 DEFAULT_GPU = "h200"
@@ -191,7 +207,9 @@ def from_device() -> HardwareProfile:
                    regs_per_unit=dev.MAX_REGISTERS_PER_MULTIPROCESSOR,
                    max_threads_per_block=dev.MAX_THREADS_PER_BLOCK,
                    max_threads_per_unit=dev.MAX_THREADS_PER_MULTIPROCESSOR, l2_bytes=dev.L2_CACHE_SIZE,
-                   clock_hz=clock_hz, source="device properties")
+                   clock_hz=clock_hz, cc=tuple(cc), warp_size=dev.WARP_SIZE,
+                   regs_per_block=dev.MAX_REGISTERS_PER_BLOCK, smem_per_block=dev.MAX_SHARED_MEMORY_PER_BLOCK,
+                   reserved_smem_per_block=dev.RESERVED_SHARED_MEMORY_PER_BLOCK, source="device properties")
 
 
 # ---- the cpu: measured once, cached ---------------------------------------------------------
@@ -260,6 +278,8 @@ def profile_from_dict(d: dict) -> HardwareProfile:
     d = dict(d)
     d["weights"] = tuple(sorted(d.get("weights", {}).items()))
     d["notes"] = tuple(d.get("notes", ()))
+    if "cc" in d:                              # JSON has no tuples
+        d["cc"] = tuple(d["cc"])
     return HardwareProfile(**d)
 
 

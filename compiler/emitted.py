@@ -1,0 +1,31 @@
+"""What the emitter hands on: a module's Python source and, per function, its entry (the host
+function, the kernels it launches and how). Plain data with no MLIR, so that the runtime side
+(artifacts, the kernel report of a compiled artifact) can rebuild it without the compiler."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Entry:
+    host: str                        # name of the host function in source: run_<func>
+    kernels: tuple[str, ...]         # kernel function names launched by it, in order
+    arg_types: tuple[str, ...]       # e.g. ("f32[4,8]", ...) of the func's args
+    result_types: tuple[str, ...]
+    launches: tuple["Launch", ...] = ()   # cuda: each kernel's launch, in order
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch of a host function (cuda target)."""
+    kernel: str                      # its function name in the module
+    kind: str                        # "launch": the kernel of a plan group; "copy": a host-level memref.copy
+    group: int | None                # the plan group a "launch" kernel implements (launches in plan order)
+    grid: tuple[str, ...]            # launch dims as written (static sizes are integer literals)
+    block: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EmittedModule:
+    source: str                      # a complete, importable Python module
+    entries: dict[str, Entry]        # func name -> Entry

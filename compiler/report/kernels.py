@@ -1,0 +1,193 @@
+"""The kernel report: one `KernelReport` per launch of an emitted module's host function.
+
+`report_kernels(source, entry, hw)` measures each launch in `entry.launches`: its PTX's
+resources (ptx.py: NVVM, then ptxas -v for the profile's compute capability), occupancy and
+waves on the profile's device (occupancy.py), and the coalescing of its global loads and stores
+(trace.py: a few blocks of the real launch under the CUDA simulator). Nothing needs a GPU. What
+cannot be measured here (no ptxas, no NVVM, a kernel the simulator cannot run) is None, with
+the reason in `unmeasured`.
+"""
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from ..plan.hardware import HardwareProfile
+from . import occupancy as occ
+from . import ptx as ptxmod
+from .child import MeasureError
+from .trace import trace as trace_launches
+
+if TYPE_CHECKING:
+    from ..emitted import Entry, Launch
+
+
+@dataclass(frozen=True)
+class AccessSite:
+    """One load or store expression of a kernel's global array, over its traced warp requests."""
+    line: int                           # in the emitted module (`--emit kernels`)
+    expr: str                           # the indexing expression, e.g. arg0[v0 + thread_id_x, arg13]
+    kind: str                           # "load" | "store"
+    array: str                          # the kernel parameter
+    requests: int                       # warp requests traced
+    lanes_per_request: float            # active lanes of a request (32: the whole warp)
+    sectors_per_request: float          # 32-byte sectors a request touches
+    ideal_sectors_per_request: float    # the fewest sectors that hold the bytes it touches
+    efficiency: float                   # ideal / actual sectors
+
+
+@dataclass(frozen=True)
+class Coalescing:
+    """A kernel's traced accesses: per site, and summed over its sites."""
+    sites: tuple[AccessSite, ...]
+    requests: int
+    lanes_per_request: float | None     # fewer than 32: lanes idle (or masked off) at these accesses
+    sectors_per_request: float | None
+    ideal_sectors_per_request: float | None
+    efficiency: float | None            # sector-weighted: ideal sectors / sectors moved, all sites
+    efficiency_by_requests: float | None   # the sites' efficiencies weighted by their requests
+    blocks_traced: tuple[tuple[int, int, int], ...]
+    verified: bool | None               # traced and untraced runs of the blocks agree byte for byte
+    note: str | None = None             # why not verified, or where they differ
+
+
+@dataclass(frozen=True)
+class KernelReport:
+    """One kernel launch, measured without a GPU. `unmeasured` gives the reason for each group
+    of fields left None: "launch" (grid, block, threads_per_block, blocks), "resources"
+    (registers to barriers), "occupancy" (blocks_per_sm to waves), "waves" (a block that does not
+    fit on an SM: no resident blocks), "coalescing"."""
+    kernel: str
+    kind: str                           # "launch": a plan group's kernel; "copy": a host-level copy
+    group: int | None                   # the plan group ("launch" kernels)
+    grid: tuple[int, ...] | None
+    block: tuple[int, ...] | None
+    threads_per_block: int | None
+    blocks: int | None
+    registers: int | None = None        # per thread (ptxas)
+    stack_frame_bytes: int | None = None   # per thread: local arrays and spills
+    local_bytes: int | None = None      # ptxas's lmem besides the stack frame
+    spill_store_bytes: int | None = None
+    spill_load_bytes: int | None = None
+    smem_bytes: int | None = None       # static shared memory per block
+    barriers: int | None = None
+    blocks_per_sm: int | None = None    # resident blocks per SM
+    occupancy: float | None = None      # resident warps / warp slots of an SM
+    limited_by: tuple[str, ...] | None = None   # warps, registers, smem, blocks, barriers
+    waves: float | None = None          # blocks / (blocks_per_sm x SMs); < 1: part of the device idles
+    coalescing: Coalescing | None = None
+    unmeasured: tuple[tuple[str, str], ...] = ()
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["unmeasured"] = dict(self.unmeasured)
+        return d
+
+
+def report_kernels(source: str, entry: "Entry", hw: HardwareProfile, *, trace: bool = True,
+                   blocks: Sequence = ("first", "middle")) -> list[KernelReport]:
+    """The report of every launch of `entry` (the chain's host function in the emitted CUDA
+    module `source`), for the device `hw`. `trace`: also measure coalescing, running `blocks`
+    of each launch ("first", "middle", "last", (x, y, z)) under the simulator."""
+    if not entry.launches:                            # a cpu module, or a chain of views only
+        return []
+    with ThreadPoolExecutor(max_workers=1) as pool:   # one of the two runs in a child process
+        ptx_job = pool.submit(_ptx, source, hw)
+        traced = _trace(source, entry, blocks, hw) if trace else "not traced (trace=False)"
+        ptx = ptx_job.result()
+    resources: dict[str, ptxmod.Resources | str] = {}
+    out = []
+    seen: dict[str, int] = {}
+    for launch in entry.launches:
+        n = seen[launch.kernel] = seen.get(launch.kernel, -1) + 1
+        if launch.kernel not in resources:
+            resources[launch.kernel] = _resources(ptx, launch.kernel, hw)
+        record = traced if isinstance(traced, str) else _nth(traced, launch.kernel, n)
+        out.append(_report(launch, resources[launch.kernel], record, hw))
+    return out
+
+
+def _ptx(source: str, hw: HardwareProfile) -> dict | str:
+    try:
+        return ptxmod.ptx_of(source, hw.cc)
+    except MeasureError as e:
+        return f"no PTX: {e}"
+
+
+def _trace(source: str, entry: "Entry", blocks: Sequence, hw: HardwareProfile) -> list[dict] | str:
+    try:
+        return trace_launches(source, entry.host, entry.arg_types, blocks, hw.warp_size)
+    except MeasureError as e:
+        return f"not traced: {e}"
+
+
+def _nth(records: list[dict], kernel: str, n: int) -> dict | str:
+    mine = [r for r in records if r["kernel"] == kernel]
+    return mine[n] if n < len(mine) else f"the host function made no launch {n} of {kernel}"
+
+
+def _resources(ptx: dict | str, kernel: str, hw: HardwareProfile) -> ptxmod.Resources | str:
+    if isinstance(ptx, str):
+        return ptx
+    if kernel in ptx["errors"]:
+        return f"no PTX: {ptx['errors'][kernel]}"
+    if kernel not in ptx["ptx"]:
+        return f"no @cuda.jit(\"signature\") kernel {kernel} in the module"
+    try:
+        return ptxmod.resources(ptx["ptx"][kernel], ptxmod.arch_of(hw.cc))
+    except MeasureError as e:
+        return str(e)
+
+
+def _dims(dims: tuple[str, ...]) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(d) for d in dims)
+    except ValueError:
+        return None
+
+
+def _report(launch: "Launch", res: ptxmod.Resources | str, record: dict | str, hw: HardwareProfile) -> KernelReport:
+    unmeasured = []
+    grid, block = _dims(launch.grid), _dims(launch.block)
+    threads = blocks = None
+    if grid is None or block is None:
+        unmeasured.append(("launch", f"the launch's grid {launch.grid} and block {launch.block} are not all constants"))
+    else:
+        threads, blocks = math.prod(block), math.prod(grid)
+    fields: dict = {}
+    if isinstance(res, str):
+        unmeasured.append(("resources", res))
+        unmeasured.append(("occupancy", "needs the registers and shared memory ptxas reports"))
+    else:
+        fields.update(registers=res.registers, stack_frame_bytes=res.stack_frame_bytes, local_bytes=res.lmem_bytes,
+                      spill_store_bytes=res.spill_store_bytes, spill_load_bytes=res.spill_load_bytes,
+                      smem_bytes=res.smem_bytes, barriers=res.barriers)
+        if threads is None:
+            unmeasured.append(("occupancy", "needs a constant block size"))
+        else:
+            try:
+                o = occ.occupancy(res.registers, res.smem_bytes, threads, hw, barriers=res.barriers, blocks=blocks)
+                fields.update(blocks_per_sm=o.blocks_per_sm, occupancy=o.occupancy, limited_by=o.limited_by,
+                              waves=o.waves)
+                if not o.blocks_per_sm:
+                    unmeasured.append(("waves", f"a block does not fit on an SM ({', '.join(o.limited_by)})"))
+            except occ.OccupancyError as e:
+                unmeasured.append(("occupancy", str(e)))
+    if isinstance(record, str):
+        unmeasured.append(("coalescing", record))
+    elif "error" in record:
+        unmeasured.append(("coalescing", record["error"]))
+    else:
+        fields["coalescing"] = _coalescing(record)
+    return KernelReport(launch.kernel, launch.kind, launch.group, grid, block, threads, blocks, **fields,
+                        unmeasured=tuple(unmeasured))
+
+
+def _coalescing(record: dict) -> Coalescing:
+    sites = tuple(AccessSite(s["line"], s["expr"], s["kind"], s["array"], s["requests"], s["lanes"] / s["requests"],
+                             s["sectors"] / s["requests"], s["ideal_sectors"] / s["requests"],
+                             s["ideal_sectors"] / s["sectors"]) for s in record["sites"])
+    return Coalescing(sites, blocks_traced=tuple(tuple(p) for p in record["blocks_traced"]),
+                      verified=record["verified"], note=record["note"], **record["summary"])
