@@ -9,6 +9,8 @@ from typing import Callable
 from . import cpu as emit_cpu
 from . import views
 from .control import ControlFlow
+from .reduce import MARK as BLOCK_REDUCE
+from .reduce import block_reduce
 from .scalar import Helpers, ScalarRules
 from .values import (Constants, EmitError, Globals, Names, elem_of, is_int, is_memref,
                           memref_shape, no_rule)
@@ -55,6 +57,7 @@ class FuncCtx:
     constant: set = field(default_factory=set)    # Values whose expression is a literal
     globals: "Globals | None" = None              # memref.global constants of the module
     shared: set = field(default_factory=set)      # default-space allocs that are block-shared
+    block_dims: tuple = ()                        # the current launch's threads per block (x, y, z)
     on_launch: Callable | None = None             # (gpu.launch op, host Body) -> None
     on_host_copy: Callable | None = None          # (memref.copy op, host Body) -> None
 
@@ -236,6 +239,12 @@ class Body(ControlFlow):
         self.need(op, "cpu")
         emit_cpu.library_call(self, op)
 
+    def generic(self, op):
+        if BLOCK_REDUCE not in op.attributes:
+            raise no_rule(op, "(linalg is lowered to loops before the emitter, but for the block-wide "
+                              "combines of row kernels)")
+        block_reduce(self, op)
+
     # ------------------------------------------------------------------ gpu
     def gpu_id(self, op):
         self.need(op, "kernel")
@@ -329,5 +338,5 @@ _HANDLERS = {
     "gpu.grid_dim": Body.gpu_id, "gpu.global_id": Body.global_id, "gpu.barrier": Body.barrier,
     "gpu.launch": Body.launch,
     "linalg.matmul": Body.library_call, "linalg.batch_matmul": Body.library_call,
-    "linalg.conv_2d_nchw_fchw": Body.library_call,
+    "linalg.conv_2d_nchw_fchw": Body.library_call, "linalg.generic": Body.generic,
 }

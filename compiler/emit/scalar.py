@@ -49,6 +49,7 @@ class Helpers:
     used: dict[str, list[str]] = field(default_factory=dict)
     decorated: set[str] = field(default_factory=set)     # helpers whose text has its decorator
     intrinsics: bool = False                              # a Numba @intrinsic is among them
+    cudasim: bool = False                                 # a kernel branches on _CUDASIM (emit/reduce.py)
     objmode: bool = False                                 # cpu: some op is a call in object mode
 
     def use(self, name: str, elem: Elem | None = None) -> str:

@@ -45,6 +45,8 @@ class OpInfo:
     n_inputs: int = 0                           # operands before the outs (inits)
     result_shapes: tuple[tuple[int, ...], ...] = ()
     reduction_ops: tuple[str, ...] = ()         # body ops that combine into an accumulator (reductions)
+    view_dims: tuple[int | None, ...] = ()      # views: per result dim, the source dim it is (None: a unit dim)
+    fill_value: float | None = None             # fills: the constant they fill with (None: not a constant)
 
     @property
     def points(self) -> int:
@@ -191,7 +193,7 @@ def _info(i: int, orig, gen, all_ops) -> OpInfo:
                       tuple(sorted(set(users))), shape, eb, (), str(orig.location), n_inputs=1, **extra)
     if name in VIEW_OPS:
         return OpInfo(i, name, "view", (), (), producers, (), (), tuple(sorted(set(users))), shape, eb, (),
-                      str(orig.location), n_inputs=1, **extra)
+                      str(orig.location), n_inputs=1, view_dims=_view_dims(orig, shapes[0], shape), **extra)
     maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(gen.attributes["indexing_maps"])]
     iters = tuple("reduction" if "reduction" in str(a) else "parallel" for a in ir.ArrayAttr(gen.attributes["iterator_types"]))
     operand_loops = tuple(tuple(_dims(e) for e in m.results) for m in maps)
@@ -212,7 +214,41 @@ def _info(i: int, orig, gen, all_ops) -> OpInfo:
     n_in = len(gen.operands) - len(gen.results)
     return OpInfo(i, name, kind, tuple(loops), iters, producers, operand_loops, operand_loops[-1],
                   tuple(sorted(set(users))), shape, eb, body, str(orig.location), n_inputs=n_in,
-                  reduction_ops=_combining_ops(gen, n_in) if kind == "reduction" else (), **extra)
+                  reduction_ops=_combining_ops(gen, n_in) if kind == "reduction" else (),
+                  fill_value=_fill_value(orig) if kind == "fill" else None, **extra)
+
+
+def _view_dims(op, source: tuple[int, ...], result: tuple[int, ...]) -> tuple[int | None, ...]:
+    """Per result dim of a reshape view, the source dim it is when its reassociation group has
+    one non-unit dim on both sides (None otherwise: a unit dim, or a real reshape)."""
+    if "reassociation" not in op.attributes:
+        return (None,) * len(result)
+    groups = [[int(ir.IntegerAttr(d).value) for d in ir.ArrayAttr(g)] for g in ir.ArrayAttr(op.attributes["reassociation"])]
+    expand = op.name == "tensor.expand_shape"
+    out: list[int | None] = [None] * len(result)
+    for k, group in enumerate(groups):
+        many, one = (result, source) if expand else (source, result)
+        big = [d for d in group if many[d] != 1]
+        if len(big) == 1 and one[k] == many[big[0]]:
+            if expand:
+                out[big[0]] = k
+            else:
+                out[k] = big[0]
+    return tuple(out)
+
+
+def _fill_value(op) -> float | None:
+    """The scalar a linalg.fill writes, when it is an arith.constant."""
+    owner = op.operands[0].owner
+    if isinstance(owner, ir.Block) or owner.name != "arith.constant":
+        return None
+    attr = owner.attributes["value"]
+    for cls in (ir.FloatAttr, ir.IntegerAttr):
+        try:
+            return float(cls(attr).value)
+        except (ValueError, TypeError):
+            continue
+    return None
 
 
 def _is_contraction(gen, maps, iters) -> bool:

@@ -25,6 +25,7 @@ from .analysis import ChainInfo, OpInfo, analyze, tag_ops, tileable_loops
 from .hardware import HardwareProfile
 from .describe import bytes_text, format_plan, time_text
 from .cost import KernelCost, Tiling, big_transfers, op_flops, total_time, unfused_kernels, with_cheap_producers
+from .rows import row_tiling_error
 from .tilechoice import TileChooser, group_signature
 from ..errors import CompilerInternalError
 from ..mlir import ir
@@ -41,22 +42,25 @@ class Group:
     block_tiles: tuple[int, ...]         # per root loop; 0 = not tiled at this level
     thread_tiles: tuple[int, ...]        # per root loop (gpu only); 0 = not tiled
     mapped: tuple[int, ...]              # root loops mapped to block/thread dims, outermost first
+    row_threads: int = 0                 # row kernels (gpu): threads that split each row, cyclically
 
     @property
     def serial(self) -> bool:
-        return not any(self.block_tiles)
+        """One thread does it all (no loop split across blocks, no row split across threads)."""
+        return not any(self.block_tiles) and not self.row_threads
 
     def threads(self) -> tuple[int, ...]:
-        """Threads per mapped loop, outermost first (1 each when there is no thread level)."""
+        """Threads per mapped loop, outermost first (1 each when there is no thread level), then
+        the row threads of a row kernel."""
         out = []
         for loop in self.mapped:
             b, t = self.block_tiles[loop], self.thread_tiles[loop] if self.thread_tiles else 0
             out.append(b // t if t else 1)
-        return tuple(out)
+        return tuple(out) + ((self.row_threads,) if self.row_threads else ())
 
     @property
     def tiling(self) -> Tiling:
-        return Tiling(self.block_tiles, self.thread_tiles, self.mapped)
+        return Tiling(self.block_tiles, self.thread_tiles, self.mapped, self.row_threads)
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,7 @@ class FusionPlan:
             "groups": [{
                 "kernel": g.id, "root": g.root, "serial": g.serial, "loops": list(self.info.op(g.root).loops),
                 "block_tiles": list(g.block_tiles), "thread_tiles": list(g.thread_tiles),
-                "threads": list(g.threads()),
+                "threads": list(g.threads()), "row_threads": g.row_threads,
                 "ops": [{"id": op, "label": self.info.op(op).label, "role": role,
                          "loc": _loc(self.info.op(op).loc)} for op, role in g.roles],
             } for g in self.groups],
@@ -294,7 +298,7 @@ def _make_group(info: ChainInfo, gid: int, members: set[int], chooser: TileChoos
     ops = tuple(sorted(members))
     roles = tuple((m, _role(info, m, root)) for m in ops)
     t = chooser.best(frozenset(members)).tiling
-    return Group(gid, root, ops, roles, t.block, t.thread, t.mapped)
+    return Group(gid, root, ops, roles, t.block, t.thread, t.mapped, t.row_threads)
 
 
 def _role(info: ChainInfo, op: int, root: int) -> str:
@@ -333,7 +337,8 @@ class PlanError(ValueError):
 
 
 def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProfile) -> FusionPlan:
-    """A plan from {"groups": [{"ops": [...], "block_tiles": [...], "thread_tiles": [...]}]}.
+    """A plan from {"groups": [{"ops": [...], "block_tiles": [...], "thread_tiles": [...],
+    "row_threads": T}]} (row_threads: a gpu row kernel's threads per row, plan/rows.py).
     Fills and pads may be omitted: they join the group of their consumer. The model prices it
     (predicted times) but decides nothing."""
     groups = []
@@ -362,12 +367,17 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
         mapped = tuple(i for i, t in enumerate(block) if t)
         if target == "gpu" and len(mapped) > 3:
             raise PlanError(f"group {gid}: at most 3 loops can be mapped to GPU blocks")
+        row_threads = int(g.get("row_threads", 0))
+        if row_threads:
+            why = row_tiling_error(info, members, root, Tiling(block, thread, mapped, row_threads), target)
+            if why:
+                raise PlanError(f"group {gid}: row_threads {row_threads}: {why}")
         groups.append(Group(gid, root, tuple(sorted(members)), tuple((m, _role(info, m, root)) for m in sorted(members)),
-                            block, thread, mapped))
+                            block, thread, mapped, row_threads))
     missing = [o.id for o in info.ops if o.is_compute and o.id not in seen]
     if missing:
         raise PlanError(f"ops {missing} are in no group")
     groups.sort(key=lambda g: g.root)
-    groups = [Group(i, g.root, g.ops, g.roles, g.block_tiles, g.thread_tiles, g.mapped) for i, g in enumerate(groups)]
+    groups = [replace(g, id=i) for i, g in enumerate(groups)]
     plan = FusionPlan(info.func, target, True, tuple(groups), ("plan given by hand",), info)
     return _with_costs(plan, TileChooser(info, target, hw))

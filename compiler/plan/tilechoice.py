@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from .analysis import ChainInfo, tileable_loops
 from .cost import KernelCost, Tiling, kernel_bytes, kernel_cost, op_flops, unfused_kernels
 from .hardware import HardwareProfile
+from .rows import row_kernel, row_tiling_error
 
 MARGIN = 0.02          # a candidate must be this much faster than the incumbent to replace it
 MAX_CPU_CANDIDATES = 48
@@ -95,6 +96,10 @@ class TileChooser:
 
     def _valid(self, members, t: Tiling) -> bool:
         allowed = tileable_loops(self.info, self.root(members), set(members))
+        if t.row_threads:
+            return (tuple(t.mapped) == tuple(allowed[-2:]) and
+                    row_tiling_error(self.info, members, self.root(members), t, self.target,
+                                     self.hw.max_threads_per_block) is None)
         if not t.mapped:
             return not allowed
         return set(t.mapped) <= set(allowed) and (self.target != "gpu" or tuple(t.mapped) == tuple(allowed[-3:]))
@@ -103,17 +108,21 @@ class TileChooser:
         root = self.root(members)
         n = len(self.info.op(root).loops)
         tile = tileable_loops(self.info, root, set(members))
-        serial = Tiling((0,) * n, (0,) * n if self.target == "gpu" else (), ())
-        if not tile:
-            c = self.cost(members, serial)
-            return Choice(serial, c, ((serial, c.time_s),))
         tuned = self.tuned.get(group_signature(self.info, members))
         if tuned is not None:
-            t = Tiling(tuple(tuned["block"]), tuple(tuned.get("thread", ())), tuple(tuned["mapped"]))
+            t = Tiling(tuple(tuned["block"]), tuple(tuned.get("thread", ())), tuple(tuned["mapped"]),
+                       int(tuned.get("row_threads", 0)))
             c = self.cost(members, t)
             return Choice(t, c, ((t, c.time_s),), tuned=True)
-        search = self._gpu_search if self.target == "gpu" else self._cpu_search
-        return search(members, root, tile)
+        rows = self._row_search(members, root, tile) if self.target == "gpu" else None
+        if not tile:
+            serial = Tiling((0,) * n, (0,) * n if self.target == "gpu" else (), ())
+            c = self.cost(members, serial)
+            choice = Choice(serial, c, ((serial, c.time_s),))
+        else:
+            search = self._gpu_search if self.target == "gpu" else self._cpu_search
+            choice = search(members, root, tile)
+        return _prefer(rows, choice) if rows else choice
 
     # ---- cpu: every divisor of one loop --------------------------------------------------
     def _cpu_search(self, members, root, tile) -> Choice:
@@ -143,6 +152,50 @@ class TileChooser:
                               key=lambda x: (x[1], x[0] != chosen)))
         return Choice(chosen, evaluated[best], ranked)
 
+    # ---- gpu row kernels: threads per row x rows per block -----------------------------------
+    def _row_search(self, members, root, tile) -> Choice | None:
+        """Every (row threads T, rows per block R) of a row kernel (plan/rows.py), fastest first;
+        the start is T = 256 or the largest warp multiple below that divides the row, with
+        enough rows per block for 128 threads; another shape must be 2% faster to win."""
+        rk = row_kernel(self.info, members, root)
+        if isinstance(rk, str):
+            return None
+        r = self.info.op(root)
+        n = len(r.loops)
+        mapped = tuple(tile[-2:])
+        limit = self.hw.max_threads_per_block
+        counts = rk.thread_counts(limit)
+        warp_multiples = [t for t in counts if t % 32 == 0]
+        counts = warp_multiples or [t for t in counts if t >= 2]
+        inner = r.loops[mapped[-1]] if mapped else 1
+        row_options = [d for d in divisors(inner) if d <= 64]
+
+        def tiling(T, R):
+            block, thread = [0] * n, [0] * n
+            for loop in mapped[:-1]:
+                block[loop] = 1
+            if mapped:
+                block[mapped[-1]], thread[mapped[-1]] = R, 1
+            return Tiling(tuple(block), tuple(thread), mapped, T)
+
+        evaluated = {}
+        for T in counts:
+            for R in row_options:
+                if T * R <= limit and row_tiling_error(self.info, members, root, tiling(T, R), "gpu", limit) is None:
+                    evaluated[(T, R)] = self.cost(members, tiling(T, R))
+        if not evaluated:
+            return None
+        T0 = max([t for t in counts if t <= 256] or [min(counts)])
+        R0 = min([R for R in row_options if (T0, R) in evaluated and T0 * R >= 128] or
+                 [R for R in row_options if (T0, R) in evaluated] or [min(evaluated)[1]])
+        best = (T0, R0) if (T0, R0) in evaluated else min(evaluated, key=lambda k: evaluated[k].time_s)
+        for key, c in evaluated.items():
+            if c.time_s < evaluated[best].time_s * (1 - MARGIN):
+                best = key
+        ranked = tuple(sorted(((tiling(*k), c.time_s) for k, c in evaluated.items()),
+                              key=lambda x: (x[1], x[0] != tiling(*best))))
+        return Choice(tiling(*best), evaluated[best], ranked)
+
     # ---- gpu: hill-climb over neighbouring divisors ---------------------------------------
     def _gpu_search(self, members, root, tile) -> Choice:
         r = self.info.op(root)
@@ -158,7 +211,7 @@ class TileChooser:
         seen: dict[Tiling, KernelCost] = {start: self.cost(members, start)}
         best = start
         for seed in self.seeds.get(root, []):
-            if seed not in seen and self._valid(members, seed):
+            if not seed.row_threads and seed not in seen and self._valid(members, seed):
                 seen[seed] = self.cost(members, seed)
                 if seen[seed].time_s < seen[best].time_s * (1 - MARGIN):
                     best = seed
@@ -200,6 +253,14 @@ class TileChooser:
                 if th[loop] >= 1 and b[loop] >= 1 and loops[loop] % b[loop] == 0 and b[loop] % th[loop] == 0:
                     out.append(Tiling(tuple(b), tuple(th), t.mapped))
         return [c for c in out if 1 <= _threads(c) <= self.hw.max_threads_per_block]
+
+
+def _prefer(rows: Choice, other: Choice) -> Choice:
+    """A row kernel's split rows unless the other tilings are 2% faster; candidates merged."""
+    ranked = tuple(sorted(dict(other.candidates + rows.candidates).items(), key=lambda x: x[1]))
+    if other.cost.time_s < rows.cost.time_s * (1 - MARGIN):
+        return Choice(other.tiling, other.cost, ranked)
+    return Choice(rows.tiling, rows.cost, ranked)
 
 
 def _threads(t: Tiling) -> int:

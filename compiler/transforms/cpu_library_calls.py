@@ -28,7 +28,7 @@ CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.conv_2d_nchw_fch
 _FLOATS = ("f32", "f64")
 
 
-def _linalg_ops(module: ir.Module) -> list:
+def linalg_ops(module: ir.Module) -> list:
     found = []
 
     def visit(op):
@@ -201,7 +201,7 @@ def mark_library_calls(module: ir.Module) -> int:
     """Mark the contractions (dropping their zero fills) and every other linalg op for loops;
     returns how many were marked as calls."""
     count = 0
-    for op in _linalg_ops(module):
+    for op in linalg_ops(module):
         if ATTR in op.attributes:
             continue          # hoisted whole already
         if op.name in CONTRACTIONS and _callable(op):
@@ -210,7 +210,7 @@ def mark_library_calls(module: ir.Module) -> int:
             if fill is not None:
                 fill.erase()
             count += 1
-    for op in _linalg_ops(module):
+    for op in linalg_ops(module):
         if ATTR not in op.attributes:
             op.attributes[LOOPS] = ir.UnitAttr.get()
     return count

@@ -2,8 +2,11 @@
 
 Per kernel: tile the root with `tile_using_forall` (GPU blocks; cpu: chunks), fuse its
 producers into the forall, consumers first, then (gpu) tile again to threads and fuse the
-producers there too. Then canonicalize, CSE and one-shot bufferize the whole module. Pads
-become gather generics first (pad_to_generic.py), so they tile and fuse into conv tiles.
+producers there too. A row kernel (Group.row_threads) is different at the thread level: after
+the block level its ops are rewritten to split each row over the threads (split_rows.py) and
+each phase gets a thread forall of its own (a second script). Then canonicalize, CSE and
+one-shot bufferize the whole module. Pads become gather generics first (pad_to_generic.py), so
+they tile and fuse into conv tiles.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from ..plan.analysis import ID_ATTR, payload_ops
 from ..plan.planner import FusionPlan, Group
 from .pad_to_generic import pad_to_generic
 from .script import ANY, GROUP, TAG, Step, apply_script, i64, match_tag, script_text, tag_of
+from .split_rows import PART, THREADS_OF, Phase, split_rows
 
 
 def tag_groups(func_op, plan: FusionPlan) -> None:
@@ -36,7 +40,7 @@ def transform_script(plan: FusionPlan) -> list[Step]:
     steps: list[Step] = []
     gpu = plan.target == "gpu"
     for g in plan.groups:
-        if g.serial:
+        if not any(g.block_tiles):       # one block: serial, or a one-row row kernel (wrapped at the gpu stage)
             continue
         k = g.id
         steps.append(match_tag(f"r{k}", tag_of(k, g.root)))
@@ -52,7 +56,7 @@ def transform_script(plan: FusionPlan) -> list[Step]:
             loop = f"f{k}_{n + 1}"
         steps.append(Step(f"%g{k} = transform.param.constant {k} : i64 -> !transform.param<i64>"))
         steps.append(Step(f'transform.annotate %{loop} "{GROUP}" = %g{k} : {ANY}, !transform.param<i64>'))
-        if gpu and any(g.thread_tiles):
+        if gpu and any(g.thread_tiles) and not g.row_threads:
             steps.append(Step(f"%tt{k}, %h{k}_0 = transform.structured.tile_using_forall %t{k} tile_sizes "
                               f"{list(g.thread_tiles)}{_mapping(g, 'thread')} : ({ANY}) -> ({ANY}, {ANY})"))
             loop = f"h{k}_0"
@@ -60,12 +64,40 @@ def transform_script(plan: FusionPlan) -> list[Step]:
                 steps.append(Step(f"%qq{k}_{n}, %h{k}_{n + 1} = transform.structured.fuse_into_containing_op "
                                   f"%q{k}_{n} into %{loop} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"))
                 loop = f"h{k}_{n + 1}"
-    steps.append(Step(f'%fn = transform.structured.match ops{{["func.func"]}} in %root : ({ANY}) -> {ANY}'))
-    steps.append(Step(f"transform.apply_patterns to %fn {{ transform.apply_patterns.canonicalization }} : {ANY}"))
-    steps.append(Step(f"transform.apply_cse to %fn : {ANY}"))
-    steps.append(Step(f"%buf = transform.bufferization.one_shot_bufferize %root {{bufferize_function_boundaries = "
-                      f"true, function_boundary_type_conversion = 1 : i32}} : ({ANY}) -> {ANY}"))
+    return steps + TAIL
+
+
+# canonicalize, CSE and bufferize the whole module, after every kernel is tiled
+TAIL = [Step(f'%fn = transform.structured.match ops{{["func.func"]}} in %root : ({ANY}) -> {ANY}'),
+        Step(f"transform.apply_patterns to %fn {{ transform.apply_patterns.canonicalization }} : {ANY}"),
+        Step(f"transform.apply_cse to %fn : {ANY}"),
+        Step(f"%buf = transform.bufferization.one_shot_bufferize %root {{bufferize_function_boundaries = "
+             f"true, function_boundary_type_conversion = 1 : i32}} : ({ANY}) -> {ANY}")]
+
+
+def row_script(gid: int, phases: list[Phase]) -> list[Step]:
+    """A row kernel's thread level: a forall per phase (t -> thread x, the block's rows ->
+    thread y), its producers fused in, consumers first."""
+    steps = []
+    for n, ph in enumerate(phases):
+        k = f"{gid}_{n}"
+        steps.append(_match_part(f"ph{k}", *ph.op))
+        dims = "[#gpu.thread<y>, #gpu.thread<x>]" if ph.thread_rows else "[#gpu.thread<x>]"
+        steps.append(Step(f"%pt{k}, %pf{k}_0 = transform.structured.tile_using_forall %ph{k} tile_sizes "
+                          f"{list(ph.tiles)} (mapping = {dims}) : ({ANY}) -> ({ANY}, {ANY})"))
+        for i, (tag, part) in enumerate(ph.fused):
+            steps.append(_match_part(f"pp{k}_{i}", tag, part))
+            steps.append(Step(f"%pq{k}_{i}, %pf{k}_{i + 1} = transform.structured.fuse_into_containing_op "
+                              f"%pp{k}_{i} into %pf{k}_{i} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"))
+        steps.append(Step(f"%pg{k} = transform.param.constant {gid} : i64 -> !transform.param<i64>"))
+        steps.append(Step(f'transform.annotate %pf{k}_{len(ph.fused)} "{THREADS_OF}" = %pg{k} : {ANY}, '
+                          f"!transform.param<i64>"))
     return steps
+
+
+def _match_part(name: str, tag: int, part: str) -> Step:
+    return Step(f'%{name} = transform.structured.match attributes {{"{TAG}" = {tag} : i64, "{PART}" = "{part}"}} '
+                f'in %root : ({ANY}) -> {ANY}')
 
 
 def _mapping(g: Group, level: str) -> str:
@@ -78,9 +110,16 @@ def tile_and_fuse(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
     with module.context, ir.Location.unknown():
         pad_to_generic(module)
         steps = []
-        for f in module.body.operations:
-            plan = plans[ir.StringAttr(f.attributes["sym_name"]).value]
+        funcs = [(f, plans[ir.StringAttr(f.attributes["sym_name"]).value]) for f in module.body.operations]
+        for f, plan in funcs:
             tag_groups(f, plan)
-            steps += transform_script(plan)[:-4]
-        steps += transform_script(FusionPlan("", "cpu", True, (), (), None))  # the shared tail
-        apply_script(module, script_text(steps), "tiled")
+            steps += transform_script(plan)[:-len(TAIL)]
+        rows = [(f, plan, g) for f, plan in funcs for g in plan.groups if g.row_threads]
+        if not rows:
+            apply_script(module, script_text(steps + TAIL), "tiled")
+            return
+        apply_script(module, script_text(steps + TAIL[:-1]), "tiled")   # CSE merges producers fused per use
+        second = []
+        for f, plan, g in rows:
+            second += row_script(g.id, split_rows(f, g, plan.info))
+        apply_script(module, script_text(second + TAIL), "tiled")

@@ -12,8 +12,9 @@ from __future__ import annotations
 from ..errors import CompilerInternalError
 from ..mlir import ir, scf
 from ..plan.planner import FusionPlan, Group
-from .cpu_library_calls import hoist_whole_contractions, loops_script, mark_library_calls
+from .cpu_library_calls import LOOPS, hoist_whole_contractions, linalg_ops, loops_script, mark_library_calls
 from .script import ANY, GROUP, TAG, Step, apply_script, i64, run_passes, script_text, tag_of
+from .split_rows import BLOCK_REDUCE, THREADS_OF
 
 # Run one pass at a time: as a single nested pipeline this sequence has been seen to leave
 # a store whose operand does not dominate it (nll at B=2, C=8); pass by pass it does not.
@@ -30,15 +31,14 @@ def to_gpu(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
             plan = plans[ir.StringAttr(f.attributes["sym_name"]).value]
             body = f.regions[0].blocks[0]
             for g in plan.groups:
-                if g.serial:
+                if not any(g.block_tiles):          # one block: serial, or a single-row row kernel
                     _wrap_serial(body, g, gpu=True)
             for op in list(body.operations):
                 if op.operation.name == "scf.forall" and GROUP in op.attributes:
                     gid = ir.IntegerAttr(op.attributes[GROUP]).value
                     _wrap_in_region(op, gid)
             for g in plan.groups:
-                threads = list(reversed(g.threads())) if g.mapped else [1]
-                threads += [1] * (3 - len(threads))
+                threads = block_dims(g)
                 steps.append(Step(f'%e{g.id} = transform.structured.match ops{{["scf.execute_region"]}} '
                                   f'attributes {{"{GROUP}" = {g.id} : i64}} in %root : ({ANY}) -> {ANY}'))
                 steps.append(Step(f"%l{g.id} = transform.gpu.map_forall_to_blocks %e{g.id} generate_gpu_launch : "
@@ -48,7 +48,33 @@ def to_gpu(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
             if len(module.body.operations) > 1:
                 raise CompilerInternalError("gpu", "one chain per module is expected at the gpu stage")
         apply_script(module, script_text(steps), "gpu")
-        run_passes(module, GPU_CLEANUP, "gpu")
+        if any(g.row_threads for plan in plans.values() for g in plan.groups):
+            _lower_all_but_block_reduces(module)
+            run_passes(module, GPU_CLEANUP[1:], "gpu")
+        else:
+            run_passes(module, GPU_CLEANUP, "gpu")
+
+
+def block_dims(g: Group) -> list[int]:
+    """A kernel's threads per block as (x, y, z): the innermost mapped loop is x; a row
+    kernel's row threads are x and its rows y."""
+    if g.row_threads:
+        rows = list(reversed(g.threads()[:-1]))
+        dims = [g.row_threads] + rows
+    else:
+        dims = list(reversed(g.threads())) if g.mapped else [1]
+    if len(dims) > 3:
+        raise CompilerInternalError("gpu", f"kernel {g.id} needs {len(dims)} thread dims")
+    return dims + [1] * (3 - len(dims))
+
+
+def _lower_all_but_block_reduces(module: ir.Module) -> None:
+    """linalg to loops, except the block-wide combines of row kernels, which the emitter writes
+    (split_rows.py)."""
+    for op in linalg_ops(module):
+        if BLOCK_REDUCE not in op.attributes:
+            op.attributes[LOOPS] = ir.UnitAttr.get()
+    apply_script(module, loops_script(), "gpu")
 
 
 def to_cpu(module: ir.Module) -> None:
@@ -73,8 +99,33 @@ def _wrap_in_region(op, gid: int) -> None:
         op.move_before(end)
 
 
-_STAY_ON_HOST = ("memref.alloc", "memref.alloca", "memref.subview", "memref.expand_shape", "memref.collapse_shape",
-                 "memref.cast", "memref.reinterpret_cast", "arith.constant", "scf.forall", "scf.execute_region")
+def _threads_of(op) -> int | None:
+    """The row kernel whose thread loop `op` is (tile_and_fuse.py annotates them), if any."""
+    return ir.IntegerAttr(op.attributes[THREADS_OF]).value if THREADS_OF in op.attributes else None
+
+
+def _block_buffers(ops, moving) -> list:
+    """Workgroup-memory buffers (and their views) the moving ops use: they belong inside the
+    kernel, allocated once per block."""
+    inside = {id(op.operation) for op in moving}
+    used = set()
+    for op in moving:
+        op.operation.walk(lambda o: (used.update(v for v in o.operands), ir.WalkResult.ADVANCE)[1])
+    out = []
+    for op in ops:
+        op = op.operation
+        if id(op) in inside or not op.results:
+            continue
+        shared = op.name == "memref.alloc" and "workgroup" in str(ir.MemRefType(op.results[0].type).memory_space)
+        view_of_shared = op.name in VIEWS and any(v.owner.operation in out for v in op.operands
+                                                  if not isinstance(v.owner, ir.Block))
+        if (shared or view_of_shared) and any(r in used for r in op.results):
+            out.append(op)
+    return out
+
+
+VIEWS = ("memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast", "memref.reinterpret_cast")
+_STAY_ON_HOST = ("memref.alloc", "memref.alloca") + VIEWS + ("arith.constant", "scf.forall", "scf.execute_region")
 
 
 def _wrap_serial(body, g: Group, gpu: bool) -> None:
@@ -86,10 +137,13 @@ def _wrap_serial(body, g: Group, gpu: bool) -> None:
     depend on this kernel's partial results."""
     tags = {tag_of(g.id, m) for m in g.ops}
     ops = list(body.operations)
-    idx = [i for i, op in enumerate(ops) if TAG in op.attributes and ir.IntegerAttr(op.attributes[TAG]).value in tags]
+    idx = [i for i, op in enumerate(ops) if TAG in op.attributes and ir.IntegerAttr(op.attributes[TAG]).value in tags
+           or _threads_of(op) == g.id]
     if not idx:
         raise CompilerInternalError("gpu", f"kernel {g.id}: its ops were not found after bufferization")
-    moving = [op for op in ops[idx[0]: idx[-1] + 1] if op.operation.name not in _STAY_ON_HOST]
+    moving = [op for op in ops[idx[0]: idx[-1] + 1]
+              if op.operation.name not in _STAY_ON_HOST or _threads_of(op) == g.id]
+    moving = _block_buffers(ops, moving) + moving
     last = ops[idx[-1]]
     with ir.InsertionPoint(last), last.location:
         mapping = ir.ArrayAttr.get([ir.Attribute.parse("#gpu.block<x>")])

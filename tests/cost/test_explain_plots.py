@@ -96,7 +96,7 @@ def test_hw_flag_changes_the_profile_the_plan_is_made_for(capsys):
     assert main([f, "--chain", "softmax_rows", "--bind", "M=64,N=128", "--emit", "plan", "--hw", "a100"]) == 0
     assert "predicted on a100:" in capsys.readouterr().out
     chain = fusec.check(f).chain("softmax_rows")
-    st = compile_typed(chain, {"M": 8192, "N": 16384}, options=CompileOptions(hardware=GPUS["a100"]), until="plan")
+    st = compile_typed(chain, {"M": 8192, "N": 16381}, options=CompileOptions(hardware=GPUS["a100"]), until="plan")
     assert "164 KiB of shared memory/L1 per SM" in st.texts["plan"]
     assert main([f, "--chain", "softmax_rows", "--bind", "M=8,N=16", "--emit", "plan", "--hw", "v100"]) == 1
     assert "invalid choice: 'v100'" in capsys.readouterr().err

@@ -15,8 +15,9 @@ X_TANH_W = "chain g(x: f32[M, 256], w: f32[256, 256]) -> f32[M, 256] { return x 
 
 
 def test_fusion_refused_when_its_intermediates_overflow_shared_memory():
-    # one thread per row keeps exp(x - max) of its whole row on chip: 64 KiB per thread at N=16384
-    p = plan(SOFTMAX, {"M": 8192, "N": 16384})
+    # a 16381-element row (a prime) cannot be split evenly over a block's threads: one thread
+    # per row would keep exp(x - max) of its whole row on chip, 64 KiB per thread
+    p = plan(SOFTMAX, {"M": 8192, "N": 16381})
     assert p.kernel_count == 2
     (d,) = [d for d in p.decisions if d.startswith("not fused: %2 map(subf,exp)")]
     assert "overflow the 228 KiB of shared memory/L1 per SM" in d and "spilling" in d
@@ -24,11 +25,14 @@ def test_fusion_refused_when_its_intermediates_overflow_shared_memory():
     small = plan(SOFTMAX, {"M": 8192, "N": 1024})
     assert small.kernel_count == 1
     assert small.predicted_s < small.predicted_unfused_s
+    # and at N=16384 each row is split over a block's threads: nothing row-sized per thread
+    split = plan(SOFTMAX, {"M": 8192, "N": 16384})
+    assert split.kernel_count == 1 and split.groups[0].row_threads and split.costs[0].bytes_spilled == 0
 
 
 def test_the_budget_is_the_profiles():
     # an A100 has 164 KiB per SM: the message names that budget
-    p = plan(SOFTMAX, {"M": 8192, "N": 16384}, hw="a100")
+    p = plan(SOFTMAX, {"M": 8192, "N": 16381}, hw="a100")
     assert any("164 KiB of shared memory/L1 per SM" in d for d in p.decisions)
 
 

@@ -22,14 +22,17 @@ def test_elementwise_chain_is_one_typed_kernel():
     assert "float64" not in s and not re.search(r"[^_\w.]\d+\.\d+[^\w]", s.split("def run_")[0].split("@cuda.jit")[1])
 
 
-def test_softmax_is_one_kernel_with_row_loops():
+def test_softmax_is_one_block_cooperative_kernel():
     s = kernels(SM)
     assert s.count("@cuda.jit(\"void(") == 1
     assert "# k0: gpu.launch in @sm at <string>:1:" in s
-    assert "cuda.local.array((1,), numba.float32)" in s          # a row's running max/sum
-    assert s.count("in range(128):") == 4                         # max, exp, sum, divide over the row
+    assert re.search(r"k0\[\(64, 1, 1\), \(128, 1, 1\)\]", s)           # a block per row, 128 threads
+    assert s.count("cuda.shared.array((1, 128), numba.float32)") == 2     # the max's and the sum's partials
+    assert s.count("cuda.shfl_xor_sync(0xFFFFFFFF,") == 10                # 5 butterfly steps per combine
+    assert s.count("if _CUDASIM or 0:") == 2                              # the simulator's tree
+    assert "arg0[block_id_x, thread_id_x]" in s                            # thread t reads element t
+    assert "cuda.local.array((1, 128)" not in s                           # no row kept per thread
     assert "_maximumf_f32(" in s and "math.exp(" in s
-    assert re.search(r"k0\[\(2, 1, 1\), \(32, 1, 1\)\]", s)
 
 
 def test_matmul_epilogue_is_one_kernel_accumulating_in_registers():

@@ -59,8 +59,9 @@ def test_decisions_explain_what_was_and_was_not_fused():
     assert "kernel" in text
     assert any(d.startswith("fused: %0 map(") and "saves" in d for d in st.plan.decisions)
     assert any(d.startswith("fused: %2 matmul into kernel 0") for d in st.plan.decisions)
-    # one thread per row would keep a 16384-wide row of exp(x - max) on chip: not fused, and why
-    st = stages(SOFTMAX, binding={"M": 8192, "N": 16384})
+    # one thread per row would keep a 16381-wide row of exp(x - max) on chip (a prime: the row
+    # cannot be split evenly over a block's threads): not fused, and why
+    st = stages(SOFTMAX, binding={"M": 8192, "N": 16381})
     assert any(d.startswith("not fused: %2 map(subf,exp)") and "overflow" in d for d in st.plan.decisions)
 
 
@@ -77,7 +78,8 @@ def test_reductions_keep_their_rows_whole_per_tile():
     st = stages(SOFTMAX, binding={"M": 64, "N": 128})
     (g,) = st.plan.groups
     assert g.block_tiles[1] == 0 and g.block_tiles[0] > 0      # rows split across blocks, columns not
-    assert g.threads() == (g.block_tiles[0],)
+    assert g.row_threads == 128                                # each row split over 128 threads
+    assert g.threads() == (g.block_tiles[0], 128)
 
 
 def test_full_reduction_runs_serially():

@@ -1,0 +1,99 @@
+"""The block-wide combine of a row kernel (compiler/transforms/split_rows.py), written here.
+
+A `linalg.generic` marked `fusec.block_reduce` reaches the emitter inside a gpu.launch: it
+combines, for each row of the block, the T per-thread partials P[row, t] (workgroup memory,
+written before the barrier that ends their thread loop) into O[row]. Threads x run along t and
+threads y along the block's rows, so P has at most one row dim larger than 1. Its body is the
+combiner (arith.addf, arith.maximumf...), written with the scalar rules (NaN semantics kept).
+The output's initial contents are ignored (split-rows gives it only a neutral init).
+
+Two forms, chosen per process by the module constant `_CUDASIM` (Numba's simulator has no warp
+shuffles; on a GPU the branch is a compile-time constant):
+- GPU, T a multiple of 32: each warp combines its 32 partials with `shfl_xor_sync` (a butterfly,
+  so every lane holds the warp's total), lane 0 writes it to a shared slot per warp, and thread
+  x = 0 of each row combines the T/32 slots into O[row];
+- otherwise, and under the simulator: a tree in P itself (halving the live partials each step,
+  a barrier per step), then thread x = 0 writes P[row, 0] to O[row].
+Both end with a barrier, so every thread may read O afterwards.
+"""
+from __future__ import annotations
+
+from .values import EmitError
+
+MARK = "fusec.block_reduce"
+WARP = 32
+
+
+def block_reduce(body, op) -> None:
+    body.need(op, "kernel")
+    inner = [o.operation for o in op.regions[0].blocks[0].operations]
+    if len(inner) != 2 or inner[0].name.split(".")[0] != "arith":
+        raise EmitError("a fusec.block_reduce body must be one arith op and its yield", op)
+    combine_op = inner[0]
+    P, O = body.view(op.operands[0]), body.view(op.operands[1])
+    shape = [int(d) for d in P.shape] if all(str(d).isdigit() for d in P.shape) else None
+    if shape is None or tuple(O.shape) != tuple(P.shape[:-1]):
+        raise EmitError("a fusec.block_reduce needs static partials [rows..., T] and a result [rows...]", op)
+    T, rows = shape[-1], shape[:-1]
+    big = [i for i, d in enumerate(rows) if d != 1]
+    if len(big) > 1:
+        raise EmitError("a fusec.block_reduce combines one row dim per block (threads y)", op)
+    dims = body.ctx.block_dims or None
+    R = rows[big[0]] if big else 1
+    if dims is not None and (str(dims[0]) != str(T) or (R > 1 and str(dims[1]) != str(R))):
+        raise EmitError(f"a fusec.block_reduce over {T} partials x {R} rows in a block of {dims}", op)
+    x, y = "cuda.threadIdx.x", ("cuda.threadIdx.y" if R > 1 else "0")
+    elem = P.array.elem
+
+    def at(view, t=None):
+        idx = [y if i in big else "0" for i in range(len(rows))]
+        return view.at(idx + ([t] if t is not None else []))
+
+    def comb(a: str, b: str) -> str:
+        e = body.ctx.rules.expr(combine_op, [a, b])
+        if e is None:
+            raise EmitError(f"the emitter has no rule for the combiner {combine_op.name}", op)
+        return e
+
+    w = body.w
+    names = body.names
+    body.ctx.helpers.cudasim = True
+    w(f"# {MARK} {combine_op.name}: {T} partials per row x {R} rows, threads x along the partials")
+    slots = names.temp("slots")
+    warps = max(1, T // WARP)
+    w(f"{slots} = cuda.shared.array(({R}, {warps}), numba.{elem.compute})")
+    w(f"if _CUDASIM or {T % WARP}:")
+    with w.indent():
+        n = T
+        while n > 1:
+            h = (n + 1) // 2
+            w(f"if {x} < {n - h}:")
+            with w.indent():
+                w(f"{at(P, x)} = {comb(at(P, x), at(P, f'{x} + {h}'))}")
+            w("cuda.syncthreads()")
+            n = h
+        w(f"if {x} == 0:")
+        with w.indent():
+            w(f"{at(O)} = {at(P, '0')}")
+    w("else:")
+    with w.indent():
+        v, other = names.temp("v"), names.temp("other")
+        w(f"{v} = {at(P, x)}")
+        for off in (16, 8, 4, 2, 1):           # a butterfly: every lane ends with the warp's total
+            w(f"{other} = cuda.shfl_xor_sync(0xFFFFFFFF, {v}, {off})")
+            w(f"{v} = {comb(v, other)}")
+        w(f"if {x} % {WARP} == 0:")
+        with w.indent():
+            w(f"{slots}[{y}, {x} // {WARP}] = {v}")
+        w("cuda.syncthreads()")
+        w(f"if {x} == 0:")
+        with w.indent():
+            acc = names.temp("acc")
+            w(f"{acc} = {slots}[{y}, 0]")
+            if warps > 1:
+                k = names.temp("k")
+                w(f"for {k} in range(1, {warps}):")
+                with w.indent():
+                    w(f"{acc} = {comb(acc, f'{slots}[{y}, {k}]')}")
+            w(f"{at(O)} = {acc}")
+    w("cuda.syncthreads()")

@@ -1,0 +1,227 @@
+"""Row kernels: which kernels can split each row over the threads of a block.
+
+A row kernel is a kernel whose reductions all reduce the same axis, the row (softmax,
+log_softmax, layernorm, rmsnorm, a sum or max over the last axis, with their elementwise
+producers and consumers). Its rows go to blocks (one or a few per block) and each row is split
+cyclically over T threads: thread t of a row handles elements j*T + t, j = 0..N/T-1, so a
+warp's loads are consecutive; each reduction becomes a per-thread partial and a block-wide
+combine (compiler/transforms/split_rows.py rewrites the ops; the emitter writes the combine).
+
+`row_kernel(info, members, root)` says whether a kernel is one (a RowKernel) or why not (a
+string). The row axis is found by following tensor dimensions: two loops are the same axis when
+they index the same dimension of the same tensor (an input, an op's result, or a view of it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .analysis import ChainInfo, OpInfo
+
+# combiner body op -> the value a fill must hold for it to be the combiner's neutral element
+NEUTRAL = {"addf": 0.0, "addi": 0.0, "mulf": 1.0, "muli": 1.0, "maximumf": float("-inf"),
+           "minimumf": float("inf"), "maxnumf": float("-inf"), "minnumf": float("inf")}
+INT_MINMAX = ("maxsi", "minsi")
+
+
+@dataclass(frozen=True)
+class RowKernel:
+    """A kernel whose rows can be split over threads."""
+    extent: int                                   # N: elements per row
+    root_loop: int | None                         # the root's loop along the row (None: the root is per row)
+    op_loops: tuple[tuple[int, int | None], ...]  # (member op, its loop along the row or None)
+    reductions: tuple[int, ...]                   # member reductions (each reduces its row loop)
+    combiners: tuple[tuple[int, str], ...]        # (reduction, its combining body op)
+    coalesced: bool                               # every tensor read along the row has it as its last dim
+    inputs_along_row: tuple[str, ...]             # external tensors read along the row (operand keys)
+
+    def loop_of(self, op: int) -> int | None:
+        return dict(self.op_loops).get(op)
+
+    def thread_counts(self, limit: int) -> list[int]:
+        """Threads per row that divide the row (a cyclic split needs whole chunks), at most `limit`."""
+        return [t for t in range(1, min(limit, self.extent) + 1) if self.extent % t == 0]
+
+
+class _Classes:
+    """Union-find over (tensor key, dim) and (op, loop) nodes."""
+
+    def __init__(self):
+        self.parent: dict = {}
+
+    def find(self, x):
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a, b) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+
+def _single_loop(dims: frozenset) -> int | None:
+    return next(iter(dims)) if len(dims) == 1 else None
+
+
+def _axes(info: ChainInfo, members: frozenset[int]) -> _Classes:
+    """Which loops of the members and which tensor dims are the same axis."""
+    cls = _Classes()
+    for m in members:
+        o = info.op(m)
+        if o.kind == "view":
+            continue
+        for k, key in enumerate(o.operand_keys):
+            if k >= len(o.operand_loops):
+                continue
+            for d, loops in enumerate(o.operand_loops[k]):
+                loop = _single_loop(loops)
+                if loop is not None:
+                    cls.union((key, d), (m, loop))
+        for r in range(max(1, len(o.result_shapes))):
+            k = o.n_inputs + r
+            if k < len(o.operand_loops):
+                for d, loops in enumerate(o.operand_loops[k]):
+                    loop = _single_loop(loops)
+                    if loop is not None:
+                        cls.union((f"%{m}:{r}", d), (m, loop))
+    return cls
+
+
+def _view_unions(info: ChainInfo, cls: _Classes) -> None:
+    """Dims of a view that are dims of its source are the same axis."""
+    for o in info.ops:
+        if o.kind != "view" or not o.operand_keys:
+            continue
+        for d, src in enumerate(o.view_dims):
+            if src is not None:
+                cls.union((f"%{o.id}:0", d), (o.operand_keys[0], src))
+
+
+def row_kernel(info: ChainInfo, members, root: int) -> RowKernel | str:
+    """The kernel's row structure, or why its rows cannot be split over threads."""
+    members = frozenset(members)
+    compute = [m for m in sorted(members) if info.op(m).kind not in ("fill", "view")]
+    reductions = [m for m in compute if info.op(m).kind == "reduction"]
+    if not reductions:
+        return "it has no reduction"
+    if any(info.op(m).kind in ("contraction", "pad") for m in compute):
+        return "it holds a contraction or a pad"
+    cls = _axes(info, members)
+    _view_unions(info, cls)
+    row = None
+    combiners = []
+    for m in reductions:
+        o = info.op(m)
+        red = [i for i, t in enumerate(o.iterators) if t == "reduction"]
+        if len(red) != 1:
+            return f"%{m} reduces {len(red)} axes (one row axis is split over threads)"
+        if len(o.result_shapes) > 1:
+            return f"%{m} has several results"
+        c = cls.find((m, red[0]))
+        if row is None:
+            row = c
+        elif c != row:
+            return f"%{m} reduces another axis than %{reductions[0]}"
+        combiner = _combiner(info, o)
+        if isinstance(combiner, str) and combiner.startswith("!"):
+            return f"%{m} {combiner[1:]}"
+        combiners.append((m, combiner))
+    op_loops = []
+    extent = None
+    for m in compute:
+        o = info.op(m)
+        along = [i for i in range(len(o.loops)) if cls.find((m, i)) == row]
+        if len(along) > 1:
+            return f"%{m} walks the row with several loops"
+        loop = along[0] if along else None
+        if loop is not None:
+            if o.iterators[loop] == "reduction" and m not in reductions:
+                return f"%{m} reduces the row without being a reduction"
+            if o.kind == "reduction" and o.iterators[loop] != "reduction":
+                return f"%{m} keeps the row axis"
+            if extent is None:
+                extent = o.loops[loop]
+            elif o.loops[loop] != extent:
+                return f"%{m} walks {o.loops[loop]} elements of a {extent}-element row"
+        bad = _off_row_access(o, loop, lambda k, d: cls.find((o.operand_keys[k], d)) == row)
+        if bad:
+            return f"%{m} {bad}"
+        op_loops.append((m, loop))
+    root_loop = dict(op_loops).get(root)
+    inputs, coalesced = [], True
+    for m, loop in op_loops:
+        if loop is None:
+            continue
+        o = info.op(m)
+        for k, key in enumerate(o.operand_keys[:o.n_inputs]):
+            p = o.producers[k]
+            if p is not None and p in members:
+                continue
+            dims = [d for d, loops in enumerate(o.operand_loops[k]) if loop in loops]
+            if not dims:
+                continue
+            inputs.append(key)
+            shape = o.operand_shapes[k]
+            last = max((d for d, n in enumerate(shape) if n != 1), default=len(shape) - 1)
+            coalesced &= dims == [last]
+    if extent is None or extent < 2:
+        return "its rows have fewer than 2 elements"
+    return RowKernel(extent, root_loop, tuple(op_loops), tuple(reductions), tuple(combiners), coalesced,
+                     tuple(dict.fromkeys(inputs)))
+
+
+def _combiner(info: ChainInfo, o: OpInfo) -> str:
+    """The reduction's combining op, when its init is that op's neutral element ('!why' if not)."""
+    ops = [c for c in o.reduction_ops]
+    if len(ops) != 1:
+        return f"!combines its accumulator with {len(ops)} ops"
+    combiner = ops[0]
+    init = o.producers[o.n_inputs] if len(o.producers) > o.n_inputs else None
+    if init is None or info.op(init).kind != "fill":
+        return "!has an initial value that is not a fill"
+    value = info.op(init).fill_value
+    if combiner in INT_MINMAX:
+        return combiner
+    if combiner not in NEUTRAL:
+        return f"!combines with {combiner}"
+    if value is None or value != NEUTRAL[combiner]:
+        return f"!starts from {value}, not the neutral element of {combiner}"
+    return combiner
+
+
+def _off_row_access(o: OpInfo, loop: int | None, on_row) -> str | None:
+    """Why an operand's access along the row is not the op's row loop alone (None when each
+    row-axis dim it reads is indexed by exactly that loop)."""
+    for k, dims in enumerate(o.operand_loops[:len(o.operand_keys)]):
+        for d, loops in enumerate(dims):
+            if loop is not None and loop in loops and len(loops) > 1:
+                return "indexes the row with a compound expression"
+            if on_row(k, d) and loops != frozenset({loop}):
+                return "reads single elements of a row"
+    return None
+
+
+def row_tiling_error(info: ChainInfo, members, root: int, t, target: str, max_threads: int = 1024) -> str | None:
+    """Why a row-kernel tiling `t` (a cost.Tiling) does not fit the kernel (None when it does). The row threads
+    split each row cyclically, so they divide it; rows go to blocks: the root's outer mapped row
+    loops one row per block, its innermost mapped row loop R rows per block, one thread row each
+    (thread tile 1), so a block has T x R threads."""
+    if target != "gpu":
+        return "rows are split over threads only on a GPU"
+    rk = row_kernel(info, members, root)
+    if isinstance(rk, str):
+        return f"not a row kernel: {rk}"
+    if rk.extent % t.row_threads:
+        return f"{t.row_threads} threads do not divide a {rk.extent}-element row"
+    if rk.root_loop is not None and t.block[rk.root_loop]:
+        return "the row loop itself cannot be tiled"
+    if len(t.mapped) > 2:
+        return "at most 2 row loops map to blocks beside the row threads"
+    if any(t.block[loop] != 1 for loop in t.mapped[:-1]):
+        return "outer row loops go to blocks one row at a time"
+    if t.mapped and t.thread[t.mapped[-1]] != 1:
+        return "each row of a block is one row of threads (thread tile 1)"
+    rows = t.block[t.mapped[-1]] if t.mapped else 1
+    if rows * t.row_threads > max_threads:
+        return f"{rows} rows x {t.row_threads} threads exceed {max_threads} threads per block"
+    return None

@@ -1,0 +1,333 @@
+"""split-rows: inside a row kernel's block, each row is split cyclically over T threads.
+
+Runs between the block level and the thread level of tile-and-fuse, on the ops of a row kernel
+(compiler/plan/rows.py; Group.row_threads = T) as fused into the kernel's block forall, where
+they work on the block's rows of N elements:
+- every tensor dim along the row becomes two, [N/T, T] (tensor.expand_shape: element j*T + t),
+  and every op's loop along the row a loop over j in place and a loop over t appended last;
+- each reduction becomes a partial (over j for each t, into a workgroup-memory buffer
+  [rows, T] filled with the combiner's neutral element) and a combine over t: a linalg.generic
+  marked `fusec.block_reduce`, which the emitter writes as a block-wide reduction (warp shuffles
+  and a shared-memory slot per warp on a GPU; a shared-memory tree under the simulator). The
+  combine overwrites its output (the reduction's own init was that neutral element, which the
+  row analysis checks); it goes to workgroup memory too, unless it is the kernel's result;
+- each elementwise op along the row is copied into every phase that uses it (a phase is a
+  partial, or the root when it walks the row): each thread recomputes it, from L1, rather
+  than keeping a row of it;
+- the root's result is collapsed back to the block's tile shape for the forall's result.
+Ops that do not walk the row (per-row scalars: rsqrt(var + eps)) stay at block level, where
+every thread computes them. The result tells the thread-level script what to tile: one forall
+per phase (t -> thread x, the block's rows -> thread y), with its copies and its fill fused in.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import CompilerInternalError
+from ..lowering.builder import collapse, expand
+from ..mlir import arith, bufferization, ir, linalg, tensor
+from ..plan.analysis import ChainInfo, loop_correspondence
+from ..plan.planner import Group
+from ..plan.rows import RowKernel, row_kernel
+from .script import GROUP, TAG, tag_of
+
+PART = "fusec.part"
+THREADS_OF = "fusec.threads_of"            # on a row kernel's thread loops: the kernel's id
+BLOCK_REDUCE = "fusec.block_reduce"
+WORKGROUP = "#gpu.address_space<workgroup>"
+COMBINERS = {"addf": arith.addf, "mulf": arith.mulf, "maximumf": arith.maximumf, "minimumf": arith.minimumf,
+             "maxnumf": arith.maxnumf, "minnumf": arith.minnumf, "addi": arith.addi, "muli": arith.muli,
+             "maxsi": arith.maxsi, "minsi": arith.minsi}
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One thread forall of a row kernel: the op tiled to threads and what is fused into it."""
+    op: tuple[int, str]                       # (fusec.tag, fusec.part) of the phase op
+    fused: tuple[tuple[int, str], ...]        # its producers to fuse, consumers first
+    tiles: tuple[int, ...]                    # thread tile sizes over the op's loops (t last)
+    thread_rows: bool                         # the block's rows map to thread y (t maps to thread x)
+
+
+def split_rows(func_op, g: Group, info: ChainInfo) -> list[Phase]:
+    """Rewrite group `g`'s ops inside its block forall (in the function itself when the kernel
+    is one block: to_target.py wraps it later); returns its phases in program order."""
+    rk = row_kernel(info, g.ops, g.root)
+    if isinstance(rk, str):
+        raise CompilerInternalError("tiled", f"kernel {g.id} is planned as a row kernel but {rk}")
+    container = _block_forall(func_op, g.id) if any(g.block_tiles) else func_op
+    return _Splitter(g, info, rk, _group_ops(container, g)).run()
+
+
+def _block_forall(func_op, gid: int):
+    for op in func_op.regions[0].blocks[0].operations:
+        op = op.operation
+        if op.name == "scf.forall" and GROUP in op.attributes and ir.IntegerAttr(op.attributes[GROUP]).value == gid:
+            return op
+    raise CompilerInternalError("tiled", f"kernel {gid}: its block forall was not found")
+
+
+def _group_ops(forall, g: Group) -> dict[int, "ir.Operation"]:
+    """The kernel's ops inside its block forall, by op id."""
+    tags = {tag_of(g.id, m): m for m in g.ops}
+    out = {}
+    for op in forall.regions[0].blocks[0].operations:
+        op = op.operation
+        if TAG in op.attributes and ir.IntegerAttr(op.attributes[TAG]).value in tags:
+            out[tags[ir.IntegerAttr(op.attributes[TAG]).value]] = op
+    return out
+
+
+def _maps(op) -> list:
+    return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+
+
+def _iterators(op) -> list[str]:
+    return ["reduction" if "reduction" in str(a) else "parallel" for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+
+
+def _iterator_attr(kinds) -> ir.ArrayAttr:
+    return ir.ArrayAttr.get([ir.Attribute.parse(f"#linalg.iterator_type<{k}>") for k in kinds])
+
+
+def _map_attr(maps) -> ir.ArrayAttr:
+    return ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps])
+
+
+def _is_dim(expr, loop: int) -> bool:
+    e = expr.maybe_downcast()
+    return isinstance(e, ir.AffineDimExpr) and e.position == loop
+
+
+def _shape(v) -> list[int]:
+    return list(ir.RankedTensorType(v.type).shape)
+
+
+def _elem(v):
+    return ir.RankedTensorType(v.type).element_type
+
+
+def _split_groups(rank: int, dim: int) -> list[list[int]]:
+    """Reassociation of a rank-`rank` shape whose dim `dim` becomes two."""
+    return [[i] for i in range(dim)] + [[dim, dim + 1]] + [[i + 1] for i in range(dim + 1, rank)]
+
+
+def _label(op, tag, part: str) -> None:
+    op.attributes[TAG] = tag
+    op.attributes[PART] = ir.StringAttr.get(part)
+
+
+class _Splitter:
+    def __init__(self, g: Group, info: ChainInfo, rk: RowKernel, ops: dict[int, "ir.Operation"]):
+        self.g, self.info, self.rk, self.ops = g, info, rk, ops
+        self.T = g.row_threads
+        self.J = rk.extent // self.T
+        self.expanded: dict = {}       # (value, dim) -> the value with that row dim split [.., J, T, ..]
+        self.replaced: dict = {}       # old result -> the rewritten op's split result
+        self.new: dict[int, "ir.Operation"] = {}    # op id -> its rewritten op (partial of a reduction)
+        rows = g.mapped[-1] if g.mapped and g.block_tiles[g.mapped[-1]] > 1 else None
+        corr = loop_correspondence(info, g.root, set(g.ops))
+        self.row_loop = {m: _only(corr.get(m, {}).get(rows, frozenset())) for m in g.ops} if rows is not None else {}
+        missing = [m for m in ops if info.op(m).kind not in ("fill",)]
+        if set(missing) != {m for m in g.ops if info.op(m).kind not in ("fill", "view")}:
+            raise CompilerInternalError("tiled", f"kernel {g.id}: not every op was fused into its block")
+
+    def run(self) -> list[Phase]:
+        originals = dict(self.ops)
+        for m in sorted(originals):
+            o = self.info.op(m)
+            loop = self.rk.loop_of(m)
+            if o.kind == "fill" or loop is None:
+                continue                               # fills go with their reduction; row scalars stay
+            if o.kind == "reduction":
+                self._reduction(m, loop)
+            else:
+                self._elementwise(m, loop)
+        for m in sorted(originals, reverse=True):      # the replaced ops, consumers first; unread fills
+            op = originals[m]
+            if m in self.new or self.info.op(m).kind == "fill":
+                if all(not list(r.uses) for r in op.results):
+                    op.erase()
+                elif m in self.new:
+                    raise CompilerInternalError("tiled", f"%{m} is still read after the row split")
+        return self._phases()
+
+    # -- operands -----------------------------------------------------------------------------
+    def _operand(self, v, amap, loop: int, n_loops: int, at):
+        """(value, map) of one operand of the rewritten op (n_loops + 1 loops, t the last)."""
+        out_exprs, dim = [], None
+        for d, e in enumerate(amap.results):
+            out_exprs.append(e)
+            if _is_dim(e, loop):
+                dim = d
+                out_exprs.append(ir.AffineDimExpr.get(n_loops))
+        new_map = ir.AffineMap.get(n_loops + 1, 0, out_exprs)
+        if dim is None:
+            return v, new_map
+        if v in self.replaced:
+            return self.replaced[v], new_map
+        key = (v, dim)
+        if key not in self.expanded:
+            shape = _shape(v)
+            if shape[dim] != self.rk.extent:
+                raise CompilerInternalError("tiled", f"a row dim of {shape[dim]} elements, not {self.rk.extent}")
+            with ir.InsertionPoint(at), at.location:
+                self.expanded[key] = expand(v, tuple(shape[:dim] + [self.J, self.T] + shape[dim + 1:]),
+                                            _split_groups(len(shape), dim))
+        return self.expanded[key], new_map
+
+    def _rebuild(self, old, ins, outs, iterators, part: str):
+        """A linalg.generic with old's body moved in, its attributes, and the given operands."""
+        with ir.InsertionPoint(old), old.location:
+            new = linalg.GenericOp([v.type for v, _ in outs], [v for v, _ in ins], [v for v, _ in outs],
+                                   _map_attr([m for _, m in ins + outs]), _iterator_attr(iterators)).operation
+        for name in list(old.attributes):
+            name = name if isinstance(name, str) else name.name
+            if name not in ("indexing_maps", "iterator_types", "operandSegmentSizes"):
+                new.attributes[name] = old.attributes[name]
+        new.attributes[PART] = ir.StringAttr.get(part)
+        old_block = old.regions[0].blocks[0]
+        block = new.regions[0].blocks.append(*[a.type for a in old_block.arguments])
+        for a, b in zip(old_block.arguments, block.arguments):
+            a.replace_all_uses_with(b)
+        at = ir.InsertionPoint(block)
+        for op in list(old_block.operations):
+            op.detach_from_parent()
+            at.insert(op)
+        return new
+
+    # -- ops ----------------------------------------------------------------------------------
+    def _elementwise(self, m: int, loop: int) -> None:
+        old = self.ops[m]
+        gen = old.opview
+        n, maps, n_in = len(_iterators(old)), _maps(old), len(gen.inputs)
+        ins = [self._operand(v, a, loop, n, old) for v, a in zip(gen.inputs, maps[:n_in])]
+        outs = [self._operand(v, a, loop, n, old) for v, a in zip(gen.outputs, maps[n_in:])]
+        reads_outs = any(list(a.uses) for a in list(old.regions[0].blocks[0].arguments)[n_in:])
+        if m != self.g.root and not reads_outs:   # a fresh destination: per thread, a register
+            with ir.InsertionPoint(old), old.location:
+                outs = [(tensor.EmptyOp(_shape(v), _elem(v)).result, a) for v, a in outs]
+        new = self._rebuild(old, ins, outs, _iterators(old) + ["parallel"], "op")
+        members = set(self.ops.values())
+        for r_old, r_new, out_map in zip(old.results, new.results, maps[n_in:]):
+            dim = next((d for d, e in enumerate(out_map.results) if _is_dim(e, loop)), None)
+            if dim is None:
+                raise CompilerInternalError("tiled", f"%{m} walks the row but its result does not")
+            self.replaced[r_old] = r_new
+            outside = [u for u in r_old.uses if u.owner.operation not in members]
+            if outside:                                # the forall's result: the block's tile, collapsed
+                with ir.InsertionPoint.after(new), old.location:
+                    flat = collapse(r_new, tuple(_shape(r_old)), _split_groups(len(_shape(r_old)), dim))
+                for u in outside:
+                    u.owner.operands[u.operand_number] = flat
+        self.new[m] = new
+
+    def _reduction(self, m: int, loop: int) -> None:
+        old = self.ops[m]
+        gen = old.opview
+        n, maps, n_in = len(_iterators(old)), _maps(old), len(gen.inputs)
+        ins = [self._operand(v, a, loop, n, old) for v, a in zip(gen.inputs, maps[:n_in])]
+        (init,) = gen.outputs
+        if init.owner.name != "linalg.fill":
+            raise CompilerInternalError("tiled", f"%{m}: its accumulator is not filled in the kernel")
+        neutral, rows, elem = init.owner.operands[0], _shape(init), _elem(init)
+        space = ir.Attribute.parse(WORKGROUP)
+        tag = old.attributes[TAG]
+        with ir.InsertionPoint(old), old.location:
+            buf = bufferization.AllocTensorOp(ir.RankedTensorType.get(rows + [self.T], elem), [],
+                                              memory_space=space).result
+            filled = linalg.fill(neutral, outs=[buf])
+        _label(filled.owner, tag, "init")
+        partial_map = ir.AffineMap.get(n + 1, 0, list(maps[n_in].results) + [ir.AffineDimExpr.get(n)])
+        partial = self._rebuild(old, ins, [(filled, partial_map)], _iterators(old) + ["parallel"], "partial")
+        # the combine over t overwrites its destination: workgroup memory, or the kernel's
+        # result when the reduction is the root (its destination without the neutral fill)
+        k = len(rows)
+        with ir.InsertionPoint(old), old.location:
+            dest = (init.owner.operands[1] if m == self.g.root else
+                    bufferization.AllocTensorOp(ir.RankedTensorType.get(rows, elem), [], memory_space=space).result)
+            maps_c = [ir.AffineMap.get_identity(k + 1), ir.AffineMap.get(k + 1, 0, [ir.AffineDimExpr.get(i) for i in range(k)])]
+            comb = linalg.GenericOp([dest.type], [partial.results[0]], [dest], _map_attr(maps_c),
+                                    _iterator_attr(["parallel"] * k + ["reduction"])).operation
+            block = comb.regions[0].blocks.append(elem, elem)
+            with ir.InsertionPoint(block):
+                linalg.YieldOp([COMBINERS[dict(self.rk.combiners)[m]](block.arguments[0], block.arguments[1])])
+        _label(comb, tag, "combine")
+        comb.attributes[BLOCK_REDUCE] = ir.StringAttr.get(dict(self.rk.combiners)[m])
+        old.results[0].replace_all_uses_with(comb.results[0])
+        self.new[m] = partial
+
+    # -- phases -------------------------------------------------------------------------------
+    def _phases(self) -> list[Phase]:
+        ends = [m for m in sorted(self.new) if self.info.op(m).kind == "reduction"]
+        if self.g.root in self.new and self.info.op(self.g.root).kind != "reduction":
+            ends.append(self.g.root)
+        templates = {m for m in self.new if self.info.op(m).kind == "elementwise"} - {self.g.root}
+        closures = {end: self._closure(end, templates) for end in ends}
+        phases = []
+        for k, end in enumerate(sorted(ends, key=lambda e: _position(self.new[e]))):
+            op = self.new[end]
+            copies = {}                                 # template op id -> its copy for this phase
+            for m in sorted(closures[end]):
+                tmpl = self.new[m]
+                clone = tmpl.clone(ip=ir.InsertionPoint(tmpl)).operation
+                _label(clone, tmpl.attributes[TAG], f"x{k}")
+                copies[m] = clone
+            for user in list(copies.values()) + [op]:
+                for i, v in enumerate(user.operands):
+                    m = self._template_of(v, templates)
+                    if m is not None:
+                        user.operands[i] = copies[m].results[ir.OpResult(v).result_number]
+            fused = [(_tag_value(copies[m]), f"x{k}") for m in sorted(copies, reverse=True)]
+            if self.info.op(end).kind == "reduction":
+                fused.append((_tag_value(op), "init"))
+            tiles = [0] * len(_iterators(op))
+            tiles[-1] = 1
+            row = self.row_loop.get(end)
+            if row is not None:
+                tiles[row] = 1
+            phases.append(Phase((_tag_value(op), ir.StringAttr(op.attributes[PART]).value), tuple(fused),
+                                tuple(tiles), row is not None))
+        for m in sorted(templates, reverse=True):       # the templates, now unread
+            if any(list(r.uses) for r in self.new[m].results):
+                raise CompilerInternalError("tiled", f"%{m} is read outside the phases of its row kernel")
+            self.new[m].erase()
+        return phases
+
+    def _template_of(self, v, templates: set[int]) -> int | None:
+        """The template op id whose result `v` is (None: another value)."""
+        src = v.owner
+        if isinstance(src, ir.Block):
+            return None
+        src = src.operation
+        if PART not in src.attributes or ir.StringAttr(src.attributes[PART]).value != "op":
+            return None
+        m = _tag_value(src) - tag_of(self.g.id, 0)
+        return m if m in templates else None
+
+    def _closure(self, end: int, templates: set[int]) -> set[int]:
+        """The templates `end` reads, directly or through other templates."""
+        seen, todo = set(), [self.new[end]]
+        while todo:
+            for v in todo.pop().operands:
+                m = self._template_of(v, templates)
+                if m is not None and m not in seen:
+                    seen.add(m)
+                    todo.append(self.new[m])
+        return seen
+
+
+def _tag_value(op) -> int:
+    return ir.IntegerAttr(op.attributes[TAG]).value
+
+
+def _only(loops: frozenset):
+    return next(iter(loops)) if len(loops) == 1 else None
+
+
+def _position(op) -> int:
+    op = op.operation
+    for i, o in enumerate(op.block.operations):
+        if o.operation == op:
+            return i
+    raise CompilerInternalError("tiled", f"{op.name} is not in its block")
