@@ -15,6 +15,8 @@ cache key).
     tuned        measured tiles by group signature, JSON (what autotuning found; set by the
                  pipeline, or given to pin them)
     locations    print loc(...) in the stages' IR text
+    kernel_report  measure every GPU kernel (compiler/report: ptxas resources, occupancy,
+                 coalescing) and price the plan with the measured resources
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ class CompileOptions:
     autotune: bool = False
     tuned: str | None = None
     locations: bool = False
+    kernel_report: bool = False
 
     def __post_init__(self):
         if self.target not in TARGETS:

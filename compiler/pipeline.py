@@ -39,7 +39,8 @@ from .options import CompileOptions
 from .plan import autotune
 from .plan.analysis import analyze, tag_ops
 from .plan.hardware import DEFAULT_GPU, GPUS, HardwareProfile, cache_dir
-from .plan.planner import FusionPlan, plan_chain, plan_from_dict, with_eager_transfers
+from .plan.planner import FusionPlan, plan_chain, plan_from_dict, with_eager_transfers, with_measured
+from .report import report_kernels
 from .transforms.graph import check_pass_names, run_graph_passes
 from .transforms.tile_and_fuse import tile_and_fuse
 from .transforms.to_target import to_cpu, to_gpu
@@ -91,7 +92,8 @@ def _linalg(job: Job, st: ChainStages) -> None:
 
 
 def _graph(job: Job, st: ChainStages) -> None:
-    run_graph_passes(st.module, job.options.disabled_passes)
+    o = job.options
+    run_graph_passes(st.module, o.disabled_passes, planning_profile(o) if o.target == "gpu" else None)
 
 
 def planning_profile(options: CompileOptions) -> HardwareProfile:
@@ -262,6 +264,7 @@ class ChainBuild:
     binding: dict[str, int]
     options: CompileOptions                      # as built (autotuned tiles filled in)
     builds: dict[str, ChainStages]               # "fused", and "unfused" when built
+    kernel_report: tuple = ()                    # options.kernel_report: the running build's KernelReports
 
     @property
     def main(self) -> ChainStages:
@@ -288,9 +291,20 @@ def build_chain(chain: TypedChain, binding: dict[str, int], options: CompileOpti
         options = replace(options, tuned=_autotuned(chain, binding, options, timer))
     builds = {"fused": compile_typed(chain, binding, options=options)}
     if options.baseline and options.fuse:
-        unfused = replace(options, fuse=False, plans=(), tuned=None, autotune=False)
+        unfused = replace(options, fuse=False, plans=(), tuned=None, autotune=False, kernel_report=False)
         builds["unfused"] = compile_typed(chain, binding, options=unfused)
-    return ChainBuild(chain, dict(binding), options, builds)
+    reports = _measured(builds["fused"], options) if options.kernel_report and options.target == "gpu" else ()
+    return ChainBuild(chain, dict(binding), options, builds, reports)
+
+
+def _measured(st: ChainStages, options: CompileOptions) -> tuple:
+    """The kernel report of a build, and its plan priced again with the measured resources."""
+    hw = planning_profile(options)
+    reports = tuple(report_kernels(st.emitted.source, st.emitted.entries[st.chain], hw))
+    measured = {r.group: m for r in reports if r.kind == "launch" and (m := r.measured()) is not None}
+    st.plan = with_measured(st.plan, hw, measured)
+    st.texts["plan"] = st.plan.format() + "\n"
+    return reports
 
 
 def _autotuned(chain: TypedChain, binding: dict[str, int], options: CompileOptions, timer: Timer) -> str:

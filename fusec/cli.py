@@ -217,7 +217,8 @@ def _user_options(args, baseline: bool = True) -> dict:
     the hardware profile)."""
     return {"fuse": not getattr(args, "no_fuse", False), "baseline": baseline,
             "disabled_passes": tuple(getattr(args, "disable_pass", ())), "hw": getattr(args, "hw", None),
-            "autotune": getattr(args, "autotune", False), "locations": getattr(args, "locations", False)}
+            "autotune": getattr(args, "autotune", False), "locations": getattr(args, "locations", False),
+            "kernel_report": getattr(args, "kernel_report", False)}
 
 
 def _program(path_or_source: str, target: str | None, args, baseline: bool = True):
@@ -228,8 +229,6 @@ def _program(path_or_source: str, target: str | None, args, baseline: bool = Tru
 def _run_compiled(args, program, plans) -> int:
     """The main job: compile each chain, run it fused and unfused, check it, report."""
     from fusec.compiler.plan.describe import format_plan
-    from fusec.program import artifact_kernel_report
-    from fusec.runtime import artifact as art
     from .report import run_and_check
     reports, saved = [], {}
     for chain, inputs, binding in plans:
@@ -237,8 +236,7 @@ def _run_compiled(args, program, plans) -> int:
         if args.explain:
             print(format_plan(compiled.plan, explain=True, binding=binding))
         rep = run_and_check(compiled, inputs, running="fused" if program.options.fuse else "unfused")
-        if args.kernel_report:
-            rep.kernel_report = artifact_kernel_report(art.load(compiled.artifact_dir), chain.name)
+        rep.kernel_report = compiled.kernel_report
         print(rep.format())
         reports.append(rep)
         saved[chain.name] = _entry(chain, inputs, rep.outputs)
@@ -255,13 +253,13 @@ _NOT_RUN = "no CUDA GPU here (the kernel report needs none)"
 def _report_without_running(args, plans) -> int:
     """--kernel-report on cuda without a GPU: compile each chain and report its kernels."""
     from fusec.compiler.pipeline import build_chain
-    from fusec.program import build_kernel_report, compile_options
+    from fusec.program import compile_options
     from .report import UnrunReport
     options = compile_options(Target("cuda"), _user_options(args, baseline=False))
     reports = []
     for chain, _inputs, binding in plans:
         built = build_chain(chain, binding, options)
-        rep = UnrunReport(chain.name, "cuda", dict(binding), built.plan.summary(), build_kernel_report(built),
+        rep = UnrunReport(chain.name, "cuda", dict(binding), built.plan.summary(), list(built.kernel_report),
                           _NOT_RUN, "fused" if options.fuse else "unfused")
         print(rep.format())
         reports.append(rep)

@@ -70,6 +70,7 @@ class CompiledChain:
     compile_seconds: dict[str, float]
     artifact_dir: Path | None
     kernel_counts: dict[str, int] = field(default_factory=dict)   # build -> kernels in its plan
+    kernel_report: list | None = None    # the running build's KernelReports (options.kernel_report)
 
     def __call__(self, *arrays):
         outs = self.fused(*arrays)
@@ -163,7 +164,10 @@ class Program:
         tag = "_".join(f"{k}{v}" for k, v in sorted(binding.items())) or "static"
         directory = self.cache / f"{chain.name}.{tag}"
         write_artifact(directory, self.target, self.typed.file.path, self.source, built.options, [built])
-        return load_chain(art.load(directory), chain, self.target, built.main.texts)
+        compiled = load_chain(art.load(directory), chain, self.target, built.main.texts)
+        if built.options.kernel_report:
+            compiled.kernel_report = list(built.kernel_report)
+        return compiled
 
 
 def check_supported(chain: TypedChain, target: Target) -> None:
@@ -192,15 +196,6 @@ def write_artifact(directory: str | Path, target: Target, source_path: str, sour
     as_data = dict(options.as_dict(), hardware=options.hardware.name if options.hardware else None)
     return art.write(directory, target=target.name, source_path=source_path, source=source, version=__version__,
                      chains=chains, options=as_data, options_key=options.key(), hardware=hardware)
-
-
-def build_kernel_report(built) -> list:
-    """The GPU kernel report (fusec.compiler.report) of a chain build's running build, for the
-    profile it was planned for."""
-    from fusec.compiler.pipeline import planning_profile
-    from fusec.compiler.report import report_kernels
-    emitted = built.main.emitted
-    return report_kernels(emitted.source, emitted.entries[built.chain.name], planning_profile(built.options))
 
 
 def artifact_kernel_report(artifact: art.Artifact, chain: str) -> list:

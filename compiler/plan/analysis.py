@@ -47,6 +47,7 @@ class OpInfo:
     reduction_ops: tuple[str, ...] = ()         # body ops that combine into an accumulator (reductions)
     view_dims: tuple[int | None, ...] = ()      # views: per result dim, the source dim it is (None: a unit dim)
     fill_value: float | None = None             # fills: the constant they fill with (None: not a constant)
+    note: str = ""                              # what a graph pass did to it (its `fusec.note`)
 
     @property
     def points(self) -> int:
@@ -215,7 +216,9 @@ def _info(i: int, orig, gen, all_ops) -> OpInfo:
     return OpInfo(i, name, kind, tuple(loops), iters, producers, operand_loops, operand_loops[-1],
                   tuple(sorted(set(users))), shape, eb, body, str(orig.location), n_inputs=n_in,
                   reduction_ops=_combining_ops(gen, n_in) if kind == "reduction" else (),
-                  fill_value=_fill_value(orig) if kind == "fill" else None, **extra)
+                  fill_value=_fill_value(orig) if kind == "fill" else None,
+                  note=ir.StringAttr(orig.attributes["fusec.note"]).value if "fusec.note" in orig.attributes else "",
+                  **extra)
 
 
 def _view_dims(op, source: tuple[int, ...], result: tuple[int, ...]) -> tuple[int | None, ...]:

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 
 from .. import mathfns
 from .analysis import ChainInfo, OpInfo, loop_correspondence
+from .measured import Measured
 from .rows import RowKernel, row_kernel
 from .hardware import HardwareProfile
 
@@ -34,6 +35,7 @@ MEM_PARALLELISM = 4            # loads one thread keeps in flight (unrolled loop
 DEP_LATENCY = 4                # cycles between dependent FP32 ops of one warp
 SCHEDULERS = 4                 # warp schedulers per SM
 SECTOR = 32                    # bytes an L1 miss fetches
+COALESCED = 0.9               # sector efficiency above which accesses count as coalesced
 SMEM_RESERVED = 1024           # shared memory the driver reserves per block (sm_80 and later)
 COMBINE_CYCLES = 120           # a block-wide combine: warp shuffles, a shared-memory slot per warp, two barriers
 WARP = 32
@@ -163,8 +165,9 @@ def unfused_kernels(info: ChainInfo, members) -> list[frozenset[int]]:
 # ---- one kernel ------------------------------------------------------------------------------
 
 def kernel_cost(info: ChainInfo, members, root: int, tiling: Tiling, hw: HardwareProfile,
-                _unfused: tuple[float, float, int] | None = None) -> KernelCost:
-    """Predicted numbers of one kernel: `members` (ops), `root`, `tiling` on `hw`."""
+                _unfused: tuple[float, float, int] | None = None, measured: Measured | None = None) -> KernelCost:
+    """Predicted numbers of one kernel: `members` (ops), `root`, `tiling` on `hw`; with the
+    kernel report's `measured` resources instead of their estimates (gpu)."""
     members = frozenset(members)
     r = info.op(root)
     corr = loop_correspondence(info, root, members, pads=True)
@@ -207,9 +210,9 @@ def kernel_cost(info: ChainInfo, members, root: int, tiling: Tiling, hw: Hardwar
                   bytes_written=wbytes, bytes_cached=cached, bytes_unfused=_unfused[0], flops_unfused=_unfused[1],
                   kernels_unfused=_unfused[2], intermediates=len(intermediates))
     if gpu and tiling.row_threads:
-        return _gpu_row_time(info, members, root, tiling, hw, common, reads, corr)
+        return _gpu_row_time(info, members, root, tiling, hw, common, reads, corr, measured)
     if gpu:
-        return _gpu_time(info, members, root, tiling, hw, common, footprint, reads, corr)
+        return _gpu_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured)
     return _cpu_time(info, members, root, tiling, hw, common, footprint, reads, written)
 
 
@@ -248,7 +251,8 @@ def _finish(common: dict, hw: HardwareProfile, compute_s: float, memory_s: float
 
 # ---- gpu ------------------------------------------------------------------------------------
 
-def _gpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, footprint, reads, corr):
+def _gpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, footprint, reads, corr,
+              measured: Measured | None = None):
     """Throughput (roofline over the whole device) or latency (what one thread does in sequence,
     times the waves of threads), whichever is longer: row-per-thread kernels on small problems
     are latency-bound, large ones bandwidth- or compute-bound."""
@@ -261,8 +265,12 @@ def _gpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, 
     local = sum(n * o.elem_bytes for n, o in footprint if n > REG_ARRAY_ELEMS)
     regs = min(hw.regs_per_thread, BASE_REGS + reg_elems)
     local += max(0, BASE_REGS + reg_elems - hw.regs_per_thread) * 4             # register spills
+    smem = 0
+    if measured is not None:
+        regs, local, smem = measured.registers, measured.local_bytes + measured.spill_bytes, measured.shared_bytes
     per_sm = max(1, min(hw.max_blocks_per_unit, hw.max_threads_per_unit // (warps * WARP),
-                        hw.regs_per_unit // max(1, regs * warps * WARP)))
+                        hw.regs_per_unit // max(1, regs * warps * WARP),
+                        hw.onchip_per_unit // max(1, smem + SMEM_RESERVED) if smem else hw.max_blocks_per_unit))
     resident_blocks = min(blocks, per_sm * hw.units)
     waves = math.ceil(blocks / (per_sm * hw.units))
     occupancy = per_sm * warps * WARP / hw.max_threads_per_unit
@@ -277,7 +285,10 @@ def _gpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, 
     spill = 0.0
     if local_sm > onchip:
         spill = (1 - onchip / local_sm) * local * total_threads * 2                 # written, read back
-    strided = {key for key, (b, m, k) in reads.items() if _strided(info, m, k, corr.get(m, {}), tiling)}
+    if measured is not None and measured.coalescing is not None:    # traced, not guessed
+        strided = set(reads) if measured.coalescing < COALESCED else set()
+    else:
+        strided = {key for key, (b, m, k) in reads.items() if _strided(info, m, k, corr.get(m, {}), tiling)}
     l1_need = local_sm + len(strided) * threads_per_sm * SECTOR
     lost_frac = min(1.0, (l1_need - onchip) / l1_need) if strided and l1_need > onchip else 0.0
     lost = lost_frac * sum(reads[k][0] for k in strided) * (SECTOR / 4 - 1)
@@ -301,10 +312,11 @@ def _gpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, 
     latency_cmp = waves * common["flops"] / total_threads * cycles_per_op / hw.clock_hz
 
     eb = info.op(root).elem_bytes
-    peak = hw.peak(eb) * lanes
+    share = min(1.0, blocks / hw.units)            # a grid of fewer blocks than SMs leaves SMs idle
+    peak = hw.peak(eb) * lanes * share
     io = common["bytes_read"] + common["bytes_written"]
     bw = hw.cache_bandwidth if io + spill_bytes <= hw.l2_bytes else hw.bandwidth   # timed again: in L2
-    throughput = io / bw + common["bytes_cached"] / hw.cache_bandwidth + spill_bytes / spill_bw
+    throughput = (io / bw + common["bytes_cached"] / hw.cache_bandwidth + spill_bytes / spill_bw) / share
     compute_s = max(common["flops"] / peak, latency_cmp)
     recompute_s = compute_s * common["recompute_flops"] / max(common["flops"], 1e-30)
     memory_s = max(throughput, latency_mem)
@@ -315,7 +327,8 @@ def _gpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, 
                    occupancy=min(1.0, occupancy), recompute_s=recompute_s, spill_s=spill_s)
 
 
-def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, reads, corr):
+def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, reads, corr,
+                  measured: Measured | None = None):
     """A row kernel (plan/rows.py): rows to blocks, each row split cyclically over T threads.
 
     Each reduction is a phase (every thread accumulates J = N/T elements, then the block
@@ -348,7 +361,12 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
     # on chip: per reduction T partials, one slot per warp and the row's result, per row of the block
     warps = math.ceil(threads / WARP)
     smem = sum(R * (T + math.ceil(T / WARP) + 1) * max(4, info.op(m).elem_bytes) for m in rk.reductions)
-    regs = BASE_REGS
+    regs = row_registers(J, R)
+    coalesced = rk.coalesced
+    if measured is not None:
+        regs, smem = measured.registers, measured.shared_bytes
+        if measured.coalescing is not None:
+            coalesced = measured.coalescing >= COALESCED
     per_sm = max(1, min(hw.max_blocks_per_unit, hw.max_threads_per_unit // (warps * WARP),
                         hw.regs_per_unit // max(1, regs * warps * WARP),
                         hw.onchip_per_unit // max(1, smem + SMEM_RESERVED) if smem else hw.max_blocks_per_unit))
@@ -368,10 +386,12 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
     l1 = again if l1_hit else 0.0
     cached = common["bytes_cached"] + (again if not l1_hit and again <= hw.l2_bytes else 0.0)
     dram = common["bytes_read"] + (again if not (l1_hit or again <= hw.l2_bytes) else 0.0) + common["bytes_written"]
-    if not rk.coalesced:                      # a warp's lanes a row apart: a sector per lane
+    if not coalesced:                         # a warp's lanes a row apart: a sector per lane
         dram *= SECTOR / 4
     l1_bw = hw.units * 128 * hw.clock_hz
-    throughput = dram / hw.bandwidth + cached / hw.cache_bandwidth + l1 / l1_bw
+    bw = hw.cache_bandwidth if dram <= hw.l2_bytes else hw.bandwidth             # timed again: in L2
+    share = min(1.0, blocks / hw.units)            # a grid of fewer blocks than SMs leaves SMs idle
+    throughput = (dram / bw + cached / hw.cache_bandwidth + l1 / l1_bw) / share
 
     # latency: per thread, J loads per row tensor per phase (the first from memory, the others
     # from L1), a few in flight; each combine a handful of shuffles and two barriers
@@ -386,13 +406,22 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
     latency_cmp = waves * flops / max(1, blocks * threads) * cycles_per_op / hw.clock_hz
 
     lanes = threads / (warps * WARP)
-    compute_s = max(flops / (hw.peak(r.elem_bytes) * lanes), latency_cmp)
+    compute_s = max(flops / (hw.peak(r.elem_bytes) * lanes * share), latency_cmp)
     memory_s = max(throughput, latency)
     alloc_s = hw.alloc_s * len(_writes(info, frozenset(members)))
     return _finish(dict(common, flops=flops, recompute_flops=recompute, bytes_read=dram - common["bytes_written"],
                         bytes_cached=cached + l1, bytes_spilled=0.0, onchip_bytes=int(smem)), hw,
                    compute_s, memory_s, hw.launch_s, alloc_s, threads=threads, blocks=blocks,
                    occupancy=min(1.0, occupancy), recompute_s=compute_s * recompute / max(flops, 1e-30), spill_s=0.0)
+
+
+def row_registers(per_thread: int, rows: int) -> int:
+    """Registers per thread of a row kernel, estimated from the elements each thread handles per
+    row (`per_thread` = N/T: LLVM unrolls those loops) and whether the block holds several rows:
+    fitted to ptxas -v on this emitter's softmax, layernorm and rmsnorm kernels (N = 512-1024,
+    N/T = 1-32: 26-32 registers at N/T <= 4, 40-51 at 8, 56-96 at 16; the kernel report
+    measures the real ones)."""
+    return min(255, 26 + 3 * per_thread + (4 if rows > 1 else 0))
 
 
 def _row_phases(info: ChainInfo, members, root: int, rk: RowKernel) -> dict[int, frozenset[int]]:

@@ -19,10 +19,11 @@ Tiles are the model's pick among candidates (tilechoice.py).
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from .analysis import ChainInfo, OpInfo, analyze, tag_ops, tileable_loops
 from .hardware import HardwareProfile
+from .measured import Measured
 from .describe import bytes_text, format_plan, time_text
 from .cost import KernelCost, Tiling, big_transfers, op_flops, total_time, unfused_kernels, with_cheap_producers
 from .rows import row_tiling_error
@@ -77,6 +78,7 @@ class FusionPlan:
     baseline: tuple[KernelCost, ...] = field(default=(), compare=False, repr=False)   # unfused kernels
     candidates: tuple[tuple[tuple[Tiling, float], ...], ...] = field(default=(), compare=False, repr=False)
     transfers: tuple[tuple[str, int], ...] = field(default=(), compare=False)        # big tensors moved
+    measured: tuple[tuple[int, Measured], ...] = field(default=(), compare=False)    # group -> kernel report
 
     @property
     def kernel_count(self) -> int:
@@ -111,8 +113,11 @@ class FusionPlan:
             "decisions": list(self.decisions),
         }
         if self.costs:
+            measured = dict(self.measured)
             for g, c, cands in zip(out["groups"], self.costs, self.candidates or [()] * len(self.costs)):
                 g["cost"] = c.as_dict()
+                if g["kernel"] in measured:
+                    g["measured"] = asdict(measured[g["kernel"]])
                 g["candidates"] = [{"block_tiles": list(t.block), "thread_tiles": list(t.thread),
                                     "predicted_s": s} for t, s in cands[:5]]
             out["model"] = {
@@ -162,6 +167,7 @@ def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool 
     decisions = [d.replace("{K", "{").format(*[n - 1 - k for k in range(n)]) if "{" in d else d
                  for d in decisions]
     groups = [_make_group(info, gid, m, chooser) for gid, m in enumerate(reversed(members_list))]
+    decisions = [f"%{o.id} {o.label}: {o.note}" for o in info.ops if o.note] + decisions
     decisions += [f"tiles of kernel {g.id}: block {list(g.block_tiles)} measured fastest (--autotune)"
                   for g in groups if chooser.best(frozenset(g.ops)).tuned]
     return _with_costs(FusionPlan(info.func, target, fuse, tuple(groups), tuple(decisions), info), chooser)
@@ -179,6 +185,15 @@ def _with_costs(plan: FusionPlan, chooser: TileChooser) -> FusionPlan:
             ("l2_bytes", hw.l2_bytes))
     return replace(plan, hardware=hw.name, roof=roof, costs=costs, baseline=baseline, candidates=cands,
                    transfers=transfers)
+
+
+def with_measured(plan: FusionPlan, hw: HardwareProfile, measured: dict[int, Measured]) -> FusionPlan:
+    """The plan priced again with the kernel report's measured resources for the groups in
+    `measured` (group id -> Measured); the tiles and the decisions stay the model's."""
+    chooser = TileChooser(plan.info, plan.target, hw)
+    costs = tuple(chooser.cost(g.ops, g.tiling, measured.get(g.id)) if g.id in measured else c
+                  for g, c in zip(plan.groups, plan.costs))
+    return replace(plan, costs=costs, measured=tuple(sorted(measured.items())))
 
 
 class _Grower:

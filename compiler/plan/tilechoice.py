@@ -14,8 +14,9 @@ import math
 from dataclasses import dataclass
 
 from .analysis import ChainInfo, tileable_loops
-from .cost import KernelCost, Tiling, kernel_bytes, kernel_cost, op_flops, unfused_kernels
+from .cost import KernelCost, Tiling, row_registers, kernel_bytes, kernel_cost, op_flops, unfused_kernels
 from .hardware import HardwareProfile
+from .measured import Measured
 from .rows import row_kernel, row_tiling_error
 
 MARGIN = 0.02          # a candidate must be this much faster than the incumbent to replace it
@@ -65,13 +66,13 @@ class TileChooser:
     def root(self, members) -> int:
         return max(m for m in members if self.info.op(m).is_compute)
 
-    def cost(self, members, tiling: Tiling) -> KernelCost:
+    def cost(self, members, tiling: Tiling, measured: Measured | None = None) -> KernelCost:
         members = frozenset(members)
         unfused = (sum(kernel_bytes(self.info, p) for p in unfused_kernels(self.info, members)),
                    sum(op_flops(self.info.op(m), self.hw) for m in members
                        if self.info.op(m).is_compute and self.info.op(m).kind not in ("fill", "pad")),
                    len(unfused_kernels(self.info, members)))
-        return kernel_cost(self.info, members, self.root(members), tiling, self.hw, unfused)
+        return kernel_cost(self.info, members, self.root(members), tiling, self.hw, unfused, measured)
 
     def best(self, members) -> Choice:
         members = frozenset(members)
@@ -158,8 +159,8 @@ class TileChooser:
         the start is T = 256 or the largest warp multiple below that divides the row, with
         enough rows per block for 128 threads; another shape must be 2% faster to win."""
         rk = row_kernel(self.info, members, root)
-        if isinstance(rk, str):
-            return None
+        if isinstance(rk, str) or (not rk.coalesced and tile):
+            return None           # strided rows: threads along the contiguous axis instead
         r = self.info.op(root)
         n = len(r.loops)
         mapped = tuple(tile[-2:])
@@ -181,7 +182,9 @@ class TileChooser:
         evaluated = {}
         for T in counts:
             for R in row_options:
-                if T * R <= limit and row_tiling_error(self.info, members, root, tiling(T, R), "gpu", limit) is None:
+                regs = row_registers(rk.extent // T, R)
+                if (T * R <= limit and regs * T * R <= self.hw.regs_per_unit       # launchable
+                        and row_tiling_error(self.info, members, root, tiling(T, R), "gpu", limit) is None):
                     evaluated[(T, R)] = self.cost(members, tiling(T, R))
         if not evaluated:
             return None
@@ -192,9 +195,21 @@ class TileChooser:
         for key, c in evaluated.items():
             if c.time_s < evaluated[best].time_s * (1 - MARGIN):
                 best = key
+        best = self._filling(best, evaluated)
         ranked = tuple(sorted(((tiling(*k), c.time_s) for k, c in evaluated.items()),
                               key=lambda x: (x[1], x[0] != tiling(*best))))
         return Choice(tiling(*best), evaluated[best], ranked)
+
+    def _filling(self, best, evaluated: dict):
+        """Launch shapes from the device: when `best` leaves SMs without a block (fewer blocks
+        than SMs, or blocks under two warps) and a candidate within the model's margin fills
+        every SM, that one (the fastest such)."""
+        def fills(c: KernelCost) -> bool:
+            return c.blocks >= self.hw.units and c.threads >= 64
+        if fills(evaluated[best]):
+            return best
+        near = [k for k, c in evaluated.items() if fills(c) and c.time_s <= evaluated[best].time_s * (1 + MARGIN)]
+        return min(near, key=lambda k: evaluated[k].time_s) if near else best
 
     # ---- gpu: hill-climb over neighbouring divisors ---------------------------------------
     def _gpu_search(self, members, root, tile) -> Choice:
@@ -224,6 +239,7 @@ class TileChooser:
                     best, improved = cand, True
             if not improved:
                 break
+        best = self._filling(best, seen)
         ranked = tuple(sorted(((t, c.time_s) for t, c in seen.items()), key=lambda x: (x[1], x[0] != best)))
         return Choice(best, seen[best], ranked)
 
@@ -255,12 +271,12 @@ class TileChooser:
         return [c for c in out if 1 <= _threads(c) <= self.hw.max_threads_per_block]
 
 
-def _prefer(rows: Choice, other: Choice) -> Choice:
+def _prefer(first: Choice, other: Choice) -> Choice:
     """A row kernel's split rows unless the other tilings are 2% faster; candidates merged."""
-    ranked = tuple(sorted(dict(other.candidates + rows.candidates).items(), key=lambda x: x[1]))
-    if other.cost.time_s < rows.cost.time_s * (1 - MARGIN):
+    ranked = tuple(sorted(dict(other.candidates + first.candidates).items(), key=lambda x: x[1]))
+    if other.cost.time_s < first.cost.time_s * (1 - MARGIN):
         return Choice(other.tiling, other.cost, ranked)
-    return Choice(rows.tiling, rows.cost, ranked)
+    return Choice(first.tiling, first.cost, ranked)
 
 
 def _threads(t: Tiling) -> int:

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Sequence
 
+from ..plan.measured import Measured
 from ..plan.hardware import HardwareProfile
 from . import occupancy as occ
 from . import ptx as ptxmod
@@ -73,6 +74,7 @@ class KernelReport:
     spill_load_bytes: int | None = None
     smem_bytes: int | None = None       # static shared memory per block
     barriers: int | None = None
+    shuffles: int | None = None         # warp shuffle instructions in its PTX (block combines on a GPU)
     blocks_per_sm: int | None = None    # resident blocks per SM
     occupancy: float | None = None      # resident warps / warp slots of an SM
     limited_by: tuple[str, ...] | None = None   # warps, registers, smem, blocks, barriers
@@ -84,6 +86,14 @@ class KernelReport:
         d = asdict(self)
         d["unmeasured"] = dict(self.unmeasured)
         return d
+
+    def measured(self) -> Measured | None:
+        """What the cost model takes from the report (None when ptxas did not measure it)."""
+        if self.registers is None:
+            return None
+        return Measured(self.registers, (self.stack_frame_bytes or 0) + (self.local_bytes or 0),
+                        (self.spill_store_bytes or 0) + (self.spill_load_bytes or 0), self.smem_bytes or 0,
+                        self.coalescing.efficiency if self.coalescing is not None else None)
 
 
 def report_kernels(source: str, entry: "Entry", hw: HardwareProfile, *, trace: bool = True,
@@ -163,7 +173,7 @@ def _report(launch: "Launch", res: ptxmod.Resources | str, record: dict | str, h
     else:
         fields.update(registers=res.registers, stack_frame_bytes=res.stack_frame_bytes, local_bytes=res.lmem_bytes,
                       spill_store_bytes=res.spill_store_bytes, spill_load_bytes=res.spill_load_bytes,
-                      smem_bytes=res.smem_bytes, barriers=res.barriers)
+                      smem_bytes=res.smem_bytes, barriers=res.barriers, shuffles=res.shuffles)
         if threads is None:
             unmeasured.append(("occupancy", "needs a constant block size"))
         else:

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .child import MeasureError, run
@@ -114,6 +114,7 @@ class Resources:
     spill_load_bytes: int
     smem_bytes: int                     # static shared memory per block
     barriers: int
+    shuffles: int = 0                   # warp shuffle instructions (shfl.sync) in the PTX, from the text
 
 
 _ITEMS = {"registers": "registers", "barriers": "barriers", "bytes stack frame": "stack_frame_bytes",
@@ -146,7 +147,7 @@ def parse_ptxas(text: str) -> dict[str, Resources]:
                 item = re.fullmatch(r"(?:used\s+)?(\d+)\s+(.*)", part.strip(), flags=re.I)
                 if item and item.group(2).strip() in _ITEMS:
                     cur[_ITEMS[item.group(2).strip()]] = int(item.group(1))
-    fields = Resources.__dataclass_fields__
+    fields = [f for f in Resources.__dataclass_fields__ if f != "shuffles"]
     return {name: Resources(**{f: found[name].get(f, 0) for f in fields}) for name in entries}
 
 
@@ -166,7 +167,7 @@ def resources(ptx: str, arch: str) -> Resources:
     parsed = parse_ptxas(text)
     if len(parsed) != 1:
         raise MeasureError(f"ptxas reported {len(parsed)} entry functions, expected 1")
-    return next(iter(parsed.values()))
+    return replace(next(iter(parsed.values())), shuffles=len(re.findall(r"\bshfl\.sync\.", ptx)))
 
 
 def arch_of(cc: tuple[int, int]) -> str:

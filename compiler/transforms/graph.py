@@ -17,6 +17,7 @@ from ..errors import CompilerInternalError
 from ..mlir import verify
 from ..mlir import MLIRError, PassManager, ir
 from .fold_batchnorm import fold_batchnorm
+from .split_reductions import split_reductions
 
 STAGE = "graph"
 
@@ -25,7 +26,7 @@ class GraphPass(Protocol):
     name: str
     why: str
 
-    def apply(self, module: ir.Module) -> None: ...
+    def apply(self, module: ir.Module, hw=None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class MlirPass:
     pipeline: str          # textual pipeline element inside builtin.module(...)
     why: str
 
-    def apply(self, module: ir.Module) -> None:
+    def apply(self, module: ir.Module, hw=None) -> None:
         PassManager.parse(f"builtin.module({self.pipeline})", context=module.context).run(module.operation)
 
 
@@ -44,9 +45,19 @@ class FoldBatchnorm:
     name: str = "fold-batchnorm"
     why: str = "inference batchnorm becomes x * scale + shift with scale/shift computed per channel"
 
-    def apply(self, module: ir.Module) -> None:
+    def apply(self, module: ir.Module, hw=None) -> None:
         with module.context, ir.Location.unknown():
             fold_batchnorm(module)
+
+
+@dataclass(frozen=True)
+class SplitReductions:
+    name: str = "split-reductions"
+    why: str = ("on a GPU, a reduction with too few outputs to fill the device becomes partials over "
+                "chunks of its axis and their combine (two kernels)")
+
+    def apply(self, module: ir.Module, hw=None) -> None:
+        split_reductions(module, hw)
 
 
 GRAPH_PASSES: tuple[GraphPass, ...] = (
@@ -58,6 +69,7 @@ GRAPH_PASSES: tuple[GraphPass, ...] = (
              "merge each single-use elementwise producer into its consumer: one generic per chain of"
              " elementwise ops"),
     MlirPass("canonicalize", "canonicalize", "clean up after fusion (dead inits, unused operands)"),
+    SplitReductions(),
     MlirPass("cse", "cse", "merge what fusion duplicated"),
     MlirPass("symbol-dce", "symbol-dce", "erase private functions nobody calls"),
 )
@@ -75,15 +87,16 @@ def check_pass_names(names: Iterable[str]) -> frozenset[str]:
     return names
 
 
-def run_graph_passes(module: ir.Module, disabled: Iterable[str] = ()) -> list[str]:
-    """Run the enabled passes in order, verifying after each; returns the names run."""
+def run_graph_passes(module: ir.Module, disabled: Iterable[str] = (), hw=None) -> list[str]:
+    """Run the enabled passes in order, verifying after each; returns the names run. `hw` is the
+    hardware profile the module is compiled for (the passes that depend on it need it)."""
     disabled = check_pass_names(disabled)
     ran = []
     for p in GRAPH_PASSES:
         if p.name in disabled:
             continue
         try:
-            p.apply(module)
+            p.apply(module, hw)
         except MLIRError as e:
             raise CompilerInternalError(STAGE, f"pass '{p.name}' failed:\n{e}") from None
         try:

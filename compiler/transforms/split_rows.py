@@ -29,6 +29,7 @@ from ..mlir import arith, bufferization, ir, linalg, tensor
 from ..plan.analysis import ChainInfo, loop_correspondence
 from ..plan.planner import Group
 from ..plan.rows import RowKernel, row_kernel
+from .generic import elem_of, is_dim, iterator_attr, iterators, map_attr, maps, rebuild, shape_of, split_groups
 from .script import GROUP, TAG, tag_of
 
 PART = "fusec.part"
@@ -78,40 +79,6 @@ def _group_ops(forall, g: Group) -> dict[int, "ir.Operation"]:
     return out
 
 
-def _maps(op) -> list:
-    return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
-
-
-def _iterators(op) -> list[str]:
-    return ["reduction" if "reduction" in str(a) else "parallel" for a in ir.ArrayAttr(op.attributes["iterator_types"])]
-
-
-def _iterator_attr(kinds) -> ir.ArrayAttr:
-    return ir.ArrayAttr.get([ir.Attribute.parse(f"#linalg.iterator_type<{k}>") for k in kinds])
-
-
-def _map_attr(maps) -> ir.ArrayAttr:
-    return ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps])
-
-
-def _is_dim(expr, loop: int) -> bool:
-    e = expr.maybe_downcast()
-    return isinstance(e, ir.AffineDimExpr) and e.position == loop
-
-
-def _shape(v) -> list[int]:
-    return list(ir.RankedTensorType(v.type).shape)
-
-
-def _elem(v):
-    return ir.RankedTensorType(v.type).element_type
-
-
-def _split_groups(rank: int, dim: int) -> list[list[int]]:
-    """Reassociation of a rank-`rank` shape whose dim `dim` becomes two."""
-    return [[i] for i in range(dim)] + [[dim, dim + 1]] + [[i + 1] for i in range(dim + 1, rank)]
-
-
 def _label(op, tag, part: str) -> None:
     op.attributes[TAG] = tag
     op.attributes[PART] = ir.StringAttr.get(part)
@@ -158,7 +125,7 @@ class _Splitter:
         out_exprs, dim = [], None
         for d, e in enumerate(amap.results):
             out_exprs.append(e)
-            if _is_dim(e, loop):
+            if is_dim(e, loop):
                 dim = d
                 out_exprs.append(ir.AffineDimExpr.get(n_loops))
         new_map = ir.AffineMap.get(n_loops + 1, 0, out_exprs)
@@ -168,56 +135,41 @@ class _Splitter:
             return self.replaced[v], new_map
         key = (v, dim)
         if key not in self.expanded:
-            shape = _shape(v)
+            shape = shape_of(v)
             if shape[dim] != self.rk.extent:
                 raise CompilerInternalError("tiled", f"a row dim of {shape[dim]} elements, not {self.rk.extent}")
             with ir.InsertionPoint(at), at.location:
                 self.expanded[key] = expand(v, tuple(shape[:dim] + [self.J, self.T] + shape[dim + 1:]),
-                                            _split_groups(len(shape), dim))
+                                            split_groups(len(shape), dim))
         return self.expanded[key], new_map
 
     def _rebuild(self, old, ins, outs, iterators, part: str):
-        """A linalg.generic with old's body moved in, its attributes, and the given operands."""
-        with ir.InsertionPoint(old), old.location:
-            new = linalg.GenericOp([v.type for v, _ in outs], [v for v, _ in ins], [v for v, _ in outs],
-                                   _map_attr([m for _, m in ins + outs]), _iterator_attr(iterators)).operation
-        for name in list(old.attributes):
-            name = name if isinstance(name, str) else name.name
-            if name not in ("indexing_maps", "iterator_types", "operandSegmentSizes"):
-                new.attributes[name] = old.attributes[name]
+        new = rebuild(old, ins, outs, iterators)
         new.attributes[PART] = ir.StringAttr.get(part)
-        old_block = old.regions[0].blocks[0]
-        block = new.regions[0].blocks.append(*[a.type for a in old_block.arguments])
-        for a, b in zip(old_block.arguments, block.arguments):
-            a.replace_all_uses_with(b)
-        at = ir.InsertionPoint(block)
-        for op in list(old_block.operations):
-            op.detach_from_parent()
-            at.insert(op)
         return new
 
     # -- ops ----------------------------------------------------------------------------------
     def _elementwise(self, m: int, loop: int) -> None:
         old = self.ops[m]
         gen = old.opview
-        n, maps, n_in = len(_iterators(old)), _maps(old), len(gen.inputs)
-        ins = [self._operand(v, a, loop, n, old) for v, a in zip(gen.inputs, maps[:n_in])]
-        outs = [self._operand(v, a, loop, n, old) for v, a in zip(gen.outputs, maps[n_in:])]
+        n, amaps, n_in = len(iterators(old)), maps(old), len(gen.inputs)
+        ins = [self._operand(v, a, loop, n, old) for v, a in zip(gen.inputs, amaps[:n_in])]
+        outs = [self._operand(v, a, loop, n, old) for v, a in zip(gen.outputs, amaps[n_in:])]
         reads_outs = any(list(a.uses) for a in list(old.regions[0].blocks[0].arguments)[n_in:])
         if m != self.g.root and not reads_outs:   # a fresh destination: per thread, a register
             with ir.InsertionPoint(old), old.location:
-                outs = [(tensor.EmptyOp(_shape(v), _elem(v)).result, a) for v, a in outs]
-        new = self._rebuild(old, ins, outs, _iterators(old) + ["parallel"], "op")
+                outs = [(tensor.EmptyOp(shape_of(v), elem_of(v)).result, a) for v, a in outs]
+        new = self._rebuild(old, ins, outs, iterators(old) + ["parallel"], "op")
         members = set(self.ops.values())
-        for r_old, r_new, out_map in zip(old.results, new.results, maps[n_in:]):
-            dim = next((d for d, e in enumerate(out_map.results) if _is_dim(e, loop)), None)
+        for r_old, r_new, out_map in zip(old.results, new.results, amaps[n_in:]):
+            dim = next((d for d, e in enumerate(out_map.results) if is_dim(e, loop)), None)
             if dim is None:
                 raise CompilerInternalError("tiled", f"%{m} walks the row but its result does not")
             self.replaced[r_old] = r_new
             outside = [u for u in r_old.uses if u.owner.operation not in members]
             if outside:                                # the forall's result: the block's tile, collapsed
                 with ir.InsertionPoint.after(new), old.location:
-                    flat = collapse(r_new, tuple(_shape(r_old)), _split_groups(len(_shape(r_old)), dim))
+                    flat = collapse(r_new, tuple(shape_of(r_old)), split_groups(len(shape_of(r_old)), dim))
                 for u in outside:
                     u.owner.operands[u.operand_number] = flat
         self.new[m] = new
@@ -225,12 +177,12 @@ class _Splitter:
     def _reduction(self, m: int, loop: int) -> None:
         old = self.ops[m]
         gen = old.opview
-        n, maps, n_in = len(_iterators(old)), _maps(old), len(gen.inputs)
-        ins = [self._operand(v, a, loop, n, old) for v, a in zip(gen.inputs, maps[:n_in])]
+        n, amaps, n_in = len(iterators(old)), maps(old), len(gen.inputs)
+        ins = [self._operand(v, a, loop, n, old) for v, a in zip(gen.inputs, amaps[:n_in])]
         (init,) = gen.outputs
         if init.owner.name != "linalg.fill":
             raise CompilerInternalError("tiled", f"%{m}: its accumulator is not filled in the kernel")
-        neutral, rows, elem = init.owner.operands[0], _shape(init), _elem(init)
+        neutral, rows, elem = init.owner.operands[0], shape_of(init), elem_of(init)
         space = ir.Attribute.parse(WORKGROUP)
         tag = old.attributes[TAG]
         with ir.InsertionPoint(old), old.location:
@@ -238,8 +190,8 @@ class _Splitter:
                                               memory_space=space).result
             filled = linalg.fill(neutral, outs=[buf])
         _label(filled.owner, tag, "init")
-        partial_map = ir.AffineMap.get(n + 1, 0, list(maps[n_in].results) + [ir.AffineDimExpr.get(n)])
-        partial = self._rebuild(old, ins, [(filled, partial_map)], _iterators(old) + ["parallel"], "partial")
+        partial_map = ir.AffineMap.get(n + 1, 0, list(amaps[n_in].results) + [ir.AffineDimExpr.get(n)])
+        partial = self._rebuild(old, ins, [(filled, partial_map)], iterators(old) + ["parallel"], "partial")
         # the combine over t overwrites its destination: workgroup memory, or the kernel's
         # result when the reduction is the root (its destination without the neutral fill)
         k = len(rows)
@@ -247,8 +199,8 @@ class _Splitter:
             dest = (init.owner.operands[1] if m == self.g.root else
                     bufferization.AllocTensorOp(ir.RankedTensorType.get(rows, elem), [], memory_space=space).result)
             maps_c = [ir.AffineMap.get_identity(k + 1), ir.AffineMap.get(k + 1, 0, [ir.AffineDimExpr.get(i) for i in range(k)])]
-            comb = linalg.GenericOp([dest.type], [partial.results[0]], [dest], _map_attr(maps_c),
-                                    _iterator_attr(["parallel"] * k + ["reduction"])).operation
+            comb = linalg.GenericOp([dest.type], [partial.results[0]], [dest], map_attr(maps_c),
+                                    iterator_attr(["parallel"] * k + ["reduction"])).operation
             block = comb.regions[0].blocks.append(elem, elem)
             with ir.InsertionPoint(block):
                 linalg.YieldOp([COMBINERS[dict(self.rk.combiners)[m]](block.arguments[0], block.arguments[1])])
@@ -281,7 +233,7 @@ class _Splitter:
             fused = [(_tag_value(copies[m]), f"x{k}") for m in sorted(copies, reverse=True)]
             if self.info.op(end).kind == "reduction":
                 fused.append((_tag_value(op), "init"))
-            tiles = [0] * len(_iterators(op))
+            tiles = [0] * len(iterators(op))
             tiles[-1] = 1
             row = self.row_loop.get(end)
             if row is not None:

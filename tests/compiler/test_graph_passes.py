@@ -26,7 +26,7 @@ def six_op_chain() -> ChainBuilder:
 
 def test_pass_names_are_kebab_case_and_ordered():
     assert passes.PASS_NAMES == ("fold-batchnorm", "canonicalize", "cse", "linalg-fuse-elementwise-ops",
-                                 "symbol-dce")
+                                 "split-reductions", "symbol-dce")
     for p in passes.GRAPH_PASSES:
         assert p.name == p.name.lower() and " " not in p.name and "_" not in p.name
         assert p.why
@@ -92,7 +92,7 @@ class _BreakIR:
     name = "break-ir"
     why = "test"
 
-    def apply(self, module):
+    def apply(self, module, hw=None):
         with module.context, ir.Location.unknown():
             f = module.body.operations[0]
             ret = f.regions[0].blocks[0].operations[-1]

@@ -20,7 +20,7 @@ def test_the_key_is_stable_and_changes_with_every_field():
     assert base.key() == CompileOptions(hardware=GPUS["h200"]).key()
     variants = [dict(target="cpu"), dict(hardware=GPUS["h100"]), dict(fuse=False), dict(baseline=False),
                 dict(disabled_passes=frozenset({"cse"})), dict(plans=(("f", "{}"),)), dict(autotune=True),
-                dict(tuned="{}"), dict(locations=True)]
+                dict(tuned="{}"), dict(locations=True), dict(kernel_report=True)]
     keys = {dataclasses.replace(base, **v).key() for v in variants}
     assert len(keys) == len(variants) and base.key() not in keys
     names = {k for v in variants for k in v}

@@ -82,8 +82,15 @@ def test_reductions_keep_their_rows_whole_per_tile():
     assert g.threads() == (g.block_tiles[0], 128)
 
 
-def test_full_reduction_runs_serially():
+def test_a_small_full_reduction_is_one_block_of_threads():
+    # 64 elements (M = N = 8): too few to split over blocks; one block's threads share them
     st = stages("chain f(x: f32[M, N]) -> f32 { return sum(exp(x)) }")
+    (g,) = st.plan.groups
+    assert not g.serial and not any(g.block_tiles) and g.row_threads == 64
+
+
+def test_a_rank0_kernel_runs_serially():
+    st = stages("chain f(x: f32, y: f32) -> f32 { return exp(x) * y }")
     (g,) = st.plan.groups
     assert g.serial and "serial (one thread)" in st.plan.format()
 
