@@ -13,6 +13,7 @@ guard:
 - fills and pads always travel with their consumer (a pad is re-gathered per tile);
 - a producer with users outside the kernel is not fused (a plan holds each op in one kernel);
 - one contraction per kernel;
+- the partials of a two-stage reduction (split-reductions) stay a kernel of their own;
 - a producer that would leave the kernel no loop to split across blocks is not fused.
 Tiles are the model's pick among candidates (tilechoice.py).
 """
@@ -241,6 +242,10 @@ class _Grower:
             return False
         if prod.kind == "contraction" and self.contractions:
             self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: one contraction per kernel")
+            return False
+        if prod.note.startswith("split-reductions"):
+            self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: it is the first stage of a two-stage "
+                                  f"reduction (its partials spread the work over the grid)")
             return False
         shared = self._shared_init(prod)
         if shared is not None:
