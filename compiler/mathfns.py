@@ -3,7 +3,8 @@
 An entry names a body op by its short name (`exp` for math.exp, `divf` for arith.divf) and
 says how the emitter writes it (a Python `math` function, the same on the CUDA and cpu targets;
 None where emit/scalar.py has a rule of its own; on the cpu in f32, optionally a vectorisable
-polynomial form from emit/cpu.py), whether it is a call (on the cpu, a loop with
+polynomial form from emit/cpu.py; under the CUDA simulator, the NumPy function that replaces a
+`math` function which raises where a GPU returns inf or NaN), whether it is a call (on the cpu, a loop with
 a call does not vectorise), its cost on a GPU in FLOP-equivalents (libdevice sequences: exp is
 ex2.approx plus range reduction, tanh/erf polynomial sequences, IEEE div and sqrt Newton
 iterations; estimates), and how the cpu profile prices it: measured in a small FDSL chain
@@ -24,6 +25,11 @@ class MathFn:
     op: str                           # the MLIR op: math.exp, arith.divf
     py: str | None = None             # Python `math` function the emitter calls (None: a rule in emit/scalar.py)
     cpu_f32: str | None = None        # cpu target, f32: the vectorisable form emit/cpu.py writes instead
+    sim: str | None = None            # CUDA simulator: the NumPy function computed instead of `py`, which
+                                      # raises there (OverflowError, ValueError: the simulator runs kernels
+                                      # as Python) where a GPU returns inf or NaN; None: `py` never raises.
+                                      # "**": the operator on NumPy scalars (C's pow; np.power of a scalar
+                                      # takes a square root for the exponent 0.5: pow(-inf, 0.5) NaN)
     arity: int = 1
     call: bool = False                # a function call in the emitted loop (not one instruction)
     gpu_weight: float = 1.0           # FLOP-equivalents of one evaluation on a GPU (estimate)
@@ -38,41 +44,42 @@ def _fn(op: str, **kw) -> tuple[str, MathFn]:
 
 
 FUNCTIONS: dict[str, MathFn] = dict([
-    _fn("math.exp", py="exp", cpu_f32="exp_f32", call=True, gpu_weight=8.0, cpu_chain="exp(x) + y"),
-    _fn("math.exp2", py="exp2", call=True, gpu_weight=6.0, cpu_like=("exp",)),
-    _fn("math.expm1", py="expm1", call=True, gpu_weight=12.0, cpu_like=("exp",)),
-    _fn("math.log", py="log", call=True, gpu_weight=8.0, cpu_chain="log(x + 1.0) + y"),
-    _fn("math.log2", py="log2", call=True, gpu_weight=6.0, cpu_like=("log",)),
-    _fn("math.log10", py="log10", call=True, gpu_weight=8.0, cpu_like=("log",)),
-    _fn("math.log1p", py="log1p", call=True, gpu_weight=12.0, cpu_like=("log",)),
+    _fn("math.exp", py="exp", sim="exp", cpu_f32="exp_f32", call=True, gpu_weight=8.0, cpu_chain="exp(x) + y"),
+    _fn("math.exp2", py="exp2", sim="exp2", call=True, gpu_weight=6.0, cpu_like=("exp",)),
+    _fn("math.expm1", py="expm1", sim="expm1", call=True, gpu_weight=12.0, cpu_like=("exp",)),
+    _fn("math.log", py="log", sim="log", call=True, gpu_weight=8.0, cpu_chain="log(x + 1.0) + y"),
+    _fn("math.log2", py="log2", sim="log2", call=True, gpu_weight=6.0, cpu_like=("log",)),
+    _fn("math.log10", py="log10", sim="log10", call=True, gpu_weight=8.0, cpu_like=("log",)),
+    _fn("math.log1p", py="log1p", sim="log1p", call=True, gpu_weight=12.0, cpu_like=("log",)),
     _fn("math.tanh", py="tanh", cpu_f32="tanh_f32", call=True, gpu_weight=16.0, cpu_chain="tanh(x) + y"),
     _fn("math.erf", py="erf", call=True, gpu_weight=16.0, cpu_chain="erf(x) + y"),
     _fn("math.erfc", py="erfc", call=True, gpu_weight=16.0, cpu_like=("erf",)),
-    _fn("math.sin", py="sin", call=True, gpu_weight=16.0, cpu_like=("tanh",)),
-    _fn("math.cos", py="cos", call=True, gpu_weight=16.0, cpu_like=("tanh",)),
-    _fn("math.tan", py="tan", call=True, gpu_weight=20.0, cpu_like=("tanh",)),
-    _fn("math.asin", py="asin", call=True, gpu_weight=20.0, cpu_like=("tanh",)),
-    _fn("math.acos", py="acos", call=True, gpu_weight=20.0, cpu_like=("tanh",)),
+    _fn("math.sin", py="sin", sim="sin", call=True, gpu_weight=16.0, cpu_like=("tanh",)),
+    _fn("math.cos", py="cos", sim="cos", call=True, gpu_weight=16.0, cpu_like=("tanh",)),
+    _fn("math.tan", py="tan", sim="tan", call=True, gpu_weight=20.0, cpu_like=("tanh",)),
+    _fn("math.asin", py="asin", sim="arcsin", call=True, gpu_weight=20.0, cpu_like=("tanh",)),
+    _fn("math.acos", py="acos", sim="arccos", call=True, gpu_weight=20.0, cpu_like=("tanh",)),
     _fn("math.atan", py="atan", call=True, gpu_weight=20.0, cpu_like=("tanh",)),
-    _fn("math.sinh", py="sinh", call=True, gpu_weight=16.0, cpu_like=("exp",), cpu_factor=2.0),
-    _fn("math.cosh", py="cosh", call=True, gpu_weight=16.0, cpu_like=("exp",), cpu_factor=2.0),
+    _fn("math.sinh", py="sinh", sim="sinh", call=True, gpu_weight=16.0, cpu_like=("exp",), cpu_factor=2.0),
+    _fn("math.cosh", py="cosh", sim="cosh", call=True, gpu_weight=16.0, cpu_like=("exp",), cpu_factor=2.0),
     _fn("math.asinh", py="asinh", call=True, gpu_weight=20.0, cpu_like=("log",), cpu_factor=2.0),
-    _fn("math.acosh", py="acosh", call=True, gpu_weight=20.0, cpu_like=("log",), cpu_factor=2.0),
-    _fn("math.atanh", py="atanh", call=True, gpu_weight=20.0, cpu_like=("log",), cpu_factor=2.0),
-    _fn("math.powf", py="pow", arity=2, call=True, gpu_weight=24.0, cpu_like=("log",), cpu_factor=2.0),
+    _fn("math.acosh", py="acosh", sim="arccosh", call=True, gpu_weight=20.0, cpu_like=("log",), cpu_factor=2.0),
+    _fn("math.atanh", py="atanh", sim="arctanh", call=True, gpu_weight=20.0, cpu_like=("log",), cpu_factor=2.0),
+    _fn("math.powf", py="pow", sim="**", arity=2, call=True, gpu_weight=24.0, cpu_like=("log",), cpu_factor=2.0),
     _fn("math.atan2", py="atan2", arity=2, call=True, gpu_weight=24.0, cpu_like=("tanh",), cpu_factor=2.0),
-    _fn("arith.remf", py="fmod", arity=2, call=True, gpu_weight=8.0, cpu_like=("divf",), cpu_factor=2.0),
-    _fn("math.sqrt", py="sqrt", gpu_weight=8.0, cpu_chain="sqrt(x) + y"),
+    _fn("arith.remf", py="fmod", sim="fmod", arity=2, call=True, gpu_weight=8.0, cpu_like=("divf",), cpu_factor=2.0),
+    _fn("math.sqrt", py="sqrt", sim="sqrt", gpu_weight=8.0, cpu_chain="sqrt(x) + y"),
     _fn("math.rsqrt", gpu_weight=4.0, cpu_like=("sqrt", "divf")),
     _fn("arith.divf", gpu_weight=8.0, cpu_chain="x / (y + 2.0)", cpu_offset=0.0),
     _fn("arith.maximumf", gpu_weight=1.0, cpu_chain="maximum(x, y)"),
     _fn("arith.minimumf", gpu_weight=1.0, cpu_like=("maximumf",)),
     # one instruction (or a short branch-free sequence) each: one FLOP on every target
-    _fn("math.absf"), _fn("math.absi"), _fn("math.floor"), _fn("math.ceil"), _fn("math.trunc"),
+    _fn("math.absf"), _fn("math.absi"), _fn("math.floor", sim="floor"), _fn("math.ceil", sim="ceil"),
+    _fn("math.trunc", sim="trunc"),
     _fn("math.round"), _fn("math.roundeven"), _fn("math.fma", arity=3), _fn("math.copysign", py="copysign", arity=2),
     _fn("math.isnan"), _fn("math.isinf"), _fn("math.isfinite"),
     # integer and integer-exponent powers: a square-and-multiply loop (emit/scalar.py's helper)
-    _fn("math.ipowi", arity=2, gpu_weight=8.0, cpu_like=("maximumf",), cpu_factor=8.0), _fn("math.fpowi", arity=2, call=True, gpu_weight=24.0, cpu_like=("powf",)),
+    _fn("math.ipowi", arity=2, gpu_weight=8.0, cpu_like=("maximumf",), cpu_factor=8.0), _fn("math.fpowi", sim="**", arity=2, call=True, gpu_weight=24.0, cpu_like=("powf",)),
 ])
 
 CALLS: frozenset[str] = frozenset(n for n, f in FUNCTIONS.items() if f.call)
@@ -82,6 +89,11 @@ BY_OP: dict[str, MathFn] = {f.op: f for f in FUNCTIONS.values()}
 def python_calls(arity: int) -> dict[str, str]:
     """MLIR op -> the Python `math` function the emitter writes, for functions of `arity`."""
     return {f.op: f.py for f in FUNCTIONS.values() if f.py and f.arity == arity}
+
+
+def simulator_calls() -> dict[str, str]:
+    """MLIR op -> the NumPy function (or "**") the CUDA simulator computes it with (IEEE results)."""
+    return {f.op: f.sim for f in FUNCTIONS.values() if f.sim}
 
 
 def gpu_weights() -> dict[str, float]:

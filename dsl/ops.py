@@ -94,6 +94,49 @@ def _scalar_math(fn):
 _erf = _scalar_math(math.erf)
 
 
+# IEEE 754-2019 maximum and minimum, as MLIR's arith.maximumf / minimumf compute them on every
+# target: NaN if either operand is NaN, and -0 below +0. np.maximum and np.minimum propagate NaN
+# but return one of two equal operands (maximum(0, -0) is -0, maximum(-0, 0) is 0), so the sign
+# of a zero result is set here; integers are exact as they are.
+def _maximum(a, b):
+    r = np.maximum(a, b)
+    if r.dtype.kind != "f":
+        return r
+    neg = np.signbit(a) & np.signbit(b)          # max of two zeros is -0 only if both are
+    return np.where((a == 0) & (b == 0), np.where(neg, r.dtype.type(-0.0), r.dtype.type(0.0)), r)
+
+
+def _minimum(a, b):
+    r = np.minimum(a, b)
+    if r.dtype.kind != "f":
+        return r
+    neg = np.signbit(a) | np.signbit(b)          # min of two zeros is -0 if either is
+    return np.where((a == 0) & (b == 0), np.where(neg, r.dtype.type(-0.0), r.dtype.type(0.0)), r)
+
+
+def _reduce_extreme(f, largest: bool):
+    """np.max / np.min over axes (NaN if the slice holds one), a zero result signed as the
+    elementwise maximum / minimum above: max is +0 if the slice holds a +0, min -0 if a -0."""
+    def reduce(x, axis, keepdims):
+        r = f(x, axis=axis, keepdims=keepdims)
+        if x.dtype.kind != "f":
+            return r
+        sign = ~np.signbit(x) if largest else np.signbit(x)
+        has = np.any((x == 0) & sign, axis=axis, keepdims=keepdims)
+        zero = np.where(has == largest, r.dtype.type(0.0), r.dtype.type(-0.0))
+        return np.where(r == 0, zero, r)
+    return reduce
+
+
+def _power(a, b):
+    """np.power on materialised operands: with a broadcast (stride 0) or 0-d exponent of 0.5,
+    NumPy takes a square root, so pow(-inf, 0.5) would be NaN and pow(-0, 0.5) -0 where C's pow
+    (every compiled target, and NumPy itself on whole arrays) gives +inf and +0."""
+    shape = np.broadcast_shapes(np.shape(a), np.shape(b))
+    a, b = (np.array(np.broadcast_to(v, shape), ndmin=1) for v in (a, b))
+    return np.power(a, b).reshape(shape)
+
+
 UNARY: dict[str, tuple[str, Callable, str]] = {
     # name: (domain, numpy semantics, doc)
     "neg": ("numeric", lambda x: -x, "-x"),
@@ -104,7 +147,7 @@ UNARY: dict[str, tuple[str, Callable, str]] = {
     "rsqrt": ("float", lambda x: _c(x, 1) / np.sqrt(x), "1/sqrt(x)"),
     "tanh": ("float", np.tanh, "hyperbolic tangent"),
     "sigmoid": ("float", _sigmoid, "1/(1+exp(-x))"),
-    "relu": ("numeric", lambda x: np.maximum(x, _c(x, 0)), "max(x, 0)"),
+    "relu": ("numeric", lambda x: _maximum(x, _c(x, 0)), "max(x, 0)"),
     "silu": ("float", lambda x: x * _sigmoid(x), "x*sigmoid(x)"),
     "erf": ("float", _erf, "the error function"),
     "erfc": ("float", _scalar_math(math.erfc), "1 - erf(x), accurate where erf(x) is near 1"),
@@ -166,9 +209,9 @@ BINARY: dict[str, tuple[str, str, Callable, str]] = {
     "sub": ("subtract", "numeric", np.subtract, "a - b"),
     "mul": ("multiply", "numeric", np.multiply, "a * b"),
     "div": ("divide", "float", np.divide, "a / b (floating point)"),
-    "pow": ("raise", "numeric", np.power, "a ** b"),
-    "maximum": ("take the maximum of", "numeric", np.maximum, "elementwise maximum"),
-    "minimum": ("take the minimum of", "numeric", np.minimum, "elementwise minimum"),
+    "pow": ("raise", "numeric", _power, "a ** b"),
+    "maximum": ("take the maximum of", "numeric", _maximum, "elementwise maximum"),
+    "minimum": ("take the minimum of", "numeric", _minimum, "elementwise minimum"),
 }
 COMPARE: dict[str, tuple[str, Callable]] = {
     "eq": ("==", np.equal), "ne": ("!=", np.not_equal), "lt": ("<", np.less),
@@ -206,7 +249,7 @@ _register(OpDef("where", "elementwise", (Arg("cond", "tensor"), Arg("a", "tensor
 
 _register(OpDef("clamp", "elementwise", (Arg("x", "tensor"), Arg("lo", "tensor"), Arg("hi", "tensor")),
                 _broadcast_infer("clamp", "clamp", "numeric"),
-                lambda xs, a, out: np.minimum(np.maximum(xs[0], xs[1]), xs[2]), "min(max(x, lo), hi)"))
+                lambda xs, a, out: _minimum(_maximum(xs[0], xs[1]), xs[2]), "min(max(x, lo), hi)"))
 
 
 def _cast_infer(syms, types, attrs):
@@ -238,7 +281,8 @@ def _reduce_infer(name: str):
 
 REDUCTIONS: dict[str, tuple[Callable, str]] = {
     "sum": (np.sum, "sum over axes"), "mean": (np.mean, "arithmetic mean over axes"),
-    "max": (np.max, "maximum over axes"), "min": (np.min, "minimum over axes"),
+    "max": (_reduce_extreme(np.max, True), "maximum over axes"),
+    "min": (_reduce_extreme(np.min, False), "minimum over axes"),
     "prod": (np.prod, "product over axes"),
 }
 for _name, (_fn, _doc) in REDUCTIONS.items():

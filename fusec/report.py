@@ -86,7 +86,11 @@ class ChainReport:
                      "speedup": self.speedup, "note": self.untimed},
             "model": self.predicted(),
             "numerics": [{"output": i, "type": t, "ok": c.ok, "max_abs_err": c.max_abs, "max_rel_err": c.max_rel,
-                          "worst_index": list(c.worst_index), "rtol": c.rtol, "atol": c.atol}
+                          "max_rel_err_where_abs_ref_at_least": c.rel_floor,
+                          "worst_index": list(c.worst_index), "rtol": c.rtol, "atol": c.atol,
+                          "nan": {"reference": c.specials.ref_nan, "build": c.specials.got_nan},
+                          "inf": {"reference": c.specials.ref_inf, "build": c.specials.got_inf},
+                          "special_mismatches": [m.describe() for m in c.specials.mismatches]}
                          for i, (c, t) in enumerate(zip(self.comparisons, self.output_types))],
             "compile_seconds": self.compile_seconds,
             "kernel_report": _kernel_dicts(self.kernel_report),
@@ -109,8 +113,7 @@ class ChainReport:
         lines += self._model_lines()
         for i, (c, t) in enumerate(zip(self.comparisons, self.output_types)):
             verdict = "ok" if c.ok else "MISMATCH"
-            lines.append(f"  out {i} {t}: max abs err {c.max_abs:.3g}, max rel err {c.max_rel:.3g} -> {verdict}"
-                         + (f" ({c.note})" if c.note else ""))
+            lines.append(f"  out {i} {t}: {c.summary()} -> {verdict}" + (f" ({c.note})" if c.note else ""))
         if self.kernel_report is not None:
             lines += kernel_lines(self.kernel_report, self.plan, self.running)
         return "\n".join(lines)

@@ -11,7 +11,11 @@ would call a branchy helper for arith.maximumf; either keeps a loop scalar. So o
   degree-6 polynomial, 2**k built in the exponent bits; its TanhApproximation: Eigen's 13/6
   rational form, clamped). Measured against float64 over all of f32's range: exp within 3 ulp,
   tanh within 5 ulp (the f32 tolerance of runtime/compare.py is 1e-4 relative); NaN, infinities,
-  overflow to inf, gradual underflow and tanh(±inf) = ±1 are kept. f64 still calls libm.
+  overflow to inf, gradual underflow and tanh(±inf) = ±1 are kept. f64 still calls libm;
+- arith.truncf to f16 rounds to the nearest f16 (ties to even) on the bits, kept in f32: Numba's
+  CPU target has no float16, so f16 values are computed in f32, and each truncf must round as a
+  store to f16 would (overflow to inf beyond 65504, f16's denormals, NaN and -0 kept), as the
+  reference and the CUDA target do after every op.
 
 Every helper is a plain `@numba.njit` function (LLVM inlines it after Numba links the module)
 or an `@intrinsic`; the generated module stays readable Python.
@@ -56,6 +60,31 @@ def {key}(typingctx, x):
     def codegen(context, builder, sig, args):
         return builder.bitcast(args[0], llvmir.FloatType())
     return nbtypes.float32(nbtypes.int32), codegen'''
+
+_BITCAST_F32_I32 = '''
+@intrinsic
+def {key}(typingctx, x):
+    """The bits of an f32 as an i32 (arith.bitcast)."""
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], llvmir.IntType(32))
+    return nbtypes.int32(nbtypes.float32), codegen'''
+
+_ROUND_F16 = '''
+@numba.njit
+def {key}(x):
+    """arith.truncf to f16, in f32: x rounded to the nearest f16, ties to even, branch-free on
+    the bits. From 2**-14 (f16's smallest normal) to 65520: 10 mantissa bits; from 65520 on:
+    inf; below 2**-14: a multiple of 2**-24 (f16's denormals), which adding and subtracting 0.75
+    rounds to; NaN and the sign (of -0 too) kept."""
+    b = {f2i}(x)
+    sign = b & np.int32(-0x80000000)
+    a = b & np.int32(0x7FFFFFFF)
+    n = np.int32((a + np.int32(0xFFF) + ((a >> np.int32(13)) & np.int32(1))) & np.int32(-0x2000))
+    n = np.int32(0x7F800000) if a >= np.int32(0x477FF000) else n
+    n = a if a > np.int32(0x7F800000) else n
+    d = {f2i}(abs(x) + np.float32(0.75) - np.float32(0.75))
+    m = d if a < np.int32(0x38800000) else n
+    return {i2f}(m | sign)'''
 
 _EXP_F32 = '''
 @numba.njit
@@ -130,6 +159,11 @@ def _helper_text(name: str, key: str, use) -> tuple[list[str], bool]:
         return text.strip("\n").splitlines(), True
     if name == "bitcast_i32_f32":
         return _BITCAST_I32_F32.format(key=key).strip("\n").splitlines(), True
+    if name == "bitcast_f32_i32":
+        return _BITCAST_F32_I32.format(key=key).strip("\n").splitlines(), True
+    if name == "round_f16":
+        text = _ROUND_F16.format(key=key, f2i=use("bitcast_f32_i32"), i2f=use("bitcast_i32_f32"))
+        return text.strip("\n").splitlines(), False
     if name == "exp_f32":
         return _EXP_F32.format(key=key, bits=use("bitcast_i32_f32")).strip("\n").splitlines(), False
     if name == "tanh_f32":
@@ -138,7 +172,8 @@ def _helper_text(name: str, key: str, use) -> tuple[list[str], bool]:
 
 
 def is_cpu_helper(name: str) -> bool:
-    return name in _LLVM_MINMAX or name in ("bitcast_i32_f32", "exp_f32", "tanh_f32")
+    return name in _LLVM_MINMAX or name in ("bitcast_i32_f32", "bitcast_f32_i32", "exp_f32", "tanh_f32",
+                                            "round_f16")
 
 
 # ---- contractions: linalg ops the CPU lowering left for a library call -------------------------

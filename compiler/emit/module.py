@@ -51,12 +51,13 @@ def emit(module: "ir.Module", target: str) -> EmittedModule:
         mode, or as i-k-j loops where an operand view has no NumPy expression.
     Anything else raises EmitError naming the op and its location.
 
-    Semantics kept: f16 is computed in f32 (CUDA rounds at truncf and stores; the CPU target
-    has no float16, so its run_<func> converts at the boundary); bf16 is refused; NaN rules of
+    Semantics kept: f16 is computed in f32 (rounded to half precision at truncf and at stores;
+    the CPU target rounds on the bits, emit/cpu.py); bf16 is refused; NaN rules of
     maximumf/minimumf/maxnumf/minnumf and every cmpf predicate; divsi/remsi round toward zero.
     Assumed: unsigned integer ops (divui, cmpi ult...) see operands below 2**(width-1), as index
-    arithmetic does. The CUDA simulator runs kernels as Python, where floor/ceil/trunc of a NaN
-    or an infinity raise (a real GPU and the CPU target return them).
+    arithmetic does. Under the CUDA simulator, math calls that raise in Python (exp overflow,
+    log(0), floor(nan)) go through NumPy instead, so every target gives the IEEE results
+    (emit/scalar.py).
     """
     if target not in ("cuda", "cpu"):
         raise ValueError(f"unknown emit target {target!r}: expected 'cuda' or 'cpu'")

@@ -2,7 +2,16 @@
 
 Values are computed in their `Elem.compute` type (f16 in float32). Calls into `math` are wrapped
 in `np.float32(...)` for f32 results: a no-op cast in a compiled kernel, and what keeps the CUDA
-simulator (plain Python, where `math.exp` returns a float64) in f32 too."""
+simulator (plain Python, where `math.exp` returns a float64) in f32 too.
+
+IEEE results on every target. A GPU and the cpu return inf, NaN and signed zeros where Python's
+`math` raises (math.exp(89.0) OverflowError, math.log(0.0) ValueError, math.floor(nan)), so in a
+cuda module a `math` call that can raise reads `math.exp(v) if not _CUDASIM else np.exp(v)`
+(compiler/mathfns.py `sim`): `_CUDASIM` is a compile-time constant in a GPU kernel, whose branch
+Numba prunes, and under the simulator NumPy computes the IEEE result on the NumPy scalar. NumPy
+warns where a GPU is silent (overflow, invalid value, divide by zero), in these calls and in the
+kernels' arithmetic on NumPy scalars, so a cuda module ignores exactly those warnings raised in
+its own code when it runs on the simulator."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -31,6 +40,11 @@ _BINARY = {"arith.addf": "+", "arith.subf": "-", "arith.mulf": "*", "arith.divf"
 
 _MATH_UNARY = mathfns.python_calls(1)     # math op -> Python `math` function, identical on both targets
 _MATH_BINARY = mathfns.python_calls(2)
+_SIM = mathfns.simulator_calls()          # math op -> the NumPy function the CUDA simulator uses instead
+_SIM_WARNINGS = [  # a cuda module on the simulator: NumPy's floating-point warnings from its own code
+    "if _CUDASIM:  # NumPy scalars warn where a GPU returns inf, NaN or 0 silently",
+    '    warnings.filterwarnings("ignore", "(overflow|invalid value|divide by zero|underflow) encountered",',
+    "                            RuntimeWarning, __name__)"]
 # floor/ceil/trunc: CUDA types math.floor(f32) as f32; CPU Numba returns an int, so use NumPy.
 _ROUNDING = {"math.floor": "floor", "math.ceil": "ceil", "math.trunc": "trunc"}
 
@@ -49,8 +63,12 @@ class Helpers:
     used: dict[str, list[str]] = field(default_factory=dict)
     decorated: set[str] = field(default_factory=set)     # helpers whose text has its decorator
     intrinsics: bool = False                              # a Numba @intrinsic is among them
-    cudasim: bool = False                                 # a kernel branches on _CUDASIM (emit/reduce.py)
+    cudasim: bool = False                                 # the module defines _CUDASIM: every cuda module
     objmode: bool = False                                 # cpu: some op is a call in object mode
+
+    def __post_init__(self):
+        # cuda: math calls and emit/reduce.py's combines branch on _CUDASIM, the warnings filter needs it
+        self.cudasim = self.target == "cuda"
 
     def use(self, name: str, elem: Elem | None = None) -> str:
         if self.target == "cpu" and emit_cpu.is_cpu_helper(name):
@@ -72,24 +90,27 @@ class Helpers:
         return key
 
     def imports(self) -> tuple[str, ...]:
+        if self.target == "cuda":
+            return ("import warnings",)
         return (emit_cpu.IMPORTS if self.intrinsics else ()) + (emit_cpu.OBJMODE_PRELUDE if self.objmode else ())
 
     def lines(self) -> list[str]:
         deco = "@cuda.jit(device=True)" if self.target == "cuda" else "@numba.njit"
-        out = []
+        out = ["", ""] + _SIM_WARNINGS if self.target == "cuda" else []
         for key in sorted(self.used):
             out += ["", ""] + ([] if key in self.decorated else [deco]) + self.used[key]
         return out
 
     def rounding(self, fn: str, x: str, elem: Elem) -> str:
-        """floor/ceil/trunc in the compute type. The result has the sign of x, which the
-        copysign restores where the CUDA simulator goes through a Python int (its NumPy
-        scalars also lack __trunc__, hence trunc via floor of |x|). The CPU target's
-        math.floor returns an int, so it uses NumPy's."""
+        """floor/ceil/trunc in the compute type, with the sign of x (-0 and NaN kept). On a GPU
+        math.floor(f32) is an f32 and the copysign keeps the sign (trunc is floor of |x|); the
+        CUDA simulator, where math.floor goes through a Python int (and raises for NaN and the
+        infinities), and the CPU target, whose math.floor returns an int, use NumPy's."""
+        sim = f"np.{mathfns.BY_OP[f'math.{fn}'].sim}({x})"
         if self.target == "cpu":
-            return f"np.{elem.compute}(np.{fn}({x}))"
+            return f"np.{elem.compute}({sim})"
         inner = f"math.floor(abs({x}))" if fn == "trunc" else f"math.{fn}({x})"
-        return f"np.{elem.compute}(math.copysign({inner}, {x}))"
+        return f"np.{elem.compute}(math.copysign({inner}, {x}) if not _CUDASIM else {sim})"
 
 
 _HELPERS = {  # name -> source; {key} is the function's name, the rest typed constants
@@ -221,11 +242,11 @@ class ScalarRules:
         if name in emit_cpu.VECTOR_MATH and self.target == "cpu" and out.mlir == "f32":
             return f"{self.helpers.use(emit_cpu.VECTOR_MATH[name])}({a[0]})"
         if name in _MATH_UNARY:
-            return self._wrap_float(f"math.{_MATH_UNARY[name]}({a[0]})", out)
+            return self._wrap_float(self.ieee(f"math.{_MATH_UNARY[name]}({a[0]})", name, a[:1]), out)
         if name in _MATH_BINARY:
             fn = _MATH_BINARY[name]
             mod_ = "np" if fn == "fmod" and self.target == "cpu" else "math"  # no math.fmod in njit
-            return self._wrap_float(f"{mod_}.{fn}({a[0]}, {a[1]})", out)
+            return self._wrap_float(self.ieee(f"{mod_}.{fn}({a[0]}, {a[1]})", name, a[:2]), out)
         if name in _ROUNDING:
             return self.helpers.rounding(_ROUNDING[name], a[0], out)
         rule = _RULES.get(name)
@@ -233,8 +254,17 @@ class ScalarRules:
             raise no_rule(op)
         return rule(self, op, a, out, ins)
 
+    def ieee(self, call: str, op: str, args: list[str]) -> str:
+        """`call` (Python's `math`), or in a cuda module, where it can raise under the simulator,
+        `call if not _CUDASIM else np.<sim>(args)`: IEEE results there too (see the module doc)."""
+        sim = _SIM.get(op)
+        if self.target != "cuda" or sim is None:
+            return call
+        ieee = f"{atom(args[0])} ** {atom(args[1])}" if sim == "**" else f"np.{sim}({', '.join(args)})"
+        return f"{call} if not _CUDASIM else {ieee}"
+
     def _wrap_float(self, e: str, out: Elem) -> str:
-        return e if out.compute == "float64" else f"np.{out.compute}({e})"
+        return atom(e) if out.compute == "float64" else f"np.{out.compute}({e})"
 
     def _wrap_int(self, e: str, out: Elem) -> str:
         return f"np.{out.compute}({e})" if out.kind == "int" and out.bits < 64 else e
@@ -342,6 +372,9 @@ def _signed_cast(r, op, a, out, ins):
 def _truncf(r, op, a, out, ins):
     if out.mlir == "f16" and r.target == "cuda":  # round to half precision, keep computing in f32
         return f"np.float32(np.float16({a[0]}))"
+    if out.mlir == "f16":                         # the cpu has no float16: rounded on the bits
+        x = a[0] if ins[0].compute == "float32" else f"np.float32({a[0]})"
+        return f"{r.helpers.use('round_f16')}({x})"
     return r.cast(a[0], ins[0], out)
 
 
@@ -362,7 +395,8 @@ def _abs(r, op, a, out, ins):
 
 
 def _rsqrt(r, op, a, out, ins):
-    return f"{r.consts.float(1.0, out)} / {r._wrap_float(f'math.sqrt({a[0]})', out)}"
+    sqrt = r.ieee(f"math.sqrt({a[0]})", "math.sqrt", a[:1])
+    return f"{r.consts.float(1.0, out)} / {r._wrap_float(sqrt, out)}"
 
 
 def _fma(r, op, a, out, ins):
@@ -370,7 +404,8 @@ def _fma(r, op, a, out, ins):
 
 
 def _fpowi(r, op, a, out, ins):
-    return r._wrap_float(f"math.pow({a[0]}, np.{out.compute}({a[1]}))", out)
+    n = f"np.{out.compute}({a[1]})"
+    return r._wrap_float(r.ieee(f"math.pow({a[0]}, {n})", "math.fpowi", [a[0], n]), out)
 
 
 def _ipowi(r, op, a, out, ins):
