@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fusec.compiler.plan.describe import ms as _ms
-from fusec.compiler.plan.describe import transfers_line
+from fusec.compiler.plan.describe import tiles_text, transfers_line
 from fusec.compiler.report import KernelReport, format_report
 from fusec.runtime import reference
 from fusec.runtime.compare import Comparison, compare, compare_to_truth
@@ -175,9 +175,7 @@ def plan_lines(chain: str, binding: dict[str, int], target: str, plan: dict, bui
     for g in plan["groups"]:
         ops = ", ".join(f"%{o['id']} {o['label']}" + (" [root]" if o["role"] == "root" else "")
                         for o in g["ops"] if o["role"] != "init")
-        tiles = "one thread" if g["serial"] else f"block tile {g['block_tiles']}" + (
-            f", threads {g['threads']}" if g["thread_tiles"] else "")
-        lines.append(f"    kernel {g['kernel']}: {ops}; {tiles}")
+        lines.append(f"    kernel {g['kernel']}: {ops}; {tiles_text(g)}")
     return lines
 
 

@@ -9,7 +9,10 @@ from typing import Callable
 from . import cpu as emit_cpu
 from . import views
 from .control import ControlFlow
+from .gemm import MARK as GEMM_MARK
+from .gemm import block_gemm
 from .reduce import MARK as BLOCK_REDUCE
+from ..transforms.gemm_kernels import MARKS as GEMM_MARKS
 from .reduce import block_reduce
 from .scalar import Helpers, ScalarRules
 from .values import (Constants, EmitError, Globals, Names, elem_of, is_int, is_memref,
@@ -104,6 +107,16 @@ class Body(ControlFlow):
             self.ctx.expr[op.results[0]] = self.ctx.rules.constant(op)
             self.ctx.constant.add(op.results[0])
             return
+        if any(m in op.attributes for m in GEMM_MARKS):
+            if GEMM_MARK in op.attributes:
+                block_gemm(self, op)         # the whole contraction kernel, at its root
+            elif name == "memref.alloc":      # a buffer only the template's ops used: never allocated
+                dyn = iter(self.val(v) for v in op.operands)
+                shape = tuple(str(d) if d is not None else next(dyn) for d in memref_shape(op.results[0].type))
+                elem = elem_of(ir.MemRefType(op.results[0].type), op)
+                self.ctx.views[op.results[0]] = views.whole(
+                    Array(self.names(op.results[0]), elem, max(1, len(shape)), elem.compute), shape)
+            return                            # evaluated by the template where it needs the values
         handler = _HANDLERS.get(name)
         if handler is not None:
             handler(self, op)

@@ -44,10 +44,50 @@ def machine(plan: FusionPlan) -> str:
 
 
 def load_cache(path: Path | None = None) -> dict:
-    try:
-        return json.loads((path or cache_path()).read_text())
-    except (OSError, ValueError):
+    """The cached tile choices; {} when there are none. A file that is not a valid cache (not
+    JSON, or an entry without well-formed tiles) is reported in one line on stderr and moved
+    aside, and the kernels are tuned again; a cache directory that is a file is reported too."""
+    import sys
+
+    def invalid(why: str) -> dict:
+        aside = path.with_name(path.name + ".invalid")
+        try:
+            os.replace(path, aside)
+            where = f"moved it to {aside.name}"
+        except OSError as e:
+            where = f"could not move it aside ({e.strerror})"
+        print(f"fusec: the autotune cache {path} {why}; {where} and tuning again", file=sys.stderr)
         return {}
+
+    path = path or cache_path()
+    if path.parent.exists() and not path.parent.is_dir():
+        print(f"fusec: the fusec cache directory {path.parent} is not a directory; autotuned tiles are not "
+              "cached", file=sys.stderr)
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as e:
+        return invalid(f"cannot be read ({e})")
+    except ValueError as e:
+        return invalid(f"is not JSON ({e})")
+    if not isinstance(data, dict):
+        return invalid("is not a JSON object")
+
+    def ints(v, lo: int = 0) -> bool:
+        return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= lo for x in v)
+
+    for key, entry in data.items():
+        t = entry.get("tiles") if isinstance(entry, dict) else None
+        ok = (isinstance(t, dict) and ints(t.get("block")) and ints(t.get("thread", [])) and ints(t.get("mapped"))
+              and all(m < len(t["block"]) for m in t["mapped"])
+              and (not t.get("thread") or len(t["thread"]) == len(t["block"]))
+              and isinstance(t.get("row_threads", 0), int) and not isinstance(t.get("row_threads", 0), bool)
+              and t.get("row_threads", 0) >= 0)
+        if not ok:
+            return invalid(f"has an entry without valid tiles ({key[:12]}...)")
+    return data
 
 
 def save_cache(cache: dict, path: Path | None = None) -> None:
@@ -62,7 +102,8 @@ def save_cache(cache: dict, path: Path | None = None) -> None:
 
 
 def tiles(t: Tiling) -> dict:
-    return {"block": list(t.block), "thread": list(t.thread), "mapped": list(t.mapped)}
+    return {"block": list(t.block), "thread": list(t.thread), "mapped": list(t.mapped),
+            "row_threads": t.row_threads, "gemm": list(t.gemm)}
 
 
 def top_candidates(plan: FusionPlan, group: int, k: int) -> list[tuple[Tiling, float]]:

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from .. import mathfns
 from .analysis import ChainInfo, OpInfo, loop_correspondence
 from .measured import Measured
+from .gemm import gemm_kernel, gemm_registers, gemm_shape
 from .rows import RowKernel, row_kernel
 from .hardware import HardwareProfile
 
@@ -37,6 +38,7 @@ SCHEDULERS = 4                 # warp schedulers per SM
 SECTOR = 32                    # bytes an L1 miss fetches
 COALESCED = 0.9               # sector efficiency above which accesses count as coalesced
 SMEM_RESERVED = 1024           # shared memory the driver reserves per block (sm_80 and later)
+GEMM_REG_HEADROOM = 32   # contraction kernels: registers short of the limit at which ptxas starts to spill
 COMBINE_CYCLES = 120           # a block-wide combine: warp shuffles, a shared-memory slot per warp, two barriers
 WARP = 32
 CALLS = mathfns.CALLS               # function calls: a loop holding one does not vectorise on a cpu
@@ -48,6 +50,7 @@ class Tiling:
     thread: tuple[int, ...]
     mapped: tuple[int, ...]
     row_threads: int = 0              # gpu row kernels: threads splitting each row (plan/rows.py); 0: none
+    gemm: tuple[int, ...] = ()        # gpu contraction kernels: (bk, tq, tp) (plan/gemm.py); (): none
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class KernelCost:
     spill_s: float                    # share of memory_s spent on spills
     time_s: float
     bound: str                        # memory | compute | launch
+    waves: float = 0.0                # gpu: blocks / (resident blocks per SM x SMs); < 1: an SM holds fewer than it could
 
     @property
     def bytes(self) -> float:
@@ -211,6 +215,8 @@ def kernel_cost(info: ChainInfo, members, root: int, tiling: Tiling, hw: Hardwar
                   kernels_unfused=_unfused[2], intermediates=len(intermediates))
     if gpu and tiling.row_threads:
         return _gpu_row_time(info, members, root, tiling, hw, common, reads, corr, measured)
+    if gpu and tiling.gemm:
+        return _gpu_gemm_time(info, members, root, tiling, hw, common, reads, corr, measured)
     if gpu:
         return _gpu_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured)
     return _cpu_time(info, members, root, tiling, hw, common, footprint, reads, written)
@@ -318,6 +324,13 @@ def _gpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, 
     bw = hw.cache_bandwidth if io + spill_bytes <= hw.l2_bytes else hw.bandwidth   # timed again: in L2
     throughput = (io / bw + common["bytes_cached"] / hw.cache_bandwidth + spill_bytes / spill_bw) / share
     compute_s = max(common["flops"] / peak, latency_cmp)
+    # a contraction outside a contraction kernel (plan/gemm.py) is a dot product per thread: every
+    # multiply-add loads both operands (from L1 or L2; nothing is reused from registers)
+    macs = [(info.op(m).points, max(info.op(m).operand_elem_bytes[:2] or (4,))) for m in members
+            if info.op(m).kind == "contraction"]
+    if macs:
+        l1_bw = hw.units * 128 * hw.clock_hz
+        compute_s = max(compute_s, sum(n * 2 * b for n, b in macs) / (l1_bw * share))
     recompute_s = compute_s * common["recompute_flops"] / max(common["flops"], 1e-30)
     memory_s = max(throughput, latency_mem)
     spill_s = memory_s * (spill_bytes / spill_bw) / max(throughput, 1e-30) if spill_bytes else 0.0
@@ -413,6 +426,92 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
                         bytes_cached=cached + l1, bytes_spilled=0.0, onchip_bytes=int(smem)), hw,
                    compute_s, memory_s, hw.launch_s, alloc_s, threads=threads, blocks=blocks,
                    occupancy=min(1.0, occupancy), recompute_s=compute_s * recompute / max(flops, 1e-30), spill_s=0.0)
+
+
+def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, reads, corr,
+                   measured: Measured | None = None):
+    """A contraction kernel (plan/gemm.py): per block, K in steps of BK through shared memory,
+    a TQ x TP register tile per thread, the epilogue from registers.
+
+    Compute is counted in warp instructions per K step and priced at an SM's issue rates: FMAs at
+    the FP32 lanes' rate, shared loads and stores at one warp instruction per cycle (128 B/cycle),
+    the loader's index arithmetic at the integer lanes' rate (half the FP32 lanes). An SM keeps
+    its resident blocks' warps busy while one block waits at its barrier for the K step's global
+    loads; a lone block pays the load latency every K step. The busiest SM runs ceil(blocks /
+    SMs) blocks (the waves). Memory: each operand tile is read once per block (the re-reads of
+    an operand by the blocks along the other side come from L2 when it holds them)."""
+    gk = gemm_kernel(info, members, root)
+    if isinstance(gk, str):
+        raise ValueError(f"not a contraction kernel: {gk}")
+    co = info.op(gk.contraction)
+    s = gemm_shape(info, gk, root, tiling.block, tiling.gemm)
+    T = s.threads
+    warps = math.ceil(T / WARP)
+    blocks = s.blocks(co.loops)
+    side_loads = {"q": math.ceil(s.bk * s.bq / T), "p": math.ceil(s.bk * s.bp / T)}
+    loads = side_loads["q"] + side_loads["p"]
+    # elements whose operand a producer of the kernel computes in the loader (a pad's gather)
+    computed = {side: (co.producers[op] is not None and co.producers[op] in members
+                       and info.op(co.producers[op]).kind in ("pad", "elementwise"))
+                for side, op in (("q", gk.q_operand), ("p", 1 - gk.q_operand))}
+    gathered = sum(n for side, n in side_loads.items() if computed[side])
+    regs, smem, local = gemm_registers(s.tq, s.tp, loads - gathered, gathered), s.shared_bytes, 0
+    ksteps = math.ceil(gk.k / s.bk)
+    # words each thread spills and reloads per K step; the estimate runs up to ~30 registers low at
+    # the top end (ptxas: 242 for a predicted 211, and 255 plus 96 B of spills for a predicted 235),
+    # so within GEMM_REG_HEADROOM of the limit counts as spilling
+    spilled = max(0, regs - (hw.regs_per_thread - GEMM_REG_HEADROOM))
+    regs = min(regs, hw.regs_per_thread)
+    coalesced = True                  # the loader walks each operand along its contiguous dim
+    if measured is not None:
+        regs, smem = measured.registers, measured.shared_bytes
+        local = measured.local_bytes + measured.spill_bytes
+        spilled = local // 4
+        if measured.coalescing is not None:
+            coalesced = measured.coalescing >= COALESCED
+    regs_alloc = math.ceil(regs / 8) * 8
+    fit = min(hw.max_blocks_per_unit, hw.max_threads_per_unit // (warps * WARP),
+              hw.regs_per_unit // max(1, regs_alloc * warps * WARP),
+              hw.onchip_per_unit // max(1, smem + SMEM_RESERVED))
+    per_sm = max(1, fit)                  # fit == 0: a block does not fit on an SM (occupancy 0)
+    resident = min(per_sm, math.ceil(blocks / hw.units))
+    occupancy = fit * warps * WARP / hw.max_threads_per_unit
+
+    # warp instructions per K step of one warp
+    fma_rate = hw.peak(4) / (2 * WARP * hw.units * hw.clock_hz)        # FMA warp instructions per SM cycle
+    loader_ops, todo = set(), [p for p in co.producers[:2] if p is not None and p in members]
+    while todo:                                   # the operands' producers, evaluated per element loaded
+        m = todo.pop()
+        if m not in loader_ops and info.op(m).kind in ("elementwise", "pad"):
+            loader_ops.add(m)
+            todo += [p for p in info.op(m).producers if p is not None and p in members]
+    producers = sum(op_flops(info.op(m), hw) / max(1, info.op(m).points) for m in loader_ops)
+    fma = s.bk * s.tq * s.tp
+    lds = s.bk * (s.tq + s.tp)
+    sts = loads
+    ints = loads * 8 + gathered * (12 + producers)      # index math; a gather's window and bounds
+    issue = fma + lds + sts + 2 * loads + ints
+    issue += 2 * spilled                                          # a spilled word: a local store and load
+    cyc = max(fma / fma_rate, lds + sts + 2 * spilled, ints / (fma_rate / 2), issue / SCHEDULERS)
+    latency = hw.mem_latency_s * hw.clock_hz                        # cycles a K step's loads take
+    barrier = 2 * 20                                                # two barriers per K step
+    per_round = max(resident * warps * cyc, latency + warps * cyc) + barrier
+    per_sm_blocks = math.ceil(blocks / hw.units)
+    cycles = math.ceil(per_sm_blocks / resident) * ksteps * per_round
+    # the epilogue from registers, once per output
+    epilogue = sum(op_flops(info.op(m), hw) for m in common["ops"] if m != gk.contraction)
+    share = min(1.0, blocks / hw.units)
+    compute_s = cycles / hw.clock_hz + epilogue / (hw.peak(4) * share)
+
+    io = common["bytes_read"] + common["bytes_written"]
+    dram = io * (1 if coalesced else SECTOR / 4)
+    bw = hw.cache_bandwidth if io <= hw.l2_bytes else hw.bandwidth
+    spill = spilled * 4 * 2 * ksteps * blocks * T          # a store and a load per K step, through L1/L2
+    memory_s = (dram / bw + common["bytes_cached"] / hw.cache_bandwidth + spill / hw.cache_bandwidth) / max(share, 1e-9)
+    alloc_s = hw.alloc_s * len(_writes(info, frozenset(members)))
+    return _finish(dict(common, bytes_spilled=float(spill), onchip_bytes=int(smem)), hw, compute_s, memory_s,
+                   hw.launch_s, alloc_s, threads=T, blocks=blocks, occupancy=min(1.0, occupancy),
+                   recompute_s=0.0, spill_s=spill / hw.cache_bandwidth, waves=blocks / (per_sm * hw.units))
 
 
 def row_registers(per_thread: int, rows: int) -> int:

@@ -21,10 +21,7 @@ def _plan(p: dict) -> str:
     for g in p["groups"]:
         root = next(o for o in g["ops"] if o["role"] == "root")
         shape = "x".join(map(str, g["loops"])) or "scalar"
-        tiles = "serial (one thread)" if g["serial"] else (
-            f"block tile {g['block_tiles']}" + (f", thread tile {g['thread_tiles']}, threads {g['threads']}"
-                                                if g["thread_tiles"] else ""))
-        lines.append(f"  kernel {g['kernel']}: root %{g['root']} {root['label']} over {shape}; {tiles}")
+        lines.append(f"  kernel {g['kernel']}: root %{g['root']} {root['label']} over {shape}; {tiles_text(g)}")
         for o in g["ops"]:
             lines.append(f"    %{o['id']:<3} {o['label']:<34} {o['role']:<9} {o['loc']}")
         if "cost" in g:
@@ -39,6 +36,23 @@ def _plan(p: dict) -> str:
         lines.append("  decisions:")
         lines += [f"    {d}" for d in p["decisions"]]
     return "\n".join(lines)
+
+
+def tiles_text(g: dict) -> str:
+    """A kernel's tiles in words, from its summary: serial, block and thread tiles, a row
+    kernel's row threads, or a contraction kernel's K step and register tile."""
+    if g["serial"]:
+        return "serial (one thread)"
+    text = f"block tile {g['block_tiles']}"
+    threads = "x".join(map(str, g["threads"]))
+    if g.get("gemm"):
+        bk, tq, tp = g["gemm"]
+        return f"{text}; tiled contraction: K step {bk}, {tq}x{tp} outputs per thread, {threads} threads"
+    if g.get("row_threads"):
+        return f"{text}; row kernel: {g['row_threads']} threads per row, {threads} threads"
+    if any(g["thread_tiles"]):
+        return f"{text}, thread tile {g['thread_tiles']}, threads {g['threads']}"
+    return text
 
 
 def cost_line(c: dict) -> str:
@@ -66,11 +80,10 @@ def _explain(plan: dict, binding: dict[str, int] | None) -> str:
         ops = ", ".join(f"%{o['id']} {o['label']}" + (" [root]" if o["role"] == "root" else "")
                         for o in g["ops"] if o["role"] not in ("init", "pad"))
         lines.append(f"  kernel {g['kernel']}: {ops}")
-        tiles = "serial (one thread)" if g["serial"] else f"block {g['block_tiles']}" + (
-            f", thread {g['thread_tiles']} ({'x'.join(map(str, g['threads']))} threads)" if g["thread_tiles"] else "")
-        alts = ", ".join(f"{a['block_tiles']}{'/' + str(a['thread_tiles']) if a['thread_tiles'] else ''} "
-                         f"{ms(a['predicted_s'])}" for a in g.get("candidates", [])[:3])
-        lines.append(f"    tiles: {tiles}" + (f"; best candidates: {alts}" if alts else ""))
+        alts = ", ".join(f"{a['block_tiles']}{'/' + str(a['thread_tiles']) if any(a['thread_tiles']) else ''}"
+                         f"{'/gemm ' + str(a['gemm']) if a.get('gemm') else ''} {ms(a['predicted_s'])}"
+                         for a in g.get("candidates", [])[:3])
+        lines.append(f"    tiles: {tiles_text(g)}" + (f"; best candidates: {alts}" if alts else ""))
         if not c:
             continue
         lines.append(f"    FLOPs {_num(c['flops'])}" + (f" ({_num(c['recompute_flops'])} recomputed)"

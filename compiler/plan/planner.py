@@ -27,6 +27,7 @@ from .hardware import HardwareProfile
 from .measured import Measured
 from .describe import bytes_text, format_plan, time_text
 from .cost import KernelCost, Tiling, big_transfers, op_flops, total_time, unfused_kernels, with_cheap_producers
+from .gemm import gemm_kernel, gemm_shape, gemm_tiling_error
 from .rows import row_tiling_error
 from .tilechoice import TileChooser, group_signature
 from ..errors import CompilerInternalError
@@ -45,6 +46,7 @@ class Group:
     thread_tiles: tuple[int, ...]        # per root loop (gpu only); 0 = not tiled
     mapped: tuple[int, ...]              # root loops mapped to block/thread dims, outermost first
     row_threads: int = 0                 # row kernels (gpu): threads that split each row, cyclically
+    gemm: tuple[int, ...] = ()           # contraction kernels (gpu): (bk, tq, tp, tx, ty), plan/gemm.py
 
     @property
     def serial(self) -> bool:
@@ -54,6 +56,8 @@ class Group:
     def threads(self) -> tuple[int, ...]:
         """Threads per mapped loop, outermost first (1 each when there is no thread level), then
         the row threads of a row kernel."""
+        if self.gemm:
+            return (self.gemm[4], self.gemm[3])
         out = []
         for loop in self.mapped:
             b, t = self.block_tiles[loop], self.thread_tiles[loop] if self.thread_tiles else 0
@@ -62,7 +66,7 @@ class Group:
 
     @property
     def tiling(self) -> Tiling:
-        return Tiling(self.block_tiles, self.thread_tiles, self.mapped, self.row_threads)
+        return Tiling(self.block_tiles, self.thread_tiles, self.mapped, self.row_threads, self.gemm[:3])
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,7 @@ class FusionPlan:
             "groups": [{
                 "kernel": g.id, "root": g.root, "serial": g.serial, "loops": list(self.info.op(g.root).loops),
                 "block_tiles": list(g.block_tiles), "thread_tiles": list(g.thread_tiles),
-                "threads": list(g.threads()), "row_threads": g.row_threads,
+                "threads": list(g.threads()), "row_threads": g.row_threads, "gemm": list(g.gemm[:3]),
                 "ops": [{"id": op, "label": self.info.op(op).label, "role": role,
                          "loc": _loc(self.info.op(op).loc)} for op, role in g.roles],
             } for g in self.groups],
@@ -120,6 +124,7 @@ class FusionPlan:
                 if g["kernel"] in measured:
                     g["measured"] = asdict(measured[g["kernel"]])
                 g["candidates"] = [{"block_tiles": list(t.block), "thread_tiles": list(t.thread),
+                                    "row_threads": t.row_threads, "gemm": list(t.gemm),
                                     "predicted_s": s} for t, s in cands[:5]]
             out["model"] = {
                 "hardware": self.hardware, "roof": dict(self.roof), "predicted_s": self.predicted_s,
@@ -171,7 +176,38 @@ def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool 
     decisions = [f"%{o.id} {o.label}: {o.note}" for o in info.ops if o.note] + decisions
     decisions += [f"tiles of kernel {g.id}: block {list(g.block_tiles)} measured fastest (--autotune)"
                   for g in groups if chooser.best(frozenset(g.ops)).tuned]
+    if target == "gpu":
+        decisions += [d for g in groups for d in _contraction_note(info, g, chooser)]
     return _with_costs(FusionPlan(info.func, target, fuse, tuple(groups), tuple(decisions), info), chooser)
+
+
+def _contraction_note(info: ChainInfo, g: Group, chooser: TileChooser) -> list[str]:
+    """How a GPU kernel's contraction is computed and why: a tiled contraction (plan/gemm.py;
+    for a conv, implicit GEMM) or a dot product per output (direct), with both predictions."""
+    cs = [m for m in g.ops if info.op(m).kind == "contraction"]
+    if len(cs) != 1:
+        return []
+    c = info.op(cs[0])
+    conv = c.name == "linalg.conv_2d_nchw_fchw"
+    tiled_name = "implicit GEMM" if conv else "tiled contraction"
+    direct_name = "direct convolution" if conv else "a dot product per output"
+    choice = chooser.best(frozenset(g.ops))
+    gk = gemm_kernel(info, g.ops, g.root)
+    if isinstance(gk, str):
+        return [f"kernel {g.id}: %{c.id} {c.label} as {direct_name} (not a {tiled_name}: {gk})"]
+    tiled = [(t, s) for t, s in choice.candidates if t.gemm]
+    direct = [(t, s) for t, s in choice.candidates if not t.gemm]
+    if not tiled:
+        return [f"kernel {g.id}: %{c.id} {c.label} as {direct_name} (no {tiled_name} shape fits the device)"]
+    k = f"K = {gk.k}" + (" (channels x kernel window)" if conv else "")
+    best_t = min(tiled, key=lambda x: x[1])[1]
+    other = (f"; {direct_name} {time_text(min(s for _, s in direct))}" if direct else "")
+    if g.gemm:
+        return [f"kernel {g.id}: %{c.id} {c.label} as {tiled_name}, {k} in steps of {g.gemm[0]} through "
+                f"shared memory, {g.gemm[1]}x{g.gemm[2]} outputs per thread: predicted "
+                f"{time_text(choice.cost.time_s)}{other}"]
+    return [f"kernel {g.id}: %{c.id} {c.label} as {direct_name}: predicted {time_text(choice.cost.time_s)}; "
+            f"{tiled_name} {time_text(best_t)}"]
 
 
 def _with_costs(plan: FusionPlan, chooser: TileChooser) -> FusionPlan:
@@ -318,7 +354,16 @@ def _make_group(info: ChainInfo, gid: int, members: set[int], chooser: TileChoos
     ops = tuple(sorted(members))
     roles = tuple((m, _role(info, m, root)) for m in ops)
     t = chooser.best(frozenset(members)).tiling
-    return Group(gid, root, ops, roles, t.block, t.thread, t.mapped, t.row_threads)
+    return Group(gid, root, ops, roles, t.block, t.thread, t.mapped, t.row_threads, _gemm_dims(info, members, root, t))
+
+
+def _gemm_dims(info: ChainInfo, members, root: int, t: Tiling) -> tuple[int, ...]:
+    """A contraction kernel's (bk, tq, tp, tx, ty); () for other kernels."""
+    if not t.gemm:
+        return ()
+    gk = gemm_kernel(info, members, root)
+    s = gemm_shape(info, gk, root, t.block, t.gemm)
+    return tuple(t.gemm[:3]) + (s.tx, s.ty)
 
 
 def _role(info: ChainInfo, op: int, root: int) -> str:
@@ -358,7 +403,8 @@ class PlanError(ValueError):
 
 def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProfile) -> FusionPlan:
     """A plan from {"groups": [{"ops": [...], "block_tiles": [...], "thread_tiles": [...],
-    "row_threads": T}]} (row_threads: a gpu row kernel's threads per row, plan/rows.py).
+    "row_threads": T, "gemm": [bk, tq, tp]}]} (row_threads: a gpu row kernel's threads per row,
+    plan/rows.py; gemm: a gpu contraction kernel's K step and register tile, plan/gemm.py).
     Fills and pads may be omitted: they join the group of their consumer. The model prices it
     (predicted times) but decides nothing."""
     groups = []
@@ -392,8 +438,16 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
             why = row_tiling_error(info, members, root, Tiling(block, thread, mapped, row_threads), target)
             if why:
                 raise PlanError(f"group {gid}: row_threads {row_threads}: {why}")
+        gemm = tuple(int(x) for x in g.get("gemm", ()))
+        if gemm:
+            if target != "gpu" or row_threads or any(thread):
+                raise PlanError(f"group {gid}: gemm is a gpu contraction kernel, without thread tiles or row threads")
+            why = gemm_tiling_error(info, members, root, block, gemm, hw.max_threads_per_block)
+            if why:
+                raise PlanError(f"group {gid}: gemm {list(gemm)}: {why}")
+        t = Tiling(block, thread, mapped, row_threads, gemm)
         groups.append(Group(gid, root, tuple(sorted(members)), tuple((m, _role(info, m, root)) for m in sorted(members)),
-                            block, thread, mapped, row_threads))
+                            block, thread, mapped, row_threads, _gemm_dims(info, members, root, t)))
     missing = [o.id for o in info.ops if o.is_compute and o.id not in seen]
     if missing:
         raise PlanError(f"ops {missing} are in no group")

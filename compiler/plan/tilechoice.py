@@ -17,6 +17,7 @@ from .analysis import ChainInfo, tileable_loops
 from .cost import KernelCost, Tiling, row_registers, kernel_bytes, kernel_cost, op_flops, unfused_kernels
 from .hardware import HardwareProfile
 from .measured import Measured
+from .gemm import gemm_kernel, gemm_tiling_error
 from .rows import row_kernel, row_tiling_error
 
 MARGIN = 0.02          # a candidate must be this much faster than the incumbent to replace it
@@ -97,6 +98,9 @@ class TileChooser:
 
     def _valid(self, members, t: Tiling) -> bool:
         allowed = tileable_loops(self.info, self.root(members), set(members))
+        if t.gemm:
+            return gemm_tiling_error(self.info, members, self.root(members), t.block, t.gemm,
+                                     self.hw.max_threads_per_block) is None
         if t.row_threads:
             return (tuple(t.mapped) == tuple(allowed[-2:]) and
                     row_tiling_error(self.info, members, self.root(members), t, self.target,
@@ -112,10 +116,11 @@ class TileChooser:
         tuned = self.tuned.get(group_signature(self.info, members))
         if tuned is not None:
             t = Tiling(tuple(tuned["block"]), tuple(tuned.get("thread", ())), tuple(tuned["mapped"]),
-                       int(tuned.get("row_threads", 0)))
+                       int(tuned.get("row_threads", 0)), tuple(tuned.get("gemm", ())))
             c = self.cost(members, t)
             return Choice(t, c, ((t, c.time_s),), tuned=True)
         rows = self._row_search(members, root, tile) if self.target == "gpu" else None
+        gemm = self._gemm_search(members, root) if self.target == "gpu" and tile else None
         if not tile:
             serial = Tiling((0,) * n, (0,) * n if self.target == "gpu" else (), ())
             c = self.cost(members, serial)
@@ -123,6 +128,8 @@ class TileChooser:
         else:
             search = self._gpu_search if self.target == "gpu" else self._cpu_search
             choice = search(members, root, tile)
+        if gemm:
+            choice = _prefer(gemm, choice)
         return _prefer(rows, choice) if rows else choice
 
     # ---- cpu: every divisor of one loop --------------------------------------------------
@@ -200,6 +207,68 @@ class TileChooser:
                               key=lambda x: (x[1], x[0] != tiling(*best))))
         return Choice(tiling(*best), evaluated[best], ranked)
 
+    # ---- gpu contraction kernels: block tiles x K step x register tiles -----------------------
+    def _gemm_search(self, members, root) -> Choice | None:
+        """Every contraction-kernel shape (plan/gemm.py) from side tiles of 16-128 (Q) and 32-256
+        (P) outputs, K steps of 8-32 and register tiles of 2-8 a side, priced by the model, less
+        those whose registers the model says spill (local memory) or do not fit on an SM; the
+        start is 64 x 64, K step 16, 4 x 4 per thread; another shape must be 2% faster to win,
+        and one that leaves SMs idle gives way to one within the margin that fills them."""
+        gk = gemm_kernel(self.info, members, root)
+        if isinstance(gk, str):
+            return None
+        r, co = self.info.op(root), self.info.op(gk.contraction)
+        n = len(r.loops)
+        of_loop = {cl: rl for rl, cl in enumerate(gk.root_loops)}
+
+        def side_tiles(side: str, size: int) -> dict[int, int]:
+            """Root loop -> block tile for one side: whole inner loops first, then a share of the next."""
+            out, left = {}, size
+            for cl in reversed(gk.loops_of(side)):
+                ext = co.loops[cl]
+                t = max(1, min(ext, left))
+                out[of_loop[cl]] = t
+                left = max(1, left // t)
+            return out
+
+        evaluated: dict[Tiling, KernelCost] = {}
+        start = None
+        # two warps a block at least (one when the whole output is smaller than that)
+        min_threads = 64 if math.prod(co.loops[l] for l in gk.loops_of("q") + gk.loops_of("p")) >= 64 * 16 else 32
+        for sq in (16, 32, 64, 128):
+            for sp in (32, 64, 128, 256):
+                tiles = {of_loop[cl]: 1 for cl in gk.loops_of("batch")}
+                tiles.update(side_tiles("q", sq))
+                tiles.update(side_tiles("p", sp))
+                block = tuple(0 if tiles.get(l, r.loops[l]) >= r.loops[l] else tiles[l] for l in range(n))
+                mapped = tuple(l for l in range(n) if block[l])
+                if len(mapped) > 3:
+                    continue
+                bq = math.prod(tiles[of_loop[cl]] for cl in gk.loops_of("q"))
+                bp = math.prod(tiles[of_loop[cl]] for cl in gk.loops_of("p"))
+                for bk in (8, 16, 32):
+                    for tq in (t for t in (2, 4, 8) if bq % t == 0):
+                        for tp in sorted({t for t in (2, 4, 7, 8) if bp % t == 0}):
+                            t = Tiling(block, (0,) * n, mapped, 0, (bk, tq, tp))
+                            if t in evaluated or (bq // tq) * (bp // tp) < min_threads:
+                                continue
+                            if gemm_tiling_error(self.info, members, root, block, t.gemm,
+                                                 self.hw.max_threads_per_block) is None:
+                                c = self.cost(members, t)
+                                if c.occupancy == 0 or c.bytes_spilled > 0:
+                                    continue          # registers spill, or a block does not fit on an SM
+                                evaluated[t] = c
+                                if (sq, sp, bk, tq, tp) == (64, 64, 16, 4, 4):
+                                    start = t
+        if not evaluated:
+            return None
+        fastest = min(evaluated, key=lambda k: evaluated[k].time_s)
+        best = (start if start is not None and evaluated[fastest].time_s >= evaluated[start].time_s * (1 - MARGIN)
+                else fastest)
+        best = self._filling(best, evaluated)
+        ranked = tuple(sorted(((t, c.time_s) for t, c in evaluated.items()), key=lambda x: (x[1], x[0] != best)))
+        return Choice(best, evaluated[best], ranked)
+
     def _filling(self, best, evaluated: dict):
         """Launch shapes from the device: when `best` leaves SMs without a block (fewer blocks
         than SMs, or blocks under two warps) and a candidate within the model's margin fills
@@ -226,7 +295,7 @@ class TileChooser:
         seen: dict[Tiling, KernelCost] = {start: self.cost(members, start)}
         best = start
         for seed in self.seeds.get(root, []):
-            if not seed.row_threads and seed not in seen and self._valid(members, seed):
+            if not seed.row_threads and not seed.gemm and seed not in seen and self._valid(members, seed):
                 seen[seed] = self.cost(members, seed)
                 if seen[seed].time_s < seen[best].time_s * (1 - MARGIN):
                     best = seed

@@ -14,6 +14,8 @@ from ..mlir import ir, scf
 from ..plan.planner import FusionPlan, Group
 from .cpu_library_calls import LOOPS, hoist_whole_contractions, linalg_ops, loops_script, mark_library_calls
 from .script import ANY, GROUP, TAG, Step, apply_script, i64, run_passes, script_text, tag_of
+from .gemm_kernels import MARKS as GEMM_MARKS
+from .gemm_kernels import mark_gemm_kernels
 from .split_rows import BLOCK_REDUCE, THREADS_OF
 
 # Run one pass at a time: as a single nested pipeline this sequence has been seen to leave
@@ -48,8 +50,9 @@ def to_gpu(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
             if len(module.body.operations) > 1:
                 raise CompilerInternalError("gpu", "one chain per module is expected at the gpu stage")
         apply_script(module, script_text(steps), "gpu")
-        if any(g.row_threads for plan in plans.values() for g in plan.groups):
-            _lower_all_but_block_reduces(module)
+        if any(g.row_threads or g.gemm for plan in plans.values() for g in plan.groups):
+            mark_gemm_kernels(module, plans)
+            _lower_all_but_emitter_ops(module)
             run_passes(module, GPU_CLEANUP[1:], "gpu")
         else:
             run_passes(module, GPU_CLEANUP, "gpu")
@@ -57,7 +60,10 @@ def to_gpu(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
 
 def block_dims(g: Group) -> list[int]:
     """A kernel's threads per block as (x, y, z): the innermost mapped loop is x; a row
-    kernel's row threads are x and its rows y."""
+    kernel's row threads are x and its rows y; a contraction kernel's threads are its register
+    tiles, x along the output's contiguous side (plan/gemm.py)."""
+    if g.gemm:
+        return [g.gemm[3], g.gemm[4], 1]
     if g.row_threads:
         rows = list(reversed(g.threads()[:-1]))
         dims = [g.row_threads] + rows
@@ -68,11 +74,11 @@ def block_dims(g: Group) -> list[int]:
     return dims + [1] * (3 - len(dims))
 
 
-def _lower_all_but_block_reduces(module: ir.Module) -> None:
-    """linalg to loops, except the block-wide combines of row kernels, which the emitter writes
-    (split_rows.py)."""
+def _lower_all_but_emitter_ops(module: ir.Module) -> None:
+    """linalg to loops, except what the emitter writes itself: the block-wide combines of row
+    kernels (split_rows.py) and the ops of contraction kernels (gemm_kernels.py)."""
     for op in linalg_ops(module):
-        if BLOCK_REDUCE not in op.attributes:
+        if BLOCK_REDUCE not in op.attributes and not any(m in op.attributes for m in GEMM_MARKS):
             op.attributes[LOOPS] = ir.UnitAttr.get()
     apply_script(module, loops_script(), "gpu")
 

@@ -7,6 +7,7 @@ import pytest
 import fusec
 from fusec.compiler.plan.analysis import tileable_loops
 from fusec.compiler.plan.hardware import GPUS
+from fusec.compiler.plan.gemm import gemm_tiling_error
 from fusec.compiler.plan.planner import plan_chain, plan_from_dict
 from model_helpers import CPU, info_of, plan
 
@@ -96,6 +97,11 @@ def test_gpu_tiles_respect_the_hardware_and_the_codegen(src, binding, hw):
             threads *= n
         assert threads <= profile.max_threads_per_block
         allowed = tileable_loops(p.info, g.root, set(g.ops))
+        if g.gemm:      # a contraction kernel: any block tiles (edges are guarded), no thread tiles
+            assert gemm_tiling_error(p.info, g.ops, g.root, g.block_tiles, g.gemm[:3],
+                                     profile.max_threads_per_block) is None
+            assert not any(g.thread_tiles) and all(loop in allowed for loop in g.mapped)
+            continue
         for loop, (b, t) in enumerate(zip(g.block_tiles, g.thread_tiles)):
             if b:
                 assert loop in allowed and root.loops[loop] % b == 0 and b % t == 0

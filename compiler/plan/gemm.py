@@ -1,0 +1,188 @@
+"""Tiled contraction kernels (gpu): which kernels can be one, and the shape of its tiles.
+
+A contraction kernel (Group.gemm) computes a block tile of a contraction's output as a GEMM:
+the contraction's parallel loops fall on two sides, Q (loops only the Q operand reads) and P
+(loops only the P operand reads; P is the side of the output's contiguous dim, so threads x run
+along it), its reduction loops flatten into one K. Per block, K is walked BK at a time: both
+operands' [BK, BQ] and [BK, BP] tiles are loaded by all threads together into shared memory
+(the loader evaluates the operands' producers in the kernel, a pad's gather for instance, at
+each element it loads), then each thread accumulates a TQ x TP register tile (rows
+ty + i * TY, columns tx + j * TX: consecutive threads read consecutive shared words) and, after
+the last K step, applies the kernel's elementwise epilogue to it from registers and writes each
+output once (compiler/emit/gemm.py).
+
+A kernel qualifies when it holds exactly one contraction, every other compute op is an
+all-parallel elementwise op (or a fill or pad), the root is the contraction or an elementwise
+op whose loops are the contraction's parallel loops one to one, the contraction's init is a fill
+of the kernel, and the output's contiguous dim is one side's. Loops both operands read (batch)
+take block tile 1. Tile sizes need not divide the loops: the edges are guarded.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .analysis import ChainInfo, loop_correspondence
+
+SIDES = ("q", "p", "batch", "k")
+SMEM_LIMIT = 48 * 1024          # static shared memory per block that Numba can declare
+F32 = 4
+
+
+@dataclass(frozen=True)
+class GemmKernel:
+    contraction: int                       # op id
+    sides: tuple[str, ...]                 # per contraction loop: q | p | batch | k
+    q_operand: int                         # input index of the Q operand (the P operand is the other)
+    root_loops: tuple[int, ...]            # per root loop: the contraction loop it is
+    k: int                                 # reduction extent (all reduction loops together)
+    p_contiguous: bool                     # the P operand's contiguous dim is a P loop (else K)
+    q_contiguous: bool                     # the Q operand's contiguous dim is a Q loop (else K)
+
+    def loops_of(self, side: str) -> tuple[int, ...]:
+        return tuple(l for l, s in enumerate(self.sides) if s == side)
+
+
+def gemm_kernel(info: ChainInfo, members, root: int) -> GemmKernel | str:
+    """The contraction kernel the ops `members` (root `root`) make, or why they do not make one."""
+    members = set(members)
+    contractions = [m for m in members if info.op(m).kind == "contraction"]
+    if len(contractions) != 1:
+        return "it holds no contraction" if not contractions else "it holds more than one contraction"
+    (c,) = contractions
+    co = info.op(c)
+    if co.n_inputs != 2:
+        return f"%{c} does not have two operands"
+    for m in members - {c}:
+        o = info.op(m)
+        if o.kind in ("fill", "pad", "view"):
+            continue
+        if o.kind != "elementwise" or any(t != "parallel" for t in o.iterators):
+            return f"%{m} ({o.label}) is not elementwise"
+    init = co.producers[co.n_inputs] if len(co.producers) > co.n_inputs else None
+    if init is None or init not in members or info.op(init).kind != "fill":
+        return f"the accumulator of %{c} is not filled in the kernel"
+    r = info.op(root)
+    if root != c:
+        if r.kind != "elementwise":
+            return f"the root %{root} is not elementwise"
+        corr = loop_correspondence(info, root, members).get(c)
+        if corr is None:
+            return f"the loops of %{c} do not follow the root's"
+        loops = []
+        for l in range(len(r.loops)):
+            mine = corr.get(l, frozenset())
+            if len(mine) != 1 or co.iterators[next(iter(mine))] != "parallel":
+                return f"root loop {l} is not one parallel loop of %{c}"
+            loops.append(next(iter(mine)))
+        if sorted(loops) != list(co.parallel_loops):
+            return f"the root's loops are not the parallel loops of %{c} one to one"
+        root_loops = tuple(loops)
+    else:
+        root_loops = tuple(co.parallel_loops)
+    uses = [frozenset().union(*co.operand_loops[k]) if co.operand_loops[k] else frozenset() for k in range(2)]
+    sides = []
+    for l, it in enumerate(co.iterators):
+        if it != "parallel":
+            sides.append("k")
+        elif l in uses[0] and l not in uses[1]:
+            sides.append("in0")
+        elif l in uses[1] and l not in uses[0]:
+            sides.append("in1")
+        else:
+            sides.append("batch")
+    last = co.result_loops[-1] if co.result_loops else frozenset()
+    inner = {sides[l] for l in last}
+    if len(inner) != 1 or inner.pop() not in ("in0", "in1"):
+        return "the output's contiguous dim is not one operand's"
+    p_in = sides[next(iter(last))]
+    q_operand = 1 if p_in == "in0" else 0
+    named = tuple({"in0": "p" if p_in == "in0" else "q", "in1": "p" if p_in == "in1" else "q"}.get(s, s) for s in sides)
+    if "q" not in named:
+        return f"%{c} has no loop of its own on the {'first' if q_operand == 0 else 'second'} operand"
+    k = math.prod(co.loops[l] for l, s in enumerate(named) if s == "k")
+
+    def contiguous(operand: int, side: str) -> bool:
+        dims = co.operand_loops[operand]
+        return bool(dims) and any(named[l] == side for l in dims[-1])
+
+    return GemmKernel(c, named, q_operand, root_loops, k, contiguous(1 - q_operand, "p"), contiguous(q_operand, "q"))
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """One block's tiles of a contraction kernel, from the root's block tiles and (bk, tq, tp)."""
+    tiles: tuple[int, ...]      # per contraction parallel loop: its static block tile (0 for k loops)
+    bq: int
+    bp: int
+    bk: int
+    tq: int
+    tp: int
+
+    @property
+    def tx(self) -> int:
+        return self.bp // self.tp
+
+    @property
+    def ty(self) -> int:
+        return self.bq // self.tq
+
+    @property
+    def threads(self) -> int:
+        return self.tx * self.ty
+
+    @property
+    def shared_bytes(self) -> int:
+        """The two staging tiles, f32, one word of padding per row."""
+        return F32 * self.bk * (self.bq + 1 + self.bp + 1)
+
+    def blocks(self, extents) -> int:
+        return math.prod(math.ceil(e / t) for e, t in zip(extents, self.tiles) if t)
+
+
+def gemm_shape(info: ChainInfo, gk: GemmKernel, root: int, block: tuple[int, ...], gemm: tuple[int, ...]) -> GemmShape:
+    co, r = info.op(gk.contraction), info.op(root)
+    tiles = [0] * len(co.loops)
+    for rl, cl in enumerate(gk.root_loops):
+        tiles[cl] = block[rl] if block[rl] else r.loops[rl]
+    bq = math.prod(tiles[l] for l in gk.loops_of("q"))
+    bp = math.prod(tiles[l] for l in gk.loops_of("p"))
+    bk, tq, tp = gemm[:3]
+    return GemmShape(tuple(tiles), bq, bp, bk, tq, tp)
+
+
+def gemm_tiling_error(info: ChainInfo, members, root: int, block: tuple[int, ...], gemm: tuple[int, ...],
+                      max_threads: int = 1024) -> str | None:
+    """Why the block tiles and (bk, tq, tp) do not make a contraction kernel (None: they do)."""
+    gk = gemm_kernel(info, members, root)
+    if isinstance(gk, str):
+        return gk
+    if len(gemm) < 3 or min(gemm[:3]) < 1:
+        return "gemm needs [bk, tq, tp], each at least 1"
+    if sum(1 for t in block if t) > 3:
+        return "at most 3 loops can be mapped to GPU blocks"
+    co = info.op(gk.contraction)
+    for rl, cl in enumerate(gk.root_loops):
+        if gk.sides[cl] == "batch" and block[rl] != 1 and co.loops[cl] > 1:
+            return f"loop {rl} runs over both operands (a batch): its block tile must be 1"
+    s = gemm_shape(info, gk, root, block, gemm)
+    if s.bq % s.tq or s.bp % s.tp:
+        return f"the register tile {s.tq}x{s.tp} does not divide the block tile {s.bq}x{s.bp}"
+    if not 1 <= s.threads <= max_threads:
+        return f"{s.threads} threads per block (limit {max_threads})"
+    if s.shared_bytes > SMEM_LIMIT:
+        return f"{s.shared_bytes} B of shared memory per block (limit {SMEM_LIMIT})"
+    return None
+
+
+def gemm_registers(tq: int, tp: int, loads: int, gathered: int = 0) -> int:
+    """Registers per thread of a contraction kernel: the TQ x TP accumulators, a column of Q and
+    a row of P per K step, one per element the thread loads per K step (`loads`), seven per
+    element whose operand a producer computes in the loader (`gathered`: a pad's window keeps
+    its coordinates and bounds live), and 34 for indices and addresses. Fitted to ptxas -v on
+    this emitter's kernels for sm_90: mlp 4x4 with 8 loads 64 (predicted 66), 8x4 with 12 96
+    (90), 8x8 with 16 128 (130), 8x8 with 8 120 (122); conv_bn_relu 8x7 with 4 + 7 gathered 160
+    (158), 4x7 with 4 + 7 gathered 128 (126), 4x7 with 2 + 4 gathered 92 (103), 8x7 with 8 + 14
+    gathered 242 (211); the kernel report measures the real ones. Above the device's limit per
+    thread (255), the rest spills."""
+    return 34 + tq * tp + tq + tp + loads + 7 * gathered

@@ -1,0 +1,124 @@
+"""gemm-kernels: hand a contraction kernel's block to the emitter's GEMM template (stage `gpu`).
+
+After the kernel's forall is a gpu.launch (compiler/plan/gemm.py; Group.gemm), its block holds
+the block-level linalg ops on memrefs: the fills, the producers of the operands (a pad's
+gather...), the contraction and the elementwise epilogue down to the root. They are not lowered
+to loops. Instead:
+- every op but the fills is generalized (explicit indexing maps and body, whatever named op it
+  was: matmul, conv, transpose...), and the contraction is marked `fusec.gemm_contraction`;
+- the root is marked `fusec.block_gemm` with the tiles: [bk, tq, tp], the static block tile of
+  each contraction loop (`fusec.gemm_tiles`), each loop's side (`fusec.gemm_sides`: q, p,
+  batch, k) and, per root loop, the contraction loop it is (`fusec.gemm_root_loops`);
+- every other linalg op of the kernel, and every buffer of the block that only those ops use, is
+  marked `fusec.absorbed`: the template evaluates them where it needs their values (producers in
+  the tile loader, the epilogue from the accumulators), so they never run as loops and their
+  buffers are never allocated.
+compiler/emit/gemm.py writes the kernel at the root.
+"""
+from __future__ import annotations
+
+from ..errors import CompilerInternalError
+from ..mlir import ir
+from ..plan.gemm import gemm_kernel, gemm_shape
+from ..plan.planner import FusionPlan, Group
+from .script import ANY, TAG, Step, apply_script, script_text, tag_of
+
+BLOCK_GEMM = "fusec.block_gemm"
+CONTRACTION = "fusec.gemm_contraction"
+ABSORBED = "fusec.absorbed"
+TILES = "fusec.gemm_tiles"
+SIDES = "fusec.gemm_sides"
+ROOT_LOOPS = "fusec.gemm_root_loops"
+MARKS = (BLOCK_GEMM, CONTRACTION, ABSORBED)
+_VIEWS = ("memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast")
+
+
+def _i64_array(values) -> ir.Attribute:
+    return ir.DenseI64ArrayAttr.get([int(v) for v in values])
+
+
+def _tagged(module: ir.Module) -> dict[int, "ir.Operation"]:
+    found = {}
+
+    def visit(op):
+        if TAG in op.attributes and op.name.startswith("linalg."):
+            found.setdefault(ir.IntegerAttr(op.attributes[TAG]).value, []).append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
+
+
+def mark_gemm_kernels(module: ir.Module, plans: dict[str, FusionPlan]) -> int:
+    """Generalize and mark the contraction kernels' ops; returns how many kernels."""
+    groups = [(plan, g) for plan in plans.values() for g in plan.groups if g.gemm]
+    if not groups:
+        return 0
+    with module.context, ir.Location.unknown():
+        steps = []
+        for plan, g in groups:
+            gk = gemm_kernel(plan.info, g.ops, g.root)
+            if isinstance(gk, str):
+                raise CompilerInternalError("gpu", f"kernel {g.id} is planned as a contraction kernel but {gk}")
+            for m in g.ops:                   # named ops (matmul, conv, transpose...) become generics
+                if plan.info.op(m).kind in ("fill", "view"):
+                    continue
+                name = f"c{g.id}_{m}"
+                steps.append(Step(f'%{name} = transform.structured.match attributes {{"{TAG}" = '
+                                  f'{tag_of(g.id, m)} : i64}} in %root : ({ANY}) -> {ANY}'))
+                steps.append(Step(f"%{name}_g = transform.structured.generalize %{name} : ({ANY}) -> {ANY}"))
+        apply_script(module, script_text(steps), "gpu")
+        tagged = _tagged(module)
+        for plan, g in groups:
+            _mark(plan, g, tagged)
+    return len(groups)
+
+
+def _one(tagged: dict, tag: int, what: str, g: Group) -> "ir.Operation":
+    ops = tagged.get(tag, [])
+    if len(ops) != 1:
+        raise CompilerInternalError("gpu", f"kernel {g.id}: {len(ops)} ops are its {what} after bufferization")
+    return ops[0]
+
+
+def _mark(plan: FusionPlan, g: Group, tagged: dict) -> None:
+    info = plan.info
+    gk = gemm_kernel(info, g.ops, g.root)
+    shape = gemm_shape(info, gk, g.root, g.block_tiles, g.gemm[:3])
+    c = _one(tagged, tag_of(g.id, gk.contraction), "contraction", g)
+    root = _one(tagged, tag_of(g.id, g.root), "root", g)
+    c.attributes[CONTRACTION] = ir.UnitAttr.get()
+    root.attributes[BLOCK_GEMM] = _i64_array(g.gemm[:3])
+    root.attributes[TILES] = _i64_array(shape.tiles)
+    root.attributes[SIDES] = ir.ArrayAttr.get([ir.StringAttr.get(s) for s in gk.sides])
+    root.attributes[ROOT_LOOPS] = _i64_array(gk.root_loops)
+    block = root.block
+    if c.block != block:
+        raise CompilerInternalError("gpu", f"kernel {g.id}: its contraction and root are in different blocks")
+    members = {c, root}
+    for m in g.ops:
+        for op in tagged.get(tag_of(g.id, m), []):
+            if op not in members:
+                if op.block != block:
+                    raise CompilerInternalError("gpu", f"kernel {g.id}: %{m} is not at the block level")
+                op.attributes[ABSORBED] = ir.UnitAttr.get()
+                members.add(op)
+    for op in block.operations:
+        op = op.operation
+        if op.name == "memref.alloc" and _only_used_by(op.results[0], members):
+            op.attributes[ABSORBED] = ir.UnitAttr.get()
+
+
+def _only_used_by(v: "ir.Value", members: set) -> bool:
+    """Every use of `v` (through views) is by one of `members`."""
+    uses = list(v.uses)
+    if not uses:
+        return False
+    for use in uses:
+        owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        if owner in members:
+            continue
+        if owner.name in _VIEWS and _only_used_by(owner.results[0], members):
+            continue
+        return False
+    return True

@@ -1,0 +1,110 @@
+"""GPU contraction kernels (compiler/plan/gemm.py, transforms/gemm_kernels.py, emit/gemm.py):
+the model picks them at bench sizes and says why, their IR and source at the stages where they
+happen, plans that ask for impossible ones are refused, and their numbers on the simulator
+against the NumPy reference (edges, K = 1, prime sizes, batches and broadcast batches, strided
+and dilated convs, f16, producers evaluated in the tile loader)."""
+import numpy as np
+import pytest
+
+import fusec
+from fusec.compiler.plan.planner import PlanError
+from helpers import stages
+
+MLP = "chain m(x: f32[M, K], w: f32[K, N], b: f32[N]) -> f32[M, N] { return gelu(x @ w + b) }"
+CONV = """chain c(x: f32[B, C, 56, 56], w: f32[F, C, 3, 3], mean: f32[F], var: f32[F], g: f32[F], b: f32[F])
+              -> f32[B, F, 56, 56] {
+    return relu(batchnorm(conv2d(x, w, padding=1), mean, var, g, b, eps=1e-5))
+}"""
+BMM = "chain b(a: f32[B, M, K], w: f32[B, K, N], c: f32[N]) -> f32[B, M, N] { return relu(a @ w + c) }"
+
+
+@pytest.mark.parametrize("src,binding,word", [
+    (MLP, {"M": 512, "K": 1024, "N": 4096}, "tiled contraction"),
+    (CONV, {"B": 8, "C": 64, "F": 64}, "implicit GEMM"),
+    (BMM, {"B": 8, "M": 512, "K": 64, "N": 512}, "tiled contraction"),
+])
+def test_bench_contractions_are_tiled_kernels_with_their_epilogue(src, binding, word):
+    st = stages(src, binding=binding, plan=None)
+    (g,) = st.plan.groups                          # the epilogue is in the contraction's kernel
+    bk, tq, tp, tx, ty = g.gemm
+    assert tq * tp >= 16 and tx * ty >= 64
+    (note,) = [d for d in st.plan.decisions if word in d]
+    assert f"in steps of {bk} through shared memory" in note and "predicted" in note
+    assert ("direct convolution" if word == "implicit GEMM" else "a dot product per output") in note
+    gpu = st.texts["gpu"]
+    assert gpu.count("fusec.block_gemm") == 1 and gpu.count("fusec.gemm_contraction") == 1
+    src_k = st.emitted.source
+    kernel = src_k[src_k.index("def k0"):src_k.index("def run_")]
+    assert kernel.count("cuda.shared.array(") == 2 and kernel.count("cuda.syncthreads()") == 2
+    assert "cuda.local.array" not in kernel          # no padded window, no accumulator array
+    assert kernel.count(f"acc{tq - 1}_{tp - 1}") >= 3    # the register tile, unrolled
+
+
+def test_conv_gathers_its_padded_window_in_the_tile_loader():
+    st = stages(CONV, binding={"B": 2, "C": 8, "F": 16},
+                plan={"groups": [{"ops": [2, 3, 4], "block_tiles": [1, 16, 2, 0], "gemm": [16, 4, 7]}]})
+    src = st.emitted.source
+    loop = src[src.index("for k0 in range"):src.index("cuda.syncthreads()")]
+    assert ">= 0" in loop and "< 56" in loop          # the pad's bounds test, per element loaded
+    assert "58" not in src                             # no padded tensor anywhere
+
+
+@pytest.mark.parametrize("spec,why", [
+    ({"block_tiles": [64, 64], "gemm": [16, 3, 4]}, "does not divide"),
+    ({"block_tiles": [64, 64], "gemm": [16, 1, 1]}, "threads per block"),
+    ({"block_tiles": [64, 64], "thread_tiles": [4, 4], "gemm": [16, 4, 4]}, "without thread tiles"),
+    ({"block_tiles": [64, 64], "gemm": [16, 4]}, "each at least 1"),
+])
+def test_impossible_contraction_kernels_are_refused(spec, why):
+    with pytest.raises(PlanError, match=why):
+        stages(MLP, binding={"M": 64, "K": 64, "N": 64}, plan={"groups": [dict(ops=[1, 2], **spec)]})
+
+
+def test_a_reduction_epilogue_is_no_contraction_kernel():
+    src = "chain s(x: f32[M, K], w: f32[K, N]) -> f32[M, N] { return softmax(x @ w) }"
+    with pytest.raises(PlanError, match="not elementwise"):
+        stages(src, binding={"M": 64, "K": 64, "N": 64},
+               plan={"groups": [{"ops": [1, 2, 3, 4, 5], "block_tiles": [64, 0], "gemm": [16, 4, 4]}]})
+
+
+CASES = [
+    # (source, binding, block tiles, [bk, tq, tp]): every edge guarded somewhere
+    (MLP, {"M": 100, "K": 37, "N": 130}, [64, 64], [16, 4, 4]),
+    ("chain t(a: f32[M, K], b: f32[K, N]) -> f32[M, N] { return a @ b }", {"M": 31, "K": 1, "N": 37},
+     [16, 32, 0], [8, 4, 4]),
+    ("chain t(a: f32[M, K], b: f32[K, N]) -> f32[M, N] { return a @ b }", {"M": 29, "K": 23, "N": 7},
+     [32, 8, 0], [8, 4, 2]),
+    (BMM, {"B": 3, "M": 17, "K": 8, "N": 20}, [1, 16, 16], [8, 2, 2]),
+    ("chain t(a: f32[1, M, K], b: f32[3, K, N]) -> f32[3, M, N] { return a @ b }", {"M": 13, "K": 5, "N": 29},
+     [1, 8, 16, 0], [4, 2, 4]),
+    ("chain t(x: f32[B, C, 11, 10], w: f32[F, C, 3, 3]) -> f32[B, F, 6, 4] "
+     "{ return tanh(conv2d(x, w, stride=[2, 3], padding=[2, 1], dilation=[2, 1])) }",
+     {"B": 2, "C": 3, "F": 5}, [1, 4, 2, 0], [8, 2, 2]),
+    ("chain t(x: f32[M, K], w: f32[K, N]) -> f32[M, N] { return silu(x) @ w * 2.0 }",
+     {"M": 24, "K": 40, "N": 33}, [16, 16], [16, 2, 4]),
+    ("chain t(a: f16[M, K], b: f16[K, N]) -> f16[M, N] { return a @ b }", {"M": 37, "K": 19, "N": 41},
+     [32, 32], [8, 2, 2]),
+]
+
+
+@pytest.mark.parametrize("src,binding,block,gemm", CASES)
+def test_contraction_kernels_match_the_reference_on_the_simulator(src, binding, block, gemm):
+    planned = stages(src, binding=binding, plan=None).plan
+    ops = sorted({m for g in planned.groups for m in g.ops if planned.info.op(m).kind not in ("fill", "pad")})
+    plan = {"groups": [{"ops": ops, "block_tiles": block, "gemm": gemm}]}
+    st = stages(src, binding=binding, plan=plan)
+    assert st.plan.groups[0].gemm[:3] == tuple(gemm) and "fusec.block_gemm" in st.texts["gpu"]
+    name = st.plan.chain
+    prog = fusec.compile(src, target="cuda-sim", options={"baseline": False, "plans": {name: plan}})
+    (c,) = getattr(prog, name).check(binding=binding, seed=5)
+    assert c.ok, c.describe()
+    assert getattr(prog, name).compiled(binding).plan["groups"][0]["gemm"] == gemm
+
+
+def test_every_contraction_kernel_says_how_and_why():
+    for binding in ({"M": 8, "K": 16, "N": 32}, {"M": 512, "K": 1024, "N": 4096}):
+        st = stages(MLP, binding=binding)
+        (g,) = st.plan.groups
+        (note,) = [d for d in st.plan.decisions if d.startswith("kernel 0: %1 matmul as ")]
+        assert "tiled contraction" in note and "dot product per output" in note    # both predictions
+        assert ("as tiled contraction" in note) == bool(g.gemm)
