@@ -15,10 +15,12 @@ profile is handed down in the compile options.
 """
 from __future__ import annotations
 
+import json
+import math
 import os
 import time
 import types
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numba
@@ -29,10 +31,11 @@ from fusec.dsl.parser import parse
 
 from . import mathfns
 from .emit.module import CPU_FASTMATH
+from .errors import CacheError
 from .options import CompileOptions
 from .pipeline import compile_typed
-from .plan.hardware import (GPU_WEIGHTS, GPUS, GB, KB, MB, HardwareProfile, cpu_model,
-                            blas_threads, cached_cpu_profile, get, store_cpu_profile)
+from .plan.hardware import (GPU_WEIGHTS, GPUS, GB, KB, MB, HardwareProfile, blas_threads, cache_dir,
+                            cpu_cache_path, cpu_model, get, profile_from_dict, profile_key)
 
 # plans the calibration chains: any fixed profile will do (they are timed, not predicted)
 CALIBRATION = replace(GPUS["seed"], name="calibration", kind="cpu", units=os.cpu_count() or 1)
@@ -54,19 +57,138 @@ _CPU: HardwareProfile | None = None
 
 def cpu_profile(refresh: bool = False, notice=None) -> HardwareProfile:
     """This machine's measured profile: from this process, else the cache, else measured now
-    (and cached)."""
+    (and cached). A cache entry that is not a valid profile is reported (`notice`), moved
+    aside and measured again; a cache directory that is a file is a CacheError."""
     global _CPU
     if _CPU is not None and not refresh:
         return _CPU
-    cached = None if refresh else cached_cpu_profile()
+    check_cache_dir()
+    cached = None if refresh else _cached(notice)
     if cached is not None:
         _CPU = cached
         return _CPU
     if notice is not None:
-        notice("measuring this machine for the cpu cost model (once; cached in the fusec cache directory)")
+        notice(f"measuring this machine for the cpu cost model (about 10 s, once; cached in {cpu_cache_path()})")
     _CPU = measure_cpu()
-    store_cpu_profile(_CPU)
+    _store(_CPU, notice)
     return _CPU
+
+
+def check_cache_dir() -> None:
+    """A CacheError when the cache directory exists and is not a directory."""
+    directory = cache_dir()
+    if not directory.exists() or directory.is_dir():
+        return
+    if os.environ.get("FUSEC_CACHE_DIR"):
+        raise CacheError(f"FUSEC_CACHE_DIR={directory} is not a directory; point it at a directory (fusec caches "
+                         "the measured cpu profile there)")
+    raise CacheError(f"the fusec cache directory {directory} is not a directory; remove it, or set "
+                     "FUSEC_CACHE_DIR to a directory")
+
+
+# fields of a profile that must be positive (the cost model divides by them); every other number
+# must be finite and not negative
+_POSITIVE = {"bandwidth", "peak_flops", "peak_flops_fp16", "units", "onchip_per_unit", "onchip_per_block",
+             "max_threads_per_block", "max_threads_per_unit", "max_blocks_per_unit", "cache_bandwidth",
+             "warp_size", "blas_threads"}
+
+
+def profile_problem(d) -> str | None:
+    """Why `d` (a cached profile as JSON data) is not a usable cpu profile; None when it is."""
+    if not isinstance(d, dict):
+        return f"the profile is {type(d).__name__}, not an object"
+    kinds = {f.name: f.type for f in fields(HardwareProfile)}
+    unknown = sorted(set(d) - set(kinds))
+    if unknown:
+        return f"unknown field '{unknown[0]}'"
+    missing = sorted(k for k in ("name", "kind", "bandwidth", "peak_flops", "peak_flops_fp16", "launch_s", "units",
+                                 "onchip_per_unit", "onchip_per_block") if k not in d)
+    if missing:
+        return f"'{missing[0]}' is missing"
+    for key, value in d.items():
+        kind = str(kinds[key])
+        shown = json.dumps(value)[:30]
+        if kind in ("float", "int"):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                return f"{key} is {shown}, not a number"
+            if kind == "int" and value != int(value):
+                return f"{key} is {shown}, not an integer"
+            if value < 0 or (key in _POSITIVE and value <= 0):
+                return f"{key} is {shown}, not a {'positive' if key in _POSITIVE else 'non-negative'} number"
+        elif kind == "str" and not isinstance(value, str):
+            return f"{key} is {shown}, not a string"
+        elif kind == "bool" and not isinstance(value, bool):
+            return f"{key} is {shown}, not true or false"
+    if d["kind"] != "cpu":
+        return f"kind is {json.dumps(d['kind'])}, not \"cpu\""
+    weights = d.get("weights", {})
+    if not isinstance(weights, dict) or not all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v) and v > 0 for k, v in weights.items()):
+        return "weights is not an object of positive numbers"
+    notes = d.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        return "notes is not a list of strings"
+    cc = d.get("cc", [9, 0])
+    if not (isinstance(cc, list) and len(cc) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in cc)):
+        return "cc is not a pair of integers"
+    return None
+
+
+def _cached(notice) -> HardwareProfile | None:
+    """The cached profile when it was measured for this machine (the key matches) and is valid;
+    an invalid entry is moved aside (reported through `notice`), a stale one left to be replaced."""
+    path = cpu_cache_path()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        return _invalid(path, f"cannot be read ({e})", notice)
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        return _invalid(path, f"is not JSON ({e})", notice)
+    if not isinstance(data, dict) or not isinstance(data.get("key"), str) or "profile" not in data:
+        return _invalid(path, "is not a cached profile (an object with 'key' and 'profile')", notice)
+    if data["key"] != profile_key():
+        return None                      # measured for another CPU, calibration or emitter: measure again
+    problem = profile_problem(data["profile"])
+    if problem is not None:
+        return _invalid(path, f"is invalid ({problem})", notice)
+    ints = {f.name for f in fields(HardwareProfile) if str(f.type) == "int"}
+    return profile_from_dict({k: int(v) if k in ints else v for k, v in data["profile"].items()})
+
+
+def _invalid(path: Path, why: str, notice) -> None:
+    aside = path.with_name(path.name + ".invalid")
+    try:
+        os.replace(path, aside)
+        where = f"moved it to {aside.name}"
+    except OSError as e:
+        where = f"could not move it aside ({e.strerror})"
+    if notice is not None:
+        notice(f"the cached cpu profile {path} {why}; {where} and measuring again")
+    return None
+
+
+def _store(profile: HardwareProfile, notice) -> None:
+    """Cache the measured profile (atomically); say so when it cannot be cached."""
+    path = cpu_cache_path()
+    data = json.dumps({"key": profile_key(), "profile": profile.as_dict()}, indent=2) + "\n"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        if notice is not None:
+            notice(f"cannot cache the cpu profile in {path} ({e.strerror or e}); it will be measured again "
+                   "by every run")
 
 
 ROWS = 32
@@ -286,5 +408,4 @@ def _simd_lanes() -> int:
 
 
 if __name__ == "__main__":          # python -m fusec.compiler.calibrate: measure again and show
-    import json
     print(json.dumps(cpu_profile(refresh=True).as_dict(), indent=2))

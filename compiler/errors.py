@@ -20,3 +20,8 @@ class CompilerInternalError(Exception):
 
     def with_dump(self, dump_path: str) -> "CompilerInternalError":
         return CompilerInternalError(self.stage, self.message, dump_path)
+
+
+class CacheError(Exception):
+    """The fusec cache directory ($FUSEC_CACHE_DIR, else ~/.cache/fusec) cannot be used (it is
+    a file, say): a user error, exit 1, with the path."""

@@ -160,6 +160,45 @@ def _copies_to_linalg(module: ir.Module) -> None:
         op.erase()
 
 
+# Math functions the LLVM lowering writes as formulas that lose all precision where the function
+# is accurate by definition (convert-math-to-llvm: log1p as log(1 + x), 0 for |x| below the
+# epsilon; expm1 as exp(x) - 1); they become calls to libm's own, resolved in this process.
+LIBM_CALLS = {"math.log1p": "log1p", "math.expm1": "expm1"}
+
+
+def _libm_calls(module: ir.Module) -> None:
+    """Replace each LIBM_CALLS op by a call to the libm function (f32: the `f` variant; f16 and
+    bf16 are computed in f32, as math-extend-to-supported-types does for the others)."""
+    found: list[ir.Operation] = []
+
+    def visit(op):
+        if op.name in LIBM_CALLS:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if not found:
+        return
+    f32, f64 = ir.F32Type.get(), ir.F64Type.get()
+    declared: set[str] = set()
+    for op in found:
+        x = op.operands[0]
+        narrow = x.type not in (f32, f64)
+        wide = f64 if x.type == f64 else f32
+        name = LIBM_CALLS[op.name] + ("" if wide == f64 else "f")
+        if name not in declared:
+            with ir.InsertionPoint.at_block_begin(module.body), ir.Location.unknown():
+                func.FuncOp(name, ([wide], [wide]), visibility="private")
+            declared.add(name)
+        with op.location, ir.InsertionPoint(op):
+            arg = arith.extf(wide, x) if narrow else x
+            y = func.CallOp([wide], ir.FlatSymbolRefAttr.get(name), [arg]).result
+            if narrow:
+                y = arith.truncf(x.type, y)
+        op.results[0].replace_all_uses_with(y)
+        op.erase()
+
+
 def jit_compile_module(graph_module: ir.Module, chain: TypedChain, binding: dict[str, int] | None = None) -> JitChain:
     """Compile `chain`'s function from a graph-stage module (left untouched) to native code."""
     binding = check_binding(chain, binding)
@@ -171,6 +210,7 @@ def jit_compile_module(graph_module: ir.Module, chain: TypedChain, binding: dict
         try:
             PassManager.parse(f"builtin.module({','.join(BUFFERIZE)})").run(module.operation)
             _copies_to_linalg(module)
+            _libm_calls(module)
             PassManager.parse(f"builtin.module({','.join(TO_LLVM)})").run(module.operation)
         except MLIRError as e:
             raise CompilerInternalError(STAGE, f"lowering chain {chain.name} to LLVM failed:\n{e}") from None

@@ -7,13 +7,16 @@ show up in one run.
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from . import ast as A
 from .diagnostics import DiagnosticSink, FdslError, Note
+from .limits import recursion_room
 from .ops import BINARY_OPERATORS, OPS, REQUIRED, Arg, OpDef
 from .shapes import OpError, Symbols
 from .source import Span
@@ -48,8 +51,16 @@ class Binding:
     what: str                  # 'parameter' | 'value' | 'const'
 
 
+I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
 def check(module: A.Module) -> TypedModule:
     """Type-check every chain of a parsed module; raise FdslError listing every error found."""
+    with recursion_room():          # the walks below recurse once per level of an expression
+        return _check(module)
+
+
+def _check(module: A.Module) -> TypedModule:
     sink = DiagnosticSink()
     consts: dict[str, Binding] = {}
     chains: list[TypedChain] = []
@@ -86,8 +97,16 @@ def _fold_const(sink: DiagnosticSink, scope: dict[str, Binding], e: A.Expr) -> A
         return Weak(e.value)
     if isinstance(e, A.Bool):
         return Weak(e.value)
-    if isinstance(e, A.Name) and e.id in scope:
-        return scope[e.id].value
+    if isinstance(e, A.Name):
+        b = scope.get(e.id)
+        if b is None:
+            sink.error(e.span, f"unknown name '{e.id}'; a const is made of numbers and other consts")
+            return POISON
+        if b.value is POISON or isinstance(b.value, Weak):
+            return b.value
+        sink.error(e.span, f"a const must be a compile-time number, and '{e.id}' is a tensor {b.what}; "
+                           f"bind it with `name = ...` instead", [Note(b.span, f"'{e.id}' defined here")])
+        return POISON
     if isinstance(e, A.Unary):
         v = _fold_const(sink, scope, e.operand)
         return v if v is POISON else _fold(OPS["neg"], [v], {}, sink, e.span)
@@ -101,19 +120,62 @@ def _fold_const(sink: DiagnosticSink, scope: dict[str, Binding], e: A.Expr) -> A
 
 
 def _fold(op: OpDef, args: list[Weak], attrs: dict, sink: DiagnosticSink, span: Span) -> Any:
-    """Evaluate an elementwise op on weak scalars now, with the op's own NumPy semantics."""
+    """Evaluate an elementwise op on weak scalars now, with the op's own NumPy semantics.
+    Negating an integer is exact (its range is checked where it meets a dtype); any other
+    integer fold computes in i64, so its operands must fit there."""
     kinds = {a.kind for a in args}
+    if op.name == "neg" and kinds == {"int"}:
+        return Weak(-int(args[0].value))
     dt = np.float64 if "float" in kinds else (np.bool_ if kinds == {"bool"} else np.int64)
+    for a in args:
+        if a.kind != "int":
+            continue
+        if dt is np.int64 and not I64_MIN <= a.value <= I64_MAX:
+            sink.error(span, f"the integer {a.value} does not fit in i64, in which integer constants are computed")
+            return POISON
+        if dt is np.float64 and abs(a.value) > _F64_MAX_INT:
+            sink.error(span, f"the integer {a.value} is out of the range of f64, in which this constant is computed")
+            return POISON
+    if op.name == "pow" and dt is np.int64 and args[1].value < 0:
+        sink.error(span, "cannot evaluate pow on constants: an integer to a negative power is not an integer; "
+                         f"write a float ({float(args[0].value)!r} ** {args[1].value})")
+        return POISON
     with np.errstate(all="ignore"):
         try:
             out = op.ref([np.asarray(a.value, dtype=dt) for a in args], dict(attrs), ())
-        except (ValueError, ZeroDivisionError, TypeError) as e:
+        except (ValueError, ZeroDivisionError, TypeError, OverflowError) as e:
             sink.error(span, f"cannot evaluate {op.name} on constants: {e}")
             return POISON
     out = np.asarray(out)
     if out.dtype == np.bool_:
         return Weak(bool(out))
     return Weak(int(out) if np.issubdtype(out.dtype, np.integer) else float(out))
+
+
+_F64_MAX_INT = int(np.finfo(np.float64).max)
+
+
+def _fits(value: int | float, dtype: DType) -> str | None:
+    """Why a weak scalar cannot be a constant of `dtype` (None: it can). An integer must be in
+    the integer dtype's range; a finite number must stay finite in a float dtype (an infinity
+    folded from arithmetic such as 1.0 / 0.0 stays one)."""
+    if dtype.is_int:
+        info = np.iinfo(dtype.np)
+        if not info.min <= value <= info.max:
+            return f"the integer {value} does not fit in {dtype} ({info.min} to {info.max})"
+        return None
+    if not dtype.is_float:
+        return None
+    if isinstance(value, int) and abs(value) > _F64_MAX_INT:
+        return f"the integer {value} is out of the range of {dtype}"
+    v = float(value)
+    if math.isfinite(v):
+        with np.errstate(all="ignore"):
+            stored = float(np.asarray(v).astype(dtype.np))
+        if not math.isfinite(stored):
+            return (f"the number {v:g} is out of the range of {dtype} (its largest finite value is "
+                    f"{float(ml_dtypes.finfo(dtype.np).max):.6g})")
+    return None
 
 
 class _ChainChecker:
@@ -162,6 +224,9 @@ class _ChainChecker:
             if isinstance(d.value, int):
                 if d.value < 1:
                     self.error(d.span, f"a dimension must be positive, got {d.value}")
+                    return None
+                if d.value > I64_MAX:
+                    self.error(d.span, f"the dimension {d.value} does not fit in i64 (at most {I64_MAX})")
                     return None
             elif declare:
                 self.syms.declare(d.value)
@@ -254,6 +319,10 @@ class _ChainChecker:
             return POISON
         if w.kind != "bool" and dtype.is_bool:
             self.error(span, f"the number {w.value} cannot combine with bool values; use true or false")
+            return POISON
+        why = _fits(w.value, dtype)
+        if why is not None:
+            self.error(span, why)
             return POISON
         value = bool(w.value) if dtype.is_bool else (float(w.value) if dtype.is_float else int(w.value))
         return self.add(Node(len(self.nodes), "constant", (), (("value", value),), TensorType(dtype, ()), span))
@@ -447,20 +516,24 @@ class _ChainChecker:
         if kind == "float":
             v = self.scalar(e)
             if isinstance(v, Weak) and v.kind in ("int", "float"):
-                return float(v.value)
+                if _fits(v.value, DTYPES["f64"]) is None:
+                    return float(v.value)
+                self.error(e.span, f"{where} is out of the range of f64")
+                return POISON
             self.error(e.span, f"{where} must be a number")
             return POISON
         if kind == "int":
             v = self.scalar(e)
             if isinstance(v, Weak) and v.kind == "int":
-                return int(v.value)
+                return self.static_int(v, e, where, axis=arg.name == "axis")
             self.error(e.span, f"{where} must be an integer")
             return POISON
         if kind in ("axes", "perm", "pair"):
             if not isinstance(e, A.ListExpr):
                 v = self.scalar(e)
                 if isinstance(v, Weak) and v.kind == "int" and kind != "perm":
-                    return (int(v.value),) * 2 if kind == "pair" else int(v.value)
+                    n = self.static_int(v, e, where, axis=kind in ("axes", "perm"))
+                    return n if n is POISON else ((n,) * 2 if kind == "pair" else n)
                 self.error(e.span, f"{where} must be " + {"axes": "an integer or a list of integers",
                                                           "perm": "a list of axes",
                                                           "pair": "an integer or a pair [a, b]"}[kind])
@@ -469,7 +542,9 @@ class _ChainChecker:
             if not all(isinstance(v, Weak) and v.kind == "int" for v in items):
                 self.error(e.span, f"{where} must be a list of integers")
                 return POISON
-            vals = tuple(int(v.value) for v in items)
+            vals = tuple(self.static_int(v, i, where, axis=kind in ("axes", "perm")) for v, i in zip(items, e.items))
+            if POISON in vals:
+                return POISON
             if kind == "pair" and len(vals) != 2:
                 self.error(e.span, f"{where} must be an integer or a pair [a, b], got {len(vals)} values")
                 return POISON
@@ -487,9 +562,21 @@ class _ChainChecker:
                 if not (isinstance(v, Weak) and v.kind == "int"):
                     self.error(item.span, "a dimension must be an integer, -1 or a symbol of this chain")
                     return POISON
-                dims.append(int(v.value))
+                n = self.static_int(v, item, "a dimension")
+                if n is POISON:
+                    return POISON
+                dims.append(n)
             return tuple(dims)
         raise AssertionError(f"unknown static kind {kind}")
+
+    def static_int(self, v: Weak, e: A.Expr, where: str, axis: bool = False) -> Any:
+        """A static integer. Axes are checked against the rank by the op's rule (so an axis
+        out of i64 reads as out of range for the rank); every other must fit in i64."""
+        n = int(v.value)
+        if not axis and not I64_MIN <= n <= I64_MAX:
+            self.error(e.span, f"{where} is {n}, which does not fit in i64")
+            return POISON
+        return n
 
     def scalar(self, e: A.Expr) -> Any:
         """A compile-time scalar (literal, const, or arithmetic on them), or None."""

@@ -33,9 +33,19 @@ def _render_one(span: Span | None, severity: str, message: str) -> str:
     if not text:
         return head
     width = (span.end_col - span.col) if span.end_line == span.line else len(text) - span.col + 1
-    width = max(1, width)
-    caret = " " * (span.col - 1) + "^" + "~" * (width - 1)
+    width = max(1, min(width, _SHOWN))
+    col = span.col
+    if len(text) > _SHOWN:                    # a long line: the part around the column, marked with ...
+        start = max(0, min(col - 1 - _SHOWN // 3, len(text) - _SHOWN))
+        end = start + _SHOWN
+        text = ("..." if start else "") + text[start:end] + ("..." if end < len(text) else "")
+        col = col - start + (3 if start else 0)
+        width = max(1, min(width, len(text) - col + 1))
+    caret = " " * (col - 1) + "^" + "~" * (width - 1)
     return f"{head}\n{text}\n{caret}"
+
+
+_SHOWN = 120          # at most this much of a source line is shown under a diagnostic
 
 
 class FdslError(Exception):

@@ -131,9 +131,17 @@ def _reduce_extreme(f, largest: bool):
 def _power(a, b):
     """np.power on materialised operands: with a broadcast (stride 0) or 0-d exponent of 0.5,
     NumPy takes a square root, so pow(-inf, 0.5) would be NaN and pow(-0, 0.5) -0 where C's pow
-    (every compiled target, and NumPy itself on whole arrays) gives +inf and +0."""
+    (every compiled target, and NumPy itself on whole arrays) gives +inf and +0. Integers to a
+    negative power (which NumPy refuses) are what the compiled targets' math.ipowi gives: 1 and
+    -1 keep their power (-1 to an odd one is -1), every other base gives 0."""
     shape = np.broadcast_shapes(np.shape(a), np.shape(b))
     a, b = (np.array(np.broadcast_to(v, shape), ndmin=1) for v in (a, b))
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu" and (b < 0).any():
+        negative = b < 0
+        out = np.power(a, np.where(negative, 0, b))
+        odd = (b % 2) != 0
+        small = np.where(a == 1, 1, np.where(a == -1, np.where(odd, -1, 1), 0)).astype(out.dtype)
+        return np.where(negative, small, out).reshape(shape)
     return np.power(a, b).reshape(shape)
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -17,6 +19,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedTok
 
 from . import ast
 from .diagnostics import Diagnostic, DiagnosticSink, FdslError, Note
+from .limits import MAX_NESTING, recursion_room
 from .source import SourceFile, Span
 
 DTYPES = ("f16", "bf16", "f32", "f64", "i32", "i64", "bool")
@@ -24,13 +27,62 @@ KEYWORDS = frozenset({"chain", "return", "const", "true", "false", *DTYPES})
 
 
 def parse(text: str, path: str = "<string>") -> ast.Module:
-    """Parse FDSL source into an ast.Module; raise FdslError on any syntax error."""
-    file = SourceFile(path, text)
+    """Parse FDSL source into an ast.Module; raise FdslError on any syntax error (and on an
+    expression nested deeper than MAX_NESTING levels). A leading byte-order mark is dropped."""
+    file = SourceFile(path, text[1:] if text.startswith("\ufeff") else text)
     tree = _parse_tree(file)
+    _check_nesting(file, tree)
     builder = _AstBuilder(file)
-    module = builder.transform(tree)
+    module = _build(builder, tree)
     builder.sink.raise_if_any()
     return module
+
+
+def _check_nesting(file: SourceFile, tree: Tree) -> None:
+    """Refuse a parse tree deeper than MAX_NESTING (walked without recursion), at the first
+    node found past the limit."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            line, col = _position(node)
+            raise FdslError([Diagnostic(Span(file, line, col, line, col + 1),
+                                        f"this expression is nested more than {MAX_NESTING} levels deep (operators, "
+                                        "calls, parentheses and lists each add one); bind parts of it to names "
+                                        "first (`a = ...`)")])
+        stack.extend((c, depth if c.data == "args" else depth + 1) for c in node.children if isinstance(c, Tree))
+
+
+def _position(node: Tree) -> tuple[int, int]:
+    while True:
+        if not node.meta.empty:
+            return node.meta.line, node.meta.column
+        tok = next((c for c in node.children if isinstance(c, Token)), None)
+        if tok is not None:
+            return tok.line, tok.column
+        sub = next((c for c in node.children if isinstance(c, Tree)), None)
+        if sub is None:
+            return 1, 1
+        node = sub
+
+
+def _build(builder: "_AstBuilder", tree: Tree):
+    """The builder's transform, bottom-up, without recursion: an explicit stack of (tree, its
+    children not yet visited, its children's results)."""
+    stack = [(tree, iter(tree.children), [])]
+    while True:
+        node, pending, done = stack[-1]
+        for child in pending:
+            if isinstance(child, Tree):
+                stack.append((child, iter(child.children), []))
+                break
+            done.append(child)
+        else:
+            stack.pop()
+            value = builder._call_userfunc(node, done)
+            if not stack:
+                return value
+            stack[-1][2].append(value)
 
 
 @functools.lru_cache(maxsize=1)
@@ -337,7 +389,8 @@ def _lex_error(file: SourceFile, e: UnexpectedCharacters) -> Diagnostic:
         end = len(file.line(e.line)) + 1
         return Diagnostic(Span(file, e.line, e.column, e.line, max(end, e.column + 1)), "unterminated string")
     char = e.char if e.char.isprintable() else repr(e.char)[1:-1]
-    return Diagnostic(Span(file, e.line, e.column, e.line, e.column + 1), f"unexpected character '{char}'")
+    hint = " (a NUL byte: is this file UTF-16? FDSL files are UTF-8)" if e.char == "\x00" else ""
+    return Diagnostic(Span(file, e.line, e.column, e.line, e.column + 1), f"unexpected character '{char}'{hint}")
 
 
 # ---- parse tree -> AST ------------------------------------------------------------------
@@ -348,6 +401,13 @@ class _Head:
     name_span: Span
     params: tuple[ast.Param, ...]
     span: Span
+
+
+_MAX_DIGITS = 100              # longer integer literals are refused here; each dtype's range is checked later
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 40 else text[:20] + "..." + text[-10:]
 
 
 def _unescape(literal: str) -> str:
@@ -462,8 +522,22 @@ class _AstBuilder(Transformer):
 
     def number(self, meta, children):
         text = str(children[0])
+        span = self._span(meta)
         is_float = any(c in text for c in ".eE")
-        return ast.Num(span=self._span(meta), value=float(text) if is_float else int(text), is_float=is_float)
+        if not is_float:
+            if len(text) > _MAX_DIGITS:
+                self.sink.error(span, f"this integer literal has {len(text)} digits, more than {_MAX_DIGITS}; "
+                                      f"write a float (1e{len(text.lstrip('0')) - 1}) if you mean one")
+                return ast.Num(span=span, value=0, is_float=False)
+            return ast.Num(span=span, value=int(text), is_float=False)
+        value = float(text)
+        if math.isinf(value):
+            self.sink.error(span, f"the float literal {_short(text)} is out of range: the largest finite f64 is "
+                                  f"{sys.float_info.max:.6g}")
+        elif value == 0.0 and any(c in "123456789" for c in re.split("[eE]", text)[0]):
+            self.sink.error(span, f"the float literal {_short(text)} is too small for f64: it would be 0 "
+                                  f"(the smallest f64 is {5e-324:.3g})")
+        return ast.Num(span=span, value=value, is_float=True)
 
     def true(self, meta, children):
         return ast.Bool(span=self._span(meta), value=True)
@@ -515,7 +589,8 @@ class _AstBuilder(Transformer):
 
 def format_ast(module: ast.Module) -> str:
     """A deterministic S-expression dump: one top-level item per block, statements indented."""
-    return "\n\n".join(_format_item(item) for item in module.items)
+    with recursion_room():
+        return "\n\n".join(_format_item(item) for item in module.items)
 
 
 def _format_item(item: ast.ChainDef | ast.ConstDecl) -> str:

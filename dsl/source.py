@@ -10,9 +10,10 @@ class SourceFile:
     text: str
 
     def line(self, n: int) -> str:
-        """The 1-based line n, without its newline ('' when out of range)."""
-        lines = self.text.splitlines()
-        return lines[n - 1] if 1 <= n <= len(lines) else ""
+        """The 1-based line n, without its newline ('' when out of range). Lines end at '\\n'
+        only, as the lexer counts them (not at the other characters str.splitlines knows)."""
+        lines = self.text.split("\n")
+        return lines[n - 1].rstrip("\r") if 1 <= n <= len(lines) else ""
 
 
 @dataclass(frozen=True)

@@ -1,31 +1,49 @@
 """The library front door: load and check FDSL, bind symbols, run the reference."""
 from __future__ import annotations
 
+import os
+import re
+
 import numpy as np
 
 from fusec.dsl import ast as A
 from fusec.dsl.checker import check as _check
 from fusec.dsl.parser import parse as _parse
+from fusec.dsl.encoding import decode
 from fusec.dsl.typed import TypedChain, TypedModule
 from fusec.runtime import reference as _ref
 
 from .errors import UsageError
 
 
+def read_file(path: str) -> tuple[str, str]:
+    """(text, path) of an FDSL file: UTF-8 (a byte-order mark is dropped); UsageError when it
+    cannot be read, FdslError at the first byte that is not UTF-8."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    return decode(data, path), path
+
+
 def read_source(path_or_source: str) -> tuple[str, str]:
-    """(text, path) from a path to a .fdsl file, or from FDSL source text itself."""
-    if "\n" not in path_or_source and ("{" not in path_or_source):
-        try:
-            with open(path_or_source, encoding="utf-8") as f:
-                return f.read(), path_or_source
-        except OSError as e:
-            raise UsageError(f"cannot read {path_or_source}: {e.strerror}") from None
+    """(text, path) from a path to a .fdsl file, or from FDSL source text itself: a string
+    naming an existing file is that file (whatever characters its name holds); any other
+    string with a newline or a brace is source text."""
+    if "\n" not in path_or_source and (os.path.exists(path_or_source) or "{" not in path_or_source):
+        return read_file(path_or_source)
     return path_or_source, "<string>"
 
 
 def parse(path_or_source: str) -> A.Module:
     """Parse FDSL (a file path or source text) into an AST; raises FdslError on syntax errors."""
     text, path = read_source(path_or_source)
+    return _parse(text, path)
+
+
+def parse_text(text: str, path: str) -> A.Module:
+    """Parse FDSL source `text`, read from `path` (diagnostics name it)."""
     return _parse(text, path)
 
 
@@ -42,13 +60,19 @@ def reference(chain: TypedChain, inputs: list[np.ndarray], binding: dict[str, in
 
 
 def parse_bind(text: str | None) -> dict[str, int]:
-    """`M=64,N=128` -> {"M": 64, "N": 128}."""
+    """`M=64,N=128` -> {"M": 64, "N": 128}: sizes in ASCII digits, positive, each symbol once."""
     out: dict[str, int] = {}
     for part in (text or "").split(","):
         if not part.strip():
             continue
-        name, eq, value = part.partition("=")
-        if not eq or not name.strip().isidentifier() or not value.strip().isdigit() or int(value) < 1:
-            raise UsageError(f"--bind expects NAME=SIZE pairs such as M=64,N=128; got '{part.strip()}'")
-        out[name.strip()] = int(value)
+        name, eq, value = (p.strip() for p in part.partition("="))
+        if not eq or not name.isidentifier() or not re.fullmatch(r"[0-9]+", value) or int(value) < 1:
+            raise UsageError(f"--bind expects NAME=SIZE pairs with positive sizes, such as M=64,N=128; "
+                             f"got '{part.strip()}'")
+        if len(value) > 18:
+            raise UsageError(f"--bind {name}={value[:20]}{'...' if len(value) > 20 else ''}: the size is out of range "
+                             "(at most 18 digits)")
+        if name in out:
+            raise UsageError(f"--bind gives {name} twice ({name}={out[name]} and {name}={int(value)})")
+        out[name] = int(value)
     return out

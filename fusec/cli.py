@@ -16,23 +16,29 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import re
 import shlex
 import sys
 import traceback
 
 import numpy as np
 
+from fusec.compiler.errors import CacheError
 from fusec.dsl.diagnostics import FdslError
 from fusec.dsl.typed import TypedChain, TypedModule
 from fusec.runtime import npz, reference
 from fusec.runtime.artifact import ArtifactError
 from fusec.runtime.compare import compare
+from fusec.runtime.files import atomic_write
+from fusec.runtime.memory import check_memory, parse_size
+from fusec.runtime.npz import NpzError
 from fusec.runtime.targets import COMPILED, TARGETS, Target, TargetError
 
 from . import api
 from .errors import NumericsError, UsageError
 
 DEFAULT_SIZE = 64
+MEMORY_FLAG = "--max-memory SIZE"
 
 
 def _stage_names() -> tuple[str, ...]:
@@ -58,6 +64,25 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
+def _seed(text: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,30}", text.strip()):
+        raise argparse.ArgumentTypeError(f"'{text}' is not a seed (a non-negative integer)")
+    return int(text)
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _memory_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-memory", type=_size, metavar="SIZE",
+                   help="refuse, before allocating anything, a chain whose buffers would need more than SIZE "
+                        "(8G, 512M, bytes; default: a quarter of this machine's memory)")
+
+
 def _main_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="fusec", description="Compile, run and check FDSL chains. "
                                 "Subcommand: `fusec test PATH...` runs golden tests.")
@@ -73,7 +98,7 @@ def _main_parser() -> argparse.ArgumentParser:
     p.add_argument("--bind", action="append", default=[], help="symbol sizes, e.g. M=64,N=128")
     p.add_argument("--inputs", help="an npz with CHAIN/in/ARG arrays (else seeded random inputs)")
     p.add_argument("--save", help="write inputs and outputs to this npz (CHAIN/in/ARG, CHAIN/out/K)")
-    p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed for random inputs (default 0)")
     p.add_argument("--dump-dir", help="write every stage of every chain to this directory")
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME", choices=_pass_names(),
                    help="switch off a graph pass by name (repeatable): " + ", ".join(_pass_names()))
@@ -89,6 +114,7 @@ def _main_parser() -> argparse.ArgumentParser:
                         "(cached on disk by kernel, shapes, dtype and hardware)")
     p.add_argument("--plot", metavar="DIR", help="write roofline.png, traffic.png and breakdown.png to DIR")
     _kernel_report_flag(p)
+    _memory_flag(p)
     return p
 
 
@@ -125,8 +151,10 @@ def _test_parser() -> argparse.ArgumentParser:
     p.add_argument("--update", action="store_true", help="(re)write golden files from the reference")
     p.add_argument("--target", choices=TARGETS, default="reference",
                    help="what to test against the golden outputs (default: the reference itself)")
-    p.add_argument("--bind", action="append", default=[], help="symbol sizes for --update (default 64)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bind", action="append", default=[],
+                   help="symbol sizes: for --update (default 64); when testing, a check of the golden inputs' sizes")
+    p.add_argument("--seed", type=_seed, default=0, help="seed for --update's random inputs (default 0)")
+    _memory_flag(p)
     return p
 
 
@@ -146,8 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"fusec: error: {e}", file=sys.stderr)
         return 1
-    except (TargetError, ArtifactError) as e:
+    except (TargetError, ArtifactError, NpzError, CacheError) as e:
         print(f"fusec: error: {e}", file=sys.stderr)
+        return 1
+    except MemoryError:
+        print("fusec: error: out of memory; bind smaller sizes (--bind), or lower --max-memory so that fusec "
+              "refuses such a run before it starts", file=sys.stderr)
         return 1
     except NumericsError as e:
         print(f"fusec: numerics failure: {e}", file=sys.stderr)
@@ -161,30 +193,51 @@ def main(argv: list[str] | None = None) -> int:
 def _internal_error(e: BaseException, argv: list[str]) -> int:
     stage = getattr(e, "stage", None)
     dump = getattr(e, "dump_path", None)
-    print(f"fusec: internal error{f' in stage {stage}' if stage else ''}: {type(e).__name__}: {e}", file=sys.stderr)
+    text = str(e).splitlines()
+    first = text[0] if text else ""
+    print(f"fusec: internal error{f' in stage {stage}' if stage else ''}: {type(e).__name__}: {first}", file=sys.stderr)
+    for line in text[1:]:
+        if not (dump and dump in line):          # the dump is named once, below
+            print(f"  {line.strip()}", file=sys.stderr)
     if dump:
         print(f"  the IR at that point is in {dump}", file=sys.stderr)
-    print(f"  reproduce with: fusec {shlex.join(argv)} --dump-dir /tmp/fusec-dump", file=sys.stderr)
+    print(f"  reproduce with: fusec {_reproduction(argv)}", file=sys.stderr)
+    from fusec.compiler.plan.hardware import cache_dir
+    print(f"  (fusec caches what it measured in {cache_dir()}; setting FUSEC_CACHE_DIR to an empty directory "
+          "rules the cache out)", file=sys.stderr)
     print("  this is a bug in fusec, not in your program; please report it with the file above", file=sys.stderr)
     if os.environ.get("FUSEC_TRACEBACK"):
         traceback.print_exc()
     return 2
 
 
+def _reproduction(argv: list[str]) -> str:
+    """The command again; for the main command with --dump-dir (the only one that takes it),
+    so that every stage's IR is written."""
+    sub = argv[0] if argv and argv[0] in ("test", "compile", "run") else None
+    if sub is None and "--dump-dir" not in argv and not any(a.startswith("--dump-dir=") for a in argv):
+        return f"{shlex.join(argv)} --dump-dir /tmp/fusec-dump"
+    return shlex.join(argv)
+
+
 # ---- fusec FILE ------------------------------------------------------------------------------
 
 def _cmd_main(args: argparse.Namespace) -> int:
-    text, path = api.read_source(args.file)
-    typed = api.check(api.parse(args.file))
+    text, path = api.read_file(args.file)
+    typed = api.check(api.parse_text(text, path))
     chains = _select(typed, args.chain)
+    for flag, value in (("--dump-dir", args.dump_dir), ("--plot", args.plot)):
+        _check_output_dir(flag, value)
+    bind = _bind(args.bind, chains, path)
+    given = (_load_inputs("--inputs", args.inputs, chains, path, args.max_memory, [c.name for c in typed.chains],
+                          choose="; run only the chains it holds with --chain NAME")
+             if args.inputs else None)
+    plans = [_plan(c, given, bind, args.max_memory) for c in chains]     # sizes refused before anything else
     name = args.target or _default_target()
     if (args.explain or args.plot or args.autotune) and name not in COMPILED:
         raise UsageError(f"--explain, --plot and --autotune need a compiled target (cuda, cuda-sim, cpu), "
                          f"not {name}")
     _check_kernel_report(args, name)
-    given = npz.load(args.inputs) if args.inputs else {}
-    bind = api.parse_bind(",".join(args.bind))
-    plans = [(c, *_inputs_for(c, given.get(c.name, {}).get("in"), bind, args.seed)) for c in chains]
     if args.emit or args.dump_dir:
         texts = _stage_texts(text, path, plans, args, Target(name))
         if args.emit:
@@ -192,19 +245,137 @@ def _cmd_main(args: argparse.Namespace) -> int:
             return 0
     if args.kernel_report and _no_gpu(name):
         return _report_without_running(args, plans)
-    program = _program(args.file, name, args)
+    program = _program(text, path, name, args)
     if program.target.compiled:
-        return _run_compiled(args, program, plans)
-    saved, failures = {}, []
+        return _run_compiled(args, program, plans, args.seed)
+    from .report import run_reference
+    reports, saved = [], {}
     for chain, inputs, binding in plans:
+        inputs = inputs if inputs is not None else reference.random_inputs(chain, binding, args.seed)
         outs = program.chains[chain.name].compiled(binding).fused(*inputs)
-        failures += _report(chain, binding, outs, inputs, name)
+        rep = run_reference(chain, binding, outs, inputs, name)
+        print(rep.format())
+        reports.append(rep)
         saved[chain.name] = _entry(chain, inputs, outs)
-    if args.save:
-        npz.save(args.save, saved)
-    if failures:
-        raise NumericsError("; ".join(failures))
-    return 0
+    return _finish(args, reports, saved)
+
+
+def _check_output_dir(flag: str, value: str | None) -> None:
+    """A directory flag's directory, made now (before anything runs): a UsageError when it
+    cannot be."""
+    if not value:
+        return
+    if os.path.exists(value) and not os.path.isdir(value):
+        raise UsageError(f"{flag} {value}: exists and is not a directory")
+    try:
+        os.makedirs(value, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{flag} {value}: cannot create the directory: {e.strerror or e}") from None
+
+
+def _bind(values: list[str], chains: list[TypedChain], path: str) -> dict[str, int]:
+    """--bind, parsed; a symbol that no selected chain has is an error (with the ones they have)."""
+    bind = api.parse_bind(",".join(values))
+    known = list(dict.fromkeys(s for c in chains for s in c.symbols))
+    for s in bind:
+        if s not in known:
+            close = [k for k in known if k.lower() == s.lower()]
+            hint = f"; did you mean {close[0]}?" if close else ""
+            have = f"their free symbols are {', '.join(known)}" if known else "they have no free symbols"
+            fixed = [c.name for c in chains if s in _declared_symbols(c)]
+            why = (f"the shapes of chain '{fixed[0]}' fix {s} (the checker unified it with another size)" if fixed
+                   else f"no selected chain of {path} has a symbol {s}")
+            raise UsageError(f"--bind {s}={bind[s]}: {why}; {have}{hint}")
+    return bind
+
+
+def _declared_symbols(chain: TypedChain) -> set[str]:
+    """The symbols written in a chain's parameter types (some may have been unified away)."""
+    out = set()
+    for p in chain.param_nodes:
+        if p.span is None:
+            continue
+        lines = [p.span.file.line(n) for n in range(p.span.line, p.span.end_line + 1)]
+        lines[-1] = lines[-1][:p.span.end_col - 1]
+        lines[0] = lines[0][p.span.col - 1:]
+        m = re.search(r"\[(.*)\]", " ".join(lines), re.S)
+        if m:
+            out |= {d.strip() for d in m.group(1).split(",") if d.strip().isidentifier()}
+    return out
+
+
+def _plan(chain: TypedChain, given: dict | None, bind: dict[str, int], limit: int | None):
+    """(chain, inputs or None (random ones are made when it runs), binding), its memory checked."""
+    if given is not None and chain.param_nodes:
+        inputs = [_declared(given[chain.name]["in"][p.name], p.type.dtype) for p in chain.param_nodes]
+        binding = reference.bind_symbols(chain, inputs, bind)
+    else:
+        inputs, binding = None, _binding(chain, bind)
+    check_memory(chain, binding, limit, MEMORY_FLAG)
+    return chain, inputs, binding
+
+
+def _binding(chain: TypedChain, bind: dict[str, int]) -> dict[str, int]:
+    binding = {}
+    for s in chain.symbols:
+        if s not in bind:
+            print(f"note: chain {chain.name}: {s} is not bound; using {s}={DEFAULT_SIZE} "
+                  f"(set it with --bind {s}=...)", file=sys.stderr)
+        binding[s] = bind.get(s, DEFAULT_SIZE)
+    return binding
+
+
+def _listing(keys: list[str], limit: int = 8) -> str:
+    keys = sorted(keys)
+    if not keys:
+        return "nothing"
+    shown = ", ".join(keys[:limit])
+    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+def _read_npz(flag: str, path: str, limit: int | None) -> dict:
+    try:
+        return npz.load(path, max_bytes=limit)
+    except NpzError as e:
+        raise UsageError(f"{flag} {e}") from None
+
+
+def _load_inputs(flag: str, path: str, chains: list[TypedChain], source: str, limit: int | None,
+                 known: list[str] | None = None, given: dict | None = None, choose: str = "") -> dict:
+    """An npz of inputs (the golden layout; `given`: already read) that matches the chains
+    exactly: every chain it holds is one of the file's (`known`, default: the selected ones),
+    every selected chain with parameters has all of them and nothing else, and its outputs are
+    numbered within the chain's. Anything else is an error that lists what the file holds and
+    what is expected."""
+    given = _read_npz(flag, path, limit) if given is None else given
+    known = set(known if known is not None else [c.name for c in chains])
+    held = [f"{c}/{part}/{k}" for c, e in given.items() for part in ("in", "out", "failed") for k in e[part]]
+    for cname in given:
+        if cname not in known:
+            raise UsageError(f"{flag} {path} holds chain '{cname}', which {source} does not define (its chains: "
+                             f"{', '.join(sorted(known))}); the file holds {_listing(held)}")
+    for c in chains:
+        entry = given.get(c.name, {"in": {}, "out": {}, "failed": {}})
+        params = [p.name for p in c.param_nodes]
+        want = [f"{c.name}/in/{p}" for p in params]
+        missing = [w for w, p in zip(want, params) if p not in entry["in"]]
+        if missing and c.name not in given and len(chains) > 1:     # a file for some of the chains
+            raise UsageError(f"{flag} {path} holds no inputs for chain '{c.name}' (it takes {_listing(want)}; the "
+                             f"file holds {_listing(held)}){choose}")
+        if missing:
+            raise UsageError(f"{flag} {path} has no {missing[0]} for chain '{c.name}' (the chain takes "
+                             f"{_listing(want)}; the file holds {_listing(held)})")
+        extra = sorted(set(entry["in"]) - set(params))
+        if extra:
+            raise UsageError(f"{flag} {path} holds {c.name}/in/{extra[0]}, which is not a parameter of chain "
+                             f"'{c.name}' (it takes {_listing(want)})")
+        n = len(c.outputs)
+        for part in ("out", "failed"):
+            bad = sorted(k for k in entry[part] if int(k) >= n)
+            if bad:
+                raise UsageError(f"{flag} {path} holds {c.name}/{part}/{bad[0]}, but chain '{c.name}' has "
+                                 f"{n} output{'s' if n != 1 else ''} (0 to {n - 1})")
+    return given
 
 
 def _default_target() -> str:
@@ -221,18 +392,20 @@ def _user_options(args, baseline: bool = True) -> dict:
             "kernel_report": getattr(args, "kernel_report", False)}
 
 
-def _program(path_or_source: str, target: str | None, args, baseline: bool = True):
-    from fusec.program import compile as compile_program
-    return compile_program(path_or_source, target, _user_options(args, baseline))
+def _program(text: str, path: str, target: str | None, args, baseline: bool = True):
+    from fusec.program import compile_source
+    return compile_source(text, path, target, _user_options(args, baseline),
+                          max_memory=getattr(args, "max_memory", None))
 
 
-def _run_compiled(args, program, plans) -> int:
+def _run_compiled(args, program, plans, seed: int) -> int:
     """The main job: compile each chain, run it fused and unfused, check it, report."""
     from fusec.compiler.plan.describe import format_plan
     from .report import run_and_check
     reports, saved = [], {}
     for chain, inputs, binding in plans:
         compiled = program.chains[chain.name].compiled(binding)
+        inputs = inputs if inputs is not None else reference.random_inputs(chain, binding, seed)
         if args.explain:
             print(format_plan(compiled.plan, explain=True, binding=binding))
         rep = run_and_check(compiled, inputs, running="fused" if program.options.fuse else "unfused")
@@ -242,8 +415,11 @@ def _run_compiled(args, program, plans) -> int:
         saved[chain.name] = _entry(chain, inputs, rep.outputs)
     if args.plot:
         from .plots import write_plots
-        for path in write_plots(reports, args.plot):
-            print(f"wrote {path}")
+        try:
+            for path in write_plots(reports, args.plot):
+                print(f"wrote {path}")
+        except OSError as e:
+            raise UsageError(f"--plot {args.plot}: cannot write the plots: {e.strerror or e}") from None
     return _finish(args, reports, saved)
 
 
@@ -255,9 +431,11 @@ def _report_without_running(args, plans) -> int:
     from fusec.compiler.pipeline import build_chain
     from fusec.program import compile_options
     from .report import UnrunReport
+    from fusec.program import check_supported
     options = compile_options(Target("cuda"), _user_options(args, baseline=False))
     reports = []
     for chain, _inputs, binding in plans:
+        check_supported(chain, Target("cuda"))
         built = build_chain(chain, binding, options)
         rep = UnrunReport(chain.name, "cuda", dict(binding), built.plan.summary(), list(built.kernel_report),
                           _NOT_RUN, "fused" if options.fuse else "unfused")
@@ -267,13 +445,24 @@ def _report_without_running(args, plans) -> int:
 
 
 def _finish(args, reports, saved) -> int:
+    """Write --save and --report (atomically; on a numerics failure both say which outputs
+    failed), then exit 0, or 3 when an output failed."""
+    failures = [f for r in reports for f in r.failures()]
+    failed = {r.chain: r.failed_outputs() for r in reports if r.failed_outputs()}
     if getattr(args, "save", None):
-        npz.save(args.save, saved)
+        try:
+            npz.save(args.save, saved, failed)
+        except NpzError as e:
+            raise UsageError(f"--save: {e}") from None
     if getattr(args, "report", None):
         import json
-        with open(args.report, "w") as f:
-            json.dump({"fusec": fusec_version(), "chains": [r.as_dict() for r in reports]}, f, indent=2)
-    failures = [f for r in reports for f in r.failures()]
+        data = {"fusec": fusec_version(), "status": "numerics mismatch" if failures else "ok",
+                "exit_status": 3 if failures else 0, "failed": failures,
+                "chains": [r.as_dict() for r in reports]}
+        try:
+            atomic_write(args.report, json.dumps(data, indent=2) + "\n")
+        except OSError as e:
+            raise UsageError(f"--report {args.report}: cannot write it: {e.strerror or e}") from None
     if failures:
         raise NumericsError("; ".join(failures))
     return 0
@@ -290,6 +479,8 @@ def _entry(chain: TypedChain, inputs, outputs) -> tuple[dict, list]:
 
 
 def _select(typed: TypedModule, names: list[str]) -> list[TypedChain]:
+    if not typed.chains:
+        raise UsageError(f"{typed.file.path} defines no chain; there is nothing to run")
     if not names:
         return list(typed.chains)
     known = {c.name for c in typed.chains}
@@ -297,23 +488,6 @@ def _select(typed: TypedModule, names: list[str]) -> list[TypedChain]:
         if n not in known:
             raise UsageError(f"no chain named '{n}' in {typed.file.path} (chains: {', '.join(sorted(known))})")
     return [c for c in typed.chains if c.name in names]
-
-
-def _inputs_for(chain: TypedChain, given: dict | None, bind: dict[str, int], seed: int):
-    """Inputs and symbol binding for a chain: given arrays (all of them) or seeded random ones."""
-    if given:
-        missing = [p.name for p in chain.param_nodes if p.name not in given]
-        if missing:
-            raise UsageError(f"--inputs has no {chain.name}/in/{missing[0]} for chain '{chain.name}'")
-        inputs = [_declared(given[p.name], p.type.dtype) for p in chain.param_nodes]
-        return inputs, reference.bind_symbols(chain, inputs, bind)
-    binding = {}
-    for s in chain.symbols:
-        if s not in bind:
-            print(f"note: chain {chain.name}: {s} is not bound; using {s}={DEFAULT_SIZE} "
-                  f"(set it with --bind {s}=...)", file=sys.stderr)
-        binding[s] = bind.get(s, DEFAULT_SIZE)
-    return reference.random_inputs(chain, binding, seed), binding
 
 
 def _declared(x: np.ndarray, dtype) -> np.ndarray:
@@ -333,28 +507,13 @@ def _stage_texts(text: str, path: str, plans, args, target: Target) -> dict[str,
     if planned and not target.compiled:
         raise UsageError(f"--emit {args.emit or 'all stages'} needs a compiled target (cuda, cuda-sim, cpu), "
                          f"not {target.name}")
+    if args.emit is None or args.emit == "kernels":        # the Numba emitter: what it cannot write
+        from fusec.program import check_supported
+        for chain, _, _ in plans:
+            check_supported(chain, target)
     options = compile_options(target, _user_options(args), plans=planned)
     return run_source_stages(text, path, [c.name for c, _, _ in plans], {c.name: b for c, _, b in plans},
                       options=options, until=args.emit, dump_dir=args.dump_dir)
-
-
-def _report(chain: TypedChain, binding, outs, inputs, target: str) -> list[str]:
-    bound = ", ".join(f"{k}={v}" for k, v in binding.items())
-    print(f"chain {chain.name}{f' [{bound}]' if bound else ''}: target {target}")
-    expected = reference.run_chain(chain, inputs, binding) if target != "reference" else None
-    failures = []
-    for i, (out, t) in enumerate(zip(outs, chain.output_types)):
-        x = np.asarray(out)
-        shown = t.dtype.name + (f"[{', '.join(map(str, x.shape))}]" if x.ndim else "")
-        xf = x.astype(np.float64)
-        line = f"  out {i}: {shown}  sum={xf.sum():.6g}  mean|x|={np.abs(xf).mean() if x.size else 0:.6g}"
-        if expected is not None:
-            c = compare(x, expected[i], t.dtype.name)
-            line += f"  vs reference: {'ok' if c.ok else 'MISMATCH'} (max abs err {c.max_abs:.3g})"
-            if not c.ok:
-                failures.append(f"chain {chain.name} output {i}: {c.describe()}")
-        print(line)
-    return failures
 
 
 # ---- fusec test ------------------------------------------------------------------------------
@@ -376,15 +535,19 @@ def golden_path(fdsl: str) -> str:
 
 
 def _cmd_test(args: argparse.Namespace) -> int:
-    bind = api.parse_bind(",".join(args.bind))
+    files = [(path, *api.read_file(path)) for path in _fdsl_files(args.paths)]
+    modules = [(path, text, api.check(api.parse_text(text, path))) for path, text, _ in files]
+    every = [c for _, _, typed in modules for c in typed.chains]
+    bind = _bind(args.bind, every, ", ".join(p for p, _, _ in modules) or "the files")
     passed = failed = 0
-    for path in _fdsl_files(args.paths):
-        typed = api.check(path)
+    for path, text, typed in modules:
         gpath = golden_path(path)
         if args.update:
             chains = {}
             for c in typed.chains:
-                inputs, binding = _inputs_for(c, None, bind, args.seed)
+                binding = _binding(c, bind)
+                check_memory(c, binding, args.max_memory, MEMORY_FLAG)
+                inputs = reference.random_inputs(c, binding, args.seed)
                 chains[c.name] = _entry(c, inputs, reference.run_chain(c, inputs, binding))
             npz.save(gpath, chains)
             print(f"wrote {gpath} ({len(chains)} chains)")
@@ -392,13 +555,18 @@ def _cmd_test(args: argparse.Namespace) -> int:
         if not os.path.exists(gpath):
             print(f"{path}: no golden file ({gpath}); skipped")
             continue
-        golden = npz.load(gpath)
-        program = _program(path, args.target, args, baseline=False)
-        for c in typed.chains:
-            if c.name not in golden:
-                continue
+        names = [c.name for c in typed.chains]
+        held = _read_npz("golden file", gpath, args.max_memory)
+        tested = [c for c in typed.chains if c.name in held]
+        golden = _load_inputs("golden file", gpath, tested, path, args.max_memory, known=names, given=held)
+        if not tested:
+            print(f"{path}: the golden file {gpath} holds no chain; skipped")
+            continue
+        program = _program(text, path, args.target, args, baseline=False)
+        for c in tested:
             entry = golden[c.name]
-            inputs, binding = _inputs_for(c, entry["in"], bind, args.seed)
+            chain, inputs, binding = _plan(c, golden, bind, args.max_memory)
+            inputs = inputs if inputs is not None else []
             outs = program.chains[c.name].compiled(binding).fused(*inputs)
             problems = []
             for i, t in enumerate(c.output_types):
@@ -433,6 +601,7 @@ def _compile_parser() -> argparse.ArgumentParser:
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME", choices=_pass_names())
     p.add_argument("--hw", choices=_hw_names(), type=str.lower,
                    help="the hardware profile the cost model plans for (default: h200 for cuda, measured cpu)")
+    _memory_flag(p)
     return p
 
 
@@ -443,24 +612,33 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs", help="an npz with CHAIN/in/ARG arrays (else seeded random inputs)")
     p.add_argument("--save", help="write inputs and outputs to this npz")
     p.add_argument("--report", metavar="JSON", help="write the report as JSON")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_seed, default=0, help="seed for random inputs (default 0)")
     p.add_argument("--target", choices=("cuda", "cuda-sim", "cpu"),
                    help="override the artifact's target (cuda artifacts also run on cuda-sim)")
     _kernel_report_flag(p)
+    _memory_flag(p)
     return p
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
     from fusec.compiler.pipeline import build_chain
-    from fusec.program import compile_options, write_artifact
-    text, path = api.read_source(args.file)
-    typed = api.check(args.file)
-    bind = api.parse_bind(",".join(args.bind))
+    from fusec.program import check_supported, compile_options, write_artifact
+    text, path = api.read_file(args.file)
+    typed = api.check(api.parse_text(text, path))
+    chains = _select(typed, args.chain)
+    bind = _bind(args.bind, chains, path)
+    bindings = {c.name: _binding(c, bind) for c in chains}
     target = Target(args.target)          # compiling needs no device: nothing is imported here
+    for c in chains:
+        check_memory(c, bindings[c.name], args.max_memory, MEMORY_FLAG)
+        check_supported(c, target)
+    from pathlib import Path
+    from fusec.runtime.artifact import check_replaceable
+    check_replaceable(Path(args.output))      # before compiling (which may measure the cpu first)
     options = compile_options(target, _user_options(args))
     builds = []
-    for c in _select(typed, args.chain):
-        binding = {s: bind.get(s, DEFAULT_SIZE) for s in c.symbols}
+    for c in chains:
+        binding = bindings[c.name]
         built = build_chain(c, binding, options)
         builds.append(built)
         n = built.plan.kernel_count
@@ -472,8 +650,6 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from fusec.dsl.checker import check
-    from fusec.dsl.parser import parse
     from fusec.program import artifact_kernel_report, load_chain
     from fusec.runtime import artifact as art
     from fusec.runtime.targets import select
@@ -483,25 +659,39 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if a.target == "cpu" and name != "cpu" or a.target != "cpu" and name == "cpu":
         raise UsageError(f"{args.artifact} was compiled for {a.target}; it cannot run on {name}")
     _check_kernel_report(args, name)
-    typed = check(parse(a.source(), a.source_path))
+    typed = api.check(api.parse_text(a.source(), str(a.source_file)))
+    chains = []
+    for cname, meta in a.chains.items():
+        if cname not in {c.name for c in typed.chains}:
+            raise ArtifactError(f"{a.directory / 'manifest.json'} names chain '{cname}', which {a.source_file} "
+                                "does not define; recompile the artifact")
+        chain = typed.chain(cname)
+        missing = [s for s in chain.symbols if s not in meta.binding]
+        if missing:
+            raise ArtifactError(f"{a.directory / 'manifest.json'}: chain '{cname}' has no size for {missing[0]}; "
+                                "recompile the artifact")
+        chains.append(chain)
     if args.kernel_report and _no_gpu(name):
         return _report_artifact_without_running(args, a, typed)
+    if _no_gpu(name):
+        raise UsageError(f"no CUDA GPU is available to run {args.artifact}, compiled for cuda; run it on Numba's "
+                         "simulator with --target cuda-sim, or compile it again with fusec compile --target cpu")
+    given = (_load_inputs("--inputs", args.inputs, chains, str(a.directory), args.max_memory)
+             if args.inputs else None)
+    plans = []
+    for chain in chains:
+        binding = {s: a.chains[chain.name].binding[s] for s in chain.symbols}
+        plans.append(_plan(chain, given, binding, args.max_memory))
     target = select(name)
-    given = npz.load(args.inputs) if args.inputs else {}
     reports, saved = [], {}
-    for cname, meta in a.chains.items():
-        chain = typed.chain(cname)
-        if given.get(cname):
-            inputs = [given[cname]["in"][p.name] for p in chain.param_nodes]
-            reference.bind_symbols(chain, inputs, meta.binding)
-        else:
-            inputs = reference.random_inputs(chain, meta.binding, args.seed)
+    for chain, inputs, binding in plans:
+        inputs = inputs if inputs is not None else reference.random_inputs(chain, binding, args.seed)
         rep = run_and_check(load_chain(a, chain, target), inputs)
         if args.kernel_report:
-            rep.kernel_report = artifact_kernel_report(a, cname)
+            rep.kernel_report = artifact_kernel_report(a, chain.name)
         print(rep.format())
         reports.append(rep)
-        saved[cname] = _entry(chain, inputs, rep.outputs)
+        saved[chain.name] = _entry(chain, inputs, rep.outputs)
     return _finish(args, reports, saved)
 
 

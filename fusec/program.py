@@ -10,6 +10,7 @@ MLIR's CPU JIT instead of compiled kernels.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field, replace
@@ -24,6 +25,7 @@ from fusec.runtime import artifact as art
 from fusec.runtime import reference
 from fusec.runtime.compare import Comparison, compare
 from fusec.runtime.executable import Executable
+from fusec.runtime.memory import check_memory
 from fusec.runtime.targets import Target, best_available, select
 
 from . import api
@@ -94,8 +96,11 @@ class Chain:
         return reference.bind_symbols(self.typed, shaped)
 
     def compiled(self, binding: dict[str, int]) -> CompiledChain:
+        """The chain built for `binding` (once per binding). A binding whose buffers would not
+        fit the program's memory limit is refused first (an FdslError at the largest tensor)."""
         key = tuple(sorted(binding.items()))
         if key not in self._builds:
+            check_memory(self.typed, dict(binding), self.program.max_memory, "max_memory=BYTES")
             self._builds[key] = self.program._build(self.typed, dict(binding))
         return self._builds[key]
 
@@ -112,6 +117,7 @@ class Chain:
         """Run the compiled chain and the NumPy reference on the same inputs; compare outputs."""
         if inputs is None:
             binding = {s: (binding or {}).get(s, 64) for s in self.typed.symbols}
+            check_memory(self.typed, binding, self.program.max_memory, "max_memory=BYTES")
             inputs = reference.random_inputs(self.typed, binding, seed)
         binding = reference.bind_symbols(self.typed, inputs, binding)
         got = self.compiled(binding).fused(*inputs)
@@ -123,11 +129,12 @@ class Program:
     """The result of fusec.compile: `program.chains[name]` (or `program.name`) are callables."""
 
     def __init__(self, typed: TypedModule, target: Target, options: CompileOptions, source: str,
-                 cache: Path | None):
+                 cache: Path | None, max_memory: int | None = None):
         self.typed = typed
         self.target = target
         self.options = options
         self.source = source
+        self.max_memory = max_memory       # bytes a run may need (None: a quarter of this machine's memory)
         self._cache = cache
         self._scratch: tempfile.TemporaryDirectory | None = None   # removed with the program
         self.chains = {c.name: Chain(self, c) for c in typed.chains}
@@ -163,11 +170,35 @@ class Program:
         built = build_chain(chain, binding, self.options, timer=_timer(chain, binding, self.target))
         tag = "_".join(f"{k}{v}" for k, v in sorted(binding.items())) or "static"
         directory = self.cache / f"{chain.name}.{tag}"
+        _set_aside_if_not_an_artifact(directory)
         write_artifact(directory, self.target, self.typed.file.path, self.source, built.options, [built])
         compiled = load_chain(art.load(directory), chain, self.target, built.main.texts)
         if built.options.kernel_report:
             compiled.kernel_report = list(built.kernel_report)
         return compiled
+
+
+def _set_aside_if_not_an_artifact(directory: Path) -> None:
+    """A program's cache entry that is not an artifact (a partial one without its manifest, or a
+    file) is reported in one line and moved aside to NAME.invalid, and the chain built again;
+    write_artifact replaces an artifact whole."""
+    if not directory.parent.is_dir():
+        return                           # write_artifact says why it cannot write there
+    try:
+        art.check_replaceable(directory)
+        return
+    except art.ArtifactError as e:
+        why = str(e).split("; ")[0]
+    aside = directory.with_name(directory.name + ".invalid")
+    try:
+        if aside.is_dir() and not aside.is_symlink():
+            shutil.rmtree(aside)
+        elif aside.exists() or aside.is_symlink():
+            aside.unlink()
+        os.replace(directory, aside)
+    except OSError as e:
+        raise art.ArtifactError(f"{why}; fusec could not move it aside ({e.strerror or e}): remove it") from None
+    print(f"fusec: the cached build {why}; moved it to {aside.name} and compiling again", file=sys.stderr)
 
 
 def check_supported(chain: TypedChain, target: Target) -> None:
@@ -259,12 +290,22 @@ def load_chain(artifact: art.Artifact, chain: TypedChain, target: Target, texts:
                          {b: m.get("plan_kernels", 0) for b, m in meta.builds.items()})
 
 
-def compile(path_or_source: str, target: str | None = None, options=None, cache_dir: str | None = None) -> Program:
+def compile(path_or_source: str, target: str | None = None, options=None, cache_dir: str | None = None,
+            max_memory: int | None = None) -> Program:
     """Compile FDSL (a path or source text) for `target` ('cuda', 'cuda-sim', 'cpu', or the
     references 'reference' and 'mlir-jit'; default: cuda when a GPU is present, else cpu).
-    Chains compile lazily, once per symbol binding. Artifacts go to `cache_dir`, else to a
-    temporary directory removed with the program."""
-    text, _path = api.read_source(path_or_source)
-    typed = api.check(path_or_source)
+    Chains compile lazily, once per symbol binding; a binding whose buffers would need more
+    than `max_memory` bytes (default: a quarter of this machine's memory) is refused before
+    anything is allocated. Artifacts go to `cache_dir`, else to a temporary directory removed
+    with the program."""
+    text, path = api.read_source(path_or_source)
+    return compile_source(text, path, target, options, cache_dir, max_memory)
+
+
+def compile_source(text: str, path: str, target: str | None = None, options=None, cache_dir: str | None = None,
+                   max_memory: int | None = None) -> Program:
+    """`compile` of FDSL source `text` read from `path` (what the command line calls)."""
+    typed = api.check(api.parse_text(text, path))
     tgt = select(target or best_available())
-    return Program(typed, tgt, compile_options(tgt, options), text, Path(cache_dir) if cache_dir else None)
+    return Program(typed, tgt, compile_options(tgt, options), text, Path(cache_dir) if cache_dir else None,
+                   max_memory)

@@ -12,7 +12,7 @@ from fusec.compiler.plan.describe import tiles_text, transfers_line
 from fusec.compiler.report import KernelReport, format_report
 from fusec.runtime import reference
 from fusec.runtime.compare import Comparison, compare, compare_to_truth
-from fusec.runtime.executable import Timing
+from fusec.runtime.executable import Timing, unreliable
 
 from .program import CompiledChain
 
@@ -47,6 +47,15 @@ class ChainReport:
     def failures(self) -> list[str]:
         return [f"chain {self.chain} output {i} ({t}): {c.describe()}"
                 for i, (c, t) in enumerate(zip(self.comparisons, self.output_types)) if not c.ok]
+
+    def failed_outputs(self) -> dict[int, str]:
+        """Output index -> why it failed the numerics check (the saved npz records these)."""
+        return {i: c.describe() for i, c in enumerate(self.comparisons) if not c.ok}
+
+    @property
+    def unreliable(self) -> str | None:
+        """Why the measured times cannot be trusted (a busy machine, widely spread runs)."""
+        return unreliable([self.fused, self.unfused])
 
     def predicted(self) -> dict | None:
         """Predicted against measured: per build and per kernel (a kernel's measured time is the
@@ -84,14 +93,9 @@ class ChainReport:
             "time": {"fused": self.fused.as_dict() if self.fused else None,
                      "unfused": self.unfused.as_dict() if self.unfused else None,
                      "speedup": self.speedup, "note": self.untimed},
+            "timing_unreliable": self.unreliable,
             "model": self.predicted(),
-            "numerics": [{"output": i, "type": t, "ok": c.ok, "max_abs_err": c.max_abs, "max_rel_err": c.max_rel,
-                          "max_rel_err_where_abs_ref_at_least": c.rel_floor,
-                          "worst_index": list(c.worst_index), "rtol": c.rtol, "atol": c.atol,
-                          "nan": {"reference": c.specials.ref_nan, "build": c.specials.got_nan},
-                          "inf": {"reference": c.specials.ref_inf, "build": c.specials.got_inf},
-                          "special_mismatches": [m.describe() for m in c.specials.mismatches]}
-                         for i, (c, t) in enumerate(zip(self.comparisons, self.output_types))],
+            "numerics": numerics_dicts(self.comparisons, self.output_types),
             "compile_seconds": self.compile_seconds,
             "kernel_report": _kernel_dicts(self.kernel_report),
         }
@@ -110,6 +114,9 @@ class ChainReport:
             else:
                 t += f" (median of {self.fused.runs} runs; min {self.fused.min_s * 1e3:.3f} ms)"
             lines.append(t)
+            if self.unreliable:
+                lines.append(f"  timing not reliable: {self.unreliable}; rerun on a quiet machine for figures "
+                             "to trust")
         lines += self._model_lines()
         for i, (c, t) in enumerate(zip(self.comparisons, self.output_types)):
             verdict = "ok" if c.ok else "MISMATCH"
@@ -155,6 +162,9 @@ class UnrunReport:
     def failures(self) -> list[str]:
         return []
 
+    def failed_outputs(self) -> dict[int, str]:
+        return {}
+
     def as_dict(self) -> dict:
         return {"chain": self.chain, "target": self.target, "binding": self.binding, "build": self.running,
                 "plan": self.plan, "ran": False, "why": self.why, "kernel_report": _kernel_dicts(self.kernel_report)}
@@ -162,6 +172,75 @@ class UnrunReport:
     def format(self) -> str:
         return "\n".join(plan_lines(self.chain, self.binding, self.target, self.plan)
                          + [f"  not run: {self.why}"] + kernel_lines(self.kernel_report, self.plan, self.running))
+
+
+@dataclass
+class RunReport:
+    """A chain run on a reference target (`reference`, the NumPy oracle itself, or `mlir-jit`,
+    compared with it): no plan, no timing; each output's checksum and, on mlir-jit, its
+    numerics against the reference."""
+    chain: str
+    target: str
+    binding: dict[str, int]
+    outputs: list[np.ndarray]
+    output_types: list[str]
+    comparisons: list[Comparison] | None      # None on `reference`: nothing to compare with
+
+    def failures(self) -> list[str]:
+        return [f"chain {self.chain} output {i}: {c.describe()}"
+                for i, c in enumerate(self.comparisons or ()) if not c.ok]
+
+    def failed_outputs(self) -> dict[int, str]:
+        return {i: c.describe() for i, c in enumerate(self.comparisons or ()) if not c.ok}
+
+    def _sums(self) -> list[tuple[float, float]]:
+        out = []
+        for x in self.outputs:
+            xf = np.asarray(x).astype(np.float64)
+            out.append((float(xf.sum()), float(np.abs(xf).mean()) if xf.size else 0.0))
+        return out
+
+    def format(self) -> str:
+        bound = ", ".join(f"{k}={v}" for k, v in self.binding.items())
+        lines = [f"chain {self.chain}{f' [{bound}]' if bound else ''}: target {self.target}"]
+        for i, ((total, mean_abs), t) in enumerate(zip(self._sums(), self.output_types)):
+            line = f"  out {i}: {t}  sum={total:.6g}  mean|x|={mean_abs:.6g}"
+            if self.comparisons is not None:
+                c = self.comparisons[i]
+                line += f"  vs reference: {'ok' if c.ok else 'MISMATCH'} (max abs err {c.max_abs:.3g})"
+            lines.append(line)
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict:
+        return {"chain": self.chain, "target": self.target, "binding": self.binding,
+                "outputs": [{"output": i, "type": t, "sum": total, "mean_abs": mean_abs}
+                            for i, ((total, mean_abs), t) in enumerate(zip(self._sums(), self.output_types))],
+                "numerics": (numerics_dicts(self.comparisons, self.output_types)
+                             if self.comparisons is not None else None)}
+
+
+def run_reference(chain, binding: dict[str, int], outs, inputs, target: str) -> RunReport:
+    """A RunReport of outputs `outs` of `chain` on a reference target (mlir-jit: compared with
+    the NumPy reference)."""
+    types = []
+    for out, t in zip(outs, chain.output_types):
+        x = np.asarray(out)
+        types.append(t.dtype.name + (f"[{', '.join(map(str, x.shape))}]" if x.ndim else ""))
+    comparisons = None
+    if target != "reference":
+        expected = reference.run_chain(chain, inputs, binding)
+        comparisons = [compare(np.asarray(x), e, t.dtype.name) for x, e, t in zip(outs, expected, chain.output_types)]
+    return RunReport(chain.name, target, dict(binding), list(outs), types, comparisons)
+
+
+def numerics_dicts(comparisons: list[Comparison], types: list[str]) -> list[dict]:
+    return [{"output": i, "type": t, "ok": c.ok, "max_abs_err": c.max_abs, "max_rel_err": c.max_rel,
+             "max_rel_err_where_abs_ref_at_least": c.rel_floor,
+             "worst_index": list(c.worst_index), "rtol": c.rtol, "atol": c.atol,
+             "nan": {"reference": c.specials.ref_nan, "build": c.specials.got_nan},
+             "inf": {"reference": c.specials.ref_inf, "build": c.specials.got_inf},
+             "special_mismatches": [m.describe() for m in c.specials.mismatches]}
+            for i, (c, t) in enumerate(zip(comparisons, types))]
 
 
 def plan_lines(chain: str, binding: dict[str, int], target: str, plan: dict, build_note: str = "",

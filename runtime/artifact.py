@@ -5,25 +5,32 @@ A directory holding, for one FDSL file, one target and one symbol binding per ch
     manifest.json          compiler version, target, the compile options and their hash, the
                            hardware profile planned for; per chain: binding, input and output
                            types, entry points, kernel list and (cuda) launches, plan summary,
-                           compile times
+                           compile times; the SHA-256 of every other file, and its own
     source.fdsl            the FDSL text (the reference executor re-checks it with Lark)
     <chain>.fused.py       the emitted kernels + host function (fused plan)
     <chain>.unfused.py     the same chain, one kernel per linalg op (the baseline/fallback)
     <chain>.plan.txt       the fusion plan as `--emit plan` prints it
 
-`write` stores one; `load` returns it with every module imported (and jitted lazily by Numba).
+`write` stores one: into a new directory beside the target, which then replaces the target
+whole (a previous artifact there is removed; a directory that is not an artifact is refused).
+`load` checks it before anything is imported: the manifest's layout and values, its own
+checksum and every file's; a damaged, edited or partial artifact is an ArtifactError naming
+the file. Each module is imported on first use (and jitted lazily by Numba).
 """
 from __future__ import annotations
 
 import hashlib
 import importlib.util
 import json
+import os
+import shutil
 import sys
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FORMAT = 1
+FORMAT = 2
+TARGETS = ("cuda", "cuda-sim", "cpu")
 
 
 @dataclass
@@ -42,15 +49,20 @@ class ChainArtifact:
 class Artifact:
     directory: Path
     target: str
-    source_path: str
+    source_path: str                   # the path the FDSL file was compiled from
     chains: dict[str, ChainArtifact]
     version: str
     options: dict = field(default_factory=dict)      # the compile options (as data)
     options_key: str = ""                            # their stable hash
     hardware: dict | None = None                     # the profile the plans were made for
 
+    @property
+    def source_file(self) -> Path:
+        """The artifact's copy of the FDSL source (diagnostics point here)."""
+        return self.directory / "source.fdsl"
+
     def source(self) -> str:
-        return (self.directory / "source.fdsl").read_text()
+        return self.source_file.read_text(encoding="utf-8")
 
     def module(self, chain: str, build: str):
         """Import (once) the emitted module of a chain's build; returns its host function."""
@@ -63,8 +75,15 @@ class Artifact:
             spec = importlib.util.spec_from_file_location(key, path)
             mod = importlib.util.module_from_spec(spec)
             sys.modules[key] = mod
-            spec.loader.exec_module(mod)
-        return getattr(mod, b["host"])
+            try:
+                spec.loader.exec_module(mod)
+            except BaseException:
+                del sys.modules[key]
+                raise
+        host = getattr(mod, b["host"], None)
+        if host is None:
+            raise ArtifactError(f"{path} has no function {b['host']}, which manifest.json names; recompile it")
+        return host
 
 
 def function_from_source(source: str, name: str, label: str = "fusec"):
@@ -74,43 +93,173 @@ def function_from_source(source: str, name: str, label: str = "fusec"):
     return getattr(mod, name)
 
 
+def _sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _manifest_checksum(manifest: dict) -> str:
+    body = {k: v for k, v in manifest.items() if k != "checksum"}
+    return _sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
 def write(directory: str | Path, *, target: str, source_path: str, source: str, version: str,
           chains: dict[str, tuple[ChainArtifact, dict[str, str], str]], options: dict | None = None,
           options_key: str = "", hardware: dict | None = None) -> Path:
-    """chains: name -> (metadata, {build: python source}, plan text)."""
+    """chains: name -> (metadata, {build: python source}, plan text). Replaces `directory`
+    when it holds an artifact (or is empty); refuses any other directory, and a file."""
     d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "source.fdsl").write_text(source)
+    check_replaceable(d)
+    files: dict[str, bytes] = {"source.fdsl": source.encode("utf-8")}
     manifest = {"format": FORMAT, "fusec": version, "target": target, "source": source_path,
                 "options": options or {}, "options_key": options_key, "hardware": hardware, "chains": {}}
     for name, (meta, sources, plan_text) in chains.items():
         for build, text in sources.items():
             fname = f"{name}.{build}.py"
-            (d / fname).write_text(text)
+            files[fname] = text.encode("utf-8")
             meta.builds[build]["module"] = fname
-        (d / f"{name}.plan.txt").write_text(plan_text)
+        files[f"{name}.plan.txt"] = plan_text.encode("utf-8")
         manifest["chains"][name] = {
             "binding": meta.binding, "inputs": meta.inputs, "outputs": meta.outputs,
             "builds": meta.builds, "plan": meta.plan, "compile_seconds": meta.compile_seconds,
         }
-    (d / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    manifest["files"] = {n: _sha256(data) for n, data in sorted(files.items())}
+    manifest["checksum"] = _manifest_checksum(manifest)
+    files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+    staging = d.parent / f".{d.name}.new-{os.getpid()}"
+    try:
+        d.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        for n, data in files.items():
+            (staging / n).write_bytes(data)
+        old = d.parent / f".{d.name}.old-{os.getpid()}"
+        if d.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.rename(d, old)
+            try:
+                os.rename(staging, d)
+            except OSError:
+                os.rename(old, d)            # put the previous artifact back
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(staging, d)
+    except OSError as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise ArtifactError(f"cannot write the artifact {d}: {e.strerror or e}") from None
     return d
 
 
+def check_replaceable(d: Path) -> None:
+    """An ArtifactError unless `d` can become an artifact: absent, empty or an artifact, below
+    directories (not files)."""
+    above = next((p for p in d.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ArtifactError(f"cannot write the artifact {d}: {above} is a file, not a directory")
+    if d.is_symlink() or (d.exists() and not d.is_dir()):
+        raise ArtifactError(f"{d} exists and is not a directory; choose another output directory")
+    if d.is_dir():
+        try:
+            entries = os.listdir(d)
+        except OSError as e:
+            raise ArtifactError(f"cannot read {d}: {e.strerror}") from None
+        if entries and "manifest.json" not in entries:
+            raise ArtifactError(f"{d} exists and is not a fusec artifact (no manifest.json); fusec replaces only "
+                                "an artifact or an empty directory: choose another output directory or remove it")
+
+
 class ArtifactError(Exception):
-    """Not a fusec artifact, or one from an incompatible version."""
+    """Not a fusec artifact, a damaged or edited one, or one from an incompatible version."""
+
+
+def _fail(d: Path, what: str):
+    raise ArtifactError(f"{d / 'manifest.json'}: {what}; recompile the artifact")
+
+
+def _expect(d: Path, obj, key: str, kind, where: str = ""):
+    if not isinstance(obj, dict) or key not in obj:
+        _fail(d, f"{where}'{key}' is missing")
+    v = obj[key]
+    if not isinstance(v, kind) or isinstance(v, bool) and kind is not bool:
+        names = {dict: "an object", list: "a list", str: "a string", int: "an integer"}
+        _fail(d, f"{where}'{key}' is {json.dumps(v)[:40]}, not {names.get(kind, kind.__name__)}")
+    return v
+
+
+def _check_chain(d: Path, name: str, c, files: dict) -> ChainArtifact:
+    where = f"chain '{name}': "
+    if not isinstance(c, dict):
+        _fail(d, f"{where}not an object")
+    binding = _expect(d, c, "binding", dict, where)
+    for s, n in binding.items():
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            _fail(d, f"{where}binding {s} is {json.dumps(n)[:40]}, not a positive integer")
+    for key in ("inputs", "outputs"):
+        if not all(isinstance(t, str) for t in _expect(d, c, key, list, where)):
+            _fail(d, f"{where}'{key}' is not a list of types")
+    builds = _expect(d, c, "builds", dict, where)
+    if "fused" not in builds or set(builds) - {"fused", "unfused"}:
+        _fail(d, f"{where}'builds' must be 'fused' and optionally 'unfused', not {sorted(builds)}")
+    for bname, b in builds.items():
+        bw = f"{where}build '{bname}': "
+        module = _expect(d, b, "module", str, bw)
+        if module not in files or not module.endswith(".py"):
+            _fail(d, f"{bw}module '{module}' is not one of the artifact's files")
+        host = _expect(d, b, "host", str, bw)
+        if not host.isidentifier():
+            _fail(d, f"{bw}host '{host}' is not a function name")
+        if not all(isinstance(k, str) for k in _expect(d, b, "kernels", list, bw)):
+            _fail(d, f"{bw}'kernels' is not a list of names")
+    plan = _expect(d, c, "plan", dict, where)
+    seconds = c.get("compile_seconds", {})
+    if not isinstance(seconds, dict):
+        _fail(d, f"{where}'compile_seconds' is not an object")
+    return ChainArtifact(name, dict(binding), list(c["inputs"]), list(c["outputs"]), builds, plan, seconds)
 
 
 def load(directory: str | Path) -> Artifact:
+    """An artifact, checked: a wrong layout or value in manifest.json, a missing file or one
+    whose checksum differs is an ArtifactError naming the file."""
     d = Path(directory)
+    if not d.is_dir():
+        raise ArtifactError(f"{d} is not a fusec artifact (not a directory)")
+    path = d / "manifest.json"
     try:
-        m = json.loads((d / "manifest.json").read_text())
+        m = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise ArtifactError(f"{d} is not a fusec artifact (no readable manifest.json: {e})") from None
+    if not isinstance(m, dict):
+        _fail(d, "not a JSON object")
     if m.get("format") != FORMAT:
-        raise ArtifactError(f"{d}: artifact format {m.get('format')} is not {FORMAT}; recompile it")
-    chains = {n: ChainArtifact(n, c["binding"], c["inputs"], c["outputs"], c["builds"], c["plan"],
-                               c.get("compile_seconds", {}))
-              for n, c in m["chains"].items()}
-    return Artifact(d, m["target"], m["source"], chains, m["fusec"], m.get("options", {}),
-                    m.get("options_key", ""), m.get("hardware"))
+        raise ArtifactError(f"{d}: artifact format {json.dumps(m.get('format'))[:20]} is not {FORMAT}; recompile it")
+    target = _expect(d, m, "target", str)
+    if target not in TARGETS:
+        _fail(d, f"target '{target}' is not one of {', '.join(TARGETS)}")
+    for key, kind in (("fusec", str), ("source", str), ("options", dict), ("options_key", str), ("chains", dict),
+                      ("files", dict), ("checksum", str)):
+        _expect(d, m, key, kind)
+    if m.get("hardware") is not None and not isinstance(m["hardware"], dict):
+        _fail(d, "'hardware' is not an object")
+    files = m["files"]
+    if "source.fdsl" not in files:
+        _fail(d, "'files' does not list source.fdsl")
+    chains = {n: _check_chain(d, n, c, files) for n, c in m["chains"].items()}
+    if not chains:
+        _fail(d, "it holds no chain")
+    if m["checksum"] != _manifest_checksum(m):
+        raise ArtifactError(f"{path} does not match its checksum: it was changed after compiling; recompile the "
+                            "artifact")
+    for name, digest in files.items():
+        if not isinstance(name, str) or "/" in name or "\\" in name or name in ("", ".", "..", "manifest.json"):
+            _fail(d, f"'files' names '{name}', which is not a file of the artifact")
+        f = d / name
+        try:
+            data = f.read_bytes()
+        except FileNotFoundError:
+            raise ArtifactError(f"{f} is missing; the artifact is incomplete: recompile it") from None
+        except OSError as e:
+            raise ArtifactError(f"cannot read {f}: {e.strerror}") from None
+        if _sha256(data) != digest:
+            raise ArtifactError(f"{f} does not match its checksum in manifest.json: it was changed or damaged "
+                                "after compiling; recompile the artifact")
+    return Artifact(d, target, m["source"], chains, m["fusec"], m["options"], m["options_key"], m.get("hardware"))

@@ -52,6 +52,10 @@ def bind_symbols(chain: TypedChain, inputs: list[np.ndarray], binding: dict[str,
                     errors.append(Diagnostic(p.span, f"input '{p.name}' has shape {tuple(x.shape)} but is "
                                              f"declared {want} ({n} vs {d} at axis {axis})"))
                     break
+            elif n < 1:
+                errors.append(Diagnostic(p.span, f"input '{p.name}' has shape {tuple(x.shape)}, so {d} = {n}; "
+                                         "sizes must be positive"))
+                break
             elif bound.setdefault(d, n) != n:
                 errors.append(Diagnostic(p.span, f"input '{p.name}' has shape {tuple(x.shape)}, so {d} = {n}, "
                                          f"but {d} = {bound[d]} already"))
@@ -67,9 +71,16 @@ def bind_symbols(chain: TypedChain, inputs: list[np.ndarray], binding: dict[str,
 
 def run_chain(chain: TypedChain, inputs: list[np.ndarray], binding: dict[str, int] | None = None,
               compute_f64: bool = False) -> list[np.ndarray]:
-    """Run a typed chain on NumPy inputs; returns its outputs in order."""
+    """Run a typed chain on NumPy inputs; returns its outputs in order. Each value is dropped
+    after its last use (runtime/memory.py estimates a run's memory the same way)."""
     binding = bind_symbols(chain, inputs, binding)
     vals: dict[int, np.ndarray] = {}
+    last = {n.id: n.id for n in chain.nodes}
+    for n in chain.nodes:
+        for i in n.inputs:
+            last[i] = max(last[i], n.id)
+    for i in chain.outputs:
+        last[i] = len(chain.nodes)
     params = iter(inputs)
     with np.errstate(all="ignore"):
         for n in chain.nodes:
@@ -89,6 +100,9 @@ def run_chain(chain: TypedChain, inputs: list[np.ndarray], binding: dict[str, in
             if out.shape != shape:
                 raise AssertionError(f"reference for {n.op} produced {out.shape}, type says {shape}")
             vals[n.id] = out
+            for i in set(n.inputs):
+                if last[i] == n.id:
+                    del vals[i]
     return [vals[i] for i in chain.outputs]
 
 
