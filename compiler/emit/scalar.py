@@ -89,6 +89,13 @@ class Helpers:
             self.intrinsics |= intrinsic
         return key
 
+    def use_text(self, key: str, lines: list[str]) -> str:
+        """A module-level block given whole (its own decorators): emit/gemm.py's intrinsics."""
+        if key not in self.used:
+            self.used[key] = lines
+            self.decorated.add(key)
+        return key
+
     def imports(self) -> tuple[str, ...]:
         if self.target == "cuda":
             return ("import warnings",)

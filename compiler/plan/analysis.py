@@ -42,6 +42,7 @@ class OpInfo:
     operand_keys: tuple[str, ...] = ()          # per operand: "arg3", "%5:0" (op 5's result 0), "empty"...
     operand_shapes: tuple[tuple[int, ...], ...] = ()
     operand_elem_bytes: tuple[int, ...] = ()
+    operand_dtypes: tuple[str, ...] = ()        # per operand: its element type (f32, f16, bf16, i64...)
     n_inputs: int = 0                           # operands before the outs (inits)
     result_shapes: tuple[tuple[int, ...], ...] = ()
     reduction_ops: tuple[str, ...] = ()         # body ops that combine into an accumulator (reductions)
@@ -151,6 +152,11 @@ def _elem_bytes(t) -> int:
     return max(1, int(m.group(2)) // 8) if m else 4
 
 
+def _elem_name(t) -> str:
+    m = re.search(r"(bf16|[fi]\d+)>", str(t))
+    return m.group(1) if m else str(t)
+
+
 def _shape(t) -> tuple[int, ...]:
     try:
         return tuple(ir.ShapedType(t).shape)
@@ -177,8 +183,10 @@ def _info(i: int, orig, gen, all_ops) -> OpInfo:
     keys = tuple(_operand_key(v, index) for v in orig.operands)
     shapes = tuple(_shape(v.type) for v in orig.operands)
     ebytes = tuple(_elem_bytes(v.type) for v in orig.operands)
+    dtypes = tuple(_elem_name(v.type) for v in orig.operands)
     rshapes = tuple(_shape(r.type) for r in orig.results)
-    extra = dict(operand_keys=keys, operand_shapes=shapes, operand_elem_bytes=ebytes, result_shapes=rshapes)
+    extra = dict(operand_keys=keys, operand_shapes=shapes, operand_elem_bytes=ebytes, operand_dtypes=dtypes,
+                 result_shapes=rshapes)
     users = []
     for r in orig.results:
         for use in r.uses:

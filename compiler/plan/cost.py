@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from .. import mathfns
 from .analysis import ChainInfo, OpInfo, loop_correspondence
 from .measured import Measured
-from .gemm import gemm_kernel, gemm_registers, gemm_shape
+from .gemm import MMA_K, gemm_kernel, gemm_registers, gemm_shape, mma_kind
 from .rows import RowKernel, row_kernel
 from .hardware import HardwareProfile
 
@@ -439,7 +439,9 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
     its resident blocks' warps busy while one block waits at its barrier for the K step's global
     loads; a lone block pays the load latency every K step. The busiest SM runs ceil(blocks /
     SMs) blocks (the waves). Memory: each operand tile is read once per block (the re-reads of
-    an operand by the blocks along the other side come from L2 when it holds them)."""
+    an operand by the blocks along the other side come from L2 when it holds them). On tensor
+    cores (plan/gemm.py: mma_kind) the FMAs are mma.sync instructions at the tensor rate, plus
+    the fragments' shared loads and f16x2 packing."""
     gk = gemm_kernel(info, members, root)
     if isinstance(gk, str):
         raise ValueError(f"not a contraction kernel: {gk}")
@@ -455,7 +457,9 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
                        and info.op(co.producers[op]).kind in ("pad", "elementwise"))
                 for side, op in (("q", gk.q_operand), ("p", 1 - gk.q_operand))}
     gathered = sum(n for side, n in side_loads.items() if computed[side])
-    regs, smem, local = gemm_registers(s.tq, s.tp, loads - gathered, gathered), s.shared_bytes, 0
+    mma = mma_kind(info, gk, s, hw)
+    regs, smem, local = (gemm_registers(s.tq, s.tp, loads - gathered, gathered, bool(mma)),
+                         s.mma_shared_bytes if mma else s.shared_bytes, 0)
     ksteps = math.ceil(gk.k / s.bk)
     # words each thread spills and reloads per K step; the estimate runs up to ~30 registers low at
     # the top end (ptxas: 242 for a predicted 211, and 255 plus 96 B of spills for a predicted 235),
@@ -486,13 +490,24 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
             loader_ops.add(m)
             todo += [p for p in info.op(m).producers if p is not None and p in members]
     producers = sum(op_flops(info.op(m), hw) / max(1, info.op(m).points) for m in loader_ops)
-    fma = s.bk * s.tq * s.tp
-    lds = s.bk * (s.tq + s.tp)
     sts = loads
     ints = loads * 8 + gathered * (12 + producers)      # index math; a gather's window and bounds
-    issue = fma + lds + sts + 2 * loads + ints
-    issue += 2 * spilled                                          # a spilled word: a local store and load
-    cyc = max(fma / fma_rate, lds + sts + 2 * spilled, ints / (fma_rate / 2), issue / SCHEDULERS)
+    if mma:
+        # per 16 of K: (TQ/2) x (TP/2) mma.sync.m16n8k16 (2048 MACs each), the fragments' words
+        # read from shared memory (8 per A fragment, 4 per B) and packed in pairs to f16x2
+        steps = s.bk // MMA_K
+        fma = steps * (s.tq // 2) * (s.tp // 2)
+        lds = steps * (4 * s.tq + 2 * s.tp)
+        cvt = steps * (2 * s.tq + s.tp)
+        mma_rate = hw.tensor_flops_fp16 / (2 * 2048 * hw.units * hw.clock_hz)   # mma per SM cycle
+        issue = fma + lds + cvt + sts + 2 * loads + ints + 2 * spilled
+        cyc = max(fma / mma_rate, lds + sts + 2 * spilled, (ints + cvt) / (fma_rate / 2), issue / SCHEDULERS)
+    else:
+        fma = s.bk * s.tq * s.tp
+        lds = s.bk * (s.tq + s.tp)
+        issue = fma + lds + sts + 2 * loads + ints
+        issue += 2 * spilled                                          # a spilled word: a local store and load
+        cyc = max(fma / fma_rate, lds + sts + 2 * spilled, ints / (fma_rate / 2), issue / SCHEDULERS)
     latency = hw.mem_latency_s * hw.clock_hz                        # cycles a K step's loads take
     barrier = 2 * 20                                                # two barriers per K step
     per_round = max(resident * warps * cyc, latency + warps * cyc) + barrier

@@ -11,6 +11,12 @@ ty + i * TY, columns tx + j * TX: consecutive threads read consecutive shared wo
 the last K step, applies the kernel's elementwise epilogue to it from registers and writes each
 output once (compiler/emit/gemm.py).
 
+Tensor cores (`mma_kind`): when both operands are f16, the accumulator f32 and
+the tiles fit, the block's warps each own a (8 TQ) x (4 TP) tile of the output as
+(TQ/2) x (TP/2) fragments of mma.sync.m16n8k16 and K steps of 16 come from the same shared
+tiles; a lane's TQ x TP accumulators sit at rows g + 8h + 16mi and columns 2t + e + 8ni of its
+warp's tile (g = lane / 4, t = lane % 4: the PTX fragment layout), so the epilogue is the same.
+
 A kernel qualifies when it holds exactly one contraction, every other compute op is an
 all-parallel elementwise op (or a fill or pad), the root is the contraction or an elementwise
 op whose loops are the contraction's parallel loops one to one, the contraction's init is a fill
@@ -133,8 +139,14 @@ class GemmShape:
 
     @property
     def shared_bytes(self) -> int:
-        """The two staging tiles, f32, one word of padding per row."""
-        return F32 * self.bk * (self.bq + 1 + self.bp + 1)
+        """The two staging tiles, f32, with their padding (`tile_pad`; at most 4 words a row)."""
+        return F32 * self.bk * (self.bq + 4 + self.bp + 4)
+
+    @property
+    def mma_shared_bytes(self) -> int:
+        """Tensor cores: one f32 array for the staging tiles (4 words of padding a row), then the
+        block's output tile (one word a row) that the epilogue reads back coalesced."""
+        return F32 * max(self.bk * (self.bq + 4 + self.bp + 4), self.bq * (self.bp + 1))
 
     def blocks(self, extents) -> int:
         return math.prod(math.ceil(e / t) for e, t in zip(extents, self.tiles) if t)
@@ -149,6 +161,53 @@ def gemm_shape(info: ChainInfo, gk: GemmKernel, root: int, block: tuple[int, ...
     bp = math.prod(tiles[l] for l in gk.loops_of("p"))
     bk, tq, tp = gemm[:3]
     return GemmShape(tuple(tiles), bq, bp, bk, tq, tp)
+
+
+MMA_M, MMA_N, MMA_K = 16, 8, 16      # mma.sync.aligned.m16n8k16: one warp's fragment
+
+
+def tile_pad(mma: bool) -> int:
+    """Words of padding per row of a [BK][B] staging tile. FMA form: 1 (an odd row stride: the
+    loader's transposed stores and the row reads hit 32 banks). Tensor cores: 4 (B is a multiple
+    of 8, so the stride is 4 or 12 mod 16 and a fragment read, k rows 2t (+1), columns g, hits
+    bank 2t * stride + g: 32 banks)."""
+    return 4 if mma else 1
+
+
+def mma_kind(info: ChainInfo, gk: GemmKernel, shape: GemmShape, hw=None) -> str | None:
+    """'f16' when the kernel runs on tensor cores (mma.sync.m16n8k16, f32 accumulate): both
+    operands f16 (bf16 chains do not run on the Numba targets; emit/gemm.py would take bf16
+    too), a multiply-add body into an f32 accumulator, a device that has them
+    (`hw.tensor_flops_fp16`; None: any), and tiles a warp grid covers: TQ and TP even, BK a
+    multiple of 16, BQ a multiple of 8 TQ and BP of 4 TP. Else None (the SIMT form)."""
+    if mma_error(info, gk, shape, hw) is not None:
+        return None
+    return info.op(gk.contraction).operand_dtypes[0]
+
+
+def mma_error(info: ChainInfo, gk: GemmKernel, shape: GemmShape, hw=None) -> str | None:
+    """Why a contraction kernel does not run on tensor cores (None: it does)."""
+    co = info.op(gk.contraction)
+    dts = co.operand_dtypes
+    if len(dts) < 3 or dts[0] != dts[1] or dts[0] != "f16":
+        return "its operands are not both f16"       # (bf16 chains do not run on the Numba targets)
+    if dts[2] != "f32":
+        return "it does not accumulate in f32"
+    body = [b for b in co.body_ops if b != "linalg.yield"]
+    if sorted(set(body) - {"arith.extf"}) != ["arith.addf", "arith.mulf"] or body.count("arith.mulf") != 1:
+        return "its body is not a multiply-add"
+    if hw is not None and not getattr(hw, "tensor_flops_fp16", 0):
+        return f"{hw.name} has no tensor cores in its profile"
+    s = shape
+    if s.tq % 2 or s.tp % 2:
+        return f"the register tile {s.tq}x{s.tp} is not made of 2x2 fragment quads"
+    if s.bk % MMA_K:
+        return f"the K step {s.bk} is not a multiple of {MMA_K}"
+    if s.bq % (8 * s.tq) or s.bp % (4 * s.tp):
+        return f"the block tile {s.bq}x{s.bp} is not a grid of {8 * s.tq}x{4 * s.tp} warp tiles"
+    if s.mma_shared_bytes > SMEM_LIMIT:
+        return f"its {s.bq}x{s.bp} output tile does not fit in shared memory for the epilogue"
+    return None
 
 
 def gemm_tiling_error(info: ChainInfo, members, root: int, block: tuple[int, ...], gemm: tuple[int, ...],
@@ -175,7 +234,7 @@ def gemm_tiling_error(info: ChainInfo, members, root: int, block: tuple[int, ...
     return None
 
 
-def gemm_registers(tq: int, tp: int, loads: int, gathered: int = 0) -> int:
+def gemm_registers(tq: int, tp: int, loads: int, gathered: int = 0, mma: bool = False) -> int:
     """Registers per thread of a contraction kernel: the TQ x TP accumulators, a column of Q and
     a row of P per K step, one per element the thread loads per K step (`loads`), seven per
     element whose operand a producer computes in the loader (`gathered`: a pad's window keeps
@@ -184,5 +243,10 @@ def gemm_registers(tq: int, tp: int, loads: int, gathered: int = 0) -> int:
     (90), 8x8 with 16 128 (130), 8x8 with 8 120 (122); conv_bn_relu 8x7 with 4 + 7 gathered 160
     (158), 4x7 with 4 + 7 gathered 128 (126), 4x7 with 2 + 4 gathered 92 (103), 8x7 with 8 + 14
     gathered 242 (211); the kernel report measures the real ones. Above the device's limit per
-    thread (255), the rest spills."""
-    return 34 + tq * tp + tq + tp + loads + 7 * gathered
+    thread (255), the rest spills. On tensor cores (`mma`) the packed fragments and the f32
+    values they come from add about tq * tp + 2 tq + tp; ptxas varies more there (f16
+    512x1024x4096 and 4096x1024x4096: 8x8 with 16 + 32 loads 234 (predicted 250), 8x8 with
+    8 + 16 254 (226), 4x8 with 8 + 16 128 (150), 2x4 with 2 + 4 64 (70), 2x8 with 8 + 8 160
+    (104)): the kernel report's measured registers re-price the plan."""
+    regs = 34 + tq * tp + tq + tp + loads + 7 * gathered
+    return regs + (tq * tp + 2 * tq + tp if mma else 0)

@@ -87,6 +87,7 @@ class HardwareProfile:
     mmap_threshold: int = 0                 # buffers this large are mapped afresh on every call
     notes: tuple[str, ...] = ()
     source: str = "datasheet"
+    tensor_flops_fp16: float = 0.0          # gpu: dense f16/bf16 tensor cores, f32 accumulate (mma.sync); 0: none
 
     def weight(self, op: str) -> float:
         return _weights(self.weights).get(op, 1.0)
@@ -116,19 +117,19 @@ GPUS: dict[str, HardwareProfile] = {
         units=132, onchip_per_unit=228 * KB, onchip_per_block=227 * KB, regs_per_unit=65536,
         regs_per_thread=255, max_threads_per_block=1024, max_threads_per_unit=2048, max_blocks_per_unit=32,
         l2_bytes=50 * MB, cache_bandwidth=12e12, alloc_s=4e-6, clock_hz=1.98e9, mem_latency_s=2.5e-7,
-        notes=(_LAUNCH_NOTE, _L2_NOTE)),
+        tensor_flops_fp16=989.4e12, notes=(_LAUNCH_NOTE, _L2_NOTE)),
     "h100": HardwareProfile(
         "h100", "gpu", bandwidth=3.35e12, peak_flops=66.9e12, peak_flops_fp16=133.8e12, launch_s=8e-6,
         units=132, onchip_per_unit=228 * KB, onchip_per_block=227 * KB, regs_per_unit=65536,
         regs_per_thread=255, max_threads_per_block=1024, max_threads_per_unit=2048, max_blocks_per_unit=32,
         l2_bytes=50 * MB, cache_bandwidth=10e12, alloc_s=4e-6, clock_hz=1.98e9, mem_latency_s=2.5e-7,
-        notes=(_LAUNCH_NOTE, _L2_NOTE)),
+        tensor_flops_fp16=989.4e12, notes=(_LAUNCH_NOTE, _L2_NOTE)),
     "a100": HardwareProfile(
         "a100", "gpu", bandwidth=2.039e12, peak_flops=19.5e12, peak_flops_fp16=78e12, launch_s=8e-6,
         units=108, onchip_per_unit=164 * KB, onchip_per_block=163 * KB, regs_per_unit=65536,
         regs_per_thread=255, max_threads_per_block=1024, max_threads_per_unit=2048, max_blocks_per_unit=32,
         l2_bytes=40 * MB, cache_bandwidth=5e12, alloc_s=4e-6, clock_hz=1.41e9, mem_latency_s=3.4e-7,
-        cc=(8, 0), notes=(_LAUNCH_NOTE, _L2_NOTE)),
+        cc=(8, 0), tensor_flops_fp16=312e12, notes=(_LAUNCH_NOTE, _L2_NOTE)),
     # the seeds' illustrative device: their worked figures add compute and memory time
     "seed": HardwareProfile(
         "seed", "gpu", bandwidth=900e9, peak_flops=19.5e12, peak_flops_fp16=78e12, launch_s=5e-6,

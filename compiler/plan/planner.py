@@ -27,7 +27,7 @@ from .hardware import HardwareProfile
 from .measured import Measured
 from .describe import bytes_text, format_plan, time_text
 from .cost import KernelCost, Tiling, big_transfers, op_flops, total_time, unfused_kernels, with_cheap_producers
-from .gemm import gemm_kernel, gemm_shape, gemm_tiling_error
+from .gemm import gemm_kernel, gemm_shape, gemm_tiling_error, mma_error, mma_kind
 from .rows import row_tiling_error
 from .tilechoice import TileChooser, group_signature
 from ..errors import CompilerInternalError
@@ -47,6 +47,7 @@ class Group:
     mapped: tuple[int, ...]              # root loops mapped to block/thread dims, outermost first
     row_threads: int = 0                 # row kernels (gpu): threads that split each row, cyclically
     gemm: tuple[int, ...] = ()           # contraction kernels (gpu): (bk, tq, tp, tx, ty), plan/gemm.py
+    mma: str = ""                        # contraction kernels on tensor cores: their operands' type (f16, bf16)
 
     @property
     def serial(self) -> bool:
@@ -112,6 +113,7 @@ class FusionPlan:
                 "kernel": g.id, "root": g.root, "serial": g.serial, "loops": list(self.info.op(g.root).loops),
                 "block_tiles": list(g.block_tiles), "thread_tiles": list(g.thread_tiles),
                 "threads": list(g.threads()), "row_threads": g.row_threads, "gemm": list(g.gemm[:3]),
+                "tensor_cores": g.mma,
                 "ops": [{"id": op, "label": self.info.op(op).label, "role": role,
                          "loc": _loc(self.info.op(op).loc)} for op, role in g.roles],
             } for g in self.groups],
@@ -203,8 +205,15 @@ def _contraction_note(info: ChainInfo, g: Group, chooser: TileChooser) -> list[s
     best_t = min(tiled, key=lambda x: x[1])[1]
     other = (f"; {direct_name} {time_text(min(s for _, s in direct))}" if direct else "")
     if g.gemm:
+        if g.mma:
+            how = f", on {g.mma} tensor cores (mma.sync)"
+        elif c.operand_dtypes[:2] == ("f16", "f16"):
+            why = mma_error(info, gk, gemm_shape(info, gk, g.root, g.block_tiles, g.gemm), chooser.hw)
+            how = f", on FMAs, not tensor cores: {why}"
+        else:
+            how = ""
         return [f"kernel {g.id}: %{c.id} {c.label} as {tiled_name}, {k} in steps of {g.gemm[0]} through "
-                f"shared memory, {g.gemm[1]}x{g.gemm[2]} outputs per thread: predicted "
+                f"shared memory, {g.gemm[1]}x{g.gemm[2]} outputs per thread{how}: predicted "
                 f"{time_text(choice.cost.time_s)}{other}"]
     return [f"kernel {g.id}: %{c.id} {c.label} as {direct_name}: predicted {time_text(choice.cost.time_s)}; "
             f"{tiled_name} {time_text(best_t)}"]
@@ -354,7 +363,8 @@ def _make_group(info: ChainInfo, gid: int, members: set[int], chooser: TileChoos
     ops = tuple(sorted(members))
     roles = tuple((m, _role(info, m, root)) for m in ops)
     t = chooser.best(frozenset(members)).tiling
-    return Group(gid, root, ops, roles, t.block, t.thread, t.mapped, t.row_threads, _gemm_dims(info, members, root, t))
+    return Group(gid, root, ops, roles, t.block, t.thread, t.mapped, t.row_threads, _gemm_dims(info, members, root, t),
+                 _gemm_mma(info, members, root, t, chooser.hw))
 
 
 def _gemm_dims(info: ChainInfo, members, root: int, t: Tiling) -> tuple[int, ...]:
@@ -364,6 +374,14 @@ def _gemm_dims(info: ChainInfo, members, root: int, t: Tiling) -> tuple[int, ...
     gk = gemm_kernel(info, members, root)
     s = gemm_shape(info, gk, root, t.block, t.gemm)
     return tuple(t.gemm[:3]) + (s.tx, s.ty)
+
+
+def _gemm_mma(info: ChainInfo, members, root: int, t: Tiling, hw) -> str:
+    """A contraction kernel's tensor-core type (plan/gemm.py: mma_kind); "" when it runs on FMAs."""
+    if not t.gemm:
+        return ""
+    gk = gemm_kernel(info, members, root)
+    return mma_kind(info, gk, gemm_shape(info, gk, root, t.block, t.gemm), hw) or ""
 
 
 def _role(info: ChainInfo, op: int, root: int) -> str:
@@ -447,7 +465,8 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
                 raise PlanError(f"group {gid}: gemm {list(gemm)}: {why}")
         t = Tiling(block, thread, mapped, row_threads, gemm)
         groups.append(Group(gid, root, tuple(sorted(members)), tuple((m, _role(info, m, root)) for m in sorted(members)),
-                            block, thread, mapped, row_threads, _gemm_dims(info, members, root, t)))
+                            block, thread, mapped, row_threads, _gemm_dims(info, members, root, t),
+                            _gemm_mma(info, members, root, t, hw)))
     missing = [o.id for o in info.ops if o.is_compute and o.id not in seen]
     if missing:
         raise PlanError(f"ops {missing} are in no group")

@@ -7,7 +7,7 @@ from .kernels import KernelReport
 
 POOR = 0.9          # a site below this efficiency gets a line of its own
 
-_HEADER = ("kernel", "of", "grid", "block", "regs", "stack", "lmem", "spill st/ld", "smem", "shfl", "blk/SM",
+_HEADER = ("kernel", "of", "grid", "block", "regs", "stack", "lmem", "spill st/ld", "smem", "shfl", "mma", "blk/SM",
            "occupancy", "limited by", "waves", "coalesced", "sectors/req (ideal)", "lanes/req")
 _LEFT = {"kernel", "of", "grid", "block", "limited by"}
 
@@ -39,7 +39,7 @@ def _row(r: KernelReport) -> tuple[str, ...]:
     c = r.coalescing
     spills = "-" if r.spill_store_bytes is None else f"{r.spill_store_bytes}/{r.spill_load_bytes}"
     return (r.kernel, f"group {r.group}" if r.kind == "launch" else r.kind, _dims(r.grid), _dims(r.block),
-            _n(r.registers), _n(r.stack_frame_bytes), _n(r.local_bytes), spills, _n(r.smem_bytes), _n(r.shuffles),
+            _n(r.registers), _n(r.stack_frame_bytes), _n(r.local_bytes), spills, _n(r.smem_bytes), _n(r.shuffles), _n(r.mma),
             _n(r.blocks_per_sm), _pct(r.occupancy), ", ".join(r.limited_by) if r.limited_by else "-",
             "-" if r.waves is None else f"{r.waves:.3g}",
             _pct(c.efficiency if c else None),

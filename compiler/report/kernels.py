@@ -75,6 +75,7 @@ class KernelReport:
     smem_bytes: int | None = None       # static shared memory per block
     barriers: int | None = None
     shuffles: int | None = None         # warp shuffle instructions in its PTX (block combines on a GPU)
+    mma: int | None = None              # tensor-core instructions (mma.sync) in its PTX
     blocks_per_sm: int | None = None    # resident blocks per SM
     occupancy: float | None = None      # resident warps / warp slots of an SM
     limited_by: tuple[str, ...] | None = None   # warps, registers, smem, blocks, barriers
@@ -173,7 +174,8 @@ def _report(launch: "Launch", res: ptxmod.Resources | str, record: dict | str, h
     else:
         fields.update(registers=res.registers, stack_frame_bytes=res.stack_frame_bytes, local_bytes=res.lmem_bytes,
                       spill_store_bytes=res.spill_store_bytes, spill_load_bytes=res.spill_load_bytes,
-                      smem_bytes=res.smem_bytes, barriers=res.barriers, shuffles=res.shuffles)
+                      smem_bytes=res.smem_bytes, barriers=res.barriers, shuffles=res.shuffles,
+                      mma=res.mma)
         if threads is None:
             unmeasured.append(("occupancy", "needs a constant block size"))
         else:

@@ -115,6 +115,7 @@ class Resources:
     smem_bytes: int                     # static shared memory per block
     barriers: int
     shuffles: int = 0                   # warp shuffle instructions (shfl.sync) in the PTX, from the text
+    mma: int = 0                        # tensor-core instructions (mma.sync) in the PTX, from the text
 
 
 _ITEMS = {"registers": "registers", "barriers": "barriers", "bytes stack frame": "stack_frame_bytes",
@@ -147,7 +148,7 @@ def parse_ptxas(text: str) -> dict[str, Resources]:
                 item = re.fullmatch(r"(?:used\s+)?(\d+)\s+(.*)", part.strip(), flags=re.I)
                 if item and item.group(2).strip() in _ITEMS:
                     cur[_ITEMS[item.group(2).strip()]] = int(item.group(1))
-    fields = [f for f in Resources.__dataclass_fields__ if f != "shuffles"]
+    fields = [f for f in Resources.__dataclass_fields__ if f not in ("shuffles", "mma")]
     return {name: Resources(**{f: found[name].get(f, 0) for f in fields}) for name in entries}
 
 
@@ -167,7 +168,8 @@ def resources(ptx: str, arch: str) -> Resources:
     parsed = parse_ptxas(text)
     if len(parsed) != 1:
         raise MeasureError(f"ptxas reported {len(parsed)} entry functions, expected 1")
-    return replace(next(iter(parsed.values())), shuffles=len(re.findall(r"\bshfl\.sync\.", ptx)))
+    return replace(next(iter(parsed.values())), shuffles=len(re.findall(r"\bshfl\.sync\.", ptx)),
+                   mma=len(re.findall(r"\bmma\.sync\.", ptx)))
 
 
 def arch_of(cc: tuple[int, int]) -> str:

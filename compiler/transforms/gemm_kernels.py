@@ -8,7 +8,8 @@ to loops. Instead:
   was: matmul, conv, transpose...), and the contraction is marked `fusec.gemm_contraction`;
 - the root is marked `fusec.block_gemm` with the tiles: [bk, tq, tp], the static block tile of
   each contraction loop (`fusec.gemm_tiles`), each loop's side (`fusec.gemm_sides`: q, p,
-  batch, k) and, per root loop, the contraction loop it is (`fusec.gemm_root_loops`);
+  batch, k), per root loop, the contraction loop it is (`fusec.gemm_root_loops`) and, on
+  tensor cores (Group.mma), the operands' type (`fusec.gemm_mma`);
 - every other linalg op of the kernel, and every buffer of the block that only those ops use, is
   marked `fusec.absorbed`: the template evaluates them where it needs their values (producers in
   the tile loader, the epilogue from the accumulators), so they never run as loops and their
@@ -28,6 +29,7 @@ CONTRACTION = "fusec.gemm_contraction"
 ABSORBED = "fusec.absorbed"
 TILES = "fusec.gemm_tiles"
 SIDES = "fusec.gemm_sides"
+MMA = "fusec.gemm_mma"          # on tensor cores: the operands' type (f16 | bf16)
 ROOT_LOOPS = "fusec.gemm_root_loops"
 MARKS = (BLOCK_GEMM, CONTRACTION, ABSORBED)
 _VIEWS = ("memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast")
@@ -92,6 +94,8 @@ def _mark(plan: FusionPlan, g: Group, tagged: dict) -> None:
     root.attributes[TILES] = _i64_array(shape.tiles)
     root.attributes[SIDES] = ir.ArrayAttr.get([ir.StringAttr.get(s) for s in gk.sides])
     root.attributes[ROOT_LOOPS] = _i64_array(gk.root_loops)
+    if g.mma:
+        root.attributes[MMA] = ir.StringAttr.get(g.mma)
     block = root.block
     if c.block != block:
         raise CompilerInternalError("gpu", f"kernel {g.id}: its contraction and root are in different blocks")

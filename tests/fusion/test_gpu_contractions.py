@@ -84,6 +84,11 @@ CASES = [
      {"M": 24, "K": 40, "N": 33}, [16, 16], [16, 2, 4]),
     ("chain t(a: f16[M, K], b: f16[K, N]) -> f16[M, N] { return a @ b }", {"M": 37, "K": 19, "N": 41},
      [32, 32], [8, 2, 2]),
+    # a linear layer on [B, S, D] activations: B and S both on the Q side, a Q tile across batches
+    ("chain t(x: f32[B, S, D], w: f32[D, N], b: f32[N]) -> f32[B, S, N] { return relu(x @ w + b) }",
+     {"B": 3, "S": 9, "D": 13, "N": 20}, [2, 8, 16], [8, 2, 4]),
+    ("chain t(a: f32[B, H, M, K], b: f32[K, N]) -> f32[B, H, M, N] { return a @ b }",
+     {"B": 2, "H": 2, "M": 5, "K": 7, "N": 9}, [1, 2, 4, 0, 0], [8, 2, 3]),
 ]
 
 

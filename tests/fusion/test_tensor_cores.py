@@ -1,0 +1,141 @@
+"""f16 contractions on tensor cores (issue 11): which kernels take mma.sync, what their PTX holds,
+and their numbers on the simulator, both through the FMA path the simulator takes and through
+the mma path itself, with the two intrinsics replaced by a warp-level emulation written from the
+PTX ISA's fragment tables (so a fragment loaded from the wrong row or column is caught)."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import fusec
+from fusec.compiler.options import CompileOptions
+from fusec.compiler.pipeline import compile_typed
+from fusec.compiler.plan.gemm import gemm_kernel, gemm_shape, mma_error
+from fusec.compiler.plan.hardware import GPUS
+from fusec.compiler.report import report_kernels
+
+H200 = GPUS["h200"]
+F16 = "chain t(a: f16[M, K], b: f16[K, N], c: f16[N]) -> f16[M, N] { return relu(a @ b + c) }"
+F32 = "chain t(a: f32[M, K], b: f32[K, N], c: f32[N]) -> f32[M, N] { return relu(a @ b + c) }"
+
+
+def _stages(src, binding, plan=None, hw=H200):
+    c = fusec.check(src).chain("t")
+    return compile_typed(c, binding, options=CompileOptions.make(target="gpu", hardware=hw,
+                                                                  plans={"t": plan} if plan else {}))
+
+
+def _plan(block, gemm):
+    return {"groups": [{"ops": [1, 2], "block_tiles": block, "gemm": gemm}]}
+
+
+def test_f16_contractions_take_tensor_cores_and_f32_ones_do_not():
+    big = {"M": 512, "K": 1024, "N": 4096}
+    (g,) = _stages(F16, big).plan.groups
+    assert g.gemm and g.mma == "f16"
+    st = _stages(F32, big)
+    assert st.plan.groups[0].gemm and st.plan.groups[0].mma == ""
+    text = _stages(F16, big).plan.format()
+    assert "f16 tensor cores (mma.sync m16n8k16)" in text and "on f16 tensor cores (mma.sync): predicted" in text
+
+
+@pytest.mark.parametrize("block,gemm,why", [
+    ([16, 16], [8, 2, 2], "K step 8 is not a multiple of 16"),
+    ([16, 12], [16, 2, 3], "not made of 2x2 fragment quads"),
+    ([16, 24], [16, 2, 4], "not a grid of 16x16 warp tiles"),
+])
+def test_shapes_the_fragments_do_not_tile_stay_on_fmas(block, gemm, why):
+    st = _stages(F16, {"M": 64, "K": 64, "N": 96}, _plan(block, gemm))
+    (g,) = st.plan.groups
+    gk = gemm_kernel(st.plan.info, g.ops, g.root)
+    assert g.mma == "" and why in mma_error(st.plan.info, gk, gemm_shape(st.plan.info, gk, g.root, g.block_tiles, g.gemm))
+
+
+def test_a_profile_without_tensor_cores_keeps_fmas():
+    from dataclasses import replace
+    st = _stages(F16, {"M": 512, "K": 1024, "N": 4096}, hw=replace(H200, tensor_flops_fp16=0.0))
+    assert st.plan.groups[0].gemm and st.plan.groups[0].mma == ""
+    (note,) = [d for d in st.plan.decisions if " as tiled contraction" in d]
+    assert "on FMAs, not tensor cores: h200 has no tensor cores in its profile" in note   # --explain says why
+
+
+def test_the_tensor_core_kernel_report():
+    st = _stages(F16, {"M": 512, "K": 1024, "N": 4096})
+    (r,) = report_kernels(st.emitted.source, st.emitted.entries["t"], H200, blocks=("middle",))
+    g = st.plan.groups[0]
+    tq, tp = g.gemm[1:3]
+    assert r.mma and r.mma >= (tq // 2) * (tp // 2)       # one mma.sync per 16x8 fragment per K step of 16
+    assert r.stack_frame_bytes == 0 and r.local_bytes == 0 and r.spill_store_bytes == 0
+    assert r.smem_bytes > 0 and r.blocks >= H200.units
+    for site in r.coalescing.sites:                     # the epilogue's stores too: restaged through shared memory
+        assert site.efficiency >= 0.9, (site.line, site.expr, site.efficiency)
+
+
+CASES = [  # (binding, block tiles, [bk, tq, tp]): edges on every side, K not a multiple of BK
+    ({"M": 37, "K": 41, "N": 27}, [16, 16], [16, 2, 2]),
+    ({"M": 40, "K": 20, "N": 33}, [32, 32], [16, 4, 4]),
+]
+
+
+@pytest.mark.parametrize("binding,block,gemm", CASES)
+def test_tensor_core_kernels_on_the_simulator(binding, block, gemm):
+    plan = _plan(block, gemm)
+    assert _stages(F16, binding, plan).plan.groups[0].mma == "f16"
+    prog = fusec.compile(F16, target="cuda-sim", options={"baseline": False, "plans": {"t": plan}})
+    (c,) = prog.t.check(binding=binding, seed=5)
+    assert c.ok, c.describe()
+
+
+def _emulated_f16():
+    """_pack_f16x2 and _mma_f16 for the simulator: the block's threads post their fragments,
+    meet at a barrier, and each lane takes its part of D = A B + C, the fragments read by the
+    PTX ISA's tables for mma.m16n8k16 with .f16 A (row) and B (col) and .f32 C/D."""
+    def pack(lo, hi):
+        return (np.float16(lo), np.float16(hi))
+
+    def mma(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1):
+        me = threading.current_thread()
+        box = me._manager.__dict__.setdefault("_fusec_mma", {})
+        box[me.thread_id] = ((c0, c1, c2, c3), (a0, a1, a2, a3), (b0, b1))
+        me.syncthreads()
+        warp, lane = divmod(me.thread_id, 32)
+        A, B, C = np.zeros((16, 16), np.float32), np.zeros((16, 8), np.float32), np.zeros((16, 8), np.float32)
+        for l in range(32):
+            cs, ar, br = box[warp * 32 + l]
+            g, t = divmod(l, 4)
+            for reg, (row, col) in zip(ar, ((g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8))):
+                A[row, col], A[row, col + 1] = reg
+            for reg, k in zip(br, (2 * t, 2 * t + 8)):
+                B[k, g], B[k + 1, g] = reg
+            for v, (row, col) in zip(cs, ((g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1))):
+                C[row, col] = v
+        D = A @ B + C
+        g, t = divmod(lane, 4)
+        out = tuple(np.float32(D[r, c]) for r, c in ((g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)))
+        me.syncthreads()                                # every lane has read the box before the next call
+        return out
+
+    return pack, mma
+
+
+@pytest.mark.parametrize("binding,block,gemm", CASES)
+def test_the_mma_path_itself_under_an_emulated_warp(binding, block, gemm):
+    from numba import cuda
+    st = _stages(F16, binding, _plan(block, gemm))
+    sim_branch = "    _FMA_ONLY = True\n    _pack_f16x2 = _mma_f16 = None\n"
+    assert sim_branch in st.emitted.source and "_mma_f16(" in st.emitted.source
+    source = st.emitted.source.replace(sim_branch, "    _FMA_ONLY = False\n    _pack_f16x2, _mma_f16 = _EMULATED\n")
+    ns = {"_EMULATED": _emulated_f16()}
+    exec(compile(source, "<tensor-core kernels>", "exec"), ns)
+    rng = np.random.default_rng(7)
+    M, K, N = binding["M"], binding["K"], binding["N"]
+    a = rng.uniform(-2, 2, (M, K)).astype(np.float16)
+    b = rng.uniform(-2, 2, (K, N)).astype(np.float16)
+    c = rng.uniform(-2, 2, N).astype(np.float16)
+    (out,) = ns["run_t"](cuda.to_device(a), cuda.to_device(b), cuda.to_device(c))
+    got = out.copy_to_host().astype(np.float32)
+    mm = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16).astype(np.float32)
+    want = np.maximum((mm + c.astype(np.float32)).astype(np.float16).astype(np.float32), 0)
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-2)
