@@ -14,6 +14,10 @@ epilogue down to the root:
         syncthreads
     out[q, p] = epilogue(acc_i_j)                    # for (q, p) inside the tile: one write each
 
+Double-buffered (`fusec.gemm_prefetch`), the loads go into registers: the first step's before
+the loop; in the loop the registers are stored into the tiles, a barrier, the next step's loads
+issued (if there is one), then this step's products, so the loads are in flight meanwhile.
+
 The staging tiles are f32 (the compute type) with one word of padding per row (four on tensor
 cores: plan/gemm.py tile_pad), so the loader's transposed stores and the compute loop's reads
 are free of bank conflicts. An operand's value
@@ -43,7 +47,7 @@ import math
 from .values import EmitError, atom, add, floordiv, is_int, mod, mul, no_rule
 from ..mlir import ir
 from ..plan.gemm import tile_pad
-from ..transforms.gemm_kernels import ABSORBED, BLOCK_GEMM, CONTRACTION, MMA, ROOT_LOOPS, SIDES, TILES
+from ..transforms.gemm_kernels import ABSORBED, BLOCK_GEMM, CONTRACTION, MMA, PREFETCH, ROOT_LOOPS, SIDES, TILES
 
 MARK = BLOCK_GEMM
 WARP = 32
@@ -134,6 +138,15 @@ def _pure_dim(e: "ir.AffineExpr") -> int | None:
 
 def _is_identity(m: "ir.AffineMap") -> bool:
     return m.n_dims == len(m.results) and all(_pure_dim(e) == i for i, e in enumerate(m.results))
+
+
+class _Loader:
+    """One operand's tile loader (_Gemm._loader): `load(k0)` reads the K step at k0 into the
+    tile; double-buffered, `hold(k0)` reads it into registers, `put()` stores those into the
+    tile and `declare()` defines the registers before the loop."""
+
+    def __init__(self, load, hold, put, declare):
+        self.load, self.hold, self.put, self.declare = load, hold, put, declare
 
 
 def block_gemm(body, root) -> None:
@@ -236,11 +249,28 @@ class _Gemm:
             for a in row:
                 w(f"{a} = {init}")
         k0 = names.fresh("k0")
+        prefetch = PREFETCH in self.root.attributes
+        if prefetch:             # the first K step into registers before the loop
+            for ld in loads:
+                ld.declare()
+            for ld in loads:
+                ld.hold("0")
         w(f"for {k0} in range(0, {self.K()}, {self.bk}):")
         with w.indent():
-            for load in loads:
-                load(k0)
-            w("cuda.syncthreads()")
+            if prefetch:
+                # this step from the registers into the tiles, then the next step's loads issued
+                # before this step's products, so their latency hides behind them
+                for ld in loads:
+                    ld.put()
+                w("cuda.syncthreads()")
+                w(f"if {k0} + {self.bk} < {self.K()}:")
+                with w.indent():
+                    for ld in loads:
+                        ld.hold(f"({k0} + {self.bk})")
+            else:
+                for ld in loads:
+                    ld.load(k0)
+                w("cuda.syncthreads()")
             if self.mma:
                 kk0 = names.fresh("kk0")
                 w(f"for {kk0} in range(0, {self.bk}, 16):")
@@ -447,33 +477,57 @@ class _Gemm:
         ext_k = [self.ext[l] for l in self.loops["k"]]
         kloops = self.loops["k"]
 
-        def load(k0: str) -> None:
-            for sl, coords, ok, sguard in sides:
-                for kl, kguard in k_pos:
-                    inside = [g for g in (sguard, kguard) if g]     # positions past the tile's end
-                    if inside:
-                        w(f"if {' and '.join(inside)}:")
-                        w.depth += 1
-                    k = names.fresh("k")
-                    w(f"{k} = {k0} + {kl}")
-                    v = names.fresh("v")
-                    conds = ([ok] if ok else []) + ([f"{k} < {K}"] if k_ok_needed else [])
-                    if conds:
-                        w(f"{v} = {zero}")
-                        w(f"if {' and '.join(conds)}:")
-                        w.depth += 1
-                    self.memo = {}
-                    full = dict(coords)
-                    full.update(self._delinearize(k, kloops, "kc_", ext_k))
-                    dims = [full.get(l, "0") for l in range(len(self.sides))]
-                    idx = [affine(e, dims) for e in m.results]
-                    w(f"{v} = {self.read(self.c.operands[operand], idx, self.c)}")
-                    if conds:
-                        w.depth -= 1
+        held: dict[tuple[int, int], str] = {}      # double-buffered: element -> the register holding it
+
+        def elements():
+            for si, (sl, coords, ok, sguard) in enumerate(sides):
+                for ki, (kl, kguard) in enumerate(k_pos):
+                    yield (si, ki), sl, coords, ok, kl, [g for g in (sguard, kguard) if g]
+
+        def fetch(k0: str, store: bool) -> None:
+            """Each of the thread's elements of the K step at k0, loaded (zero outside the
+            operand); stored into the tile at once, or kept in its register (`held`)."""
+            for key, sl, coords, ok, kl, inside in elements():
+                if inside:                       # positions past the tile's end
+                    w(f"if {' and '.join(inside)}:")
+                    w.depth += 1
+                k = names.fresh("k")
+                w(f"{k} = {k0} + {kl}")
+                v = names.fresh("v") if store else held.setdefault(key, names.fresh("pf"))
+                conds = ([ok] if ok else []) + ([f"{k} < {K}"] if k_ok_needed else [])
+                if conds:
+                    w(f"{v} = {zero}")
+                    w(f"if {' and '.join(conds)}:")
+                    w.depth += 1
+                self.memo = {}
+                full = dict(coords)
+                full.update(self._delinearize(k, kloops, "kc_", ext_k))
+                dims = [full.get(l, "0") for l in range(len(self.sides))]
+                idx = [affine(e, dims) for e in m.results]
+                w(f"{v} = {self.read(self.c.operands[operand], idx, self.c)}")
+                if conds:
+                    w.depth -= 1
+                if store:
                     w(f"{self._sh(tile, kl, sl)} = {v}")
-                    if inside:
-                        w.depth -= 1
-        return load
+                if inside:
+                    w.depth -= 1
+
+        def put() -> None:
+            """The held elements into the tile."""
+            for key, sl, coords, ok, kl, inside in elements():
+                if inside:
+                    w(f"if {' and '.join(inside)}:")
+                    w.depth += 1
+                w(f"{self._sh(tile, kl, sl)} = {held[key]}")
+                if inside:
+                    w.depth -= 1
+
+        def declare() -> None:
+            """The held registers, defined on every path before the K loop."""
+            for key, *_ in elements():
+                w(f"{held.setdefault(key, names.fresh('pf'))} = {zero}")
+
+        return _Loader(lambda k0: fetch(k0, True), lambda k0: fetch(k0, False), put, declare)
 
     def _delinearize(self, flat: str, loops: list[int], stem: str, extents: list[str] | None = None) -> dict[int, str]:
         """Coordinates of `loops` (row-major over their static tiles, or `extents`) from a flat index."""

@@ -50,7 +50,7 @@ class Tiling:
     thread: tuple[int, ...]
     mapped: tuple[int, ...]
     row_threads: int = 0              # gpu row kernels: threads splitting each row (plan/rows.py); 0: none
-    gemm: tuple[int, ...] = ()        # gpu contraction kernels: (bk, tq, tp) (plan/gemm.py); (): none
+    gemm: tuple[int, ...] = ()        # gpu contraction kernels: (bk, tq, tp[, double-buffered 0|1]) (plan/gemm.py); (): none
 
 
 @dataclass(frozen=True)
@@ -441,7 +441,9 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
     SMs) blocks (the waves). Memory: each operand tile is read once per block (the re-reads of
     an operand by the blocks along the other side come from L2 when it holds them). On tensor
     cores (plan/gemm.py: mma_kind) the FMAs are mma.sync instructions at the tensor rate, plus
-    the fragments' shared loads and f16x2 packing."""
+    the fragments' shared loads and f16x2 packing. Double buffering (`gemm[3]`: the next K
+    step's elements loaded into registers before this step's products) hides the load latency
+    behind the block's own compute, for as many registers more as the thread loads per step."""
     gk = gemm_kernel(info, members, root)
     if isinstance(gk, str):
         raise ValueError(f"not a contraction kernel: {gk}")
@@ -458,7 +460,9 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
                 for side, op in (("q", gk.q_operand), ("p", 1 - gk.q_operand))}
     gathered = sum(n for side, n in side_loads.items() if computed[side])
     mma = mma_kind(info, gk, s, hw)
-    regs, smem, local = (gemm_registers(s.tq, s.tp, loads - gathered, gathered, bool(mma)),
+    prefetch = len(tiling.gemm) > 3 and bool(tiling.gemm[3])
+    regs, smem, local = (gemm_registers(s.tq, s.tp, loads - gathered, gathered, bool(mma))
+                         + (loads if prefetch else 0),       # the next K step's elements, held
                          s.mma_shared_bytes if mma else s.shared_bytes, 0)
     ksteps = math.ceil(gk.k / s.bk)
     # words each thread spills and reloads per K step; the estimate runs up to ~30 registers low at
@@ -510,9 +514,14 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
         cyc = max(fma / fma_rate, lds + sts + 2 * spilled, ints / (fma_rate / 2), issue / SCHEDULERS)
     latency = hw.mem_latency_s * hw.clock_hz                        # cycles a K step's loads take
     barrier = 2 * 20                                                # two barriers per K step
-    per_round = max(resident * warps * cyc, latency + warps * cyc) + barrier
+    if prefetch:      # the next step's global loads are in flight while this step computes
+        per_round = max(resident * warps * cyc, latency) + barrier
+    else:             # a block waits for its loads before it computes: others fill the wait
+        per_round = max(resident * warps * cyc, latency + warps * cyc) + barrier
     per_sm_blocks = math.ceil(blocks / hw.units)
     cycles = math.ceil(per_sm_blocks / resident) * ksteps * per_round
+    if prefetch:      # the first step's loads, before the loop, are waited for
+        cycles += math.ceil(per_sm_blocks / resident) * latency
     # the epilogue from registers, once per output
     epilogue = sum(op_flops(info.op(m), hw) for m in common["ops"] if m != gk.contraction)
     share = min(1.0, blocks / hw.units)

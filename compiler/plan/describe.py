@@ -48,6 +48,7 @@ def tiles_text(g: dict) -> str:
     if g.get("gemm"):
         bk, tq, tp = g["gemm"]
         tc = f", {g['tensor_cores']} tensor cores (mma.sync m16n8k16)" if g.get("tensor_cores") else ""
+        tc += ", double-buffered" if g.get("double_buffered") else ""
         return f"{text}; tiled contraction: K step {bk}, {tq}x{tp} outputs per thread, {threads} threads{tc}"
     if g.get("row_threads"):
         return f"{text}; row kernel: {g['row_threads']} threads per row, {threads} threads"

@@ -48,6 +48,7 @@ class Group:
     row_threads: int = 0                 # row kernels (gpu): threads that split each row, cyclically
     gemm: tuple[int, ...] = ()           # contraction kernels (gpu): (bk, tq, tp, tx, ty), plan/gemm.py
     mma: str = ""                        # contraction kernels on tensor cores: their operands' type (f16, bf16)
+    prefetch: bool = False               # contraction kernels: the K loop double-buffered through registers
 
     @property
     def serial(self) -> bool:
@@ -67,7 +68,8 @@ class Group:
 
     @property
     def tiling(self) -> Tiling:
-        return Tiling(self.block_tiles, self.thread_tiles, self.mapped, self.row_threads, self.gemm[:3])
+        gemm = self.gemm[:3] + ((1,) if self.prefetch else ())
+        return Tiling(self.block_tiles, self.thread_tiles, self.mapped, self.row_threads, gemm)
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ class FusionPlan:
                 "kernel": g.id, "root": g.root, "serial": g.serial, "loops": list(self.info.op(g.root).loops),
                 "block_tiles": list(g.block_tiles), "thread_tiles": list(g.thread_tiles),
                 "threads": list(g.threads()), "row_threads": g.row_threads, "gemm": list(g.gemm[:3]),
-                "tensor_cores": g.mma,
+                "tensor_cores": g.mma, "double_buffered": g.prefetch,
                 "ops": [{"id": op, "label": self.info.op(op).label, "role": role,
                          "loc": _loc(self.info.op(op).loc)} for op, role in g.roles],
             } for g in self.groups],
@@ -212,6 +214,8 @@ def _contraction_note(info: ChainInfo, g: Group, chooser: TileChooser) -> list[s
             how = f", on FMAs, not tensor cores: {why}"
         else:
             how = ""
+        if g.prefetch:
+            how += ", double-buffered (the next K step loaded into registers while this one computes)"
         return [f"kernel {g.id}: %{c.id} {c.label} as {tiled_name}, {k} in steps of {g.gemm[0]} through "
                 f"shared memory, {g.gemm[1]}x{g.gemm[2]} outputs per thread{how}: predicted "
                 f"{time_text(choice.cost.time_s)}{other}"]
@@ -364,7 +368,7 @@ def _make_group(info: ChainInfo, gid: int, members: set[int], chooser: TileChoos
     roles = tuple((m, _role(info, m, root)) for m in ops)
     t = chooser.best(frozenset(members)).tiling
     return Group(gid, root, ops, roles, t.block, t.thread, t.mapped, t.row_threads, _gemm_dims(info, members, root, t),
-                 _gemm_mma(info, members, root, t, chooser.hw))
+                 _gemm_mma(info, members, root, t, chooser.hw), len(t.gemm) > 3 and bool(t.gemm[3]))
 
 
 def _gemm_dims(info: ChainInfo, members, root: int, t: Tiling) -> tuple[int, ...]:
@@ -421,8 +425,9 @@ class PlanError(ValueError):
 
 def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProfile) -> FusionPlan:
     """A plan from {"groups": [{"ops": [...], "block_tiles": [...], "thread_tiles": [...],
-    "row_threads": T, "gemm": [bk, tq, tp]}]} (row_threads: a gpu row kernel's threads per row,
-    plan/rows.py; gemm: a gpu contraction kernel's K step and register tile, plan/gemm.py).
+    "row_threads": T, "gemm": [bk, tq, tp], "double_buffered": false}]} (row_threads: a gpu row
+    kernel's threads per row, plan/rows.py; gemm: a gpu contraction kernel's K step and register
+    tile, plan/gemm.py; double_buffered: its K loop prefetches the next step into registers).
     Fills and pads may be omitted: they join the group of their consumer. The model prices it
     (predicted times) but decides nothing."""
     groups = []
@@ -460,13 +465,22 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
         if gemm:
             if target != "gpu" or row_threads or any(thread):
                 raise PlanError(f"group {gid}: gemm is a gpu contraction kernel, without thread tiles or row threads")
+            if len(gemm) > 3:
+                raise PlanError(f"group {gid}: gemm {list(gemm)}: needs [bk, tq, tp] (double buffering is "
+                                "\"double_buffered\": true)")
             why = gemm_tiling_error(info, members, root, block, gemm, hw.max_threads_per_block)
             if why:
                 raise PlanError(f"group {gid}: gemm {list(gemm)}: {why}")
+        prefetch = g.get("double_buffered", False)
+        if not isinstance(prefetch, bool):
+            raise PlanError(f"group {gid}: double_buffered must be true or false, not {prefetch!r}")
+        if prefetch and not gemm:
+            raise PlanError(f"group {gid}: double_buffered is for a contraction kernel (gemm)")
+        gemm = gemm[:3] + ((1,) if prefetch else ())
         t = Tiling(block, thread, mapped, row_threads, gemm)
         groups.append(Group(gid, root, tuple(sorted(members)), tuple((m, _role(info, m, root)) for m in sorted(members)),
                             block, thread, mapped, row_threads, _gemm_dims(info, members, root, t),
-                            _gemm_mma(info, members, root, t, hw)))
+                            _gemm_mma(info, members, root, t, hw), prefetch))
     missing = [o.id for o in info.ops if o.is_compute and o.id not in seen]
     if missing:
         raise PlanError(f"ops {missing} are in no group")

@@ -10,6 +10,7 @@ candidate, the default being about four chunks per core.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -210,10 +211,12 @@ class TileChooser:
     # ---- gpu contraction kernels: block tiles x K step x register tiles -----------------------
     def _gemm_search(self, members, root) -> Choice | None:
         """Every contraction-kernel shape (plan/gemm.py) from side tiles of 16-128 (Q) and 32-256
-        (P) outputs, K steps of 8-32 and register tiles of 2-8 a side, priced by the model, less
+        (P) outputs, K steps of 8-32 and register tiles of 2-8 a side, each with and without
+        double buffering, priced by the model, less
         those whose registers the model says spill (local memory) or do not fit on an SM; the
-        start is 64 x 64, K step 16, 4 x 4 per thread; another shape must be 2% faster to win,
-        and one that leaves SMs idle gives way to one within the margin that fills them."""
+        start is 64 x 64, K step 16, 4 x 4 per thread; another shape must be 2% faster to win.
+        Only shapes that give every SM a block of 64 threads or more are taken, when there are
+        any (issue 10's full wave: >= 132 blocks on the H200)."""
         gk = gemm_kernel(self.info, members, root)
         if isinstance(gk, str):
             return None
@@ -248,8 +251,8 @@ class TileChooser:
                 bp = math.prod(tiles[of_loop[cl]] for cl in gk.loops_of("p"))
                 for bk in (8, 16, 32):
                     for tq in (t for t in (2, 4, 8) if bq % t == 0):
-                        for tp in sorted({t for t in (2, 4, 7, 8) if bp % t == 0}):
-                            t = Tiling(block, (0,) * n, mapped, 0, (bk, tq, tp))
+                        for tp, buffered in itertools.product(sorted({t for t in (2, 4, 7, 8) if bp % t == 0}), (0, 1)):
+                            t = Tiling(block, (0,) * n, mapped, 0, (bk, tq, tp) + ((1,) if buffered else ()))
                             if t in evaluated or (bq // tq) * (bp // tp) < min_threads:
                                 continue
                             if gemm_tiling_error(self.info, members, root, block, t.gemm,
@@ -258,14 +261,17 @@ class TileChooser:
                                 if c.occupancy == 0 or c.bytes_spilled > 0:
                                     continue          # registers spill, or a block does not fit on an SM
                                 evaluated[t] = c
-                                if (sq, sp, bk, tq, tp) == (64, 64, 16, 4, 4):
+                                if (sq, sp, bk, tq, tp, buffered) == (64, 64, 16, 4, 4, 0):
                                     start = t
         if not evaluated:
             return None
-        fastest = min(evaluated, key=lambda k: evaluated[k].time_s)
-        best = (start if start is not None and evaluated[fastest].time_s >= evaluated[start].time_s * (1 - MARGIN)
+        # at least one full wave (a block of 64 or more threads for every SM) whenever a shape
+        # gives one: larger tiles that leave SMs idle are ranked but not taken
+        filling = {t: c for t, c in evaluated.items() if c.blocks >= self.hw.units and c.threads >= 64}
+        pool = filling or evaluated
+        fastest = min(pool, key=lambda k: pool[k].time_s)
+        best = (start if start in pool and pool[fastest].time_s >= pool[start].time_s * (1 - MARGIN)
                 else fastest)
-        best = self._filling(best, evaluated)
         ranked = tuple(sorted(((t, c.time_s) for t, c in evaluated.items()), key=lambda x: (x[1], x[0] != best)))
         return Choice(best, evaluated[best], ranked)
 

@@ -9,7 +9,8 @@ to loops. Instead:
 - the root is marked `fusec.block_gemm` with the tiles: [bk, tq, tp], the static block tile of
   each contraction loop (`fusec.gemm_tiles`), each loop's side (`fusec.gemm_sides`: q, p,
   batch, k), per root loop, the contraction loop it is (`fusec.gemm_root_loops`) and, on
-  tensor cores (Group.mma), the operands' type (`fusec.gemm_mma`);
+  tensor cores (Group.mma), the operands' type (`fusec.gemm_mma`) and, double-buffered
+  (Group.prefetch), `fusec.gemm_prefetch`;
 - every other linalg op of the kernel, and every buffer of the block that only those ops use, is
   marked `fusec.absorbed`: the template evaluates them where it needs their values (producers in
   the tile loader, the epilogue from the accumulators), so they never run as loops and their
@@ -30,6 +31,7 @@ ABSORBED = "fusec.absorbed"
 TILES = "fusec.gemm_tiles"
 SIDES = "fusec.gemm_sides"
 MMA = "fusec.gemm_mma"          # on tensor cores: the operands' type (f16 | bf16)
+PREFETCH = "fusec.gemm_prefetch"   # double-buffered: the next K step loaded into registers first
 ROOT_LOOPS = "fusec.gemm_root_loops"
 MARKS = (BLOCK_GEMM, CONTRACTION, ABSORBED)
 _VIEWS = ("memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast")
@@ -96,6 +98,8 @@ def _mark(plan: FusionPlan, g: Group, tagged: dict) -> None:
     root.attributes[ROOT_LOOPS] = _i64_array(gk.root_loops)
     if g.mma:
         root.attributes[MMA] = ir.StringAttr.get(g.mma)
+    if g.prefetch:
+        root.attributes[PREFETCH] = ir.UnitAttr.get()
     block = root.block
     if c.block != block:
         raise CompilerInternalError("gpu", f"kernel {g.id}: its contraction and root are in different blocks")

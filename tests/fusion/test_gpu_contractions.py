@@ -54,6 +54,9 @@ def test_conv_gathers_its_padded_window_in_the_tile_loader():
     ({"block_tiles": [64, 64], "gemm": [16, 1, 1]}, "threads per block"),
     ({"block_tiles": [64, 64], "thread_tiles": [4, 4], "gemm": [16, 4, 4]}, "without thread tiles"),
     ({"block_tiles": [64, 64], "gemm": [16, 4]}, "each at least 1"),
+    ({"block_tiles": [64, 64], "gemm": [16, 4, 4, 1]}, "double_buffered"),
+    ({"block_tiles": [64, 64], "gemm": [16, 4, 4], "double_buffered": 1}, "must be true or false"),
+    ({"block_tiles": [64, 64], "double_buffered": True}, "for a contraction kernel"),
 ])
 def test_impossible_contraction_kernels_are_refused(spec, why):
     with pytest.raises(PlanError, match=why):
@@ -113,3 +116,36 @@ def test_every_contraction_kernel_says_how_and_why():
         (note,) = [d for d in st.plan.decisions if d.startswith("kernel 0: %1 matmul as ")]
         assert "tiled contraction" in note and "dot product per output" in note    # both predictions
         assert ("as tiled contraction" in note) == bool(g.gemm)
+
+
+@pytest.mark.parametrize("src,binding,block,gemm", [CASES[i] for i in (0, 1, 5, 8)])
+def test_double_buffered_kernels_match_the_reference_on_the_simulator(src, binding, block, gemm):
+    """The K loop with the next step prefetched into registers: edges, K = 1 (no second step),
+    a conv's gathered window, a Q side across batches."""
+    planned = stages(src, binding=binding, plan=None).plan
+    ops = sorted({m for g in planned.groups for m in g.ops if planned.info.op(m).kind not in ("fill", "pad")})
+    plan = {"groups": [{"ops": ops, "block_tiles": block, "gemm": gemm, "double_buffered": True}]}
+    st = stages(src, binding=binding, plan=plan)
+    assert st.plan.groups[0].prefetch and "fusec.gemm_prefetch" in st.texts["gpu"]
+    kernel = st.emitted.source[st.emitted.source.index("def k0"):st.emitted.source.index("def run_")]
+    loop = kernel[kernel.index("for k0 in range"):]
+    assert "pf = " in kernel[:kernel.index("for k0 in range")]      # the first step before the loop
+    assert loop.index("cuda.syncthreads()") < loop.index(f"if k0 + {gemm[0]} < ")   # stored, then the next loaded
+    name = st.plan.chain
+    prog = fusec.compile(src, target="cuda-sim", options={"baseline": False, "plans": {name: plan}})
+    (c,) = getattr(prog, name).check(binding=binding, seed=5)
+    assert c.ok, c.describe()
+    assert getattr(prog, name).compiled(binding).plan["groups"][0]["double_buffered"] is True
+
+
+def test_the_model_double_buffers_where_it_pays():
+    from fusec.compiler.plan.cost import Tiling
+    for binding in ({"M": 512, "K": 1024, "N": 4096}, {"M": 4096, "K": 1024, "N": 4096}, {"M": 64, "K": 64, "N": 64}):
+        st = stages(MLP, binding=binding)
+        (g,) = st.plan.groups
+        other = Tiling(g.block_tiles, g.thread_tiles, g.mapped, 0, g.gemm[:3] + (() if g.prefetch else (1,)))
+        chosen = {t: s for t, s in st.plan.candidates[0]}
+        assert g.tiling in chosen
+        assert other not in chosen or chosen[g.tiling] <= chosen[other]      # the faster of the two
+        assert ("double-buffered" in st.plan.format()) == g.prefetch
+    assert stages(MLP, binding={"M": 4096, "K": 1024, "N": 4096}).plan.groups[0].prefetch   # 128x256 tiles, one block an SM

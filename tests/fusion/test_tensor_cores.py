@@ -27,8 +27,8 @@ def _stages(src, binding, plan=None, hw=H200):
                                                                   plans={"t": plan} if plan else {}))
 
 
-def _plan(block, gemm):
-    return {"groups": [{"ops": [1, 2], "block_tiles": block, "gemm": gemm}]}
+def _plan(block, gemm, double_buffered=False):
+    return {"groups": [{"ops": [1, 2], "block_tiles": block, "gemm": gemm, "double_buffered": double_buffered}]}
 
 
 def test_f16_contractions_take_tensor_cores_and_f32_ones_do_not():
@@ -38,7 +38,7 @@ def test_f16_contractions_take_tensor_cores_and_f32_ones_do_not():
     st = _stages(F32, big)
     assert st.plan.groups[0].gemm and st.plan.groups[0].mma == ""
     text = _stages(F16, big).plan.format()
-    assert "f16 tensor cores (mma.sync m16n8k16)" in text and "on f16 tensor cores (mma.sync): predicted" in text
+    assert "f16 tensor cores (mma.sync m16n8k16)" in text and "as tiled contraction, K = 1024 in steps of" in text and "on f16 tensor cores (mma.sync)" in text
 
 
 @pytest.mark.parametrize("block,gemm,why", [
@@ -73,15 +73,17 @@ def test_the_tensor_core_kernel_report():
         assert site.efficiency >= 0.9, (site.line, site.expr, site.efficiency)
 
 
-CASES = [  # (binding, block tiles, [bk, tq, tp]): edges on every side, K not a multiple of BK
-    ({"M": 37, "K": 41, "N": 27}, [16, 16], [16, 2, 2]),
-    ({"M": 40, "K": 20, "N": 33}, [32, 32], [16, 4, 4]),
+CASES = [  # (binding, block tiles, [bk, tq, tp], double-buffered): edges on every side, K not a
+    # multiple of BK, and a K loop that prefetches its next step
+    ({"M": 37, "K": 41, "N": 27}, [16, 16], [16, 2, 2], False),
+    ({"M": 40, "K": 20, "N": 33}, [32, 32], [16, 4, 4], False),
+    ({"M": 20, "K": 64, "N": 17}, [16, 16], [32, 2, 2], True),
 ]
 
 
-@pytest.mark.parametrize("binding,block,gemm", CASES)
-def test_tensor_core_kernels_on_the_simulator(binding, block, gemm):
-    plan = _plan(block, gemm)
+@pytest.mark.parametrize("binding,block,gemm,db", CASES)
+def test_tensor_core_kernels_on_the_simulator(binding, block, gemm, db):
+    plan = _plan(block, gemm, db)
     assert _stages(F16, binding, plan).plan.groups[0].mma == "f16"
     prog = fusec.compile(F16, target="cuda-sim", options={"baseline": False, "plans": {"t": plan}})
     (c,) = prog.t.check(binding=binding, seed=5)
@@ -120,10 +122,11 @@ def _emulated_f16():
     return pack, mma
 
 
-@pytest.mark.parametrize("binding,block,gemm", CASES)
-def test_the_mma_path_itself_under_an_emulated_warp(binding, block, gemm):
+@pytest.mark.parametrize("binding,block,gemm,db", CASES)
+def test_the_mma_path_itself_under_an_emulated_warp(binding, block, gemm, db):
     from numba import cuda
-    st = _stages(F16, binding, _plan(block, gemm))
+    st = _stages(F16, binding, _plan(block, gemm, db))
+    assert st.plan.groups[0].prefetch == db
     sim_branch = "    _FMA_ONLY = True\n    _pack_f16x2 = _mma_f16 = None\n"
     assert sim_branch in st.emitted.source and "_mma_f16(" in st.emitted.source
     source = st.emitted.source.replace(sim_branch, "    _FMA_ONLY = False\n    _pack_f16x2, _mma_f16 = _EMULATED\n")
