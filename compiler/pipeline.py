@@ -19,6 +19,7 @@ DIR/<chain>.<NN>-<stage>.<ext>, so a whole --dump-dir lists in pipeline order.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -115,7 +116,30 @@ def _plan(job: Job, st: ChainStages) -> None:
     hand = o.plan_for(job.chain) if o.fuse else None
     plan = (plan_from_dict(info, o.target, hand, hw=hw) if hand is not None
             else plan_chain(info, o.target, fuse=o.fuse, hw=hw, tuned=json.loads(o.tuned) if o.tuned else None))
-    st.plan = with_eager_transfers(plan, st.texts.get("linalg"), st.module.context)
+    st.plan = _with_eager(plan, st.texts.get("linalg"), st.module.context)
+
+
+_EAGER: dict[tuple[str, str], tuple] = {}       # (chain, hash of its linalg text) -> the "eager" transfers
+_EAGER_KEPT = 16
+
+
+def _with_eager(plan: FusionPlan, linalg_text: str | None, context) -> FusionPlan:
+    """with_eager_transfers, once per linalg text: its eager baseline parses and analyses the
+    lowered module again (superlinear in the chain's length), and the builds of one chain (fused
+    and unfused, autotuning's candidates, a fallback's plans) all lower to the same text."""
+    if not linalg_text:
+        return plan
+    key = (plan.chain, hashlib.sha256(linalg_text.encode()).hexdigest())
+    entry = _EAGER.get(key)
+    if entry is None:
+        eager = with_eager_transfers(plan, linalg_text, context)
+        if len(eager.transfers) != len(plan.transfers) + 1 or eager.transfers[0][0] != "eager":
+            return eager                            # no eager baseline for this module
+        entry = eager.transfers[0]
+        if len(_EAGER) >= _EAGER_KEPT:
+            _EAGER.pop(next(iter(_EAGER)))
+        _EAGER[key] = entry
+    return replace(plan, transfers=(entry,) + plan.transfers)
 
 
 def _tiled(job: Job, st: ChainStages) -> None:
@@ -177,24 +201,35 @@ def compile_source(text: str, path: str, chain: str, binding: dict[str, int] | N
     return _run(job, ChainStages(chain), until, dump_dir)
 
 
+Progress = Callable[[str], None]             # told each stage's name before it runs
+
+
 def compile_typed(chain: TypedChain, binding: dict[str, int] | None = None, *,
                   options: CompileOptions = CompileOptions(), until: str | None = None,
-                  dump_dir: str | Path | None = None) -> ChainStages:
+                  dump_dir: str | Path | None = None, progress: Progress | None = None) -> ChainStages:
     """The stages from `linalg` on, for a chain already parsed and checked."""
     job = Job(chain.name, tuple(sorted((binding or {}).items())), options)
-    return _run(job, ChainStages(chain.name, typed=chain), until, dump_dir)
+    return _run(job, ChainStages(chain.name, typed=chain), until, dump_dir, progress=progress)
 
 
-def _run(job: Job, st: ChainStages, until: str | None, dump_dir) -> ChainStages:
+def _run(job: Job, st: ChainStages, until: str | None, dump_dir, done: dict[str, float] | None = None,
+         progress: Progress | None = None) -> ChainStages:
+    """The stages in order, from `ast` or, for a chain already parsed and checked, from
+    `linalg`. `done`: front-end stages run once for the whole file (stage -> its seconds): their
+    texts are recorded and dumped here, their work is not done again. `progress`: told the
+    name of each stage as it starts."""
     check_pass_names(job.options.disabled_passes)
     if until is not None and until not in STAGE_NAMES:
         raise ValueError(f"unknown stage {until!r}; the stages are: {', '.join(STAGE_NAMES)}")
     for stage in STAGES:
         if stage.name in FRONT_END and st.typed is not None and st.ast is None:
             continue                                     # resumed from a typed chain
+        if progress is not None:
+            progress(stage.name)
         t0 = time.perf_counter()
-        _run_stage(stage, job, st, dump_dir)
-        st.seconds[stage.name] = time.perf_counter() - t0
+        if done is None or stage.name not in done:
+            _run_stage(stage, job, st, dump_dir)
+        st.seconds[stage.name] = time.perf_counter() - t0 if done is None or stage.name not in done else done[stage.name]
         st.texts[stage.name] = stage.text(st, job.options)
         if dump_dir is not None:
             path = dump_path(dump_dir, job.chain, stage.name)
@@ -231,10 +266,24 @@ def run_source_stages(text: str, path: str, chains: Iterable[str], bindings: dic
                       dump_dir: str | Path | None = None) -> dict[str, str]:
     """Every stage's text from `ast` (through `until`) for the named chains of a source:
     {stage: text}. With several chains a stage's text is the per-chain texts in order, separated
-    by `// -----` (mlir-opt's split marker)."""
+    by `// -----` (mlir-opt's split marker). The file is parsed and checked once, and each
+    chain goes on from its typed chain; what a chain's later stages made is dropped once its
+    texts are kept."""
     bindings = bindings or {}
-    return _joined([compile_source(text, path, c, bindings.get(c, {}), options=options, until=until,
-                                   dump_dir=dump_dir) for c in chains])
+    t0 = time.perf_counter()
+    module = parse(text, path)
+    t1 = time.perf_counter()
+    typed = check(module)
+    done = {"ast": t1 - t0, "typed": time.perf_counter() - t1}
+    by_name = {c.name: c for c in typed.chains}
+    per_chain = []
+    for c in chains:
+        if c not in by_name:
+            raise KeyError(c)
+        job = Job(c, tuple(sorted(bindings.get(c, {}).items())), options, text, path)
+        st = _run(job, ChainStages(c, ast=module, typed=by_name[c]), until, dump_dir, done)
+        per_chain.append(ChainStages(c, texts=st.texts, seconds=st.seconds))
+    return _joined(per_chain)
 
 
 def run_stages(typed: TypedModule, bindings: dict[str, dict[str, int]] | None = None, *,
@@ -282,17 +331,23 @@ class ChainBuild:
 
 
 def build_chain(chain: TypedChain, binding: dict[str, int], options: CompileOptions,
-                timer: Timer | None = None) -> ChainBuild:
+                timer: Timer | None = None, progress: Progress | None = None) -> ChainBuild:
     """Compile one chain: the build that runs and (options.baseline, fusing) the unfused one.
-    With options.autotune, `timer` times candidate builds on the target (compiler/plan/autotune.py)."""
+    With options.autotune, `timer` times candidate builds on the target (compiler/plan/autotune.py).
+    `progress`: told what is being done ("fused: tiled", "autotune: candidate 3", ...)."""
+    def told(prefix: str) -> Progress | None:
+        return None if progress is None else (lambda what: progress(f"{prefix}: {what}"))
     if options.autotune and options.fuse and options.tuned is None and options.plan_for(chain.name) is None:
         if timer is None:
             raise ValueError("autotuning needs a timer for the target")
-        options = replace(options, tuned=_autotuned(chain, binding, options, timer))
-    builds = {"fused": compile_typed(chain, binding, options=options)}
+        options = replace(options, tuned=_autotuned(chain, binding, options, timer, progress))
+    builds = {"fused": compile_typed(chain, binding, options=options,
+                                     progress=told("fused" if options.fuse else "unfused"))}
     if options.baseline and options.fuse:
         unfused = replace(options, fuse=False, plans=(), tuned=None, autotune=False, kernel_report=False)
-        builds["unfused"] = compile_typed(chain, binding, options=unfused)
+        builds["unfused"] = compile_typed(chain, binding, options=unfused, progress=told("unfused"))
+    if progress is not None and options.kernel_report and options.target == "gpu":
+        progress("kernel report")
     reports = _measured(builds["fused"], options) if options.kernel_report and options.target == "gpu" else ()
     return ChainBuild(chain, dict(binding), options, builds, reports)
 
@@ -307,13 +362,22 @@ def _measured(st: ChainStages, options: CompileOptions) -> tuple:
     return reports
 
 
-def _autotuned(chain: TypedChain, binding: dict[str, int], options: CompileOptions, timer: Timer) -> str:
+def _autotuned(chain: TypedChain, binding: dict[str, int], options: CompileOptions, timer: Timer,
+               progress: Progress | None = None) -> str:
     """Measured tiles for the chain's kernels: the model's best candidates of each, timed."""
     base = replace(options, autotune=False, tuned=None, baseline=False)
+    if progress is not None:
+        progress("autotune: planning")
     plan = compile_typed(chain, binding, options=base, until="plan").plan
+    timed = [0]
 
     def measure(tuned: dict) -> float:
+        timed[0] += 1
+        if progress is not None:
+            progress(f"autotune: candidate {timed[0]} (compile)")
         st = compile_typed(chain, binding, options=replace(base, tuned=json.dumps(tuned, sort_keys=True)))
+        if progress is not None:
+            progress(f"autotune: candidate {timed[0]} (timing)")
         return timer(st.emitted.source, st.emitted.entries[chain.name].host)
 
     tuned, _ = autotune.tune(plan, measure)

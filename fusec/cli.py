@@ -7,9 +7,11 @@
     fusec run DIR [--inputs in.npz] [--save out.npz] [--kernel-report]
                                                             run one (no MLIR needed)
     fusec test PATH... [--update] [--target T]              golden tests
+    fusec cache list|info|clear                             the compile cache
 
 Exit status: 0 ok, 1 a mistake in the input (printed as file:line:col diagnostics),
-2 an internal error (with a reproduction hint), 3 a numerics mismatch.
+2 an internal error (with a reproduction hint), 3 a numerics mismatch, 4 a fallback: a fused
+kernel failed the numerics check and the unfused kernels of its ops ran instead (right outputs).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from fusec.dsl.diagnostics import FdslError
 from fusec.dsl.typed import TypedChain, TypedModule
 from fusec.runtime import npz, reference
 from fusec.runtime.artifact import ArtifactError
+from fusec.runtime.cache import CacheError as CompileCacheError
 from fusec.runtime.compare import compare
 from fusec.runtime.files import atomic_write
 from fusec.runtime.memory import check_memory, parse_size
@@ -38,6 +41,7 @@ from . import api
 from .errors import NumericsError, UsageError
 
 DEFAULT_SIZE = 64
+FALLBACK_EXIT = 4           # the outputs are right, but only because a fused kernel was replaced (--fallback)
 MEMORY_FLAG = "--max-memory SIZE"
 
 
@@ -77,6 +81,16 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _quiet_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress line on stderr (it is only drawn on a terminal anyway)")
+
+
+def _progress(args) -> "Progress":
+    from .progress import Progress
+    return Progress(quiet=getattr(args, "quiet", False))
+
+
 def _memory_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-memory", type=_size, metavar="SIZE",
                    help="refuse, before allocating anything, a chain whose buffers would need more than SIZE "
@@ -113,8 +127,16 @@ def _main_parser() -> argparse.ArgumentParser:
                    help="time the model's best tile candidates on the target and keep the fastest "
                         "(cached on disk by kernel, shapes, dtype and hardware)")
     p.add_argument("--plot", metavar="DIR", help="write roofline.png, traffic.png and breakdown.png to DIR")
+    p.add_argument("--fallback", action=argparse.BooleanOptionalAction, default=True,
+                   help="a fused kernel whose outputs fail the numerics check is replaced by the unfused kernels "
+                        "of its ops and the run goes on; the report names it and fusec exits 4 (default: on; "
+                        "--no-fallback: exit 3 on the failure)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="compile every chain again rather than load it from the compile cache "
+                        "($FUSEC_CACHE_DIR/compiled; also FUSEC_NO_CACHE=1), and store nothing there")
     _kernel_report_flag(p)
     _memory_flag(p)
+    _quiet_flag(p)
     return p
 
 
@@ -155,6 +177,7 @@ def _test_parser() -> argparse.ArgumentParser:
                    help="symbol sizes: for --update (default 64); when testing, a check of the golden inputs' sizes")
     p.add_argument("--seed", type=_seed, default=0, help="seed for --update's random inputs (default 0)")
     _memory_flag(p)
+    _quiet_flag(p)
     return p
 
 
@@ -167,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_compile(_compile_parser().parse_args(argv[1:]))
         if argv and argv[0] == "run":
             return _cmd_run(_run_parser().parse_args(argv[1:]))
+        if argv and argv[0] == "cache":
+            return _cmd_cache(_cache_parser().parse_args(argv[1:]))
         return _cmd_main(_main_parser().parse_args(argv))
     except FdslError as e:
         print(e.render(), file=sys.stderr)
@@ -174,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"fusec: error: {e}", file=sys.stderr)
         return 1
-    except (TargetError, ArtifactError, NpzError, CacheError) as e:
+    except (TargetError, ArtifactError, NpzError, CacheError, CompileCacheError) as e:
         print(f"fusec: error: {e}", file=sys.stderr)
         return 1
     except MemoryError:
@@ -394,8 +419,11 @@ def _user_options(args, baseline: bool = True) -> dict:
 
 def _program(text: str, path: str, target: str | None, args, baseline: bool = True):
     from fusec.program import compile_source
-    return compile_source(text, path, target, _user_options(args, baseline),
-                          max_memory=getattr(args, "max_memory", None))
+    program = compile_source(text, path, target, _user_options(args, baseline),
+                             max_memory=getattr(args, "max_memory", None),
+                             cache=False if getattr(args, "no_cache", False) else None)
+    program.progress = _progress(args)
+    return program
 
 
 def _run_compiled(args, program, plans, seed: int) -> int:
@@ -408,7 +436,24 @@ def _run_compiled(args, program, plans, seed: int) -> int:
         inputs = inputs if inputs is not None else reference.random_inputs(chain, binding, seed)
         if args.explain:
             print(format_plan(compiled.plan, explain=True, binding=binding))
-        rep = run_and_check(compiled, inputs, running="fused" if program.options.fuse else "unfused")
+        program.progress.show(f"{chain.name}: running and checking (Numba compiles on the first call)")
+        try:
+            rep = run_and_check(compiled, inputs, running="fused" if program.options.fuse else "unfused")
+        finally:
+            program.progress.clear()
+        if not rep.ok and args.fallback and program.options.fuse:
+            from .fallback import repair
+            program.progress.show(f"{chain.name}: numerics check failed; looking for the kernel at fault")
+            try:
+                fb = repair(program, compiled, inputs, "; ".join(f"out {i}: {why}"
+                                                                  for i, why in rep.failed_outputs().items()))
+                if fb is not None:
+                    compiled = fb.compiled
+                    program.progress.show(f"{chain.name}: running the fallback build")
+                    rep = run_and_check(compiled, inputs)
+                    rep.fallback = fb
+            finally:
+                program.progress.clear()
         rep.kernel_report = compiled.kernel_report
         print(rep.format())
         reports.append(rep)
@@ -434,9 +479,13 @@ def _report_without_running(args, plans) -> int:
     from fusec.program import check_supported
     options = compile_options(Target("cuda"), _user_options(args, baseline=False))
     reports = []
+    progress = _progress(args)
     for chain, _inputs, binding in plans:
         check_supported(chain, Target("cuda"))
-        built = build_chain(chain, binding, options)
+        try:
+            built = build_chain(chain, binding, options, progress=progress.stage(f"{chain.name}: compiling"))
+        finally:
+            progress.clear()
         rep = UnrunReport(chain.name, "cuda", dict(binding), built.plan.summary(), list(built.kernel_report),
                           _NOT_RUN, "fused" if options.fuse else "unfused")
         print(rep.format())
@@ -449,6 +498,7 @@ def _finish(args, reports, saved) -> int:
     failed), then exit 0, or 3 when an output failed."""
     failures = [f for r in reports for f in r.failures()]
     failed = {r.chain: r.failed_outputs() for r in reports if r.failed_outputs()}
+    fallbacks = [r for r in reports if getattr(r, "fallback", None) is not None]
     if getattr(args, "save", None):
         try:
             npz.save(args.save, saved, failed)
@@ -456,8 +506,10 @@ def _finish(args, reports, saved) -> int:
             raise UsageError(f"--save: {e}") from None
     if getattr(args, "report", None):
         import json
-        data = {"fusec": fusec_version(), "status": "numerics mismatch" if failures else "ok",
-                "exit_status": 3 if failures else 0, "failed": failures,
+        data = {"fusec": fusec_version(),
+                "status": "numerics mismatch" if failures else "fallback" if fallbacks else "ok",
+                "exit_status": 3 if failures else FALLBACK_EXIT if fallbacks else 0, "failed": failures,
+                "fallbacks": [dict(r.fallback.as_dict(), chain=r.chain) for r in fallbacks],
                 "chains": [r.as_dict() for r in reports]}
         try:
             atomic_write(args.report, json.dumps(data, indent=2) + "\n")
@@ -465,6 +517,11 @@ def _finish(args, reports, saved) -> int:
             raise UsageError(f"--report {args.report}: cannot write it: {e.strerror or e}") from None
     if failures:
         raise NumericsError("; ".join(failures))
+    if fallbacks:
+        print(f"fusec: fallback: {len(fallbacks)} chain{'s' if len(fallbacks) != 1 else ''} ran with a fused kernel "
+              f"replaced by unfused ones ({', '.join(r.chain for r in fallbacks)}); exit status {FALLBACK_EXIT}",
+              file=sys.stderr)
+        return FALLBACK_EXIT
     return 0
 
 
@@ -540,15 +597,19 @@ def _cmd_test(args: argparse.Namespace) -> int:
     every = [c for _, _, typed in modules for c in typed.chains]
     bind = _bind(args.bind, every, ", ".join(p for p, _, _ in modules) or "the files")
     passed = failed = 0
-    for path, text, typed in modules:
+    progress = _progress(args)
+    for n, (path, text, typed) in enumerate(modules, 1):
         gpath = golden_path(path)
+        where = f"[{n}/{len(modules)}] {os.path.basename(path)}"
         if args.update:
             chains = {}
             for c in typed.chains:
                 binding = _binding(c, bind)
                 check_memory(c, binding, args.max_memory, MEMORY_FLAG)
+                progress.show(f"{where}::{c.name}: running the reference")
                 inputs = reference.random_inputs(c, binding, args.seed)
                 chains[c.name] = _entry(c, inputs, reference.run_chain(c, inputs, binding))
+            progress.clear()
             npz.save(gpath, chains)
             print(f"wrote {gpath} ({len(chains)} chains)")
             continue
@@ -563,11 +624,17 @@ def _cmd_test(args: argparse.Namespace) -> int:
             print(f"{path}: the golden file {gpath} holds no chain; skipped")
             continue
         program = _program(text, path, args.target, args, baseline=False)
+        program.progress, program.progress_label = progress, f"{where}::"
         for c in tested:
             entry = golden[c.name]
             chain, inputs, binding = _plan(c, golden, bind, args.max_memory)
             inputs = inputs if inputs is not None else []
-            outs = program.chains[c.name].compiled(binding).fused(*inputs)
+            compiled = program.chains[c.name].compiled(binding)
+            progress.show(f"{where}::{c.name}: running")
+            try:
+                outs = compiled.fused(*inputs)
+            finally:
+                progress.clear()
             problems = []
             for i, t in enumerate(c.output_types):
                 want = entry["out"].get(str(i))
@@ -602,6 +669,7 @@ def _compile_parser() -> argparse.ArgumentParser:
     p.add_argument("--hw", choices=_hw_names(), type=str.lower,
                    help="the hardware profile the cost model plans for (default: h200 for cuda, measured cpu)")
     _memory_flag(p)
+    _quiet_flag(p)
     return p
 
 
@@ -637,9 +705,14 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     check_replaceable(Path(args.output))      # before compiling (which may measure the cpu first)
     options = compile_options(target, _user_options(args))
     builds = []
-    for c in chains:
+    progress = _progress(args)
+    for i, c in enumerate(chains):
         binding = bindings[c.name]
-        built = build_chain(c, binding, options)
+        try:
+            built = build_chain(c, binding, options,
+                                progress=progress.stage(f"[{i + 1}/{len(chains)}] {c.name}: compiling"))
+        finally:
+            progress.clear()
         builds.append(built)
         n = built.plan.kernel_count
         print(f"compiled {c.name} [{', '.join(f'{k}={v}' for k, v in binding.items())}]: "
@@ -706,3 +779,42 @@ def _report_artifact_without_running(args, a, typed: TypedModule) -> int:
         reports.append(UnrunReport(name, "cuda", binding, meta.plan, artifact_kernel_report(a, name), _NOT_RUN, build))
         print(reports[-1].format())
     return _finish(args, reports, {})
+
+
+# ---- fusec cache -----------------------------------------------------------------------------
+
+def _cache_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="fusec cache", description="Show or empty the compile cache ($FUSEC_CACHE_DIR/compiled, "
+                "default ~/.cache/fusec/compiled): one compiled artifact per chain, binding, options, hardware "
+                "profile and target, least recently used evicted past $FUSEC_CACHE_MAX_SIZE (default 1G).")
+    p.add_argument("action", choices=("list", "info", "clear"),
+                   help="list: every entry, least recently used first; info: where, how many, how big; "
+                        "clear: remove every entry")
+    return p
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from fusec.program import compile_cache_dir
+    from fusec.runtime.cache import CompileCache, age
+    from fusec.runtime.memory import format_bytes
+    cache = CompileCache(compile_cache_dir())
+    cache.check()
+    if args.action == "info":
+        info = cache.info()
+        cap = ("$FUSEC_CACHE_MAX_SIZE" if info["max_size_from"] != "default"
+               else "the default; set FUSEC_CACHE_MAX_SIZE to change it")
+        print(f"compile cache: {info['directory']}")
+        print(f"  {info['entries']} entr{'y' if info['entries'] == 1 else 'ies'}, {info['size']} of at most "
+              f"{info['max_size']} ({cap})")
+        return 0
+    if args.action == "list":
+        entries = cache.entries()
+        if not entries:
+            print(f"the compile cache {cache.root} is empty")
+        for e in entries:
+            print(f"{e.name}  {format_bytes(e.bytes)}  used {age(e.last_used)}")
+        return 0
+    gone = cache.clear()
+    print(f"removed {len(gone)} entr{'y' if len(gone) == 1 else 'ies'} ({format_bytes(sum(e.bytes for e in gone))}) "
+          f"from {cache.root}")
+    return 0

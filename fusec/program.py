@@ -9,10 +9,15 @@ MLIR's CPU JIT instead of compiled kernels.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib
+import json
 import os
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -22,25 +27,30 @@ from fusec.compiler.options import CompileOptions
 from fusec.dsl.diagnostics import Diagnostic, FdslError
 from fusec.dsl.typed import TypedChain, TypedModule
 from fusec.runtime import artifact as art
+from fusec.runtime import cache as cache_mod
+from fusec.runtime.cache import CompileCache, entry_name
 from fusec.runtime import reference
 from fusec.runtime.compare import Comparison, compare
-from fusec.runtime.executable import Executable
+from fusec.runtime.executable import Executable, as_input, input_shape
 from fusec.runtime.memory import check_memory
 from fusec.runtime.targets import Target, best_available, select
 
 from . import api
+from .progress import QUIET, Progress
 from .version import __version__
 
 Options = CompileOptions
 
 
 def compile_options(target: Target, options: CompileOptions | dict | None = None, *,
-                    plans: bool = True) -> CompileOptions:
+                    plans: bool = True, quick: bool = False) -> CompileOptions:
     """The options of a compile for `target`: `options` (an object, or a dict of its fields where
     `hw` may name the hardware profile: h200, h100, a100, seed, cpu, device), FUSEC_NO_FUSE=1,
     the target's kind, and the profile resolved (the running device on `cuda`; this machine's
     measured profile on `cpu`, measured once with a notice). `plans=False`: nothing will be
-    planned (stages before `plan` only), so no profile is needed."""
+    planned (stages before `plan` only), so no profile is needed. `quick`: on `cpu`, take the
+    cached profile as it is on disk, without the calibration module (which imports the MLIR
+    bindings); Program checks it before it compiles anything with it."""
     d = dict(options) if isinstance(options, dict) else None
     hw = d.pop("hw", None) if d is not None else None
     opts = CompileOptions.make(d if d is not None else options)
@@ -48,6 +58,12 @@ def compile_options(target: Target, options: CompileOptions | dict | None = None
         opts = replace(opts, fuse=False)
     kind = target.kind if target.compiled else "cpu"
     opts = replace(opts, target=kind)
+    if (quick and plans and kind == "cpu" and target.compiled and opts.hardware is None and hw is None
+            and "fusec.compiler.calibrate" not in sys.modules):
+        from fusec.compiler.plan.hardware import cached_cpu_profile
+        profile = cached_cpu_profile()
+        if profile is not None:
+            return replace(opts, hardware=profile)
     if plans and target.compiled and (opts.hardware is None or hw is not None):
         from fusec.compiler.calibrate import hardware_profile
         name = hw or ("device" if target.name == "cuda" else None)
@@ -73,6 +89,21 @@ class CompiledChain:
     artifact_dir: Path | None
     kernel_counts: dict[str, int] = field(default_factory=dict)   # build -> kernels in its plan
     kernel_report: list | None = None    # the running build's KernelReports (options.kernel_report)
+    cache: str = "off"                   # the compile cache: "hit", "miss" (built and stored) or "off"
+
+    def timed_seconds(self) -> dict[str, float]:
+        """This process's compile times: the stages (or the cache load), Numba's compile of each
+        build that has run (`numba.fused`, `numba.unfused`), and `total`."""
+        out = dict(self.compile_seconds)
+        ran = [(name, exe) for name, exe in (("fused", self.fused), ("unfused", self.unfused))
+               if exe is not None and exe.jit_s is not None]
+        for name, exe in ran:
+            out[f"numba.{name}"] = exe.jit_s
+        if ran:
+            out["numba.init"] = sum(exe.init_s for _, exe in ran)
+        out["total"] = (out.get("compile", out.get("load", 0.0))
+                        + sum(out.get(f"numba.{b}", 0.0) for b in ("fused", "unfused")))
+        return out
 
     def __call__(self, *arrays):
         outs = self.fused(*arrays)
@@ -92,8 +123,16 @@ class Chain:
         return self.typed.name
 
     def binding_for(self, arrays) -> dict[str, int]:
-        shaped = [np.empty(getattr(x, "shape", ()), dtype=getattr(x, "dtype", np.float32)) for x in arrays]
+        """The symbols' sizes from the inputs' shapes (inputs as as_input takes them)."""
+        shaped = []
+        for i, x in enumerate(arrays):
+            shape, dtype = input_shape(as_input(x, self._param(i)))
+            shaped.append(np.lib.stride_tricks.as_strided(np.zeros((), dtype), shape, [0] * len(shape)))
         return reference.bind_symbols(self.typed, shaped)
+
+    def _param(self, i: int) -> str:
+        params = self.typed.param_nodes
+        return f"input '{params[i].name}' of chain '{self.name}'" if i < len(params) else f"input {i}"
 
     def compiled(self, binding: dict[str, int]) -> CompiledChain:
         """The chain built for `binding` (once per binding). A binding whose buffers would not
@@ -105,6 +144,9 @@ class Chain:
         return self._builds[key]
 
     def __call__(self, *arrays):
+        """Run on NumPy arrays, anything with __array__ or __dlpack__ (NumPy arrays back), or on
+        `cuda` device arrays (__cuda_array_interface__; Numba device arrays back)."""
+        arrays = [as_input(x, self._param(i)) for i, x in enumerate(arrays)]
         return self.compiled(self.binding_for(arrays))(*arrays)
 
     def plan(self, binding: dict[str, int]) -> dict | None:
@@ -129,7 +171,8 @@ class Program:
     """The result of fusec.compile: `program.chains[name]` (or `program.name`) are callables."""
 
     def __init__(self, typed: TypedModule, target: Target, options: CompileOptions, source: str,
-                 cache: Path | None, max_memory: int | None = None):
+                 cache: Path | None, max_memory: int | None = None, persistent: bool = False,
+                 requested: CompileOptions | dict | None = None):
         self.typed = typed
         self.target = target
         self.options = options
@@ -137,6 +180,11 @@ class Program:
         self.max_memory = max_memory       # bytes a run may need (None: a quarter of this machine's memory)
         self._cache = cache
         self._scratch: tempfile.TemporaryDirectory | None = None   # removed with the program
+        self.persistent = persistent       # builds go through the compile cache (runtime/cache.py)
+        self._requested = requested        # the options as given (a quick cpu profile is checked from them)
+        self._profile_checked = not (target.kind == "cpu" and "fusec.compiler.calibrate" not in sys.modules)
+        self.progress: Progress = QUIET    # the command line's status line (fusec/progress.py); none by default
+        self.progress_label = ""           # what the status line says before "CHAIN: compiling"
         self.chains = {c.name: Chain(self, c) for c in typed.chains}
 
     def __getitem__(self, name: str) -> Chain:
@@ -150,32 +198,106 @@ class Program:
 
     @property
     def cache(self) -> Path:
-        """Where this program's artifacts are written: the given cache directory, else a
-        temporary directory removed when the program is."""
+        """Where this program's artifacts are written: the compile cache (persistent), else the
+        given directory, else a temporary directory removed when the program is."""
         if self._cache is None:
             self._scratch = tempfile.TemporaryDirectory(prefix="fusec-")
             self._cache = Path(self._scratch.name)
         return self._cache
+
+    def compile_cache(self) -> CompileCache:
+        return CompileCache(self.cache, warn=_notice)
+
+    def cache_entry(self, chain: TypedChain, binding: dict[str, int], options: CompileOptions | None = None) -> str:
+        """The compile cache's entry name of `chain` built for `binding` with these options."""
+        digest = cache_key(self.source, chain.name, binding, options or self.options, self.target)
+        return entry_name(chain.name, binding, digest)
 
     def check(self, bindings: dict[str, dict[str, int]] | None = None, seed: int = 0) -> dict[str, list[Comparison]]:
         """Every chain against the reference on seeded inputs."""
         return {n: c.check(binding=(bindings or {}).get(n), seed=seed) for n, c in self.chains.items()}
 
     # ---- building ------------------------------------------------------------------------
-    def _build(self, chain: TypedChain, binding: dict[str, int]) -> CompiledChain:
+    def _build(self, chain: TypedChain, binding: dict[str, int], options: CompileOptions | None = None) -> CompiledChain:
+        """The chain built for `binding`, with the program's options (or `options`: a fallback's
+        hand plan), from the compile cache when it holds the build."""
         if not self.target.compiled:
             return _reference_chain(chain, binding, self.target, self.options)
         check_supported(chain, self.target)
+        imported = _import_numba(self.target)
+        t0 = time.perf_counter()
+        if self.persistent:
+            found = self._cached(chain, binding, options or self.options)
+            if found is not None:
+                compiled = load_chain(found, chain, self.target, _stage_texts(found, chain.name), numba_cache=True)
+                if (options or self.options).kernel_report:
+                    compiled.kernel_report = artifact_kernel_report(found, chain.name)
+                compiled.compile_seconds = {"load": time.perf_counter() - t0, "numba.import": imported}
+                compiled.cache = "hit"
+                return compiled
+            if options is None and self._check_profile():
+                return self._build(chain, binding)          # the checked profile is another one
+        options = options or self.options
         from fusec.compiler.pipeline import build_chain
-        built = build_chain(chain, binding, self.options, timer=_timer(chain, binding, self.target))
-        tag = "_".join(f"{k}{v}" for k, v in sorted(binding.items())) or "static"
-        directory = self.cache / f"{chain.name}.{tag}"
-        _set_aside_if_not_an_artifact(directory)
-        write_artifact(directory, self.target, self.typed.file.path, self.source, built.options, [built])
-        compiled = load_chain(art.load(directory), chain, self.target, built.main.texts)
+        try:
+            built = build_chain(chain, binding, options, timer=_timer(chain, binding, self.target),
+                                progress=self.progress.stage(f"{self.progress_label}{chain.name}: compiling") if self.progress.enabled
+                                else None)
+        finally:
+            self.progress.clear()
+
+        def write(directory: Path) -> Path:
+            texts = json.dumps(built.main.texts, sort_keys=True).encode()
+            return write_artifact(directory, self.target, self.typed.file.path, self.source, built.options, [built],
+                                  extra={f"{chain.name}.stages.json": texts})
+        if self.persistent:
+            directory = self.compile_cache().store(self.cache_entry(chain, binding, options), write)
+        else:
+            tag = "_".join(f"{k}{v}" for k, v in sorted(binding.items())) or "static"
+            directory = self.cache / f"{chain.name}.{tag}"
+            if options is not self.options:
+                directory = directory.with_name(directory.name + "." + options.key())
+            _set_aside_if_not_an_artifact(directory)
+            write(directory)
+        compiled = load_chain(art.load(directory), chain, self.target, built.main.texts, numba_cache=self.persistent)
         if built.options.kernel_report:
             compiled.kernel_report = list(built.kernel_report)
+        compiled.compile_seconds = dict(compiled.compile_seconds, compile=time.perf_counter() - t0,
+                                        **{"numba.import": imported})
+        compiled.cache = "miss" if self.persistent else "off"
         return compiled
+
+    def _cached(self, chain: TypedChain, binding: dict[str, int], options: CompileOptions) -> art.Artifact | None:
+        """The chain's checked artifact from the compile cache, when one was stored."""
+        def accept(found: art.Artifact) -> str | None:
+            if found.options_key != options.key() or found.target != self.target.name:
+                return "was compiled with other options"
+            if found.source() != self.source or chain.name not in found.chains:
+                return "was compiled from another source"
+            return None
+        return self.compile_cache().lookup(self.cache_entry(chain, binding, options), accept)
+
+    def _check_profile(self) -> bool:
+        """Before compiling with a cpu profile read quickly from disk: the calibration module's
+        check of it (which moves an invalid one aside and measures again). True when the
+        checked profile is another one (the options change with it)."""
+        if self._profile_checked:
+            return False
+        self._profile_checked = True
+        checked = compile_options(self.target, self._requested)
+        if checked == self.options:
+            return False
+        self.options = checked
+        return True
+
+
+def _import_numba(target: Target) -> float:
+    """Import what the emitted modules import (Numba, and its CUDA part on cuda targets), so
+    that a build's times are not its imports'; returns the seconds that took (0 once done)."""
+    t0 = time.perf_counter()
+    for name in ("numba", "numba.extending") + (("numba.cuda",) if target.is_cuda else ()):
+        importlib.import_module(name)
+    return time.perf_counter() - t0
 
 
 def _set_aside_if_not_an_artifact(directory: Path) -> None:
@@ -210,8 +332,9 @@ def check_supported(chain: TypedChain, target: Target) -> None:
 
 
 def write_artifact(directory: str | Path, target: Target, source_path: str, source: str,
-                   options: CompileOptions, builds) -> Path:
-    """An artifact of chain builds (fusec.compiler.pipeline.ChainBuild), all with `options`."""
+                   options: CompileOptions, builds, extra: dict[str, bytes] | None = None) -> Path:
+    """An artifact of chain builds (fusec.compiler.pipeline.ChainBuild), all with `options`;
+    `extra`: more files for it (a compile cache entry's stage texts)."""
     chains = {}
     for b in builds:
         main = b.main
@@ -226,7 +349,7 @@ def write_artifact(directory: str | Path, target: Target, source_path: str, sour
     hardware = options.hardware.as_dict() if options.hardware else None
     as_data = dict(options.as_dict(), hardware=options.hardware.name if options.hardware else None)
     return art.write(directory, target=target.name, source_path=source_path, source=source, version=__version__,
-                     chains=chains, options=as_data, options_key=options.key(), hardware=hardware)
+                     chains=chains, options=as_data, options_key=options.key(), hardware=hardware, extra=extra)
 
 
 def artifact_kernel_report(artifact: art.Artifact, chain: str) -> list:
@@ -275,12 +398,50 @@ def _reference_chain(chain: TypedChain, binding: dict[str, int], target: Target,
     return CompiledChain(chain, binding, target, run, None, None, {}, {}, None)
 
 
-def load_chain(artifact: art.Artifact, chain: TypedChain, target: Target, texts: dict | None = None) -> CompiledChain:
-    """The runtime half: executables from an artifact's emitted modules (no MLIR needed)."""
+def _stage_texts(artifact: art.Artifact, chain: str) -> dict | None:
+    """The stage texts a compile cache entry keeps beside its chain (None when it has none)."""
+    path = artifact.directory / f"{chain}.stages.json"
+    try:
+        texts = json.loads(path.read_text(encoding="utf-8"))      # checked with the entry
+    except (OSError, ValueError):
+        return None
+    return texts if isinstance(texts, dict) and all(isinstance(v, str) for v in texts.values()) else None
+
+
+def cache_key(source: str, chain: str, binding: dict[str, int], options: CompileOptions, target: Target) -> str:
+    """What a compile cache entry is the build of: the compiler (its version and its code),
+    the FDSL source, the chain, the binding, the options (their hash holds the hardware
+    profile) and the runtime target."""
+    return cache_mod.key(fusec=__version__, format=art.FORMAT, compiler=compiler_digest(),
+                         source=hashlib.sha256(source.encode("utf-8")).hexdigest(), chain=chain,
+                         binding=sorted(binding.items()), options=options.key(),
+                         hardware=options.hardware.as_dict() if options.hardware else None, target=target.name)
+
+
+@functools.lru_cache(maxsize=1)
+def compiler_digest() -> str:
+    """A hash of the compiler's and the language's code: a cached build is never reused by a
+    compiler that has changed since, version bump or not."""
+    import fusec.compiler as compiler_pkg
+    import fusec.dsl as dsl_pkg
+    h = hashlib.sha256()
+    for pkg in (compiler_pkg, dsl_pkg):
+        root = Path(pkg.__file__).resolve().parent
+        for f in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".lark") and "__pycache__" not in p.parts):
+            h.update(f.relative_to(root).as_posix().encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def load_chain(artifact: art.Artifact, chain: TypedChain, target: Target, texts: dict | None = None,
+               numba_cache: bool = False) -> CompiledChain:
+    """The runtime half: executables from an artifact's emitted modules (no MLIR needed);
+    `numba_cache`: Numba caches its compile of them in the artifact (Artifact.module)."""
     meta = artifact.chains[chain.name]
     dtypes = [p.type.dtype.np for p in chain.param_nodes]
-    fused = Executable(artifact.module(chain.name, "fused"), target, dtypes, f"{chain.name}/fused")
-    unfused = (Executable(artifact.module(chain.name, "unfused"), target, dtypes, f"{chain.name}/unfused")
+    fused = Executable(artifact.module(chain.name, "fused", numba_cache), target, dtypes, f"{chain.name}/fused")
+    unfused = (Executable(artifact.module(chain.name, "unfused", numba_cache), target, dtypes,
+                          f"{chain.name}/unfused")
                if "unfused" in meta.builds else None)
     if texts is None:
         texts = {"plan": (artifact.directory / f"{chain.name}.plan.txt").read_text()}
@@ -291,21 +452,37 @@ def load_chain(artifact: art.Artifact, chain: TypedChain, target: Target, texts:
 
 
 def compile(path_or_source: str, target: str | None = None, options=None, cache_dir: str | None = None,
-            max_memory: int | None = None) -> Program:
+            max_memory: int | None = None, cache: bool | None = None) -> Program:
     """Compile FDSL (a path or source text) for `target` ('cuda', 'cuda-sim', 'cpu', or the
     references 'reference' and 'mlir-jit'; default: cuda when a GPU is present, else cpu).
     Chains compile lazily, once per symbol binding; a binding whose buffers would need more
     than `max_memory` bytes (default: a quarter of this machine's memory) is refused before
-    anything is allocated. Artifacts go to `cache_dir`, else to a temporary directory removed
-    with the program."""
+    anything is allocated. `cache` (default: on unless FUSEC_NO_CACHE=1): builds go through the
+    persistent compile cache in `cache_dir` (default $FUSEC_CACHE_DIR/compiled); without it
+    artifacts go to `cache_dir`, else to a temporary directory removed with the program."""
     text, path = api.read_source(path_or_source)
-    return compile_source(text, path, target, options, cache_dir, max_memory)
+    return compile_source(text, path, target, options, cache_dir, max_memory, cache)
 
 
 def compile_source(text: str, path: str, target: str | None = None, options=None, cache_dir: str | None = None,
-                   max_memory: int | None = None) -> Program:
+                   max_memory: int | None = None, cache: bool | None = None) -> Program:
     """`compile` of FDSL source `text` read from `path` (what the command line calls)."""
     typed = api.check(api.parse_text(text, path))
     tgt = select(target or best_available())
-    return Program(typed, tgt, compile_options(tgt, options), text, Path(cache_dir) if cache_dir else None,
-                   max_memory)
+    persistent = (cache_enabled() if cache is None else bool(cache)) and tgt.compiled
+    opts = compile_options(tgt, options, quick=persistent)
+    root = Path(cache_dir) if cache_dir else (compile_cache_dir() if persistent else None)
+    if persistent:
+        CompileCache(root).check()
+    return Program(typed, tgt, opts, text, root, max_memory, persistent, options)
+
+
+def cache_enabled() -> bool:
+    """The persistent compile cache is on unless FUSEC_NO_CACHE=1."""
+    return os.environ.get("FUSEC_NO_CACHE") != "1"
+
+
+def compile_cache_dir() -> Path:
+    """$FUSEC_CACHE_DIR/compiled (default ~/.cache/fusec/compiled)."""
+    from fusec.compiler.plan.hardware import cache_dir
+    return cache_dir() / "compiled"

@@ -33,6 +33,8 @@ class ChainReport:
     running: str = "fused"          # which build produced `outputs`
     untimed: str | None = None      # why the builds were not timed (cuda-sim)
     kernel_report: list[KernelReport] | None = None   # of the build that ran (--kernel-report)
+    cache: str = "off"              # the compile cache: hit, miss or off
+    fallback: object = None         # fusec.fallback.Fallback: the fused kernel replaced before these outputs
 
     @property
     def ok(self) -> bool:
@@ -97,12 +99,16 @@ class ChainReport:
             "model": self.predicted(),
             "numerics": numerics_dicts(self.comparisons, self.output_types),
             "compile_seconds": self.compile_seconds,
+            "cache": self.cache,
+            "fallback": self.fallback.as_dict() if self.fallback is not None else None,
             "kernel_report": _kernel_dicts(self.kernel_report),
         }
 
     def format(self) -> str:
         lines = plan_lines(self.chain, self.binding, self.target, self.plan,
                            " (unfused build: --no-fuse)" if self.running == "unfused" else "", self.unfused_kernels)
+        if self.fallback is not None:
+            lines += self.fallback.lines()
         if self.untimed:
             lines.append(f"  time: {self.untimed}")
         elif self.fused:
@@ -294,4 +300,6 @@ def run_and_check(compiled: CompiledChain, inputs: list[np.ndarray], timing: boo
         rep.fused = compiled.fused.time(inputs)
         if compiled.unfused is not None:
             rep.unfused = compiled.unfused.time(inputs)
+    rep.compile_seconds = compiled.timed_seconds()     # with Numba's compile of what ran
+    rep.cache = compiled.cache
     return rep

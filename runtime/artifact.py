@@ -10,6 +10,8 @@ A directory holding, for one FDSL file, one target and one symbol binding per ch
     <chain>.fused.py       the emitted kernels + host function (fused plan)
     <chain>.unfused.py     the same chain, one kernel per linalg op (the baseline/fallback)
     <chain>.plan.txt       the fusion plan as `--emit plan` prints it
+    <chain>.stages.json    (compile cache entries, runtime/cache.py) every stage's text
+    __pycache__/           (compile cache entries, cpu) Numba's cache of the modules' functions
 
 `write` stores one: into a new directory beside the target, which then replaces the target
 whole (a previous artifact there is removed; a directory that is not an artifact is refused).
@@ -64,12 +66,15 @@ class Artifact:
     def source(self) -> str:
         return self.source_file.read_text(encoding="utf-8")
 
-    def module(self, chain: str, build: str):
-        """Import (once) the emitted module of a chain's build; returns its host function."""
+    def module(self, chain: str, build: str, numba_cache: bool = False):
+        """Import (once) the emitted module of a chain's build; returns its host function.
+        `numba_cache`: Numba caches what it compiles of a cpu module on disk, in the artifact's
+        __pycache__, so a later process loads the machine code instead of compiling it again
+        (not for a module with an object-mode block, which Numba cannot reload from its cache)."""
         b = self.chains[chain].builds[build]
         path = self.directory / b["module"]
-        key = "fusec_kernels_" + hashlib.sha1(str(path.resolve()).encode() +
-                                              path.read_bytes()).hexdigest()[:16]
+        source = path.read_bytes()
+        key = "fusec_kernels_" + hashlib.sha1(str(path.resolve()).encode() + source).hexdigest()[:16]
         mod = sys.modules.get(key)
         if mod is None:
             spec = importlib.util.spec_from_file_location(key, path)
@@ -80,10 +85,21 @@ class Artifact:
             except BaseException:
                 del sys.modules[key]
                 raise
+            if numba_cache and self.target == "cpu" and b"numba.objmode(" not in source:
+                _enable_numba_cache(mod)
         host = getattr(mod, b["host"], None)
         if host is None:
             raise ArtifactError(f"{path} has no function {b['host']}, which manifest.json names; recompile it")
         return host
+
+
+def _enable_numba_cache(mod: types.ModuleType) -> None:
+    """Numba's on-disk cache for every njit function the module defines (their source is a
+    real file: the cache is keyed by its path and modification time)."""
+    for value in list(vars(mod).values()):
+        py = getattr(value, "py_func", None)
+        if getattr(py, "__module__", None) == mod.__name__ and hasattr(value, "enable_caching"):
+            value.enable_caching()
 
 
 def function_from_source(source: str, name: str, label: str = "fusec"):
@@ -104,12 +120,13 @@ def _manifest_checksum(manifest: dict) -> str:
 
 def write(directory: str | Path, *, target: str, source_path: str, source: str, version: str,
           chains: dict[str, tuple[ChainArtifact, dict[str, str], str]], options: dict | None = None,
-          options_key: str = "", hardware: dict | None = None) -> Path:
-    """chains: name -> (metadata, {build: python source}, plan text). Replaces `directory`
-    when it holds an artifact (or is empty); refuses any other directory, and a file."""
+          options_key: str = "", hardware: dict | None = None, extra: dict[str, bytes] | None = None) -> Path:
+    """chains: name -> (metadata, {build: python source}, plan text); `extra`: more files by
+    name (checksummed like the others). Replaces `directory` when it holds an artifact (or is
+    empty); refuses any other directory, and a file."""
     d = Path(directory)
     check_replaceable(d)
-    files: dict[str, bytes] = {"source.fdsl": source.encode("utf-8")}
+    files: dict[str, bytes] = {"source.fdsl": source.encode("utf-8"), **(extra or {})}
     manifest = {"format": FORMAT, "fusec": version, "target": target, "source": source_path,
                 "options": options or {}, "options_key": options_key, "hardware": hardware, "chains": {}}
     for name, (meta, sources, plan_text) in chains.items():

@@ -83,20 +83,66 @@ def unreliable(timings) -> str | None:
     return worst.unreliable()
 
 
+def as_input(x, name: str = "input"):
+    """An input as the runtime takes it: a NumPy array as it is; a device array (anything with
+    __cuda_array_interface__) as it is; anything else with __array__ (PyTorch cpu tensors, JAX
+    arrays, lists) through np.asarray, and a DLPack producer (__dlpack__ only) through
+    np.from_dlpack, both without a copy where the producer allows. A TypeError names what
+    cannot be read as an array."""
+    if isinstance(x, np.ndarray) or hasattr(x, "__cuda_array_interface__"):
+        return x
+    try:
+        if hasattr(x, "__dlpack__") and not hasattr(x, "__array__"):
+            return np.from_dlpack(x)
+        a = np.asarray(x)
+    except (TypeError, ValueError, RuntimeError, BufferError) as e:
+        raise TypeError(f"{name} ({type(x).__name__}) cannot be read as an array: {e}") from None
+    if a.dtype == object:
+        raise TypeError(f"{name} ({type(x).__name__}) is not an array of numbers")
+    return a
+
+
+def input_shape(x) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype of an input from as_input (a device array's from its interface)."""
+    if isinstance(x, np.ndarray):
+        return x.shape, x.dtype
+    cai = x.__cuda_array_interface__
+    return tuple(cai["shape"]), np.dtype(cai["typestr"])
+
+
 class Executable:
-    """host(*arrays) -> tuple of arrays, for one target. NumPy inputs give NumPy outputs; on
-    `cuda`, device arrays (anything with __cuda_array_interface__) in give device arrays out."""
+    """host(*arrays) -> tuple of arrays, for one target. Host inputs (NumPy arrays, anything
+    with __array__ or __dlpack__: as_input) give NumPy outputs; on `cuda`, device arrays
+    (anything with __cuda_array_interface__) in give Numba device arrays out."""
 
     def __init__(self, host, target: Target, input_dtypes: list[np.dtype], name: str):
         self.host = host
         self.target = target
         self.input_dtypes = input_dtypes
         self.name = name
+        self.jit_s: float | None = None   # Numba's compile (or cache load) of the host, at the first run
+        self.init_s = 0.0                 # before it: Numba's registries loaded (once per process, first use)
+
+    def _compile_for(self, args) -> None:
+        """Before the first run: compile the host (a Numba dispatcher) for these arguments and
+        time it, apart from the run (Numba loads it from its cache when it can)."""
+        dispatcher = hasattr(self.host, "py_func") and hasattr(self.host, "compile")
+        if dispatcher:
+            t0 = time.perf_counter()
+            self.host.typingctx.refresh()         # Numba's set-up of its target in this process
+            self.host.targetctx.refresh()
+            self.init_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        if dispatcher:
+            import numba
+            self.host.compile(tuple(numba.typeof(a) for a in args))
+        self.jit_s = time.perf_counter() - t0
 
     def prepare(self, arrays) -> list:
         """Inputs as the host function wants them (contiguous, right dtype, on the device)."""
         out = []
-        for x, dt in zip(arrays, self.input_dtypes):
+        for i, (x, dt) in enumerate(zip(arrays, self.input_dtypes)):
+            x = as_input(x, f"input {i}")
             if hasattr(x, "__cuda_array_interface__"):
                 out.append(x)
             else:
@@ -105,6 +151,8 @@ class Executable:
         return out
 
     def run_prepared(self, args) -> tuple:
+        if self.jit_s is None:
+            self._compile_for(args)
         return tuple(self.host(*args))
 
     def __call__(self, *arrays) -> list:

@@ -1,0 +1,225 @@
+"""The persistent compile cache: compiled artifacts (runtime/artifact.py) stored once per key and
+loaded by any later process, with no MLIR involved.
+
+    ROOT/<chain>.<binding>.<key>/    one artifact per (compiler version, FDSL source, chain,
+                                     binding, options hash, hardware profile, target); the
+                                     front door (fusec/program.py) makes the key
+    ROOT/<entry>/__pycache__/        Numba's own cache of the entry's cpu functions
+    ROOT/.staging/                   entries being written (renamed into place when whole)
+
+ROOT is $FUSEC_CACHE_DIR/compiled (default ~/.cache/fusec/compiled). An entry is written into
+the staging folder and renamed into place in one step: a reader sees a whole entry or none, and
+when two processes store the same entry the first rename wins and the second process's copy is
+dropped. A lookup checks the entry as `fusec run` checks an artifact (every file's SHA-256 and
+the manifest's own); a damaged one is reported in one line, removed and built again. An entry
+is removed by renaming it into the staging folder first, so no process ever loads half of one.
+The last use of an entry is its directory's modification time; after each store the least
+recently used entries are evicted until the cache is under its cap ($FUSEC_CACHE_MAX_SIZE,
+default 1 GiB).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from . import artifact as art
+from .memory import format_bytes, parse_size
+
+DEFAULT_MAX_BYTES = 1 << 30
+MAX_SIZE_VAR = "FUSEC_CACHE_MAX_SIZE"
+STAGING = ".staging"
+
+
+class CacheError(Exception):
+    """The compile cache cannot be used as configured (a bad $FUSEC_CACHE_MAX_SIZE, a cache
+    directory that is a file): a user error, exit 1, naming the variable or the path."""
+
+
+def max_bytes() -> int:
+    """The cache's cap: $FUSEC_CACHE_MAX_SIZE (8G, 512M, bytes), else DEFAULT_MAX_BYTES."""
+    text = os.environ.get(MAX_SIZE_VAR)
+    if not text:
+        return DEFAULT_MAX_BYTES
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise CacheError(f"{MAX_SIZE_VAR}={text}: {e}") from None
+
+
+def key(**parts) -> str:
+    """A stable hash of the parts of a cache key (JSON data)."""
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def entry_name(chain: str, binding: dict[str, int], digest: str) -> str:
+    tag = "_".join(f"{k}{v}" for k, v in sorted(binding.items())) or "static"
+    return f"{chain}.{tag}.{digest}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    path: Path
+    bytes: int
+    last_used: float                  # seconds since the epoch
+
+
+class CompileCache:
+    """The cache under `root` (see the module docstring). `warn(text)` is told, in one line,
+    of every damaged entry found."""
+
+    def __init__(self, root: str | Path, warn: Callable[[str], None] | None = None,
+                 cap: int | None = None):
+        self.root = Path(root)
+        self.warn = warn or (lambda text: None)
+        self.cap = cap
+
+    def check(self) -> None:
+        """A CacheError when the cap is not a size, or the cache cannot be a directory (it, or a
+        folder above, is a file)."""
+        max_bytes() if self.cap is None else None
+        above = next((p for p in (self.root, *self.root.parents) if p.exists()), None)
+        if above is not None and not above.is_dir():
+            raise CacheError(f"the compile cache {self.root} cannot be a directory: {above} is a file; remove it "
+                             "or set FUSEC_CACHE_DIR to a directory")
+
+    def lookup(self, name: str, accept: Callable[[art.Artifact], str | None] | None = None) -> art.Artifact | None:
+        """The checked artifact of entry `name`, marked as just used; None when there is none.
+        A damaged entry, or one `accept` finds a reason to refuse, is reported, removed and None."""
+        d = self.root / name
+        if not d.is_dir():
+            return None
+        try:
+            found = art.load(d)
+            why = accept(found) if accept else None
+        except art.ArtifactError as e:
+            if not d.exists():               # evicted or replaced while it was read: a plain miss
+                return None
+            why = f"is damaged ({str(e).split('; ')[0]})"
+        if why is not None:
+            self.warn(f"the cached build {d} {why}; removed it and compiling again")
+            self.remove(d)
+            return None
+        try:
+            os.utime(d)
+        except OSError:
+            pass
+        return found
+
+    def store(self, name: str, write: Callable[[Path], object]) -> Path:
+        """Entry `name`, written by `write(directory)` into the staging folder and renamed into
+        place; when another process stored it first, that entry is kept. Then evicts."""
+        self.check()
+        staging = self.root / STAGING / f"{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        d = self.root / name
+        try:
+            staging.parent.mkdir(parents=True, exist_ok=True)
+            write(staging)
+            try:
+                os.rename(staging, d)
+            except OSError:
+                if not d.is_dir():
+                    raise
+                shutil.rmtree(staging, ignore_errors=True)      # stored by another process first
+        except OSError as e:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise CacheError(f"cannot write to the compile cache {self.root}: {e.strerror or e}") from None
+        self.evict(keep=name)
+        return d
+
+    def entries(self) -> list[Entry]:
+        """Every entry, least recently used first."""
+        if not self.root.is_dir():
+            return []
+        out = []
+        for p in self.root.iterdir():
+            if p.name.startswith(".") or not p.is_dir() or p.is_symlink():
+                continue
+            try:
+                out.append(Entry(p.name, p, _tree_bytes(p), p.stat().st_mtime))
+            except OSError:
+                continue                     # removed meanwhile
+        return sorted(out, key=lambda e: (e.last_used, e.name))
+
+    def evict(self, keep: str | None = None) -> list[Entry]:
+        """Remove the least recently used entries (never `keep`) until the cache is under its cap."""
+        cap = self.cap if self.cap is not None else max_bytes()
+        entries = self.entries()
+        total = sum(e.bytes for e in entries)
+        removed = []
+        for e in entries:
+            if total <= cap:
+                break
+            if e.name == keep:
+                continue
+            self.remove(e.path)
+            total -= e.bytes
+            removed.append(e)
+        return removed
+
+    def clear(self) -> list[Entry]:
+        """Remove every entry (and anything left in the staging folder)."""
+        gone = self.entries()
+        for e in gone:
+            self.remove(e.path)
+        stale = self.root / STAGING
+        if stale.is_dir():
+            for p in stale.iterdir():
+                _remove_tree(p)
+        return gone
+
+    def remove(self, d: Path) -> None:
+        """Rename the entry out of the way (one atomic step), then delete it."""
+        aside = self.root / STAGING / f"{d.name}.gone.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        try:
+            aside.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(d, aside)
+        except OSError:
+            return                           # already removed, or another process has it
+        _remove_tree(aside)
+
+    def info(self) -> dict:
+        entries = self.entries()
+        total = sum(e.bytes for e in entries)
+        cap = self.cap if self.cap is not None else max_bytes()
+        return {"directory": str(self.root), "entries": len(entries), "bytes": total, "max_bytes": cap,
+                "size": format_bytes(total), "max_size": format_bytes(cap),
+                "max_size_from": MAX_SIZE_VAR if os.environ.get(MAX_SIZE_VAR) else "default"}
+
+
+def _tree_bytes(p: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(p):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _remove_tree(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        try:
+            p.unlink()
+        except OSError:
+            pass
+
+
+def age(seconds_since_epoch: float) -> str:
+    """'3 min ago' and the like, for `fusec cache list`."""
+    s = max(0.0, time.time() - seconds_since_epoch)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s / size:.0f} {unit} ago"
+    return f"{s:.0f} s ago"
