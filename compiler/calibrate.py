@@ -35,7 +35,7 @@ from .errors import CacheError
 from .options import CompileOptions
 from .pipeline import compile_typed
 from .plan.hardware import (GPU_WEIGHTS, GPUS, GB, KB, MB, HardwareProfile, blas_threads, cache_dir,
-                            cpu_cache_path, cpu_model, get, profile_from_dict, profile_key)
+                            cpu_cache_path, cpu_model, get, move_aside, profile_from_dict, profile_key)
 
 # plans the calibration chains: any fixed profile will do (they are timed, not predicted)
 CALIBRATION = replace(GPUS["seed"], name="calibration", kind="cpu", units=os.cpu_count() or 1)
@@ -161,12 +161,7 @@ def _cached(notice) -> HardwareProfile | None:
 
 
 def _invalid(path: Path, why: str, notice) -> None:
-    aside = path.with_name(path.name + ".invalid")
-    try:
-        os.replace(path, aside)
-        where = f"moved it to {aside.name}"
-    except OSError as e:
-        where = f"could not move it aside ({e.strerror})"
+    where = move_aside(path)
     if notice is not None:
         notice(f"the cached cpu profile {path} {why}; {where} and measuring again")
     return None

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from .cost import Tiling
-from .hardware import cache_dir, profile_key
+from .hardware import cache_dir, move_aside, profile_key
 from .planner import FusionPlan
 from .tilechoice import group_signature
 
@@ -50,13 +50,7 @@ def load_cache(path: Path | None = None) -> dict:
     import sys
 
     def invalid(why: str) -> dict:
-        aside = path.with_name(path.name + ".invalid")
-        try:
-            os.replace(path, aside)
-            where = f"moved it to {aside.name}"
-        except OSError as e:
-            where = f"could not move it aside ({e.strerror})"
-        print(f"fusec: the autotune cache {path} {why}; {where} and tuning again", file=sys.stderr)
+        print(f"fusec: the autotune cache {path} {why}; {move_aside(path)} and tuning again", file=sys.stderr)
         return {}
 
     path = path or cache_path()

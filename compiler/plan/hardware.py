@@ -219,6 +219,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("FUSEC_CACHE_DIR") or Path.home() / ".cache" / "fusec")
 
 
+def move_aside(path: Path) -> str:
+    """Move an invalid cache file to NAME.invalid; what happened, in words for a one-line report."""
+    aside = path.with_name(path.name + ".invalid")
+    try:
+        os.replace(path, aside)
+        return f"moved it to {aside.name}"
+    except OSError as e:
+        return f"could not move it aside ({e.strerror})"
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
