@@ -7,6 +7,8 @@
     python -m bench table                regenerate the README section from bench/results/
     python -m bench scaling              the compile-time scaling benchmark (10/100/1000 ops)
 
+On a terminal a progress line on stderr says what runs now (--quiet: none).
+
 For NumPy's real BLAS speed on machines that set OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE, run it as
 `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench` (the JSON records which kernel ran).
 """
@@ -46,7 +48,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scaling-sizes", default="10,100,1000")
     p.add_argument("--scaling-jit-max", type=int, default=100,
                    help="largest n whose emitted code is also Numba-compiled (jit time)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress line on stderr (it is only drawn on a terminal anyway)")
     return p
+
+
+def _logger(args):
+    """(log, status): log prints a result line (wiping the progress line first), status
+    redraws the progress line (fusec/progress.py: stderr, on a terminal, not with --quiet)."""
+    from fusec.progress import Progress
+    progress = Progress(quiet=args.quiet)
+
+    def log(text: str) -> None:
+        progress.clear()
+        print(text, flush=True)
+    return log, progress.show, progress.clear
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,8 +90,13 @@ def main(argv: list[str] | None = None) -> int:
 def _scaling(args) -> dict:
     from .scaling import run_scaling
     sizes = tuple(int(s) for s in args.scaling_sizes.split(",") if s)
-    print("compile-time scaling (cpu target):", flush=True)
-    return run_scaling(sizes, jit_max=args.scaling_jit_max, log=lambda s: print(s, flush=True))
+    log, status, clear = _logger(args)
+    log("compile-time scaling (cpu target):")
+    try:
+        return run_scaling(sizes, jit_max=args.scaling_jit_max, log=log, status=status)
+    finally:
+        clear()
+
 
 
 def _run(args) -> int:
@@ -102,8 +123,11 @@ def _run(args) -> int:
     from .machine import describe
     info = describe()
     info["malloc"] = malloc
-    results = run_suite(workloads, args.size, anchors, budget, log=lambda s: print(s, flush=True),
-                        machine_info=info)
+    log, status, clear = _logger(args)
+    try:
+        results = run_suite(workloads, args.size, anchors, budget, log=log, machine_info=info, status=status)
+    finally:
+        clear()
     if not args.no_scaling and not tiny and not only:
         results["compile_scaling"] = _scaling(args)
     results["wall_s"] = round(time.perf_counter() - t0, 1)

@@ -102,14 +102,18 @@ def fit_exponent(ns: list[int], ts: list[float]) -> float | None:
 
 
 def run_scaling(sizes=(10, 100, 1000), kinds=tuple(KINDS), target: str = "cpu", log=print,
-                jit_max: int = 100) -> dict:
+                jit_max: int = 100, status=None) -> dict:
     """Numba's jit time is measured up to n = jit_max only (it grows fast: see the results); the
-    fitted exponents cover the MLIR stages at every size and the jit where it was measured."""
+    fitted exponents cover the MLIR stages at every size and the jit where it was measured.
+    `status` (when given): what is being compiled now, for a progress line."""
+    status = status or (lambda text: None)
+    status("warm-up")
     compile_once(elementwise_chain(2), target)     # warm-up: imports, MLIR context, Numba
     out = {}
     for kind in kinds:
         rows = []
         for n in sizes:
+            status(f"compiling the {kind} chain of {n} ops")
             r = compile_once(KINDS[kind](n), target, jit=n <= jit_max)
             r["n"] = n
             rows.append(r)

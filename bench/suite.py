@@ -32,17 +32,20 @@ def git_commit() -> str | None:
 def run_suite(workloads: tuple[Workload, ...] = WORKLOADS, size: str = "full",
               anchors: tuple[str, ...] = CPU_ANCHORS, budget: Budget = Budget(),
               target: str = "cpu", log=print, machine_info: dict | None = None,
-              bandwidth: dict | None = None, gemm: dict | None = None) -> dict:
-    """Run every workload; `log` gets one line per step (progress for a long run)."""
+              bandwidth: dict | None = None, gemm: dict | None = None, status=None) -> dict:
+    """Run every workload; `log` gets one line per step (progress for a long run), `status`
+    (when given) what is being done now, for a progress line."""
+    status = status or (lambda text: None)
     import fusec
     info = machine_info or machine.describe()
     bandwidth = bandwidth or machine.copy_bandwidth(256 if size == "full" else 8)
     gemm = gemm if gemm is not None else machine.gemm_rate(2048 if size == "full" else 128)
     log(f"copy bandwidth {bandwidth['gbps']} GB/s; sgemm {gemm.get('gflops')} GFLOP/s")
     results = []
-    for w in workloads:
+    for i, w in enumerate(workloads, 1):
         log(f"[{w.name}]")
-        results.append(run_workload(w, size, anchors, budget, target, bandwidth, gemm, log))
+        results.append(run_workload(w, size, anchors, budget, target, bandwidth, gemm, log,
+                                    lambda what, i=i, w=w: status(f"[{i}/{len(workloads)}] {w.name}: {what}")))
         gc.collect()
     return {
         "schema": SCHEMA, "suite": "fusec-bench", "size": size, "target": target,
@@ -58,18 +61,21 @@ def run_suite(workloads: tuple[Workload, ...] = WORKLOADS, size: str = "full",
 
 
 def run_workload(w: Workload, size: str, anchors, budget: Budget, target: str,
-                 bandwidth: dict, gemm: dict, log=print) -> dict:
+                 bandwidth: dict, gemm: dict, log=print, status=None) -> dict:
+    status = status or (lambda text: None)
     binding = w.binding(size)
     inputs = w.make_inputs(binding, seed=0)
     load_before = _loadavg()
     oracle = _oracle(w, inputs, binding)
     impls: list[Impl] = []
     skipped: dict[str, str] = {}
+    status("compiling fusec's builds")
     try:
         impls += fusec_impls(w, binding, inputs, target)
     except Exception as e:          # a compiler failure is a result, not the end of the suite
         skipped["fusec fused"] = skipped["fusec unfused"] = _failure(e)
     for a in anchors:
+        status(f"preparing {a}")
         try:
             impls.append(prepare(a, w, inputs))
         except Skip as e:
@@ -78,6 +84,7 @@ def run_workload(w: Workload, size: str, anchors, budget: Budget, target: str,
             skipped[a] = _failure(e)
     for name, note in skipped.items():
         log(f"  skip {name}: {note}")
+    status(f"timing {len(impls)} implementations")
     samples = measure({i.name: i.call for i in impls}, budget)
     floor = machine.floor_ms(w.bytes(binding), w.flops(binding), bandwidth["gbps"], gemm.get("gflops"))
     out_impls = {}

@@ -2,12 +2,14 @@
 
     fusec FILE [--target T] [--emit STAGE] [--inputs in.npz] [--save out.npz] [--bind M=64,...]
                [--report r.json] [--no-fuse] [--dump-dir DIR] [--explain] [--hw NAME]
-               [--autotune] [--plot DIR] [--kernel-report]
+               [--autotune] [--plot DIR] [--kernel-report] [--quiet]
     fusec compile FILE -o DIR [--target T] [--bind ...]     write a compiled artifact
     fusec run DIR [--inputs in.npz] [--save out.npz] [--kernel-report]
                                                             run one (no MLIR needed)
     fusec test PATH... [--update] [--target T]              golden tests
     fusec cache list|info|clear                             the compile cache
+
+On a terminal, long work shows a progress line on stderr (fusec/progress.py); --quiet: none.
 
 Exit status: 0 ok, 1 a mistake in the input (printed as file:line:col diagnostics),
 2 an internal error (with a reproduction hint), 3 a numerics mismatch, 4 a fallback: a fused

@@ -239,10 +239,9 @@ class Program:
                 return self._build(chain, binding)          # the checked profile is another one
         options = options or self.options
         from fusec.compiler.pipeline import build_chain
+        told = self.progress.stage(f"{self.progress_label}{chain.name}: compiling") if self.progress.enabled else None
         try:
-            built = build_chain(chain, binding, options, timer=_timer(chain, binding, self.target),
-                                progress=self.progress.stage(f"{self.progress_label}{chain.name}: compiling") if self.progress.enabled
-                                else None)
+            built = build_chain(chain, binding, options, timer=_timer(chain, binding, self.target), progress=told)
         finally:
             self.progress.clear()
 
