@@ -173,12 +173,12 @@ def analyze(module: ir.Module) -> dict[str, ChainInfo]:
     for f_orig, f_gen in zip(module.body.operations, generic.body.operations):
         name = ir.StringAttr(f_orig.attributes["sym_name"]).value
         orig, gen = payload_ops(f_orig), payload_ops(f_gen)
-        out[name] = ChainInfo(name, tuple(_info(i, o, g, orig) for i, (o, g) in enumerate(zip(orig, gen))))
+        index = {id_: k for k, id_ in enumerate(map(_key, orig))}          # op -> its id, once per func
+        out[name] = ChainInfo(name, tuple(_info(i, o, g, index) for i, (o, g) in enumerate(zip(orig, gen))))
     return out
 
 
-def _info(i: int, orig, gen, all_ops) -> OpInfo:
-    index = {id_: k for k, id_ in enumerate(map(_key, all_ops))}
+def _info(i: int, orig, gen, index: dict) -> OpInfo:
     producers = tuple(_producer(v, index) for v in orig.operands)
     keys = tuple(_operand_key(v, index) for v in orig.operands)
     shapes = tuple(_shape(v.type) for v in orig.operands)
@@ -278,16 +278,16 @@ def _is_contraction(gen, maps, iters) -> bool:
 def _combining_ops(gen, n_in: int) -> tuple[str, ...]:
     """Short names of the body ops that read an accumulator (an outs block argument)."""
     block = gen.regions[0].blocks[0]
-    accs = {_key_value(a) for a in list(block.arguments)[n_in:]}
     out = []
     for op in block.operations:
-        if any(_key_value(v) in accs for v in op.operands) and op.name.split(".")[0] in ("arith", "math"):
+        if op.name.split(".")[0] in ("arith", "math") and any(_is_acc(v, n_in) for v in op.operands):
             out.append(op.name.split(".", 1)[1])
     return tuple(out)
 
 
-def _key_value(v) -> str:
-    return v.get_name() if hasattr(v, "get_name") else str(v)
+def _is_acc(v, n_in: int) -> bool:
+    """An outs argument of the body (by number: naming values prints the whole module)."""
+    return isinstance(v.owner, ir.Block) and ir.BlockArgument(v).arg_number >= n_in
 
 
 def _operand_key(value, index) -> str:
