@@ -130,8 +130,10 @@ def device_bandwidth(mbytes: int = 1024, reps: int = 20) -> dict:
             "method": f"device-to-device copy of {mbytes} MiB float32 (Numba CUDA), best of {reps}, CUDA events"}
 
 
-def run(directory: Path, out: Path, only: list[str] | None = None, target_name: str = "cuda") -> Path:
-    """target_name "cuda-sim" runs the same plumbing on Numba's simulator (tiny sizes; tests)."""
+def run(directory: Path, out: Path, only: list[str] | None = None, target_name: str = "cuda",
+        budget=None) -> Path:
+    """target_name "cuda-sim" runs the same plumbing on Numba's simulator (tiny sizes; tests);
+    `budget` (bench.timing.Budget) replaces the default timing budget (tests: one run)."""
     _ensure_lark(directory)
     _ensure_fusec()
     import tempfile
@@ -155,7 +157,7 @@ def run(directory: Path, out: Path, only: list[str] | None = None, target_name: 
     gpu = _gpu_name()
     bandwidth = device_bandwidth(1024 if manifest["size"] == "full" else 4)
     print(f"{gpu}: copy bandwidth {bandwidth['gbps']} GB/s", flush=True)
-    budget = Budget(seconds=GPU_SECONDS, min_runs=5, max_runs=100, warmup=3)
+    budget = budget or Budget(seconds=GPU_SECONDS, min_runs=5, max_runs=100, warmup=3)
     results = []
     for name, meta in manifest["workloads"].items():
         if only and name not in only:

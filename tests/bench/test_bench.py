@@ -128,7 +128,10 @@ def test_gpu_script_runs_from_artifacts_on_the_simulator(tmp_path):
         (tmp_path / "art" / "wheels" / wheel).write_text("")
     gpu.prepare(tmp_path / "art", only=["softmax"], size="tiny")
     assert (tmp_path / "art" / "softmax" / "manifest.json").exists()
-    path = gpu.run(tmp_path / "art", tmp_path / "out", target_name="cuda-sim")
+    from bench.timing import Budget
+    # one timed run per build: each is seconds of simulated threads (the default budget is 16)
+    path = gpu.run(tmp_path / "art", tmp_path / "out", target_name="cuda-sim",
+                   budget=Budget(seconds=0.0, min_runs=1, max_runs=1, warmup=0))
     doc = json.loads(path.read_text())
     [w] = doc["workloads"]
     assert doc["target"] == "cuda" and w["name"] == "softmax"
