@@ -46,7 +46,7 @@ import math
 
 from .values import EmitError, atom, add, floordiv, is_int, mod, mul, no_rule
 from ..mlir import ir
-from ..plan.gemm import tile_pad
+from ..plan.gemm import mma_tiles_error, tile_pad
 from ..transforms.gemm_kernels import ABSORBED, BLOCK_GEMM, CONTRACTION, MMA, PREFETCH, ROOT_LOOPS, SIDES, TILES
 
 MARK = BLOCK_GEMM
@@ -188,10 +188,9 @@ class _Gemm:
         if dims and dims != (str(self.tx), str(self.ty), "1"):
             raise EmitError(f"a fusec.block_gemm of {self.tx}x{self.ty} threads in a block of {dims}", root)
         self.mma = ir.StringAttr(root.attributes[MMA]).value if MMA in root.attributes else ""
-        if self.mma and (self.tq % 2 or self.tp % 2 or self.bk % 16 or self.bq % (8 * self.tq)
-                         or self.bp % (4 * self.tp)):
-            raise EmitError(f"a {self.mma} tensor-core fusec.block_gemm of {self.bq}x{self.bp} tiles, "
-                            f"K step {self.bk} and {self.tq}x{self.tp} per thread", root)
+        why = mma_tiles_error(self.bq, self.bp, self.bk, self.tq, self.tp) if self.mma else None
+        if why is not None:
+            raise EmitError(f"a {self.mma} tensor-core fusec.block_gemm: {why}", root)
         self.fragments = bool(self.mma)  # accumulators in the mma fragment layout (else the FMA form's)
         self.restaged: tuple | None = None   # tensor cores after the K loop: (rx, ry, TXR, TYR), _restage
         self.memo: dict = {}

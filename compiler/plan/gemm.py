@@ -146,7 +146,8 @@ class GemmShape:
     def mma_shared_bytes(self) -> int:
         """Tensor cores: one f32 array for the staging tiles (4 words of padding a row), then the
         block's output tile (one word a row) that the epilogue reads back coalesced."""
-        return F32 * max(self.bk * (self.bq + 4 + self.bp + 4), self.bq * (self.bp + 1))
+        pad = tile_pad(True)
+        return F32 * max(self.bk * (self.bq + pad + self.bp + pad), self.bq * (self.bp + 1))
 
     def blocks(self, extents) -> int:
         return math.prod(math.ceil(e / t) for e, t in zip(extents, self.tiles) if t)
@@ -164,6 +165,19 @@ def gemm_shape(info: ChainInfo, gk: GemmKernel, root: int, block: tuple[int, ...
 
 
 MMA_M, MMA_N, MMA_K = 16, 8, 16      # mma.sync.aligned.m16n8k16: one warp's fragment
+
+
+def mma_tiles_error(bq: int, bp: int, bk: int, tq: int, tp: int) -> str | None:
+    """Why tiles do not make a grid of mma.m16n8k16 warp tiles (None: they do): a thread's
+    TQ x TP accumulators are (TQ/2) x (TP/2) fragments' quads, a warp's tile (8 TQ) x (4 TP)."""
+    if tq % 2 or tp % 2:
+        return f"the register tile {tq}x{tp} is not made of 2x2 fragment quads"
+    if bk % MMA_K:
+        return f"the K step {bk} is not a multiple of {MMA_K}"
+    wq, wp = MMA_M // 2 * tq, MMA_N // 2 * tp
+    if bq % wq or bp % wp:
+        return f"the block tile {bq}x{bp} is not a grid of {wq}x{wp} warp tiles"
+    return None
 
 
 def tile_pad(mma: bool) -> int:
@@ -199,12 +213,9 @@ def mma_error(info: ChainInfo, gk: GemmKernel, shape: GemmShape, hw=None) -> str
     if hw is not None and not getattr(hw, "tensor_flops_fp16", 0):
         return f"{hw.name} has no tensor cores in its profile"
     s = shape
-    if s.tq % 2 or s.tp % 2:
-        return f"the register tile {s.tq}x{s.tp} is not made of 2x2 fragment quads"
-    if s.bk % MMA_K:
-        return f"the K step {s.bk} is not a multiple of {MMA_K}"
-    if s.bq % (8 * s.tq) or s.bp % (4 * s.tp):
-        return f"the block tile {s.bq}x{s.bp} is not a grid of {8 * s.tq}x{4 * s.tp} warp tiles"
+    why = mma_tiles_error(s.bq, s.bp, s.bk, s.tq, s.tp)
+    if why is not None:
+        return why
     if s.mma_shared_bytes > SMEM_LIMIT:
         return f"its {s.bq}x{s.bp} output tile does not fit in shared memory for the epilogue"
     return None

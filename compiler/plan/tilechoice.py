@@ -267,7 +267,7 @@ class TileChooser:
             return None
         # at least one full wave (a block of 64 or more threads for every SM) whenever a shape
         # gives one: larger tiles that leave SMs idle are ranked but not taken
-        filling = {t: c for t, c in evaluated.items() if c.blocks >= self.hw.units and c.threads >= 64}
+        filling = {t: c for t, c in evaluated.items() if self._fills(c)}
         pool = filling or evaluated
         fastest = min(pool, key=lambda k: pool[k].time_s)
         best = (start if start in pool and pool[fastest].time_s >= pool[start].time_s * (1 - MARGIN)
@@ -279,12 +279,15 @@ class TileChooser:
         """Launch shapes from the device: when `best` leaves SMs without a block (fewer blocks
         than SMs, or blocks under two warps) and a candidate within the model's margin fills
         every SM, that one (the fastest such)."""
-        def fills(c: KernelCost) -> bool:
-            return c.blocks >= self.hw.units and c.threads >= 64
-        if fills(evaluated[best]):
+        if self._fills(evaluated[best]):
             return best
-        near = [k for k, c in evaluated.items() if fills(c) and c.time_s <= evaluated[best].time_s * (1 + MARGIN)]
+        near = [k for k, c in evaluated.items()
+                if self._fills(c) and c.time_s <= evaluated[best].time_s * (1 + MARGIN)]
         return min(near, key=lambda k: evaluated[k].time_s) if near else best
+
+    def _fills(self, c: KernelCost) -> bool:
+        """A full wave: a block of two warps or more for every SM."""
+        return c.blocks >= self.hw.units and c.threads >= 64
 
     # ---- gpu: hill-climb over neighbouring divisors ---------------------------------------
     def _gpu_search(self, members, root, tile) -> Choice:
