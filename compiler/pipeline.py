@@ -150,7 +150,7 @@ def _gpu(job: Job, st: ChainStages) -> None:
     if job.options.target == "gpu":
         to_gpu(st.module, {job.chain: st.plan})
     else:
-        to_cpu(st.module)
+        to_cpu(st.module, {job.chain: st.plan})
 
 
 def _kernels(job: Job, st: ChainStages) -> None:

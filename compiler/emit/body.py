@@ -12,7 +12,10 @@ from .control import ControlFlow
 from .gemm import MARK as GEMM_MARK
 from .gemm import block_gemm
 from .reduce import MARK as BLOCK_REDUCE
-from ..transforms.gemm_kernels import MARKS as GEMM_MARKS
+from ..transforms.gemm_kernels import MARKS as _GEMM_MARKS
+from ..transforms.attention_kernels import MARKS as _ATTENTION_MARKS
+from .attention import MARK as ATTENTION_MARK
+from .attention import block_attention
 from .reduce import block_reduce
 from .scalar import Helpers, ScalarRules
 from .values import (Constants, EmitError, Globals, Names, elem_of, is_int, is_memref,
@@ -20,6 +23,7 @@ from .values import (Constants, EmitError, Globals, Names, elem_of, is_int, is_m
 from .views import Array, View, shape_tuple
 from ..mlir import ir
 
+GEMM_MARKS = _GEMM_MARKS + _ATTENTION_MARKS     # ops an emitter template writes (or absorbs)
 _DYNAMIC = -9223372036854775808  # ShapedType::kDynamic in static_offsets/sizes/strides
 _GPU_DIMS = {"x": 0, "y": 1, "z": 2}
 _GPU_IDS = {"gpu.block_id": "cuda.blockIdx", "gpu.thread_id": "cuda.threadIdx",
@@ -63,6 +67,7 @@ class FuncCtx:
     block_dims: tuple = ()                        # the current launch's threads per block (x, y, z)
     on_launch: Callable | None = None             # (gpu.launch op, host Body) -> None
     on_host_copy: Callable | None = None          # (memref.copy op, host Body) -> None
+    phantom: set = field(default_factory=set)     # arrays a template's absorbed allocs name: never allocated
 
 
 class Body(ControlFlow):
@@ -110,12 +115,15 @@ class Body(ControlFlow):
         if any(m in op.attributes for m in GEMM_MARKS):
             if GEMM_MARK in op.attributes:
                 block_gemm(self, op)         # the whole contraction kernel, at its root
+            elif ATTENTION_MARK in op.attributes:
+                block_attention(self, op)    # the whole attention kernel, at its root
             elif name == "memref.alloc":      # a buffer only the template's ops used: never allocated
                 dyn = iter(self.val(v) for v in op.operands)
                 shape = tuple(str(d) if d is not None else next(dyn) for d in memref_shape(op.results[0].type))
                 elem = elem_of(ir.MemRefType(op.results[0].type), op)
-                self.ctx.views[op.results[0]] = views.whole(
-                    Array(self.names(op.results[0]), elem, max(1, len(shape)), elem.compute), shape)
+                array = Array(self.names(op.results[0]), elem, max(1, len(shape)), elem.compute)
+                self.ctx.phantom.add(array.name)
+                self.ctx.views[op.results[0]] = views.whole(array, shape)
             return                            # evaluated by the template where it needs the values
         handler = _HANDLERS.get(name)
         if handler is not None:

@@ -606,7 +606,8 @@ class _Gemm:
         for op in self.writers:
             if self.order[op] >= limit:
                 break
-            if v in list(op.operands)[_n_inputs(op):]:
+            outs = [op.operands[1]] if op.name == "memref.copy" else list(op.operands)[_n_inputs(op):]
+            if v in outs:
                 found = op
         return found
 
@@ -616,7 +617,7 @@ class _Gemm:
         view = self.body.view(v)
         if writer is None:
             if any(v2 != v and self.body.view(v2).array.name == view.array.name
-                   for op in self.writers for v2 in list(op.operands)[_n_inputs(op):]):
+                   for op in self.writers if op.name != "memref.copy" for v2 in list(op.operands)[_n_inputs(op):]):
                 raise EmitError("a fusec.block_gemm kernel reads a buffer through another view than the one "
                                 "its op wrote", before)
             e = view.at(idx)
@@ -625,7 +626,9 @@ class _Gemm:
             return e
         if writer.name == "linalg.fill":
             return self.body.val(writer.operands[0])
-        if writer == self.c:
+        if writer.name == "memref.copy":          # an absorbed copy between the kernel's buffers
+            return self.read(writer.operands[0], idx, writer)
+        if writer in getattr(self, "supplied", (self.c,)):
             key = _key(v, idx)
             if key not in self.acc:
                 raise EmitError("a fusec.block_gemm epilogue reads the contraction's result at another "

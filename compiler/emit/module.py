@@ -240,6 +240,8 @@ class _FuncEmitter:
         for v in _free_values(region):
             if is_memref(v):
                 view: View = self.ctx.views[v]
+                if view.array.name in self.ctx.phantom:
+                    continue          # a buffer the kernel's template never touches in memory
                 params.setdefault(view.array.name, view.array.signature)
                 for s in view.free:
                     params.setdefault(self.ctx.expr[s], elem_of(s.type).numba_compute)

@@ -49,6 +49,7 @@ class OpInfo:
     view_dims: tuple[int | None, ...] = ()      # views: per result dim, the source dim it is (None: a unit dim)
     fill_value: float | None = None             # fills: the constant they fill with (None: not a constant)
     note: str = ""                              # what a graph pass did to it (its `fusec.note`)
+    body_expr: tuple = ()                       # generics: each yielded value as a tree (body_tree)
 
     @property
     def points(self) -> int:
@@ -226,7 +227,44 @@ def _info(i: int, orig, gen, index: dict) -> OpInfo:
                   reduction_ops=_combining_ops(gen, n_in) if kind == "reduction" else (),
                   fill_value=_fill_value(orig) if kind == "fill" else None,
                   note=ir.StringAttr(orig.attributes["fusec.note"]).value if "fusec.note" in orig.attributes else "",
-                  **extra)
+                  body_expr=body_tree(gen, n_in), **extra)
+
+
+def body_tree(gen, n_in: int) -> tuple:
+    """Each value a generic's body yields, as nested tuples: ("in", k) / ("out", k) for its
+    block arguments, ("const", text), ("index", dim), else (short op name, *operands); a compare
+    is ("cmpf:<predicate>", a, b). Plans match algebra on these (plan/attention.py)."""
+    block = gen.regions[0].blocks[0]
+    memo: dict = {}
+
+    def tree(v):
+        owner = v.owner
+        if isinstance(owner, ir.Block):
+            k = ir.BlockArgument(v).arg_number
+            return ("in", k) if k < n_in else ("out", k - n_in)
+        op = owner.operation if hasattr(owner, "operation") else owner
+        key = _key(op)
+        if key in memo:
+            return memo[key]
+        name = op.name.split(".", 1)[-1]
+        if name == "constant":
+            out = ("const", str(op.attributes["value"]).split(" :")[0])
+        elif name == "index":
+            out = ("index", ir.IntegerAttr(op.attributes["dim"]).value)
+        elif op.regions:
+            out = ("?", name)
+        else:
+            if "predicate" in op.attributes:
+                pred = str(op.attributes["predicate"]).split(" :")[0]
+                name = f"{name}:{pred}"
+            out = (name,) + tuple(tree(x) for x in op.operands)
+        memo[key] = out
+        return out
+
+    ops = list(block.operations)
+    if not ops or ops[-1].operation.name != "linalg.yield":
+        return ()
+    return tuple(tree(v) for v in ops[-1].operation.operands)
 
 
 def _view_dims(op, source: tuple[int, ...], result: tuple[int, ...]) -> tuple[int | None, ...]:

@@ -43,6 +43,12 @@ def tiles_text(g: dict) -> str:
     kernel's row threads, or a contraction kernel's K step and register tile."""
     if g["serial"]:
         return "serial (one thread)"
+    if g.get("attention"):
+        bq, bkv = g["attention"]
+        threads = "x".join(map(str, g["threads"])) if g.get("threads") and len(g["threads"]) > 1 else ""
+        on = f", {threads} threads" if threads else ""
+        return (f"attention (online softmax): {bq} queries per block, keys in steps of {bkv}{on}; "
+                f"the scores never reach memory")
     text = f"block tile {g['block_tiles']}"
     threads = "x".join(map(str, g["threads"]))
     if g.get("gemm"):

@@ -20,8 +20,10 @@ Tiles are the model's pick among candidates (tilechoice.py).
 from __future__ import annotations
 
 import heapq
+import re
 from dataclasses import asdict, dataclass, field, replace
 
+from .attention import THREADS_X, THREADS_Y, Attention, attention_kernel, find_attention
 from .analysis import ChainInfo, OpInfo, analyze, tag_ops, tileable_loops
 from .hardware import HardwareProfile
 from .measured import Measured
@@ -49,17 +51,20 @@ class Group:
     gemm: tuple[int, ...] = ()           # contraction kernels (gpu): (bk, tq, tp, tx, ty), plan/gemm.py
     mma: str = ""                        # contraction kernels on tensor cores: their operands' type (f16, bf16)
     prefetch: bool = False               # contraction kernels: the K loop double-buffered through registers
+    attention: tuple[int, ...] = ()      # attention kernels: (queries per block, keys per step), plan/attention.py
 
     @property
     def serial(self) -> bool:
         """One thread does it all (no loop split across blocks, no row split across threads)."""
-        return not any(self.block_tiles) and not self.row_threads
+        return not any(self.block_tiles) and not self.row_threads and not self.attention
 
     def threads(self) -> tuple[int, ...]:
         """Threads per mapped loop, outermost first (1 each when there is no thread level), then
         the row threads of a row kernel."""
         if self.gemm:
             return (self.gemm[4], self.gemm[3])
+        if self.attention:                   # gpu kernels have thread tiles (zeros), cpu kernels none
+            return (THREADS_Y, THREADS_X) if self.thread_tiles else ()
         out = []
         for loop in self.mapped:
             b, t = self.block_tiles[loop], self.thread_tiles[loop] if self.thread_tiles else 0
@@ -69,7 +74,7 @@ class Group:
     @property
     def tiling(self) -> Tiling:
         gemm = self.gemm[:3] + ((1,) if self.prefetch else ())
-        return Tiling(self.block_tiles, self.thread_tiles, self.mapped, self.row_threads, gemm)
+        return Tiling(self.block_tiles, self.thread_tiles, self.mapped, self.row_threads, gemm, self.attention)
 
 
 @dataclass(frozen=True)
@@ -115,7 +120,7 @@ class FusionPlan:
                 "kernel": g.id, "root": g.root, "serial": g.serial, "loops": list(self.info.op(g.root).loops),
                 "block_tiles": list(g.block_tiles), "thread_tiles": list(g.thread_tiles),
                 "threads": list(g.threads()), "row_threads": g.row_threads, "gemm": list(g.gemm[:3]),
-                "tensor_cores": g.mma, "double_buffered": g.prefetch,
+                "tensor_cores": g.mma, "double_buffered": g.prefetch, "attention": list(g.attention),
                 "ops": [{"id": op, "label": self.info.op(op).label, "role": role,
                          "loc": _loc(self.info.op(op).loc)} for op, role in g.roles],
             } for g in self.groups],
@@ -172,6 +177,8 @@ def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool 
                 assigned[m] = len(members_list)
         claimed |= members
         members_list.append(members)
+    if fuse:
+        members_list = _attention_kernels(info, chooser, members_list, decisions)
     # kernel numbers follow program order; decisions were written with provisional numbers
     n = len(members_list)
     decisions = [d.replace("{K", "{").format(*[n - 1 - k for k in range(n)]) if "{" in d else d
@@ -183,6 +190,61 @@ def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool 
     if target == "gpu":
         decisions += [d for g in groups for d in _contraction_note(info, g, chooser)]
     return _with_costs(FusionPlan(info.func, target, fuse, tuple(groups), tuple(decisions), info), chooser)
+
+
+# the matcher's answers that only say "this is not attention at all" (not worth a decision line)
+_NOT_ATTENTION = ("not a contraction", "its body is not a multiply-add", "no operand is a division",
+                  "its body divides", "its body multiplies", "the divisor is not a sum reduction",
+                  "the numerator is not")
+
+
+def _attention_kernels(info: ChainInfo, chooser: TileChooser, members_list: list[set[int]],
+                       decisions: list[str]) -> list[set[int]]:
+    """Merge the kernels an attention pattern spans (plan/attention.py) into one online-softmax
+    kernel when the model predicts it faster than the kernels the greedy planner made."""
+    for op in reversed(info.ops):
+        if op.kind != "contraction":
+            continue
+        a = find_attention(info, op.id)
+        if isinstance(a, str):
+            if not a.startswith(_NOT_ATTENTION):
+                decisions.append(f"not attention: %{op.id} {op.label}: {a}")
+            continue
+        touched = [k for k, m in enumerate(members_list) if m & set(a.ops)]
+        union = set().union(*[members_list[k] for k in touched]) | set(a.ops)
+        kernel = attention_kernel(info, union)
+        where = f"%{a.scores}..%{a.out}"
+        if isinstance(kernel, str):
+            decisions.append(f"not attention: {where}: {kernel}")
+            continue
+        choice = chooser.best(frozenset(union))
+        if not choice.tiling.attention:
+            decisions.append(f"not attention: {where}: no tile fits the device's shared memory "
+                             f"(head dims {a.d} and {a.dv})")
+            continue
+        apart = sum(chooser.best(frozenset(members_list[k])).cost.time_s for k in touched)
+        fused = choice.cost.time_s
+        bq, bkv = choice.tiling.attention
+        score = sum(o.result_bytes for o in (info.op(a.scores),))
+        if fused >= apart:
+            decisions.append(f"not attention: {where}: predicted {time_text(fused)} as one online-softmax kernel "
+                             f"against {time_text(apart)} in {len(touched)} kernels")
+            continue
+        decisions.append(f"attention: {where} as one online-softmax kernel ({bq} queries per block, keys in steps "
+                         f"of {bkv}; the {bytes_text(score)} of scores never reach memory): predicted "
+                         f"{time_text(fused)} against {time_text(apart)} in {len(touched)} kernels")
+        first = min(touched)
+        new_index, n = {}, 0
+        for k in range(len(members_list)):
+            if k in touched and k != first:
+                new_index[k] = new_index[first] if first < k else None
+                continue
+            new_index[k] = n
+            n += 1
+        new_index = {k: (v if v is not None else new_index[first]) for k, v in new_index.items()}
+        decisions[:] = [re.sub(r"\{K(\d+)\}", lambda mt: "{K%d}" % new_index[int(mt.group(1))], d) for d in decisions]
+        members_list = [union if k == first else m for k, m in enumerate(members_list) if k == first or k not in touched]
+    return members_list
 
 
 def _contraction_note(info: ChainInfo, g: Group, chooser: TileChooser) -> list[str]:
@@ -368,7 +430,8 @@ def _make_group(info: ChainInfo, gid: int, members: set[int], chooser: TileChoos
     roles = tuple((m, _role(info, m, root)) for m in ops)
     t = chooser.best(frozenset(members)).tiling
     return Group(gid, root, ops, roles, t.block, t.thread, t.mapped, t.row_threads, _gemm_dims(info, members, root, t),
-                 _gemm_mma(info, members, root, t, chooser.hw), len(t.gemm) > 3 and bool(t.gemm[3]))
+                 _gemm_mma(info, members, root, t, chooser.hw), len(t.gemm) > 3 and bool(t.gemm[3]),
+                 tuple(t.attention))
 
 
 def _gemm_dims(info: ChainInfo, members, root: int, t: Tiling) -> tuple[int, ...]:
@@ -477,10 +540,21 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
         if prefetch and not gemm:
             raise PlanError(f"group {gid}: double_buffered is for a contraction kernel (gemm)")
         gemm = gemm[:3] + ((1,) if prefetch else ())
-        t = Tiling(block, thread, mapped, row_threads, gemm)
+        att = tuple(int(x) for x in g.get("attention", ()))
+        if att:
+            kernel = attention_kernel(info, members)
+            if isinstance(kernel, str):
+                raise PlanError(f"group {gid}: attention {list(att)}: not an attention kernel: {kernel}")
+            if len(att) != 2 or any(block) or gemm or row_threads or min(att) < 1:
+                raise PlanError(f"group {gid}: attention needs [queries per block, keys per step] and no block "
+                                "tiles, gemm or row threads")
+            if target == "gpu" and (att[0] % THREADS_Y or att[1] % THREADS_X):
+                raise PlanError(f"group {gid}: attention {list(att)}: on the gpu the queries per block are a "
+                                f"multiple of {THREADS_Y} and the keys per step of {THREADS_X}")
+        t = Tiling(block, thread, mapped, row_threads, gemm, att)
         groups.append(Group(gid, root, tuple(sorted(members)), tuple((m, _role(info, m, root)) for m in sorted(members)),
                             block, thread, mapped, row_threads, _gemm_dims(info, members, root, t),
-                            _gemm_mma(info, members, root, t, hw), prefetch))
+                            _gemm_mma(info, members, root, t, hw), prefetch, att))
     missing = [o.id for o in info.ops if o.is_compute and o.id not in seen]
     if missing:
         raise PlanError(f"ops {missing} are in no group")

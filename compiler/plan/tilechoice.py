@@ -18,6 +18,7 @@ from .analysis import ChainInfo, tileable_loops
 from .cost import KernelCost, Tiling, row_registers, kernel_bytes, kernel_cost, op_flops, unfused_kernels
 from .hardware import HardwareProfile
 from .measured import Measured
+from .attention import Attention, attention_kernel, attention_tiles
 from .gemm import gemm_kernel, gemm_tiling_error
 from .rows import row_kernel, row_tiling_error
 
@@ -120,6 +121,9 @@ class TileChooser:
                        int(tuned.get("row_threads", 0)), tuple(tuned.get("gemm", ())))
             c = self.cost(members, t)
             return Choice(t, c, ((t, c.time_s),), tuned=True)
+        att = self._attention_search(members)
+        if att is not None:
+            return att
         rows = self._row_search(members, root, tile) if self.target == "gpu" else None
         gemm = self._gemm_search(members, root) if self.target == "gpu" and tile else None
         if not tile:
@@ -132,6 +136,30 @@ class TileChooser:
         if gemm:
             choice = _prefer(gemm, choice)
         return _prefer(rows, choice) if rows else choice
+
+    def _attention_search(self, members) -> Choice | None:
+        """An attention kernel's tiles (plan/attention.py): on the gpu every (queries per block,
+        keys per step) whose shared memory fits, on the cpu query blocks of 32-256 rows and key
+        steps of 64-512; None when `members` are not an attention kernel."""
+        a = attention_kernel(self.info, members)
+        if not isinstance(a, Attention):
+            return None
+        n = len(self.info.op(self.root(members)).loops)
+        gpu = self.target == "gpu"
+        if gpu:
+            shapes = attention_tiles(a)
+        else:
+            shapes = [(bq, bkv) for bq in (32, 64, 128, 256) for bkv in (64, 128, 256, 512)
+                      if bq <= max(32, a.sq) and bkv <= max(64, a.sk)]
+        evaluated = []
+        for bq, bkv in shapes:
+            t = Tiling((0,) * n, (0,) * n if gpu else (), (), attention=(bq, bkv))
+            evaluated.append((t, self.cost(members, t)))
+        if not evaluated:
+            return None
+        evaluated.sort(key=lambda x: x[1].time_s)
+        best = evaluated[0]
+        return Choice(best[0], best[1], tuple((t, c.time_s) for t, c in evaluated[:3]))
 
     # ---- cpu: every divisor of one loop --------------------------------------------------
     def _cpu_search(self, members, root, tile) -> Choice:

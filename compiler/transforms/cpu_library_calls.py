@@ -23,6 +23,8 @@ from ..mlir import ir
 
 NAME = "cpu-library-calls"
 ATTR = "fusec.cpu_call"
+# ops an emitter template writes itself (transforms/attention_kernels.py): neither calls nor loops
+TEMPLATE_MARKS = ("fusec.block_attention", "fusec.attention_role", "fusec.absorbed")
 LOOPS = "fusec.to_loops"
 CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.conv_2d_nchw_fchw")
 _FLOATS = ("f32", "f64")
@@ -202,8 +204,8 @@ def mark_library_calls(module: ir.Module) -> int:
     returns how many were marked as calls."""
     count = 0
     for op in linalg_ops(module):
-        if ATTR in op.attributes:
-            continue          # hoisted whole already
+        if ATTR in op.attributes or any(m in op.attributes for m in TEMPLATE_MARKS):
+            continue          # hoisted whole already, or an op of the attention template
         if op.name in CONTRACTIONS and _callable(op):
             fill = _zero_fill_before(op)
             op.attributes[ATTR] = ir.StringAttr.get("zero" if fill is not None else "acc")
@@ -211,7 +213,7 @@ def mark_library_calls(module: ir.Module) -> int:
                 fill.erase()
             count += 1
     for op in linalg_ops(module):
-        if ATTR not in op.attributes:
+        if ATTR not in op.attributes and not any(m in op.attributes for m in TEMPLATE_MARKS):
             op.attributes[LOOPS] = ir.UnitAttr.get()
     return count
 

@@ -16,6 +16,8 @@ from .cpu_library_calls import LOOPS, hoist_whole_contractions, linalg_ops, loop
 from .script import ANY, GROUP, TAG, Step, apply_script, i64, run_passes, script_text, tag_of
 from .gemm_kernels import MARKS as GEMM_MARKS
 from .gemm_kernels import mark_gemm_kernels
+from .attention_kernels import MARKS as ATTENTION_MARKS
+from .attention_kernels import grid, mark_attention_kernels
 from .split_rows import BLOCK_REDUCE, THREADS_OF
 
 # Run one pass at a time: as a single nested pipeline this sequence has been seen to leave
@@ -33,7 +35,9 @@ def to_gpu(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
             plan = plans[ir.StringAttr(f.attributes["sym_name"]).value]
             body = f.regions[0].blocks[0]
             for g in plan.groups:
-                if not any(g.block_tiles):          # one block: serial, or a single-row row kernel
+                if g.attention:                     # whole ops, one block per (query block, batch)
+                    _wrap_serial(body, g, gpu=True, blocks=grid(plan, g))
+                elif not any(g.block_tiles):        # one block: serial, or a single-row row kernel
                     _wrap_serial(body, g, gpu=True)
             for op in list(body.operations):
                 if op.operation.name == "scf.forall" and GROUP in op.attributes:
@@ -50,8 +54,9 @@ def to_gpu(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
             if len(module.body.operations) > 1:
                 raise CompilerInternalError("gpu", "one chain per module is expected at the gpu stage")
         apply_script(module, script_text(steps), "gpu")
-        if any(g.row_threads or g.gemm for plan in plans.values() for g in plan.groups):
+        if any(g.row_threads or g.gemm or g.attention for plan in plans.values() for g in plan.groups):
             mark_gemm_kernels(module, plans)
+            mark_attention_kernels(module, plans, "gpu")
             _lower_all_but_emitter_ops(module)
             run_passes(module, GPU_CLEANUP[1:], "gpu")
         else:
@@ -64,6 +69,9 @@ def block_dims(g: Group) -> list[int]:
     tiles, x along the output's contiguous side (plan/gemm.py)."""
     if g.gemm:
         return [g.gemm[3], g.gemm[4], 1]
+    if g.attention:
+        ty, tx = g.threads()
+        return [tx, ty, 1]
     if g.row_threads:
         rows = list(reversed(g.threads()[:-1]))
         dims = [g.row_threads] + rows
@@ -78,16 +86,19 @@ def _lower_all_but_emitter_ops(module: ir.Module) -> None:
     """linalg to loops, except what the emitter writes itself: the block-wide combines of row
     kernels (split_rows.py) and the ops of contraction kernels (gemm_kernels.py)."""
     for op in linalg_ops(module):
-        if BLOCK_REDUCE not in op.attributes and not any(m in op.attributes for m in GEMM_MARKS):
+        if BLOCK_REDUCE not in op.attributes and not any(m in op.attributes for m in GEMM_MARKS + ATTENTION_MARKS):
             op.attributes[LOOPS] = ir.UnitAttr.get()
     apply_script(module, loops_script(), "gpu")
 
 
-def to_cpu(module: ir.Module) -> None:
+def to_cpu(module: ir.Module, plans: dict[str, FusionPlan] | None = None) -> None:
     """Foralls become scf.parallel loops (the emitter's prange); float contractions stay linalg
-    ops that the emitter hands to BLAS (transforms/cpu_library_calls.py); the rest loops."""
+    ops that the emitter hands to BLAS (transforms/cpu_library_calls.py); attention kernels stay
+    linalg ops for the emitter's template (attention_kernels.py); the rest loops."""
     with module.context:
         run_passes(module, CPU_CLEANUP[:1], "cpu")
+        if plans:
+            mark_attention_kernels(module, plans, "cpu")
         with ir.Location.unknown():
             hoist_whole_contractions(module)
             mark_library_calls(module)
@@ -134,7 +145,7 @@ VIEWS = ("memref.subview", "memref.expand_shape", "memref.collapse_shape", "memr
 _STAY_ON_HOST = ("memref.alloc", "memref.alloca") + VIEWS + ("arith.constant", "scf.forall", "scf.execute_region")
 
 
-def _wrap_serial(body, g: Group, gpu: bool) -> None:
+def _wrap_serial(body, g: Group, gpu: bool, blocks: tuple[int, int] | None = None) -> None:
     """Move a serial kernel's (bufferized) ops into a one-iteration forall mapped to one block.
 
     Everything between the kernel's first and last op moves with it (bufferization puts copies
@@ -152,8 +163,12 @@ def _wrap_serial(body, g: Group, gpu: bool) -> None:
     moving = _block_buffers(ops, moving) + moving
     last = ops[idx[-1]]
     with ir.InsertionPoint(last), last.location:
-        mapping = ir.ArrayAttr.get([ir.Attribute.parse("#gpu.block<x>")])
-        loop = scf.ForallOp([0], [1], [1], mapping=mapping)
+        if blocks is None:
+            mapping = ir.ArrayAttr.get([ir.Attribute.parse("#gpu.block<x>")])
+            loop = scf.ForallOp([0], [1], [1], mapping=mapping)
+        else:             # a grid the kernel's template indexes itself (attention: query blocks x batch)
+            mapping = ir.ArrayAttr.get([ir.Attribute.parse("#gpu.block<y>"), ir.Attribute.parse("#gpu.block<x>")])
+            loop = scf.ForallOp([0, 0], [blocks[1], blocks[0]], [1, 1], mapping=mapping)
         loop.attributes[GROUP] = i64(g.id)
         block = loop.regions[0].blocks[0]
         with ir.InsertionPoint(block):

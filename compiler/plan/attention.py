@@ -1,0 +1,318 @@
+"""Attention kernels: a softmax-normalised operand of a contraction over the softmax's own axis.
+
+The planner finds the pattern from the algebra of the generic ops, not from a name, so the
+built-in softmax, one written by hand (`e / sum(e)` with `e = exp(z - max(z))`, keepdims
+views or not), any elementwise score function between the two contractions (a scale, a bias,
+a `where` mask, a soft cap) and a 3-D or 4-D layout are all the same kernel:
+
+    S = Q · Kᵀ           a contraction over d whose result holds the score axis j (from K's side)
+    Z = f(S, ...)        elementwise ops on S (and on tensors from outside: masks, biases)
+    M = max_j Z          a reduction with maximumf over j, initialised to -inf
+    E = exp(Z - M)       one elementwise op
+    L = sum_j E          a reduction with addf over j, initialised to 0
+    P = E / L            one elementwise op, or folded into the next contraction's body
+    O = P · V            a contraction over j
+
+Online softmax computes O without S, Z, E or P in memory: per block of queries, K and V are
+streamed in tiles along j, carrying the running max m, the running sum l and the rescaled
+accumulator (acc = acc · exp(m_old - m_new) + exp(z - m_new) · v), and O = acc / l at the
+end. That is only the same O when the intermediate values are used by nothing else; the
+matcher says which condition fails otherwise (`Attention | str`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .analysis import ChainInfo, OpInfo
+
+NEG_INF = ("0xFF800000", "-inf", "0xFFF0000000000000")
+
+
+@dataclass(frozen=True)
+class Attention:
+    scores: int                 # the contraction S = Q · Kᵀ
+    out: int                    # the contraction O = P · V
+    max: int                    # M = max_j Z
+    sum: int                    # L = sum_j E
+    exp: int                    # E = exp(Z - M)
+    norm: int | None            # P = E / L (None: folded into `out`'s body)
+    score_ops: tuple[int, ...]  # the elementwise ops from S to Z, in program order
+    ops: tuple[int, ...]        # every op of the kernel: the above, their fills and views
+    z_operand: int              # E's operand that is Z
+    v_operand: int              # `out`'s operand that is V
+    q_loop: int                 # of `scores`: the query loop (i)
+    k_loop: int                 # of `scores`: the key loop (j)
+    d_loop: int                 # of `scores`: the head dim it contracts
+    batch_loops: tuple[int, ...]    # of `scores`: the loops all its operands share
+    sq: int                     # queries, keys, head dims (d of Q/K, dv of V)
+    sk: int
+    d: int
+    dv: int
+    batch: int                  # batch·heads
+
+
+def _resolve(info: ChainInfo, key: str) -> str:
+    """The value a key names, through reshape views (keepdims forms)."""
+    seen = 0
+    while key.startswith("%") and seen < 64:
+        op = info.op(int(key[1:].split(":")[0]))
+        if op.kind != "view":
+            return key
+        key = op.operand_keys[0]
+        seen += 1
+    return key
+
+
+def _producer(info: ChainInfo, key: str) -> OpInfo | None:
+    key = _resolve(info, key)
+    if not key.startswith("%"):
+        return None
+    return info.op(int(key[1:].split(":")[0]))
+
+
+def _views_between(info: ChainInfo, key: str) -> list[int]:
+    out = []
+    while key.startswith("%"):
+        op = info.op(int(key[1:].split(":")[0]))
+        if op.kind != "view":
+            break
+        out.append(op.id)
+        key = op.operand_keys[0]
+    return out
+
+
+def _is_mac(tree) -> tuple | None:
+    """addf(out0, mulf(a, b)) in either order: (a, b), else None."""
+    if not tree or tree[0] != "addf":
+        return None
+    a, b = tree[1], tree[2]
+    if a == ("out", 0):
+        prod = b
+    elif b == ("out", 0):
+        prod = a
+    else:
+        return None
+    if prod[0] != "mulf":
+        return None
+    return prod[1], prod[2]
+
+
+def _combines(op: OpInfo, fn: str) -> bool:
+    """A reduction whose body is fn(in0, out0) (either order)."""
+    if op.kind != "reduction" or len(op.body_expr) != 1:
+        return False
+    t = op.body_expr[0]
+    return t[0] == fn and set(t[1:]) == {("in", 0), ("out", 0)}
+
+
+def _init_fill(info: ChainInfo, op: OpInfo) -> OpInfo | None:
+    p = _producer(info, op.operand_keys[op.n_inputs]) if len(op.operand_keys) > op.n_inputs else None
+    return p if p is not None and p.kind == "fill" else None
+
+
+def _reduced_dims(info: ChainInfo, op: OpInfo) -> set[int] | None:
+    """Dims of the reduction's input value (before any view) that its reduction loops index."""
+    red = {l for l, t in enumerate(op.iterators) if t == "reduction"}
+    dims = {d for d, loops in enumerate(op.operand_loops[0]) if loops & red}
+    key = op.operand_keys[0]
+    for v in _views_between(info, key):             # a keepdims view: back to the source's dims
+        vd = info.op(v).view_dims
+        mapped = set()
+        for d in dims:
+            if d >= len(vd) or vd[d] is None:
+                return None
+            mapped.add(vd[d])
+        dims = mapped
+    return dims
+
+
+def _real(loops: list[int], extents) -> list[int]:
+    """Loops without the unit ones a graph pass leaves (a batch of 1 folded away), unless all are."""
+    big = [l for l in loops if extents[l] != 1]
+    return big if big or len(loops) <= 1 else loops[:1]
+
+
+def find_attention(info: ChainInfo, out: int) -> Attention | str:
+    """The attention pattern ending at contraction `out`, or why it is not one."""
+    c2 = info.op(out)
+    if c2.kind != "contraction" or c2.name == "linalg.conv_2d_nchw_fchw" or len(c2.body_expr) != 1:
+        return "not a contraction"
+    mac = _is_mac(c2.body_expr[0])
+    if mac is None:
+        return "its body is not a multiply-add"
+    # the normalised operand: P = E / L as an op of its own, or divf(E, L) inside the body
+    norm = None
+    div = next((t for t in mac if t[0] == "divf"), None)
+    if div is not None:
+        v_tree = mac[1] if mac[0] is div else mac[0]
+        if v_tree[0] != "in" or div[1][0] != "in" or div[2][0] != "in":
+            return "its body divides something other than two operands"
+        e_key, l_key, p_index = c2.operand_keys[div[1][1]], c2.operand_keys[div[2][1]], None
+    else:
+        if mac[0][0] != "in" or mac[1][0] != "in":
+            return "its body multiplies something other than two operands"
+        found = None
+        for pi, vi in ((mac[0][1], mac[1][1]), (mac[1][1], mac[0][1])):
+            d = _producer(info, c2.operand_keys[pi])
+            if d is not None and d.kind == "elementwise" and len(d.body_expr) == 1 and d.body_expr[0][0] == "divf" \
+                    and all(x[0] == "in" for x in d.body_expr[0][1:]):
+                found = (pi, vi, d)
+                break
+        if found is None:
+            return "no operand is a division (softmax's normalisation)"
+        p_index, vi, norm_op = found
+        norm = norm_op.id
+        v_tree = ("in", vi)
+        e_key = norm_op.operand_keys[norm_op.body_expr[0][1][1]]
+        l_key = norm_op.operand_keys[norm_op.body_expr[0][2][1]]
+    v_operand = v_tree[1]
+    e_op, l_op = _producer(info, e_key), _producer(info, l_key)
+    if l_op is None or not _combines(l_op, "addf"):
+        return "the divisor is not a sum reduction"
+    if e_op is None or e_op.kind != "elementwise" or len(e_op.body_expr) != 1:
+        return "the numerator is not an elementwise op"
+    if _resolve(info, l_op.operand_keys[0]) != _resolve(info, e_key):
+        return "the divisor does not sum the numerator"
+    t = e_op.body_expr[0]
+    if t[0] != "exp" or t[1][0] != "subf" or t[1][1][0] != "in" or t[1][2][0] != "in":
+        return "the numerator is not exp(z - m)"
+    z_operand, m_operand = t[1][1][1], t[1][2][1]
+    z_key = _resolve(info, e_op.operand_keys[z_operand])
+    m_op = _producer(info, e_op.operand_keys[m_operand])
+    if m_op is None or not (_combines(m_op, "maximumf") or _combines(m_op, "maxnumf")):
+        return "the subtracted value is not a max reduction"
+    if _resolve(info, m_op.operand_keys[0]) != z_key:
+        return "the max is not taken over the exponentiated value"
+    mf, lf = _init_fill(info, m_op), _init_fill(info, l_op)
+    if mf is None or mf.fill_value is None or mf.fill_value != float("-inf"):
+        return "the max reduction does not start from -inf"
+    if lf is None or lf.fill_value != 0.0:
+        return "the sum reduction does not start from 0"
+    # Z back to the scores contraction through elementwise ops on score-shaped values
+    z_op = _producer(info, z_key)
+    score_shape = e_op.result_shape
+    score_ops: list[int] = []
+    c1 = None
+    todo = [z_op] if z_op is not None else []
+    while todo:
+        op = todo.pop()
+        if op.kind == "contraction":
+            if c1 is not None and c1.id != op.id:
+                return "the scores come from two contractions"
+            c1 = op
+            continue
+        if op.kind != "elementwise" or op.result_shape != score_shape:
+            return f"%{op.id} {op.label} between the contractions is not elementwise on the scores"
+        if op.id in score_ops:
+            continue
+        score_ops.append(op.id)
+        for k in range(op.n_inputs):
+            p = _producer(info, op.operand_keys[k])
+            if p is not None and op.operand_shapes[k] == score_shape and p.kind in ("elementwise", "contraction"):
+                todo.append(p)
+    if c1 is None:
+        return "the scores are not a contraction"
+    if c1.result_shape != score_shape or len(c1.body_expr) != 1 or _is_mac(c1.body_expr[0]) is None:
+        return "the scores contraction is not a plain multiply-add"
+    # loops of S = Q · Kᵀ
+    red = _real([l for l, it in enumerate(c1.iterators) if it == "reduction"], c1.loops)
+    if len(red) != 1:
+        return "the scores contract more than one loop"
+    used = [frozenset().union(*c1.operand_loops[k]) if c1.operand_loops[k] else frozenset() for k in (0, 1)]
+    out_loops = list(c1.result_loops)
+    if any(len(x) != 1 for x in out_loops):
+        return "the scores' dims are not loops of their own"
+    dims = [next(iter(x)) for x in out_loops]
+    batch = tuple(l for l in dims if l in used[0] and l in used[1] and c1.loops[l] != 1)
+    only = [[l for l in dims if l in used[k] and l not in used[1 - k] and c1.loops[l] != 1] for k in (0, 1)]
+    if len(only[0]) != 1 or len(only[1]) != 1:
+        return "the scores need one query and one key loop"
+    # the softmax axis is the key axis, and the second contraction contracts it
+    j_dim = out_loops.index(frozenset({only[1][0]}))
+    for r in (m_op, l_op):
+        if _reduced_dims(info, r) != {j_dim}:
+            return "the softmax is not over the keys' axis"
+    c2_red = set(_real([l for l, it in enumerate(c2.iterators) if it == "reduction"], c2.loops))
+    p_operand = p_index if p_index is not None else div[1][1]
+    p_dims = {d for d, loops in enumerate(c2.operand_loops[p_operand]) if loops & c2_red}
+    if p_dims != {j_dim} or len(c2_red) != 1:
+        return "the second contraction does not contract the softmax's axis"
+    # nothing but the kernel uses the intermediates
+    members = {c1.id, m_op.id, e_op.id, l_op.id, out, *score_ops} | ({norm} if norm is not None else set())
+    for key in [e_op.operand_keys[m_operand], l_key] + ([c2.operand_keys[p_index]] if p_index is not None else []):
+        members |= set(_views_between(info, key))
+    for r in (m_op, l_op):
+        members |= set(_views_between(info, r.operand_keys[0]))
+    fills = set()
+    for m in list(members):
+        for k, p in enumerate(info.op(m).producers):
+            if p is not None and info.op(p).kind == "fill" and k >= info.op(m).n_inputs:
+                fills.add(p)
+    for m in sorted(members - {out}):
+        outside = [u for u in info.op(m).users if u not in members]
+        if outside:
+            who = "the output" if -1 in outside else f"%{outside[0]} {info.op(outside[0]).label}"
+            what = {c1.id: "the scores", m_op.id: "the row max", l_op.id: "the row sum",
+                    e_op.id: "the exponentials", norm: "the normalised scores"}.get(m, f"%{m}")
+            return f"{what} are also used by {who} (online softmax keeps them on chip only)"
+    shape = c1.loops
+    sq, sk, d = shape[only[0][0]], shape[only[1][0]], shape[red[0]]
+    v_dims = c2.operand_shapes[v_operand]
+    c2_par = [l for l in range(len(c2.loops)) if c2.iterators[l] == "parallel"]
+    v_loops = frozenset().union(*c2.operand_loops[v_operand])
+    p_loops = frozenset().union(*c2.operand_loops[p_operand])
+    dv_loops = _real([l for l in c2_par if l in v_loops and l not in p_loops], c2.loops)
+    if len(dv_loops) != 1:
+        return "the values need one head-dim loop"
+    dv = c2.loops[dv_loops[0]]
+    nb = 1
+    for l in batch:
+        nb *= shape[l]
+    del v_dims
+    return Attention(c1.id, out, m_op.id, l_op.id, e_op.id, norm, tuple(sorted(score_ops)),
+                     tuple(sorted(members | fills)), z_operand, v_operand, only[0][0], only[1][0], red[0],
+                     batch, sq, sk, d, dv, nb)
+
+
+def attention_kernel(info: ChainInfo, members) -> Attention | str:
+    """The attention kernel that `members` are (with an elementwise epilogue after it), or why not."""
+    members = set(members)
+    cs = [m for m in members if info.op(m).kind == "contraction"]
+    if len(cs) != 2:
+        return "not two contractions"
+    a = find_attention(info, max(cs))
+    if isinstance(a, str):
+        return a
+    rest = members - set(a.ops)
+    for m in rest:
+        op = info.op(m)
+        if op.kind not in ("elementwise", "fill", "view"):
+            return f"%{m} {op.label} is neither part of the attention nor an elementwise op around it"
+    return a
+
+
+# tiles: (queries per block, keys per step); threads are 16 rows x 8 columns
+THREADS_X, THREADS_Y = 8, 16
+SHARED_LIMIT = 48 * 1024
+
+
+def shared_bytes(a: Attention, bq: int, bkv: int, elem: int = 4) -> int:
+    """Static shared memory of the GPU kernel: Q [d][bq+1], K [d][bkv+1], V [bkv][dv+1], P
+    [bq][bkv+1] and the row partials [bq][8]."""
+    return 4 * (a.d * (bq + 1) + a.d * (bkv + 1) + bkv * (a.dv + 1) + bq * (bkv + 1) + bq * THREADS_X)
+
+
+def attention_tiles(a: Attention) -> list[tuple[int, int]]:
+    """GPU tiles that fit: bq a multiple of 16 (the thread rows), bkv of 8 (the thread columns)."""
+    out = []
+    for bq in (128, 64, 32, 16):
+        for bkv in (64, 32, 16, 8):
+            if shared_bytes(a, bq, bkv) <= SHARED_LIMIT and bq <= max(16, 2 * a.sq) and bkv <= max(8, 2 * a.sk):
+                out.append((bq, bkv))
+    return out
+
+
+def attention_registers(a: Attention, bq: int, bkv: int) -> int:
+    """Registers per thread: the score tile, the accumulators, the row stats, addressing."""
+    rq, ck, cd = bq // THREADS_Y, bkv // THREADS_X, -(-a.dv // THREADS_X)
+    return rq * ck + rq * cd + 3 * rq + rq + ck + 28

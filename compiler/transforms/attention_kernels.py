@@ -1,0 +1,160 @@
+"""attention-kernels: hand an attention kernel's ops to the emitter's online-softmax template.
+
+An attention kernel (plan/attention.py; Group.attention) is not tiled by MLIR: tile-and-fuse
+would fuse the scores into the row max, the exponentials and the sum once per use, which is
+the recomputation online softmax exists to avoid, and a [BQ, S] tile of the scores would stay
+on chip. Its ops are bufferized whole; then, on both targets:
+- every op but the fills is generalized (explicit maps and bodies: batch_matmul, transpose...);
+- the ops of the pattern are marked with their role (`fusec.attention_role`: scores, max, exp,
+  sum, norm, out), the exponentials with the operand that is Z (`fusec.attention_z`) and the
+  output contraction with the operand that is V (`fusec.attention_v`);
+- the root (the output contraction, or the elementwise epilogue after it) is marked
+  `fusec.block_attention` = [queries per block, keys per step] with the scores' loops
+  (`fusec.attention_loops` = [query, key, head dim] and `fusec.attention_batch`);
+- every other op of the kernel, each buffer only the kernel uses and each copy between such
+  buffers is `fusec.absorbed`: the template evaluates what it needs where it needs it (Q's and
+  K's producers in the tile loaders, the score function per score, the epilogue from the
+  accumulators), so none of them runs as loops and none of their buffers (S x S among them) is
+  allocated.
+On the gpu the kernel's ops are then moved into a launch of (query blocks, batch) blocks
+(to_target.py); on the cpu the template writes its own prange over the same blocks.
+compiler/emit/attention.py writes the kernel at the root.
+"""
+from __future__ import annotations
+
+from ..errors import CompilerInternalError
+from ..mlir import ir
+from ..plan.attention import attention_kernel
+from ..plan.planner import FusionPlan, Group
+from .gemm_kernels import ABSORBED, _VIEWS, _i64_array, _tagged
+from .script import ANY, TAG, Step, apply_script, script_text, tag_of
+
+BLOCK_ATTENTION = "fusec.block_attention"
+ROLE = "fusec.attention_role"
+Z_OPERAND = "fusec.attention_z"
+V_OPERAND = "fusec.attention_v"
+LOOPS = "fusec.attention_loops"
+BATCH = "fusec.attention_batch"
+MARKS = (BLOCK_ATTENTION, ROLE)
+
+
+def attention_groups(plans: dict[str, FusionPlan]) -> list[tuple[FusionPlan, Group]]:
+    return [(plan, g) for plan in plans.values() for g in plan.groups if g.attention]
+
+
+def grid(plan: FusionPlan, g: Group) -> tuple[int, int]:
+    """(query blocks, batch·heads) of an attention kernel."""
+    a = attention_kernel(plan.info, g.ops)
+    if isinstance(a, str):
+        raise CompilerInternalError("gpu", f"kernel {g.id} is planned as attention but {a}")
+    return -(-a.sq // g.attention[0]), a.batch
+
+
+def mark_attention_kernels(module: ir.Module, plans: dict[str, FusionPlan], stage: str) -> int:
+    """Generalize and mark the attention kernels' ops; returns how many kernels."""
+    groups = attention_groups(plans)
+    if not groups:
+        return 0
+    with module.context, ir.Location.unknown():
+        steps = []
+        for plan, g in groups:
+            for m in g.ops:
+                if plan.info.op(m).kind in ("fill", "view"):
+                    continue
+                name = f"a{g.id}_{m}"
+                steps.append(Step(f'%{name} = transform.structured.match attributes {{"{TAG}" = '
+                                  f'{tag_of(g.id, m)} : i64}} in %root : ({ANY}) -> {ANY}'))
+                steps.append(Step(f"%{name}_g = transform.structured.generalize %{name} : ({ANY}) -> {ANY}"))
+        apply_script(module, script_text(steps), stage)
+        tagged = _tagged(module)
+        for plan, g in groups:
+            _mark(plan, g, tagged, stage)
+    return len(groups)
+
+
+def _one(tagged: dict, tag: int, what: str, g: Group, stage: str) -> "ir.Operation":
+    ops = tagged.get(tag, [])
+    if len(ops) != 1:
+        raise CompilerInternalError(stage, f"kernel {g.id}: {len(ops)} ops are its {what} after bufferization")
+    return ops[0]
+
+
+def _mark(plan: FusionPlan, g: Group, tagged: dict, stage: str) -> None:
+    a = attention_kernel(plan.info, g.ops)
+    if isinstance(a, str):
+        raise CompilerInternalError(stage, f"kernel {g.id} is planned as attention but {a}")
+    roles = {"scores": a.scores, "max": a.max, "exp": a.exp, "sum": a.sum, "out": a.out}
+    if a.norm is not None:
+        roles["norm"] = a.norm
+    root = _one(tagged, tag_of(g.id, g.root), "root", g, stage)
+    members = set()
+    for role, m in roles.items():
+        op = _one(tagged, tag_of(g.id, m), role, g, stage)
+        op.attributes[ROLE] = ir.StringAttr.get(role)
+        members.add(op)
+    i64 = ir.IntegerType.get_signless(64)
+    _one(tagged, tag_of(g.id, a.exp), "exp", g, stage).attributes[Z_OPERAND] = ir.IntegerAttr.get(i64, a.z_operand)
+    _one(tagged, tag_of(g.id, a.out), "out", g, stage).attributes[V_OPERAND] = ir.IntegerAttr.get(i64, a.v_operand)
+    root.attributes[BLOCK_ATTENTION] = _i64_array(g.attention)
+    root.attributes[LOOPS] = _i64_array([a.q_loop, a.k_loop, a.d_loop])
+    root.attributes[BATCH] = _i64_array(a.batch_loops)
+    members.add(root)
+    block = root.block
+    for m in g.ops:
+        for op in tagged.get(tag_of(g.id, m), []):
+            if op.block != block:
+                raise CompilerInternalError(stage, f"kernel {g.id}: %{m} is not in its root's block")
+            if op not in members:
+                op.attributes[ABSORBED] = ir.UnitAttr.get()
+                members.add(op)
+    # the kernel's buffers, and the copies bufferization put between them (a fill shared by
+    # both contractions), belong to the template; a copy that writes a buffer used elsewhere
+    # (the result) does not
+    blocks = [block]
+    parent = root.parent
+    while parent is not None and parent.name != "builtin.module":
+        blocks.append(parent.operation.block if hasattr(parent, "operation") else parent.block)
+        if parent.name == "func.func":
+            break
+        parent = parent.parent
+    changed = True
+    while changed:
+        changed = False
+        for op in [o.operation for b in blocks for o in b.operations]:
+            if op in members:
+                continue
+            if op.name == "memref.alloc" and _only_used_by(op.results[0], members):
+                op.attributes[ABSORBED] = ir.UnitAttr.get()
+                members.add(op)
+                changed = True
+            elif op.name == "memref.copy" and all(_only_used_by_or_copy(v, members, op) for v in op.operands):
+                op.attributes[ABSORBED] = ir.UnitAttr.get()
+                members.add(op)
+                changed = True
+
+
+def _only_used_by(v: "ir.Value", members: set) -> bool:
+    uses = list(v.uses)
+    if not uses:
+        return False
+    for use in uses:
+        owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        if owner in members:
+            continue
+        if owner.name in _VIEWS and _only_used_by(owner.results[0], members):
+            continue
+        if owner.name == "memref.copy":
+            continue          # decided with the copy
+        return False
+    return True
+
+
+def _only_used_by_or_copy(v: "ir.Value", members: set, copy) -> bool:
+    for use in v.uses:
+        owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        if owner in members or owner == copy:
+            continue
+        if owner.name in _VIEWS and _only_used_by(owner.results[0], members | {copy}):
+            continue
+        return False
+    return True
