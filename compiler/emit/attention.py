@@ -80,25 +80,37 @@ class _Attention(_Gemm):
         self.q_op = 0 if self.q_loop in used[0] else 1
         self.k_op = 1 - self.q_op
         self.ext[self.d_loop] = self._extent(self.s, self.d_loop)
-        # the output contraction's loops, through the score dims of its P operand
+        # the output contraction's loops by role: j its (non-unit) reduction, q the output loop V
+        # does not index, dv the output loop V indexes and the scores operand does not, the batch
+        # the output loops both index (paired with the scores' batch loops in output order);
+        # unit loops (a batch of 1 folded by a graph pass) stay 0
         self.v_op = ir.IntegerAttr(self.o.attributes[V_OPERAND]).value
         omaps = _maps(self.o)
-        n_in = _n_inputs(self.o)
-        rank = len(s_loops)
-        p_ops = [k for k in range(n_in) if k != self.v_op and len(omaps[k].results) == rank
-                 and all(_pure_dim(e) is not None for e in omaps[k].results)]
-        if not p_ops:
-            raise EmitError("the output contraction of a fusec.block_attention reads no score-shaped operand", self.o)
-        p_map = omaps[p_ops[0]]
-        self.o_of_score = [_pure_dim(e) for e in p_map.results]   # score dim -> output loop
-        rest = [l for l in range(omaps[0].n_dims) if l not in self.o_of_score]
-        big = [l for l in rest if str(self._extent_or(self.o, l, "1")) != "1"]
-        rest = big if big else rest[:1]
-        if len(rest) != 1:
-            raise EmitError("the output contraction of a fusec.block_attention needs one head-dim loop", self.o)
-        self.dv_loop = rest[0]
-        self.dv = self._extent(self.o, self.dv_loop)
         self.omaps = omaps
+        n_in = _n_inputs(self.o)
+        ext_o = {l: self._extent_or(self.o, l, "1") for l in range(omaps[0].n_dims)}
+        iters = [str(t) for t in ir.ArrayAttr(self.o.attributes["iterator_types"])]
+        red = [l for l in range(len(iters)) if "reduction" in iters[l] and ext_o[l] != "1"]
+        if len(red) != 1:
+            raise EmitError("the output contraction of a fusec.block_attention needs one key loop", self.o)
+        self.o_j = red[0]
+        v_loops = _dims_of_map(omaps[self.v_op])
+        p_ops = [k for k in range(n_in) if k != self.v_op and self.o_j in _dims_of_map(omaps[k])]
+        if not p_ops:
+            raise EmitError("the output contraction of a fusec.block_attention reads no scores operand", self.o)
+        p_loops = _dims_of_map(omaps[p_ops[0]])
+        out = [_pure_dim(e) for e in omaps[-1].results]
+        big = [l for l in out if l is not None and ext_o[l] != "1"]
+        q = [l for l in big if l not in v_loops]
+        dv = [l for l in big if l in v_loops and l not in p_loops]
+        ob = [l for l in big if l in v_loops and l in p_loops]
+        sb = [l for l in s_loops if l in self.batch_loops]
+        if len(q) != 1 or len(dv) != 1 or len(ob) != len(sb):
+            raise EmitError("the output contraction of a fusec.block_attention needs one query, one head-dim "
+                            "and the scores' batch loops", self.o)
+        self.o_q, self.dv_loop = q[0], dv[0]
+        self.o_batch = dict(zip(sb, ob))           # scores batch loop -> output batch loop
+        self.dv = ext_o[self.dv_loop]
         self.z_op = ir.IntegerAttr(self.e.attributes[Z_OPERAND]).value
         for name, v in (("queries", self.ext[self.q_loop]), ("keys", self.ext[self.k_loop]),
                         ("head dim", self.ext[self.d_loop]), ("value dim", self.dv)):
@@ -133,11 +145,9 @@ class _Attention(_Gemm):
 
     def _o_dims(self, batch: dict[int, str], i: str, j: str, dv: str) -> list[str]:
         dims = ["0"] * self.omaps[0].n_dims
-        by_s = {sl: x for sl, x in batch.items()}
-        by_s[self.q_loop], by_s[self.k_loop] = i, j
-        for t, sl in enumerate(self.s_loops):
-            dims[self.o_of_score[t]] = by_s[sl]
-        dims[self.dv_loop] = dv
+        for sl, x in batch.items():
+            dims[self.o_batch[sl]] = x
+        dims[self.o_q], dims[self.o_j], dims[self.dv_loop] = i, j, dv
         return dims
 
     def _operand(self, op, maps, k: int, dims: list[str]) -> str:

@@ -37,7 +37,12 @@ IMPORTS = ("from llvmlite import ir as llvmir", "from numba.core import types as
 OBJMODE_PRELUDE = (
     "import warnings", "",
     'warnings.filterwarnings("ignore", message="Code running in object mode won.t allow parallel",',
-    "                        category=numba.NumbaWarning)")
+    "                        category=numba.NumbaWarning)", "",
+    "try:  # BLAS inside a prange runs one thread per worker (module.py: _blas_only_in_prange)",
+    "    from threadpoolctl import ThreadpoolController",
+    "    _BLAS_THREADS = ThreadpoolController()",
+    "except ImportError:",
+    "    _BLAS_THREADS = None")
 
 _LLVM_MINMAX = {"maximumf": "llvm.maximum", "minimumf": "llvm.minimum",
                 "maxnumf": "llvm.maxnum", "minnumf": "llvm.minnum"}

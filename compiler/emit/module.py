@@ -132,7 +132,8 @@ class _FuncEmitter:
     def run(self) -> str:
         block = self.op.regions[0].blocks[0]
         f16_wrapper = self.target == "cpu" and any(map(_is_f16, self.arg_types + self.result_types))
-        inner = f"_{self.host_name}_f32" if f16_wrapper else self.host_name
+        outer = f"_{self.host_name}_f32" if f16_wrapper else self.host_name
+        inner = f"_{self.host_name}_par"    # renamed below unless BLAS runs inside its prange
         w = Writer(1)
         mode = "host" if self.target == "cuda" else "cpu"
         params = [self._bind_arg(a, w, mode) for a in block.arguments]
@@ -144,17 +145,30 @@ class _FuncEmitter:
               f"({', '.join(type_label(t) for t in self.result_types)})"
         where = format_location(self.op.location)
         if self.target == "cuda":
+            inner = outer
             doc = f'    """@{self.func_name} {sig} at {where}; arrays are CUDA device arrays."""'
             head = [f"def {inner}({', '.join(params)}):", doc]
         else:
             doc = f'    """@{self.func_name} {sig} at {where}."""'
             # parallel=True only with a prange to run: else Numba warns and compiles for nothing
             parallel = any("numba.prange(" in line for line in w.lines)
+            blas = _blas_only_in_prange(w.lines)
+            if not blas:
+                inner = outer
             head = [f'@numba.njit(parallel={parallel}, nogil=True, fastmath={CPU_FASTMATH}, cache=False, '
                     'error_model="numpy")', f"def {inner}({', '.join(params)}):", doc]
         text = "\n".join(head + w.lines)
+        if self.target != "cuda" and inner != outer:
+            text += "\n\n\n" + "\n".join([
+                f"def {outer}({', '.join(params)}):",
+                f'    """{inner} with NumPy\'s BLAS on one thread per prange worker (its BLAS calls run inside',
+                '    the parallel loop: more threads would oversubscribe the cores); restored afterwards."""',
+                "    if _BLAS_THREADS is None:",
+                f"        return {inner}({', '.join(params)})",
+                '    with _BLAS_THREADS.limit(limits=1, user_api="blas"):',
+                f"        return {inner}({', '.join(params)})"])
         if f16_wrapper:
-            text += "\n\n\n" + self._f16_wrapper(inner, params)
+            text += "\n\n\n" + self._f16_wrapper(outer, params)
         return text
 
     def _bind_arg(self, arg: "ir.Value", w: Writer, mode: str) -> str:
@@ -295,6 +309,22 @@ _LAUNCH_ARGS = ("cuda.blockIdx.x", "cuda.blockIdx.y", "cuda.blockIdx.z",
 
 def _dims(values: list[str]) -> str:
     return f"({', '.join(values)})"
+
+
+def _blas_only_in_prange(lines: list[str]) -> bool:
+    """Every object-mode (BLAS) block of a cpu function sits inside one of its prange loops."""
+    found, depth = False, None
+    for line in lines:
+        ind = len(line) - len(line.lstrip())
+        if depth is not None and line.strip() and ind <= depth:
+            depth = None
+        if "numba.prange(" in line and depth is None:
+            depth = ind
+        if "numba.objmode(" in line:
+            if depth is None:
+                return False
+            found = True
+    return found
 
 
 def _is_f16(t) -> bool:

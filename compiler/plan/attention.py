@@ -114,7 +114,12 @@ def _reduced_dims(info: ChainInfo, op: OpInfo) -> set[int] | None:
     """Dims of the reduction's input value (before any view) that its reduction loops index."""
     red = {l for l, t in enumerate(op.iterators) if t == "reduction"}
     dims = {d for d, loops in enumerate(op.operand_loops[0]) if loops & red}
-    key = op.operand_keys[0]
+    return _source_dims(info, op.operand_keys[0], dims)
+
+
+def _source_dims(info: ChainInfo, key: str, dims: set[int]) -> set[int] | None:
+    """Dims of an operand read through reshape views, as dims of the value before the views
+    (None when a dim is no single source dim)."""
     for v in _views_between(info, key):             # a keepdims view: back to the source's dims
         vd = info.op(v).view_dims
         mapped = set()
@@ -234,12 +239,15 @@ def find_attention(info: ChainInfo, out: int) -> Attention | str:
             return "the softmax is not over the keys' axis"
     c2_red = set(_real([l for l, it in enumerate(c2.iterators) if it == "reduction"], c2.loops))
     p_operand = p_index if p_index is not None else div[1][1]
-    p_dims = {d for d, loops in enumerate(c2.operand_loops[p_operand]) if loops & c2_red}
+    p_dims = _source_dims(info, c2.operand_keys[p_operand],
+                          {d for d, loops in enumerate(c2.operand_loops[p_operand]) if loops & c2_red})
     if p_dims != {j_dim} or len(c2_red) != 1:
         return "the second contraction does not contract the softmax's axis"
     # nothing but the kernel uses the intermediates
     members = {c1.id, m_op.id, e_op.id, l_op.id, out, *score_ops} | ({norm} if norm is not None else set())
-    for key in [e_op.operand_keys[m_operand], l_key] + ([c2.operand_keys[p_index]] if p_index is not None else []):
+    keys = [e_op.operand_keys[m_operand], e_key, l_key]
+    keys += [c2.operand_keys[k] for k in range(c2.n_inputs) if k != v_operand]
+    for key in keys:
         members |= set(_views_between(info, key))
     for r in (m_op, l_op):
         members |= set(_views_between(info, r.operand_keys[0]))

@@ -1,0 +1,142 @@
+"""Attention as online softmax (plan/attention.py, emit/attention.py): which chains are one
+kernel, why the others are not, that no S_q x S_k buffer is allocated, and the numbers against
+the reference on the cpu and the simulator (tiny sizes, tiles forced small so several key steps,
+partial tiles and several query blocks run)."""
+import os
+import re
+
+import numpy as np
+import pytest
+
+import fusec
+from fusec.compiler.plan.attention import Attention, find_attention
+from helpers import stages
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLE = open(os.path.join(ROOT, "examples", "attention.fdsl")).read()
+
+TYPICAL = {  # chain of examples/attention.fdsl -> a typical binding
+    "attention": dict(B=8, S=1024), "causal": dict(B=8, S=1024), "masked": dict(B=2, H=4, S=1024),
+    "cross": dict(B=8, S=1024, T=512), "by_hand": dict(B=8, S=1024),
+}
+
+
+def _host_allocations(st) -> list[str]:
+    entry = st.emitted.entries[st.plan.chain]
+    src = st.emitted.source
+    host = src[src.index(f"def {entry.host}("):]
+    host = host[:host.find("\n\n\n")] if "\n\n\n" in host else host
+    return re.findall(r"(?:device_array|np\.empty|np\.zeros)\(\(([^)]*)\)", host)
+
+
+@pytest.mark.parametrize("target", ["gpu", "cpu"])
+@pytest.mark.parametrize("chain", sorted(TYPICAL))
+def test_attention_variants_are_one_kernel_without_a_scores_buffer(chain, target):
+    b = TYPICAL[chain]
+    st = stages(EXAMPLE, b, target=target, chain=chain)
+    plan = st.plan
+    assert plan.kernel_count == 1, plan.format()
+    (g,) = plan.groups
+    assert g.attention, plan.format()
+    assert any(d.startswith("attention: ") and "online-softmax" in d for d in plan.decisions)
+    sq, sk = b["S"], b.get("T", b["S"])
+    for shape in _host_allocations(st):
+        dims = [int(x) for x in shape.replace(" ", "").split(",") if x]
+        assert not (sq in dims and sk in dims and dims.count(sq) + (sk != sq) * dims.count(sk) >= 2), shape
+    marks = st.texts["gpu"]
+    assert "fusec.block_attention" in marks
+    if target == "gpu":
+        assert "cuda.shared.array" in st.emitted.source
+
+
+def test_the_pattern_is_found_from_the_algebra_not_the_name():
+    st = stages(EXAMPLE, TYPICAL["by_hand"], chain="by_hand")
+    info = st.plan.info
+    found = [find_attention(info, o.id) for o in info.ops if o.kind == "contraction"]
+    (a,) = [x for x in found if isinstance(x, Attention)]
+    assert (a.sq, a.sk, a.d, a.dv, a.batch) == (1024, 1024, 64, 64, 8)
+    mh = stages(EXAMPLE, TYPICAL["masked"], chain="masked").plan.info
+    (a,) = [x for x in (find_attention(mh, o.id) for o in mh.ops if o.kind == "contraction")
+            if isinstance(x, Attention)]
+    assert a.batch == 8 and len(a.batch_loops) == 2 and a.norm is None     # 4-D; P = E / L folded into P · V
+    assert len(a.score_ops) >= 1
+
+
+@pytest.mark.parametrize("src,why", [
+    ("""chain f(q: f32[B, S, 32], k: f32[B, S, 32], v: f32[B, S, 32]) -> (f32[B, S, 32], f32[B, S, S]) {
+        p = softmax(q @ transpose(k) / 4.0)
+        return p @ v, p
+    }""", "the normalised scores are also used by the output"),
+    ("""chain f(q: f32[B, S, 32], k: f32[B, S, 32], v: f32[B, S, 32]) -> f32[B, S, 32] {
+        return softmax(q @ transpose(k), axis=1) @ v
+    }""", "the softmax is not over the keys' axis"),
+])
+def test_when_online_softmax_would_change_the_result_the_plan_says_why(src, why):
+    plan = stages(src, dict(B=4, S=64)).plan
+    assert not any(g.attention for g in plan.groups)
+    assert any(d.startswith("not attention") and why in d for d in plan.decisions), plan.decisions
+
+
+def test_a_hand_plan_can_ask_for_attention_and_is_checked():
+    st = stages(EXAMPLE, dict(B=2, S=40), chain="attention")
+    ops = [o.id for o in st.plan.info.ops if o.is_compute]
+    st = stages(EXAMPLE, dict(B=2, S=40), chain="attention", plan={"groups": [{"ops": ops, "attention": [32, 16]}]})
+    assert st.plan.groups[0].attention == (32, 16)
+    with pytest.raises(Exception, match="multiple of 16"):
+        stages(EXAMPLE, dict(B=2, S=40), chain="attention", plan={"groups": [{"ops": ops, "attention": [20, 16]}]})
+    with pytest.raises(Exception, match="not an attention kernel"):
+        stages(EXAMPLE, dict(B=2, S=40), chain="attention", plan={"groups": [{"ops": ops[:-1], "attention": [16, 8]},
+                                                                              {"ops": ops[-1:]}]})
+
+
+LARGE = """chain big(q: f32[B, S, 64], k: f32[B, S, 64], v: f32[B, S, 16]) -> f32[B, S, 16] {
+    return softmax(q @ transpose(k) * 10.0) @ v
+}"""
+
+# (source, chain, binding, forced tiles): odd sizes, so the last key step and query block are partial
+CASES = [
+    (EXAMPLE, "causal", dict(B=1, S=21), [16, 8]),
+    (EXAMPLE, "masked", dict(B=1, H=2, S=13), [16, 8]),
+    (EXAMPLE, "cross", dict(B=2, S=17, T=11), [16, 8]),
+    (EXAMPLE, "by_hand", dict(B=1, S=19), [16, 16]),
+    (LARGE, "big", dict(B=1, S=18), [16, 8]),            # |z| ~ 80: the running max keeps exp finite
+]
+
+
+def _inputs(f, binding):
+    """Seeded inputs; a causal mask that leaves the first query a single key, a padding mask
+    that keeps at least the first key."""
+    rng = np.random.default_rng(7)
+    out = []
+    for p in f.typed.param_nodes:
+        shape = tuple(binding[d] if isinstance(d, str) else d for d in p.type.shape)
+        if p.type.dtype.kind == "bool":
+            if p.name == "mask":
+                out.append(np.tril(np.ones(shape, dtype=bool)))
+            else:
+                keep = rng.random(shape) < 0.7
+                keep[..., 0] = True
+                out.append(keep)
+        elif not shape:
+            out.append(np.float32(0.2))
+        else:
+            out.append(rng.standard_normal(shape).astype(np.float32))
+    return out
+
+
+# every case on the simulator; on the cpu (a Numba compile of some seconds each) the masks and
+# the large scores
+RUNS = [(c, "cuda-sim") for c in CASES] + [(c, "cpu") for c in CASES if c[1] in ("causal", "masked", "big")]
+
+
+@pytest.mark.parametrize("case,target", RUNS, ids=[f"{c[1]}-{t}" for c, t in RUNS])
+def test_online_softmax_matches_the_reference(case, target):
+    src, chain, binding, tiles = case
+    planned = stages(src, binding, chain=chain).plan
+    ops = [o.id for o in planned.info.ops if o.is_compute]
+    plan = {"groups": [{"ops": ops, "attention": tiles}]}
+    prog = fusec.compile(src, target=target, options={"baseline": False, "plans": {chain: plan}})
+    f = getattr(prog, chain)
+    (c,) = f.check(inputs=_inputs(f, binding), binding=binding)
+    assert c.ok, c.describe()
+    assert f.compiled(binding).plan["groups"][0]["attention"] == tiles
