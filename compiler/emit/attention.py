@@ -101,7 +101,8 @@ class _Attention(_Gemm):
         p_loops = _dims_of_map(omaps[p_ops[0]])
         out = [_pure_dim(e) for e in omaps[-1].results]
         big = [l for l in out if l is not None and ext_o[l] != "1"]
-        q = [l for l in big if l not in v_loops]
+        q = [l for l in out if l is not None and l not in v_loops]
+        q = [l for l in q if ext_o[l] != "1"] or q[:1]        # one query (decoding) is a unit loop
         dv = [l for l in big if l in v_loops and l not in p_loops]
         ob = [l for l in big if l in v_loops and l in p_loops]
         sb = [l for l in s_loops if l in self.batch_loops]

@@ -216,7 +216,7 @@ def kernel_cost(info: ChainInfo, members, root: int, tiling: Tiling, hw: Hardwar
                   bytes_written=wbytes, bytes_cached=cached, bytes_unfused=_unfused[0], flops_unfused=_unfused[1],
                   kernels_unfused=_unfused[2], intermediates=len(intermediates))
     if tiling.attention:
-        return _attention_time(info, members, tiling, hw, common)
+        return _attention_time(info, members, tiling, hw, common, measured)
     if gpu and tiling.row_threads:
         return _gpu_row_time(info, members, root, tiling, hw, common, reads, corr, measured)
     if gpu and tiling.gemm:
@@ -432,7 +432,7 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
                    occupancy=min(1.0, occupancy), recompute_s=compute_s * recompute / max(flops, 1e-30), spill_s=0.0)
 
 
-def _attention_time(info, members, tiling: Tiling, hw: HardwareProfile, common):
+def _attention_time(info, members, tiling: Tiling, hw: HardwareProfile, common, measured: Measured | None = None):
     """An attention kernel (plan/attention.py): per block of BQ queries, K and V in steps of BKV
     keys through shared memory (gpu) or the cache (cpu); the scores, their exponentials and the
     running max and sum never leave the chip.
@@ -476,6 +476,8 @@ def _attention_time(info, members, tiling: Tiling, hw: HardwareProfile, common):
     rq, ck, cd = bq // THREADS_Y, bkv // THREADS_X, -(-a.dv // THREADS_X)
     regs = attention_registers(a, bq, bkv)
     smem = shared_bytes(a, bq, bkv)
+    if measured is not None:             # the kernel report's ptxas figures
+        regs, smem = measured.registers, measured.shared_bytes
     regs_alloc = math.ceil(min(regs, hw.regs_per_thread) / 8) * 8
     spilled = max(0, regs - (hw.regs_per_thread - GEMM_REG_HEADROOM))
     fit = min(hw.max_blocks_per_unit, hw.max_threads_per_unit // T,

@@ -212,6 +212,20 @@ def _attention_kernels(info: ChainInfo, chooser: TileChooser, members_list: list
             continue
         touched = [k for k, m in enumerate(members_list) if m & set(a.ops)]
         union = set().union(*[members_list[k] for k in touched]) | set(a.ops)
+        # kernels of elementwise ops that only feed this one (K's transpose, a scaled Q, a mask
+        # computed in the chain): the template evaluates them in its loaders instead
+        grew = True
+        while grew:
+            grew = False
+            for k, m in enumerate(members_list):
+                if k in touched or not all(info.op(x).kind in ("elementwise", "fill", "view") for x in m):
+                    continue
+                if all(u in union or u in m for x in m for u in info.op(x).users if u != -1) and \
+                        not any(-1 in info.op(x).users for x in m) and \
+                        any(u in union for x in m for u in info.op(x).users):
+                    touched.append(k)
+                    union |= m
+                    grew = True
         kernel = attention_kernel(info, union)
         where = f"%{a.scores}..%{a.out}"
         if isinstance(kernel, str):

@@ -107,9 +107,9 @@ def _mark(plan: FusionPlan, g: Group, tagged: dict, stage: str) -> None:
             if op not in members:
                 op.attributes[ABSORBED] = ir.UnitAttr.get()
                 members.add(op)
-    # the kernel's buffers, and the copies bufferization put between them (a fill shared by
-    # both contractions), belong to the template; a copy that writes a buffer used elsewhere
-    # (the result) does not
+    # the kernel's buffers, and the copies bufferization put into them (a fill shared by both
+    # contractions), belong to the template; a copy that writes a buffer used elsewhere (the
+    # result) does not
     blocks = [block]
     parent = root.parent
     while parent is not None and parent.name != "builtin.module":
@@ -127,7 +127,9 @@ def _mark(plan: FusionPlan, g: Group, tagged: dict, stage: str) -> None:
                 op.attributes[ABSORBED] = ir.UnitAttr.get()
                 members.add(op)
                 changed = True
-            elif op.name == "memref.copy" and all(_only_used_by_or_copy(v, members, op) for v in op.operands):
+            elif op.name == "memref.copy" and _only_used_by_or_copy(op.operands[1], members, op):
+                # it writes a buffer only the template reads (the scores' init from a fill that
+                # both contractions share): what the copy would write is never read from memory
                 op.attributes[ABSORBED] = ir.UnitAttr.get()
                 members.add(op)
                 changed = True

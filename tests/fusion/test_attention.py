@@ -140,3 +140,62 @@ def test_online_softmax_matches_the_reference(case, target):
     (c,) = f.check(inputs=_inputs(f, binding), binding=binding)
     assert c.ok, c.describe()
     assert f.compiled(binding).plan["groups"][0]["attention"] == tiles
+
+
+# ---- property tests: random attention variants, forced into one online-softmax kernel -------
+from hypothesis import HealthCheck, given, settings          # noqa: E402
+from hypothesis import strategies as hs                       # noqa: E402
+from fusec.runtime import reference                           # noqa: E402
+from fusec.runtime.compare import compare                     # noqa: E402
+
+SCORES = ["{s} * 0.25", "{s} / t", "tanh({s} * 0.1) * 10.0", "{s} * 0.25 + bias",
+          "where(mask, {s} * 0.25, -1e9)", "where(mask, {s}, -1e9) + bias", "{s} * 3.0"]
+EPILOGUES = ["{o}", "{o} * 2.0 + 1.0", "tanh({o})"]
+
+
+@hs.composite
+def attention_chains(draw):
+    d, dv = draw(hs.sampled_from([8, 16, 24])), draw(hs.sampled_from([8, 12, 16]))
+    score = draw(hs.sampled_from(SCORES)).format(s="q @ transpose(k)")
+    params = [f"q: f32[B, S, {d}]", f"k: f32[B, T, {d}]", f"v: f32[B, T, {dv}]"]
+    params += [p for name, p in (("bias", "bias: f32[S, T]"), ("mask", "mask: bool[S, T]"), ("t", "t: f32"))
+               if name in score.replace("transpose", "")]
+    if draw(hs.booleans()):
+        body = f"    p = softmax({score})\n"
+    else:
+        body = (f"    z = {score}\n    e = exp(z - max(z, axis=-1, keepdims=true))\n"
+                "    p = e / sum(e, axis=-1, keepdims=true)\n")
+    body += f"    return {draw(hs.sampled_from(EPILOGUES)).format(o='p @ v')}\n"
+    src = f"chain r({', '.join(params)}) -> f32[B, S, {dv}] {{\n{body}}}\n"
+    binding = {"B": draw(hs.integers(1, 2)), "S": draw(hs.integers(2, 20)), "T": draw(hs.integers(2, 20))}
+    tiles = [draw(hs.sampled_from([16, 32])), draw(hs.sampled_from([8, 16]))]
+    return src, binding, tiles
+
+
+def _check_attention(src, binding, tiles, target):
+    planned = stages(src, binding).plan
+    ops = [o.id for o in planned.info.ops if o.is_compute]
+    plan = {"groups": [{"ops": ops, "attention": tiles}]}
+    prog = fusec.compile(src, target=target, options={"plans": {"r": plan}})
+    chain = prog.r
+    inputs = reference.random_inputs(chain.typed, binding, seed=2)
+    compiled = chain.compiled(binding)
+    assert compiled.plan["groups"][0]["attention"] == tiles
+    want = reference.run_chain(chain.typed, inputs, binding)
+    fused, unfused = compiled.fused(*inputs), compiled.unfused(*inputs)
+    for got, what in ((fused[0], "fused"), (unfused[0], "unfused")):
+        c = compare(got, want[0], "f32")
+        assert c.ok, f"{what} vs reference: {c.describe()}\n{src}{binding}"
+    assert compare(fused[0], unfused[0], "f32").ok
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(attention_chains())
+def test_random_attention_variants_on_cuda_sim(case):
+    _check_attention(*case, "cuda-sim")
+
+
+@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(attention_chains())
+def test_random_attention_variants_on_cpu(case):
+    _check_attention(*case, "cpu")
