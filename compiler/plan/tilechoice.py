@@ -157,6 +157,9 @@ class TileChooser:
             evaluated.append((t, self.cost(members, t)))
         if not evaluated:
             return None
+        if gpu:       # as for contraction kernels: shapes that give every SM a block, when there are any
+            filling = [(t, c) for t, c in evaluated if self._fills(c)]
+            evaluated = filling or evaluated
         evaluated.sort(key=lambda x: x[1].time_s)
         best = evaluated[0]
         return Choice(best[0], best[1], tuple((t, c.time_s) for t, c in evaluated[:3]))

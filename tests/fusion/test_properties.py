@@ -11,6 +11,10 @@ import fusec
 from fusec.runtime import reference
 from fusec.runtime.compare import compare
 
+# Every run checks the same examples (a CI run sees what the last local run saw: a random draw
+# once hit a chain whose tile-and-fuse script ran for minutes); FUSEC_EXPLORE=1 draws new ones.
+DERANDOMIZE = os.environ.get("FUSEC_EXPLORE") != "1"
+
 STEPS = [
     "tanh({c})", "sigmoid({c})", "relu({c})", "abs({c}) - 0.5", "square(tanh({c}))", "sin({c})",
     "gelu({c})", "silu({c})", "{c} + y", "{c} * z", "maximum({c}, x)", "minimum({c}, 0.25 * x)",
@@ -58,14 +62,14 @@ def _check(src: str, binding: dict, target: str):
 
 
 @pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="runs on the CUDA simulator")
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
 @given(chains())
 def test_random_chains_on_cuda_sim(case):
     src, binding = case
     _check(src, binding, "cuda-sim")
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
 @given(chains())
 def test_random_chains_on_cpu(case):
     src, binding = case
