@@ -81,8 +81,19 @@ def _views_between(info: ChainInfo, key: str) -> list[int]:
     return out
 
 
+def _plain(tree):
+    """A tree without its value-preserving widenings (extf: f16 operands computed in f32) and
+    the rounding of its result (truncf: an f16 result); the rest of the algebra is the same."""
+    while tree and tree[0] in ("extf", "truncf"):
+        tree = tree[1]
+    if tree and tree[0] not in ("in", "out", "const", "index"):
+        return (tree[0],) + tuple(_plain(t) for t in tree[1:])
+    return tree
+
+
 def _is_mac(tree) -> tuple | None:
     """addf(out0, mulf(a, b)) in either order: (a, b), else None."""
+    tree = _plain(tree)
     if not tree or tree[0] != "addf":
         return None
     a, b = tree[1], tree[2]
@@ -101,7 +112,7 @@ def _combines(op: OpInfo, fn: str) -> bool:
     """A reduction whose body is fn(in0, out0) (either order)."""
     if op.kind != "reduction" or len(op.body_expr) != 1:
         return False
-    t = op.body_expr[0]
+    t = _plain(op.body_expr[0])
     return t[0] == fn and set(t[1:]) == {("in", 0), ("out", 0)}
 
 
@@ -159,8 +170,8 @@ def find_attention(info: ChainInfo, out: int) -> Attention | str:
         found = None
         for pi, vi in ((mac[0][1], mac[1][1]), (mac[1][1], mac[0][1])):
             d = _producer(info, c2.operand_keys[pi])
-            if d is not None and d.kind == "elementwise" and len(d.body_expr) == 1 and d.body_expr[0][0] == "divf" \
-                    and all(x[0] == "in" for x in d.body_expr[0][1:]):
+            if d is not None and d.kind == "elementwise" and len(d.body_expr) == 1 and _plain(d.body_expr[0])[0] == "divf" \
+                    and all(x[0] == "in" for x in _plain(d.body_expr[0])[1:]):
                 found = (pi, vi, d)
                 break
         if found is None:
@@ -168,8 +179,8 @@ def find_attention(info: ChainInfo, out: int) -> Attention | str:
         p_index, vi, norm_op = found
         norm = norm_op.id
         v_tree = ("in", vi)
-        e_key = norm_op.operand_keys[norm_op.body_expr[0][1][1]]
-        l_key = norm_op.operand_keys[norm_op.body_expr[0][2][1]]
+        nb = _plain(norm_op.body_expr[0])
+        e_key, l_key = norm_op.operand_keys[nb[1][1]], norm_op.operand_keys[nb[2][1]]
     v_operand = v_tree[1]
     e_op, l_op = _producer(info, e_key), _producer(info, l_key)
     if l_op is None or not _combines(l_op, "addf"):
@@ -178,7 +189,7 @@ def find_attention(info: ChainInfo, out: int) -> Attention | str:
         return "the numerator is not an elementwise op"
     if _resolve(info, l_op.operand_keys[0]) != _resolve(info, e_key):
         return "the divisor does not sum the numerator"
-    t = e_op.body_expr[0]
+    t = _plain(e_op.body_expr[0])
     if t[0] != "exp" or t[1][0] != "subf" or t[1][1][0] != "in" or t[1][2][0] != "in":
         return "the numerator is not exp(z - m)"
     z_operand, m_operand = t[1][1][1], t[1][2][1]

@@ -93,6 +93,10 @@ LARGE = """chain big(q: f32[B, S, 64], k: f32[B, S, 64], v: f32[B, S, 16]) -> f3
     return softmax(q @ transpose(k) * 10.0) @ v
 }"""
 
+HALF = """chain half(q: f16[B, S, 32], k: f16[B, S, 32], v: f16[B, S, 32]) -> f16[B, S, 32] {
+    return softmax(q @ transpose(k) * 0.125) @ v
+}"""
+
 # (source, chain, binding, forced tiles): odd sizes, so the last key step and query block are partial
 CASES = [
     (EXAMPLE, "causal", dict(B=1, S=21), [16, 8]),
@@ -100,6 +104,7 @@ CASES = [
     (EXAMPLE, "cross", dict(B=2, S=17, T=11), [16, 8]),
     (EXAMPLE, "by_hand", dict(B=1, S=19), [16, 16]),
     (LARGE, "big", dict(B=1, S=18), [16, 8]),            # |z| ~ 80: the running max keeps exp finite
+    (HALF, "half", dict(B=2, S=11), [16, 8]),            # f16 operands (extf/truncf in the algebra), f32 inside
 ]
 
 
@@ -120,7 +125,7 @@ def _inputs(f, binding):
         elif not shape:
             out.append(np.float32(0.2))
         else:
-            out.append(rng.standard_normal(shape).astype(np.float32))
+            out.append(rng.standard_normal(shape).astype(p.type.dtype.np_name))
     return out
 
 
