@@ -104,7 +104,7 @@ class TileChooser:
             return gemm_tiling_error(self.info, members, self.root(members), t.block, t.gemm,
                                      self.hw.max_threads_per_block) is None
         if t.row_threads:
-            return (tuple(t.mapped) == tuple(allowed[-2:]) and
+            return (tuple(t.mapped) == tuple(allowed[-3:]) and
                     row_tiling_error(self.info, members, self.root(members), t, self.target,
                                      self.hw.max_threads_per_block) is None)
         if not t.mapped:
@@ -202,7 +202,11 @@ class TileChooser:
             return None           # strided rows: threads along the contiguous axis instead
         r = self.info.op(root)
         n = len(r.loops)
-        mapped = tuple(tile[-2:])
+        # the rows' loop (threads y) and up to two outer loops, one block each along them (the
+        # grid's other dims): a tileable loop left out would put all its rows in one block
+        mapped = tuple(tile[-3:])
+        if any(r.loops[l] > 1 for l in tile[:-3]):
+            return None
         limit = self.hw.max_threads_per_block
         counts = rk.thread_counts(limit)
         warp_multiples = [t for t in counts if t % 32 == 0]
