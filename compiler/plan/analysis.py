@@ -230,22 +230,29 @@ def _info(i: int, orig, gen, index: dict) -> OpInfo:
                   body_expr=body_tree(gen, n_in), **extra)
 
 
+BODY_TREE_OPS = 32      # longer bodies (a fused elementwise chain of hundreds of ops) get no tree
+
+
 def body_tree(gen, n_in: int) -> tuple:
     """Each value a generic's body yields, as nested tuples: ("in", k) / ("out", k) for its
     block arguments, ("const", text), ("index", dim), else (short op name, *operands); a compare
-    is ("cmpf:<predicate>", a, b). Plans match algebra on these (plan/attention.py)."""
+    is ("cmpf:<predicate>", a, b). Plans match algebra on these (plan/attention.py); a body of
+    more than BODY_TREE_OPS ops has none (the trees stay shallow: hashing and comparing them
+    recurse)."""
     block = gen.regions[0].blocks[0]
-    memo: dict = {}
+    ops = [o.operation for o in block.operations]
+    if not ops or ops[-1].name != "linalg.yield" or len(ops) > BODY_TREE_OPS:
+        return ()
+    trees: dict = {}
 
     def tree(v):
         owner = v.owner
         if isinstance(owner, ir.Block):
             k = ir.BlockArgument(v).arg_number
             return ("in", k) if k < n_in else ("out", k - n_in)
-        op = owner.operation if hasattr(owner, "operation") else owner
-        key = _key(op)
-        if key in memo:
-            return memo[key]
+        return trees.get(_key(owner), ("?", "outside"))
+
+    for op in ops[:-1]:                  # program order: operands before their users
         name = op.name.split(".", 1)[-1]
         if name == "constant":
             out = ("const", str(op.attributes["value"]).split(" :")[0])
@@ -255,16 +262,10 @@ def body_tree(gen, n_in: int) -> tuple:
             out = ("?", name)
         else:
             if "predicate" in op.attributes:
-                pred = str(op.attributes["predicate"]).split(" :")[0]
-                name = f"{name}:{pred}"
+                name = f"{name}:{str(op.attributes['predicate']).split(' :')[0]}"
             out = (name,) + tuple(tree(x) for x in op.operands)
-        memo[key] = out
-        return out
-
-    ops = list(block.operations)
-    if not ops or ops[-1].operation.name != "linalg.yield":
-        return ()
-    return tuple(tree(v) for v in ops[-1].operation.operands)
+        trees[_key(op)] = out
+    return tuple(tree(v) for v in ops[-1].operands)
 
 
 def _view_dims(op, source: tuple[int, ...], result: tuple[int, ...]) -> tuple[int | None, ...]:
