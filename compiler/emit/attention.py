@@ -25,7 +25,7 @@ row whose scores are all -inf gives NaN, as the unfused softmax does (0 / 0).
 from __future__ import annotations
 
 from .gemm import _Gemm, _dims_of, _maps, _n_inputs, _pure_dim, affine
-from .values import EmitError, add, floordiv, mod, mul
+from .values import EmitError, floordiv, mod, mul
 from ..mlir import ir
 from ..plan.attention import THREADS_X, THREADS_Y
 from ..transforms.attention_kernels import BATCH, BLOCK_ATTENTION, LOOPS, ROLE, V_OPERAND, Z_OPERAND

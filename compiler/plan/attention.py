@@ -276,7 +276,6 @@ def find_attention(info: ChainInfo, out: int) -> Attention | str:
             return f"{what} are also used by {who} (online softmax keeps them on chip only)"
     shape = c1.loops
     sq, sk, d = shape[only[0][0]], shape[only[1][0]], shape[red[0]]
-    v_dims = c2.operand_shapes[v_operand]
     c2_par = [l for l in range(len(c2.loops)) if c2.iterators[l] == "parallel"]
     v_loops = frozenset().union(*c2.operand_loops[v_operand])
     p_loops = frozenset().union(*c2.operand_loops[p_operand])
@@ -287,7 +286,6 @@ def find_attention(info: ChainInfo, out: int) -> Attention | str:
     nb = 1
     for l in batch:
         nb *= shape[l]
-    del v_dims
     return Attention(c1.id, out, m_op.id, l_op.id, e_op.id, norm, tuple(sorted(score_ops)),
                      tuple(sorted(members | fills)), z_operand, v_operand, only[0][0], only[1][0], red[0],
                      batch, sq, sk, d, dv, nb)

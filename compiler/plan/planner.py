@@ -23,7 +23,7 @@ import heapq
 import re
 from dataclasses import asdict, dataclass, field, replace
 
-from .attention import THREADS_X, THREADS_Y, Attention, attention_kernel, find_attention
+from .attention import THREADS_X, THREADS_Y, attention_kernel, find_attention
 from .analysis import ChainInfo, OpInfo, analyze, tag_ops, tileable_loops
 from .hardware import HardwareProfile
 from .measured import Measured

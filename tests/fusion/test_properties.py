@@ -62,7 +62,7 @@ def _check(src: str, binding: dict, target: str):
 
 
 @pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="runs on the CUDA simulator")
-@settings(max_examples=60, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=45, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
 @given(chains())
 def test_random_chains_on_cuda_sim(case):
     src, binding = case
