@@ -24,7 +24,7 @@ row whose scores are all -inf gives NaN, as the unfused softmax does (0 / 0).
 """
 from __future__ import annotations
 
-from .gemm import _Gemm, _dims_of, _maps, _n_inputs, _pure_dim, affine
+from .gemm import _Gemm, _dims_of_map, _elem as _elem_of, _maps, _n_inputs, _pure_dim, affine
 from .values import EmitError, floordiv, mod, mul
 from ..mlir import ir
 from ..plan.attention import THREADS_X, THREADS_Y
@@ -491,14 +491,3 @@ class _Attention(_Gemm):
                     w(f"{ov} = {acc}[{r}, {dv}] / {ll}[{r}]")
                     self._store(batch, f"{i0} + {r}", dv, ov)
 
-
-def _dims_of_map(m) -> set[int]:
-    out = set()
-    for e in m.results:
-        out |= _dims_of(e)
-    return out
-
-
-def _elem_of(v):
-    from .values import elem_of
-    return elem_of(v.type)

@@ -26,8 +26,8 @@ from ..errors import CompilerInternalError
 from ..mlir import ir
 from ..plan.attention import attention_kernel
 from ..plan.planner import FusionPlan, Group
-from .gemm_kernels import ABSORBED, _VIEWS, _i64_array, _tagged
-from .script import ANY, TAG, Step, apply_script, script_text, tag_of
+from .gemm_kernels import ABSORBED, _VIEWS, _i64_array, _one, _tagged, generalize_steps
+from .script import apply_script, script_text, tag_of
 
 BLOCK_ATTENTION = "fusec.block_attention"
 ROLE = "fusec.attention_role"
@@ -56,27 +56,12 @@ def mark_attention_kernels(module: ir.Module, plans: dict[str, FusionPlan], stag
     if not groups:
         return 0
     with module.context, ir.Location.unknown():
-        steps = []
-        for plan, g in groups:
-            for m in g.ops:
-                if plan.info.op(m).kind in ("fill", "view"):
-                    continue
-                name = f"a{g.id}_{m}"
-                steps.append(Step(f'%{name} = transform.structured.match attributes {{"{TAG}" = '
-                                  f'{tag_of(g.id, m)} : i64}} in %root : ({ANY}) -> {ANY}'))
-                steps.append(Step(f"%{name}_g = transform.structured.generalize %{name} : ({ANY}) -> {ANY}"))
+        steps = [s for plan, g in groups for s in generalize_steps(plan, g, "a")]
         apply_script(module, script_text(steps), stage)
         tagged = _tagged(module)
         for plan, g in groups:
             _mark(plan, g, tagged, stage)
     return len(groups)
-
-
-def _one(tagged: dict, tag: int, what: str, g: Group, stage: str) -> "ir.Operation":
-    ops = tagged.get(tag, [])
-    if len(ops) != 1:
-        raise CompilerInternalError(stage, f"kernel {g.id}: {len(ops)} ops are its {what} after bufferization")
-    return ops[0]
 
 
 def _mark(plan: FusionPlan, g: Group, tagged: dict, stage: str) -> None:

@@ -64,13 +64,7 @@ def mark_gemm_kernels(module: ir.Module, plans: dict[str, FusionPlan]) -> int:
             gk = gemm_kernel(plan.info, g.ops, g.root)
             if isinstance(gk, str):
                 raise CompilerInternalError("gpu", f"kernel {g.id} is planned as a contraction kernel but {gk}")
-            for m in g.ops:                   # named ops (matmul, conv, transpose...) become generics
-                if plan.info.op(m).kind in ("fill", "view"):
-                    continue
-                name = f"c{g.id}_{m}"
-                steps.append(Step(f'%{name} = transform.structured.match attributes {{"{TAG}" = '
-                                  f'{tag_of(g.id, m)} : i64}} in %root : ({ANY}) -> {ANY}'))
-                steps.append(Step(f"%{name}_g = transform.structured.generalize %{name} : ({ANY}) -> {ANY}"))
+            steps += generalize_steps(plan, g, "c")
         apply_script(module, script_text(steps), "gpu")
         tagged = _tagged(module)
         for plan, g in groups:
@@ -78,10 +72,24 @@ def mark_gemm_kernels(module: ir.Module, plans: dict[str, FusionPlan]) -> int:
     return len(groups)
 
 
-def _one(tagged: dict, tag: int, what: str, g: Group) -> "ir.Operation":
+def generalize_steps(plan: FusionPlan, g: Group, prefix: str) -> list[Step]:
+    """Steps that make every op of kernel `g` but its fills and views a linalg.generic (matmul,
+    conv, transpose...: explicit indexing maps and body for an emitter template)."""
+    steps = []
+    for m in g.ops:
+        if plan.info.op(m).kind in ("fill", "view"):
+            continue
+        name = f"{prefix}{g.id}_{m}"
+        steps.append(Step(f'%{name} = transform.structured.match attributes {{"{TAG}" = '
+                          f'{tag_of(g.id, m)} : i64}} in %root : ({ANY}) -> {ANY}'))
+        steps.append(Step(f"%{name}_g = transform.structured.generalize %{name} : ({ANY}) -> {ANY}"))
+    return steps
+
+
+def _one(tagged: dict, tag: int, what: str, g: Group, stage: str = "gpu") -> "ir.Operation":
     ops = tagged.get(tag, [])
     if len(ops) != 1:
-        raise CompilerInternalError("gpu", f"kernel {g.id}: {len(ops)} ops are its {what} after bufferization")
+        raise CompilerInternalError(stage, f"kernel {g.id}: {len(ops)} ops are its {what} after bufferization")
     return ops[0]
 
 
