@@ -26,7 +26,7 @@ from ..errors import CompilerInternalError
 from ..mlir import ir
 from ..plan.attention import attention_kernel
 from ..plan.planner import FusionPlan, Group
-from .gemm_kernels import ABSORBED, _VIEWS, _i64_array, _one, _tagged, generalize_steps
+from .gemm_kernels import ABSORBED, _i64_array, _one, _only_used_by, _tagged, generalize_steps
 from .script import apply_script, script_text, tag_of
 
 BLOCK_ATTENTION = "fusec.block_attention"
@@ -112,36 +112,10 @@ def _mark(plan: FusionPlan, g: Group, tagged: dict, stage: str) -> None:
                 op.attributes[ABSORBED] = ir.UnitAttr.get()
                 members.add(op)
                 changed = True
-            elif op.name == "memref.copy" and _only_used_by_or_copy(op.operands[1], members, op):
+            elif op.name == "memref.copy" and _only_used_by(op.operands[1], members | {op}):
                 # it writes a buffer only the template reads (the scores' init from a fill that
                 # both contractions share): what the copy would write is never read from memory
                 op.attributes[ABSORBED] = ir.UnitAttr.get()
                 members.add(op)
                 changed = True
 
-
-def _only_used_by(v: "ir.Value", members: set) -> bool:
-    uses = list(v.uses)
-    if not uses:
-        return False
-    for use in uses:
-        owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
-        if owner in members:
-            continue
-        if owner.name in _VIEWS and _only_used_by(owner.results[0], members):
-            continue
-        if owner.name == "memref.copy":
-            continue          # decided with the copy
-        return False
-    return True
-
-
-def _only_used_by_or_copy(v: "ir.Value", members: set, copy) -> bool:
-    for use in v.uses:
-        owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
-        if owner in members or owner == copy:
-            continue
-        if owner.name in _VIEWS and _only_used_by(owner.results[0], members | {copy}):
-            continue
-        return False
-    return True
