@@ -205,3 +205,18 @@ def test_random_attention_variants_on_cuda_sim(case):
 @given(attention_chains())
 def test_random_attention_variants_on_cpu(case):
     _check_attention(*case, "cpu")
+
+
+def test_the_gpu_kernel_report_at_16_heads_of_2048():
+    """The issue's measure at B·H = 16, S = 2048, D = 64 (ptxas -v for sm_90, occupancy on the
+    H200): shared memory, no local memory or spills, at least one full wave."""
+    from fusec.compiler.plan.hardware import GPUS
+    from fusec.compiler.report import report_kernels
+    st = stages(EXAMPLE, dict(B=16, S=2048), chain="attention")
+    (g,) = st.plan.groups
+    assert g.attention
+    (r,) = report_kernels(st.emitted.source, st.emitted.entries["attention"], GPUS["h200"], trace=False)
+    assert r.registers is not None, r.unmeasured
+    assert r.smem_bytes > 0 and r.stack_frame_bytes == 0 and r.local_bytes == 0
+    assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0
+    assert r.blocks >= GPUS["h200"].units and r.waves >= 1.0
