@@ -220,9 +220,8 @@ def _attention_kernels(info: ChainInfo, chooser: TileChooser, members_list: list
             for k, m in enumerate(members_list):
                 if k in touched or not all(info.op(x).kind in ("elementwise", "fill", "view") for x in m):
                     continue
-                if all(u in union or u in m for x in m for u in info.op(x).users if u != -1) and \
-                        not any(-1 in info.op(x).users for x in m) and \
-                        any(u in union for x in m for u in info.op(x).users):
+                users = [u for x in m for u in info.op(x).users]     # -1 (a result) is in neither
+                if all(u in union or u in m for u in users) and any(u in union for u in users):
                     touched.append(k)
                     union |= m
                     grew = True
@@ -239,7 +238,7 @@ def _attention_kernels(info: ChainInfo, chooser: TileChooser, members_list: list
         apart = sum(chooser.best(frozenset(members_list[k])).cost.time_s for k in touched)
         fused = choice.cost.time_s
         bq, bkv = choice.tiling.attention
-        score = sum(o.result_bytes for o in (info.op(a.scores),))
+        score = info.op(a.scores).result_bytes
         if fused >= apart:
             decisions.append(f"not attention: {where}: predicted {time_text(fused)} as one online-softmax kernel "
                              f"against {time_text(apart)} in {len(touched)} kernels")
@@ -248,14 +247,13 @@ def _attention_kernels(info: ChainInfo, chooser: TileChooser, members_list: list
                          f"of {bkv}; the {bytes_text(score)} of scores never reach memory): predicted "
                          f"{time_text(fused)} against {time_text(apart)} in {len(touched)} kernels")
         first = min(touched)
-        new_index, n = {}, 0
+        new_index, n = {}, 0               # decisions name kernels by position: the merged ones are `first`
         for k in range(len(members_list)):
-            if k in touched and k != first:
-                new_index[k] = new_index[first] if first < k else None
-                continue
-            new_index[k] = n
-            n += 1
-        new_index = {k: (v if v is not None else new_index[first]) for k, v in new_index.items()}
+            if k in touched and k != first:      # k > first: new_index[first] is set
+                new_index[k] = new_index[first]
+            else:
+                new_index[k] = n
+                n += 1
         decisions[:] = [re.sub(r"\{K(\d+)\}", lambda mt: "{K%d}" % new_index[int(mt.group(1))], d) for d in decisions]
         members_list = [union if k == first else m for k, m in enumerate(members_list) if k == first or k not in touched]
     return members_list
