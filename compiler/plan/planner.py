@@ -354,7 +354,10 @@ class _Grower:
         if prod.kind in CHEAP:
             self.members.add(p)
             return False
-        if prod.kind == "view" or p in self.assigned or not self.fuse:
+        if prod.kind == "view" and self.fuse:
+            self._view_stop(prod)
+            return False
+        if p in self.assigned or not self.fuse:
             return False
         who = f"%{p} {prod.label}"
         outside = [u for u in prod.users if u not in self.members]
@@ -398,6 +401,22 @@ class _Grower:
                               f" (saves {_saved(saved, prod)}; net {_signed(delta)})")
         return False
 
+    def _view_stop(self, view: OpInfo) -> None:
+        """Say why a reshape between a compute op and this kernel stops their fusion (the
+        hoist-reshapes pass moves the ones it can onto their producers' inputs)."""
+        src = view.producers[0]
+        while src is not None and self.info.op(src).kind == "view":   # a reshape is a collapse, then an expand
+            view = self.info.op(src)
+            src = view.producers[0]
+        if src is None or not self.info.op(src).is_compute or src in self.assigned:
+            return
+        prod = self.info.op(src)
+        ident = tuple(frozenset({i}) for i in range(len(prod.loops)))
+        reads_own_shape = all(d in (ident, ()) for d in prod.operand_loops[:prod.n_inputs])
+        why = _view_reason(prod.kind, reads_own_shape, len(prod.users) > 1)
+        self.decisions.append(f"not fused: %{src} {prod.label} into kernel {{K{self.gid}}}: the reshape %{view.id} "
+                              f"({_loc(view.loc)}) between them stops fusion: {why}")
+
     def _shared_init(self, prod: OpInfo) -> int | None:
         """The fill that initialises both `prod` and the root of a tiled reduction/contraction."""
         if self.root.kind not in ("reduction", "contraction") or prod.kind not in ("reduction", "contraction"):
@@ -422,6 +441,18 @@ class _Grower:
                     f"spilling {bytes_text(fused.bytes_spilled)} costs {_signed(d_spill)}")
         return (f"predicted {time_text(fused.time_s)} fused against {time_text(now.time_s)} + {time_text(apart.time_s)} "
                 f"apart ({fused.bound}-bound, occupancy {fused.occupancy:.0%})")
+
+
+def _view_reason(producer_kind: str, reads_own_shape: bool, other_users: bool) -> str:
+    """Why a reshape of a producer's result stays between it and its consumer (what
+    transforms/hoist_reshapes.py cannot move)."""
+    if producer_kind != "elementwise":
+        return f"a reshape of a {producer_kind}'s result is not a view of its inputs"
+    if other_users:
+        return "its producer has other users (moving the reshape would compute it twice)"
+    if not reads_own_shape:
+        return "its producer broadcasts or transposes an input, so the reshape cannot move onto its inputs"
+    return "its body reads its loop indices"
 
 
 def _saved(nbytes: float, prod: OpInfo) -> str:

@@ -17,6 +17,8 @@ from ..errors import CompilerInternalError
 from ..mlir import verify
 from ..mlir import MLIRError, PassManager, ir
 from .fold_batchnorm import fold_batchnorm
+from .fold_unit_reshapes import fold_unit_reshapes
+from .hoist_reshapes import hoist_reshapes
 from .split_reductions import split_reductions
 
 STAGE = "graph"
@@ -60,6 +62,26 @@ class SplitReductions:
         split_reductions(module, hw)
 
 
+@dataclass(frozen=True)
+class HoistReshapes:
+    name: str = "hoist-reshapes"
+    why: str = ("a reshape of an elementwise op's result moves onto its inputs (reshape(exp(x)) = "
+                "exp(reshape(x))), so it is a view of the chain's inputs and the ops around it fuse")
+
+    def apply(self, module: ir.Module, hw=None) -> None:
+        hoist_reshapes(module)
+
+
+@dataclass(frozen=True)
+class FoldUnitReshapes:
+    name: str = "fold-unit-reshapes"
+    why: str = ("a reshape that only inserts or drops unit dims (keepdims) folds into the index maps of the "
+                "generics reading it, so it does not stand between two ops")
+
+    def apply(self, module: ir.Module, hw=None) -> None:
+        fold_unit_reshapes(module)
+
+
 GRAPH_PASSES: tuple[GraphPass, ...] = (
     FoldBatchnorm(),
     MlirPass("canonicalize", "canonicalize",
@@ -69,6 +91,11 @@ GRAPH_PASSES: tuple[GraphPass, ...] = (
              "merge each single-use elementwise producer into its consumer: one generic per chain of"
              " elementwise ops"),
     MlirPass("canonicalize", "canonicalize", "clean up after fusion (dead inits, unused operands)"),
+    HoistReshapes(),
+    MlirPass("linalg-fuse-elementwise-ops", "func.func(linalg-fuse-elementwise-ops),canonicalize",
+             "merge the elementwise ops the moved reshapes no longer separate"),
+    FoldUnitReshapes(),
+    MlirPass("canonicalize", "canonicalize", "erase the reshapes nothing reads any more"),
     SplitReductions(),
     MlirPass("cse", "cse", "merge what fusion duplicated"),
     MlirPass("symbol-dce", "symbol-dce", "erase private functions nobody calls"),

@@ -1,5 +1,6 @@
-"""Property tests: random chains (elementwise, broadcast, reduction, matmul mixes) give the same
-numbers fused, unfused and in the NumPy reference."""
+"""Property tests: random chains (elementwise, broadcast, reduction, matmul mixes; values used two
+and three times; reshapes and transposes between ops; one to three outputs) give the same numbers
+fused, unfused and in the NumPy reference."""
 import os
 
 import numpy as np
@@ -21,6 +22,9 @@ STEPS = [
     "{c} - max({c}, axis=1, keepdims=true)", "{c} / (1.0 + sum(abs({c}), axis=-1, keepdims=true))",
     "softmax({c}, axis=-1)", "layernorm({c}, g, b)", "rmsnorm({c}, g)", "(tanh({c}) @ w) @ v",
     "{c} + mean({c}, axis=0, keepdims=true)", "where({c} > 0.0, {c}, 0.1 * {c})", "exp(tanh({c}))",
+    # reshapes and transposes between ops, a keepdims written as a reshape
+    "reshape(exp(reshape({c}, [N, M])) * 0.5, [M, N])", "transpose(tanh(transpose({c})) + 1.0)",
+    "{c} - reshape(max({c}, axis=1), [M, 1])",
 ]
 HEADER = ("chain r(x: f32[M, N], y: f32[N], z: f32[M, 1], g: f32[N], b: f32[N], w: f32[N, K], v: f32[K, N])"
           " -> {ret} {{\n")
@@ -33,14 +37,20 @@ def chains(draw):
     for i in range(n):
         step = draw(st.sampled_from(STEPS))
         expr = step.format(c=names[-1])
-        if i and draw(st.booleans()):
-            expr = f"({expr}) + {draw(st.sampled_from(names[:-1]))}"      # a value used twice
+        if i and draw(st.booleans()):                                    # a value used twice, or three times
+            for _ in range(draw(st.integers(1, 2))):
+                expr = f"({expr}) + {draw(st.sampled_from(names[:-1]))}"
         lines.append(f"    t{i} = {expr}\n")
         names.append(f"t{i}")
-    two = draw(st.booleans())
-    ret = "(f32[M, N], f32)" if two else "f32[M, N]"
+    outs = draw(st.sampled_from(["one", "sum", "sum+value"]))               # several outputs
     last = names[-1]
-    body = "".join(lines) + (f"    return {last}, sum({last})\n" if two else f"    return {last}\n")
+    if outs == "one":
+        ret, returned = "f32[M, N]", last
+    elif outs == "sum":
+        ret, returned = "(f32[M, N], f32)", f"{last}, sum({last})"
+    else:
+        ret, returned = "(f32[M, N], f32, f32[M, N])", f"{last}, sum({last}), {names[len(names) // 2]}"
+    body = "".join(lines) + f"    return {returned}\n"
     binding = {"M": draw(st.integers(1, 5)), "N": draw(st.integers(2, 6)), "K": draw(st.integers(1, 4))}
     return HEADER.format(ret=ret) + body + "}\n", binding
 
