@@ -13,6 +13,7 @@ class Entry:
     arg_types: tuple[str, ...]       # e.g. ("f32[4,8]", ...) of the func's args
     result_types: tuple[str, ...]
     launches: tuple["Launch", ...] = ()   # cuda: each kernel's launch, in order
+    memory: tuple[tuple[str, int], ...] = ()  # emit/memplan.py: intermediate_bytes, planned_bytes, ...
 
 
 @dataclass(frozen=True)

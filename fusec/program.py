@@ -88,6 +88,7 @@ class CompiledChain:
     compile_seconds: dict[str, float]
     artifact_dir: Path | None
     kernel_counts: dict[str, int] = field(default_factory=dict)   # build -> kernels in its plan
+    memory: dict[str, dict] = field(default_factory=dict)         # build -> its memory plan's figures
     kernel_report: list | None = None    # the running build's KernelReports (options.kernel_report)
     cache: str = "off"                   # the compile cache: "hit", "miss" (built and stored) or "off"
 
@@ -341,7 +342,8 @@ def write_artifact(directory: str | Path, target: Target, source_path: str, sour
         metas = {name: {"host": st.emitted.entries[b.chain.name].host,
                         "kernels": list(st.emitted.entries[b.chain.name].kernels),
                         "launches": [asdict(x) for x in st.emitted.entries[b.chain.name].launches],
-                        "plan_kernels": st.plan.kernel_count} for name, st in b.builds.items()}
+                        "plan_kernels": st.plan.kernel_count,
+                        "memory": dict(st.emitted.entries[b.chain.name].memory)} for name, st in b.builds.items()}
         meta = art.ChainArtifact(b.chain.name, dict(b.binding), list(entry.arg_types), list(entry.result_types),
                                  metas, main.plan.summary(), b.seconds())
         chains[b.chain.name] = (meta, b.sources(), main.texts["plan"])
@@ -447,7 +449,8 @@ def load_chain(artifact: art.Artifact, chain: TypedChain, target: Target, texts:
     binding = {s: meta.binding[s] for s in chain.symbols}     # the chain's order, not the manifest's
     return CompiledChain(chain, binding, target, fused, unfused, meta.plan, texts,
                          meta.compile_seconds, artifact.directory,
-                         {b: m.get("plan_kernels", 0) for b, m in meta.builds.items()})
+                         {b: m.get("plan_kernels", 0) for b, m in meta.builds.items()},
+                         memory={b: m["memory"] for b, m in meta.builds.items() if "memory" in m})
 
 
 def compile(path_or_source: str, target: str | None = None, options=None, cache_dir: str | None = None,

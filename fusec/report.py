@@ -35,6 +35,7 @@ class ChainReport:
     kernel_report: list[KernelReport] | None = None   # of the build that ran (--kernel-report)
     cache: str = "off"              # the compile cache: hit, miss or off
     fallback: object = None         # fusec.fallback.Fallback: the fused kernel replaced before these outputs
+    memory: dict = field(default_factory=dict)   # build -> its memory plan's figures (compiler/emit/memplan.py)
 
     @property
     def ok(self) -> bool:
@@ -102,6 +103,7 @@ class ChainReport:
             "cache": self.cache,
             "fallback": self.fallback.as_dict() if self.fallback is not None else None,
             "kernel_report": _kernel_dicts(self.kernel_report),
+            "memory": self.memory,
         }
 
     def format(self) -> str:
@@ -150,7 +152,27 @@ class ChainReport:
         big = self.plan.get("model", {}).get("big_transfers", {})
         if big.get("fused") is not None:
             out.append("  " + transfers_line(big))
+        if self.memory:
+            out.append("  " + memory_line(self.memory, self.running))
         return out
+
+
+def memory_line(memory: dict, running: str) -> str:
+    """Peak intermediate memory per build: planned (buffers whose lifetimes do not overlap share
+    an arena) and what the build's intermediates add up to."""
+    parts = []
+    for build in sorted(memory, key=lambda b: b != running):
+        m = memory[build]
+        parts.append(f"{build} {_bytes(m['planned_bytes'])} ({m['intermediates']} buffer"
+                     f"{'s' if m['intermediates'] != 1 else ''}, {_bytes(m['intermediate_bytes'])} unplanned)")
+    return "peak intermediate memory: " + ", ".join(parts)
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n} B"
 
 
 @dataclass
@@ -290,6 +312,9 @@ def run_and_check(compiled: CompiledChain, inputs: list[np.ndarray], timing: boo
     types = [str(t.with_shape(t.concrete(compiled.binding))) for t in chain.output_types]
     rep = ChainReport(chain.name, compiled.target.name, dict(compiled.binding), compiled.plan, outs, comps, types,
                       compile_seconds=dict(compiled.compile_seconds), running=running)
+    rep.memory = dict(compiled.memory)
+    if running == "unfused" and "unfused" not in rep.memory and "fused" in rep.memory:   # --no-fuse: the one build
+        rep.memory = {"unfused": rep.memory.pop("fused")}
     if compiled.unfused is not None:
         rep.unfused_kernels = compiled.kernel_counts.get("unfused")
     if timing and compiled.target.untimed:

@@ -116,7 +116,10 @@ class Executable:
     (anything with __cuda_array_interface__) in give Numba device arrays out."""
 
     def __init__(self, host, target: Target, input_dtypes: list[np.dtype], name: str):
-        self.host = host
+        # a host function with planned memory (compiler/emit/memplan.py) is called here with its
+        # buffers, so that the function compiled and timed is the Numba dispatcher itself
+        self.memory = getattr(host, "memory", None)
+        self.host = host.planned if self.memory is not None else host
         self.target = target
         self.input_dtypes = input_dtypes
         self.name = name
@@ -151,9 +154,17 @@ class Executable:
         return out
 
     def run_prepared(self, args) -> tuple:
+        if self.memory is not None:
+            args = list(args) + self.memory.buffers()
         if self.jit_s is None:
             self._compile_for(args)
         return tuple(self.host(*args))
+
+    def release(self) -> None:
+        """Give back the memory the build keeps between calls (its arenas and output buffers);
+        the next call allocates it again."""
+        if self.memory is not None:
+            self.memory.release()
 
     def __call__(self, *arrays) -> list:
         device_in = any(hasattr(x, "__cuda_array_interface__") for x in arrays)

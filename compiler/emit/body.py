@@ -50,6 +50,16 @@ class Writer:
         self.depth -= 1
 
 
+def arena_param(dtype: str) -> str:
+    """The host function's parameter holding the arena of `dtype` elements (emit/memplan.py)."""
+    return f"_arena_{dtype}"
+
+
+def output_param(index: int) -> str:
+    """The host function's parameter holding its output buffer `index` (emit/memplan.py)."""
+    return f"_out{index}"
+
+
 @dataclass
 class FuncCtx:
     """What all Python functions emitted for one func.func share."""
@@ -68,6 +78,7 @@ class FuncCtx:
     on_launch: Callable | None = None             # (gpu.launch op, host Body) -> None
     on_host_copy: Callable | None = None          # (memref.copy op, host Body) -> None
     phantom: set = field(default_factory=set)     # arrays a template's absorbed allocs name: never allocated
+    memory: "object | None" = None                # the host function's MemoryPlan (emit/memplan.py)
 
 
 class Body(ControlFlow):
@@ -162,6 +173,14 @@ class Body(ControlFlow):
             array = Array(name, elem, len(carried), elem.compute, space)
             self.w(f"{name} = cuda.{space}.array({shape_tuple(carried)}, "
                    f"numba.{_numba_name(elem.compute)})")
+        elif self.ctx.memory is not None and result in self.ctx.memory.slots:
+            slot = self.ctx.memory.slots[result]
+            array = Array(name, elem, len(carried), elem.storage if self.mode == "host" else elem.compute)
+            if slot.kind == "output":
+                self.w(f"{name} = {output_param(slot.index)}")
+            else:
+                self.w(f"{name} = {arena_param(slot.dtype)}[{slot.offset}:{slot.offset + slot.size}]"
+                       f".reshape({shape_tuple(carried)})")
         elif self.mode == "host":
             array = Array(name, elem, len(carried), elem.storage)
             self.w(f"{name} = cuda.device_array({shape_tuple(carried)}, np.{elem.storage})")

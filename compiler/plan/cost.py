@@ -708,8 +708,9 @@ def _cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, 
     per_chunk = total_io / chunks
     memory_s = (full * cores * per_chunk / bw + (last * per_chunk / _cpu_bw(hw, last, resident) if last else 0.0)
                 + common["bytes_cached"] / hw.cache_bandwidth + spill_s)
-    alloc_s = sum(info.op(m).result_bytes * hw.fault_s_per_byte for m in written
-                  if info.op(m).result_bytes >= hw.mmap_threshold) / busy      # the busy cores fault in parallel
+    # no page faults on repeated calls: intermediates live in the memory plan's arena and outputs
+    # come from its pool (compiler/emit/memplan.py), so no buffer is mapped afresh
+    alloc_s = 0.0
     return _finish(dict(common, bytes_spilled=spill, onchip_bytes=int(tile_inter)), hw, compute_s, memory_s,
                    hw.launch_s, alloc_s, threads=chunks, blocks=chunks, occupancy=busy / cores,
                    recompute_s=recompute_s, spill_s=spill_s)

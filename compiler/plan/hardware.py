@@ -83,7 +83,8 @@ class HardwareProfile:
     blas_threads: int = 1                   # threads one BLAS call uses (contractions are BLAS calls)
     single_core_bandwidth: float = 0.0
     chunk_s: float = 0.0                    # one prange iteration (scheduling, per-tile allocations)
-    fault_s_per_byte: float = 0.0           # first touch of a freshly mapped buffer, one core (page faults)
+    fault_s_per_byte: float = 0.0           # first touch of a freshly mapped buffer, one core (page faults);
+                                            # a fact of the machine: planned buffers never pay it twice
     mmap_threshold: int = 0                 # buffers this large are mapped afresh on every call
     notes: tuple[str, ...] = ()
     source: str = "datasheet"

@@ -131,11 +131,13 @@ def test_cpu_chunks_balance_the_cores():
     assert ranked[3] == pytest.approx(ranked[2] * 4 / 3, rel=0.02) and ranked[1] == pytest.approx(ranked[2] * 2, rel=0.02)
 
 
-def test_large_outputs_pay_their_page_faults_on_cpu():
-    # a buffer past glibc's mmap threshold is mapped afresh on every call
+def test_planned_buffers_pay_no_page_faults_on_cpu():
+    # a buffer past glibc's mmap threshold would be mapped afresh on every call; the memory plan's
+    # arena and output pool (compiler/emit/memplan.py) reuse theirs, so the model charges none
+    assert CPU.fault_s_per_byte > 0 and 3000 * 4096 * 4 >= CPU.mmap_threshold
     p = plan(SOFTMAX, {"M": 3000, "N": 4096}, target="cpu", hw=CPU)
     c = p.costs[0]
-    assert c.alloc_s == pytest.approx(3000 * 4096 * 4 * CPU.fault_s_per_byte / 2)      # 2 cores fault at once
+    assert c.alloc_s == 0
     assert c.bound == "memory"
 
 

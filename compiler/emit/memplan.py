@@ -1,0 +1,127 @@
+"""Memory planning of a host function: where each top-level buffer lives.
+
+A func's top-level `memref.alloc`s are of two kinds:
+- **outputs**: a buffer a result is (or is a view of). The runtime passes it in, from a pool it
+  keeps per compiled function: the array of the previous call is reused when nothing but the
+  pool holds it any more (the caller dropped the result), else a new one is allocated.
+- **intermediates**: every other buffer. Each lives from the first top-level op that touches it
+  (directly, through a view, or inside a loop or launch) to the last; buffers whose lifetimes
+  do not overlap share memory. They are placed in one arena per element type, offsets chosen
+  greedily by size (largest first, each at the lowest offset free for its whole lifetime). The
+  arena is allocated once per compiled function and thread, so repeated calls allocate nothing.
+
+Buffers with dynamic sizes, and the buffers a template absorbed (never allocated), are left as
+they are. `plan_memory` only reads the IR.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..mlir import ir
+
+ALIGN = 16                                # elements: every arena offset is a multiple (64 B in f32)
+VIEWS = ("memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast",
+         "memref.reinterpret_cast")
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one planned alloc lives: an arena range, or an output passed in."""
+    kind: str                             # "arena" | "output"
+    dtype: str                            # NumPy dtype name of the array (the storage the emitter uses)
+    shape: tuple[int, ...]
+    offset: int = 0                       # arena: first element
+    index: int = 0                        # output: its position among the function's output buffers
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return max(1, n)
+
+
+@dataclass
+class MemoryPlan:
+    slots: dict = field(default_factory=dict)             # alloc result (ir.Value) -> Slot
+    arenas: dict = field(default_factory=dict)            # dtype -> elements
+    outputs: list = field(default_factory=list)           # [(shape, dtype)] in index order
+    intermediate_bytes: int = 0           # the intermediates' sum: what a build holds without planning
+    arena_bytes: int = 0                  # what they hold planned (the arenas)
+
+    def as_dict(self) -> dict:
+        return {"intermediate_bytes": self.intermediate_bytes, "planned_bytes": self.arena_bytes,
+                "intermediates": sum(1 for s in self.slots.values() if s.kind == "arena"),
+                "outputs": len(self.outputs)}
+
+
+def plan_memory(block, dtype_of, skip=lambda op: False) -> MemoryPlan:
+    """Plan the top-level allocs of a func body `block`. `dtype_of(memref_type, op)` is the NumPy
+    dtype name the emitter gives such a buffer; `skip(op)` marks allocs to leave alone."""
+    ops = [o.operation for o in block.operations]
+    owner: dict = {}                      # value -> the alloc (its result) it is or views
+    allocs = []
+    for o in ops:
+        if o.name == "memref.alloc" and not skip(o) and not list(o.operands):
+            owner[o.results[0]] = o.results[0]
+            allocs.append(o)
+        elif o.name in VIEWS and o.operands and o.operands[0] in owner:
+            owner[o.results[0]] = owner[o.operands[0]]
+    first: dict = {}
+    last: dict = {}
+    escapes: set = set()
+    for i, o in enumerate(ops):
+        if o.name == "memref.alloc" or o.name in VIEWS:
+            continue
+        if o.name == "func.return":
+            escapes |= {owner[v] for v in o.operands if v in owner}
+            continue
+        for v in _operands_within(o):
+            a = owner.get(v)
+            if a is not None:
+                first.setdefault(a, i)
+                last[a] = i
+    plan = MemoryPlan()
+    items = []
+    for o in allocs:
+        a = o.results[0]
+        mt = ir.MemRefType(a.type)
+        shape = tuple(mt.shape) or (1,)               # a rank-0 buffer is carried as one element
+        dtype = dtype_of(mt, o)
+        if a in escapes:
+            plan.slots[a] = Slot("output", dtype, shape, index=len(plan.outputs))
+            plan.outputs.append((shape, dtype))
+        elif a in first:
+            items.append((a, dtype, shape, first[a], last[a]))
+    for dtype in sorted({d for _, d, _, _, _ in items}):
+        mine = [x for x in items if x[1] == dtype]
+        placed: list[tuple[int, int, int, int]] = []          # (offset, end, first, last)
+        for a, _, shape, lo, hi in sorted(mine, key=lambda x: (-Slot("arena", dtype, x[2]).size, x[3])):
+            size = _aligned(Slot("arena", dtype, shape).size)
+            busy = sorted((off, end) for off, end, f, l in placed if f <= hi and lo <= l)
+            offset = 0
+            for off, end in busy:
+                if offset + size <= off:
+                    break
+                offset = max(offset, end)
+            placed.append((offset, offset + size, lo, hi))
+            plan.slots[a] = Slot("arena", dtype, shape, offset=offset)
+        plan.arenas[dtype] = max(end for _, end, _, _ in placed)
+    import numpy as np
+    for a, dtype, shape, _, _ in items:
+        plan.intermediate_bytes += plan.slots[a].size * np.dtype(dtype).itemsize
+    plan.arena_bytes = sum(n * np.dtype(d).itemsize for d, n in plan.arenas.items())
+    return plan
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _operands_within(op):
+    """Every operand of `op` and of the ops nested in its regions."""
+    yield from op.operands
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                yield from _operands_within(inner.operation)
