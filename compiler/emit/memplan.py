@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..mlir import ir
 
 ALIGN = 16                                # elements: every arena offset is a multiple (64 B in f32)
@@ -107,7 +109,6 @@ def plan_memory(block, dtype_of, skip=lambda op: False) -> MemoryPlan:
             placed.append((offset, offset + size, lo, hi))
             plan.slots[a] = Slot("arena", dtype, shape, offset=offset)
         plan.arenas[dtype] = max(end for _, end, _, _ in placed)
-    import numpy as np
     for a, dtype, shape, _, _ in items:
         plan.intermediate_bytes += plan.slots[a].size * np.dtype(dtype).itemsize
     plan.arena_bytes = sum(n * np.dtype(d).itemsize for d, n in plan.arenas.items())

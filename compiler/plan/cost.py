@@ -81,6 +81,7 @@ class KernelCost:
     time_s: float
     bound: str                        # memory | compute | launch
     waves: float = 0.0                # gpu: blocks / (resident blocks per SM x SMs); < 1: an SM holds fewer than it could
+    writes: int = 0                   # tensors the kernel writes (each an array argument of its launch)
 
     @property
     def bytes(self) -> float:
@@ -144,17 +145,19 @@ def _external_reads(info: ChainInfo, members: frozenset[int]) -> dict[str, tuple
     return out
 
 
-def _writes(info: ChainInfo, members: frozenset[int]) -> list[int]:
-    """Ops of the kernel whose results reach global memory (used outside it or returned)."""
-    return [m for m in sorted(members) if info.op(m).is_compute and info.op(m).kind != "pad"
+def _writes(info: ChainInfo, members: frozenset[int], unwritten=frozenset()) -> list[int]:
+    """Ops of the kernel whose results reach global memory (used outside it or returned), but
+    for those in `unwritten`: computed here for the kernel itself, while other kernels compute
+    them too or one writes them (planner.py: Group.recomputed)."""
+    return [m for m in sorted(members) if info.op(m).is_compute and info.op(m).kind != "pad" and m not in unwritten
             and any(u == -1 or u not in members for u in info.op(m).users)]
 
 
-def kernel_bytes(info: ChainInfo, members) -> float:
+def kernel_bytes(info: ChainInfo, members, unwritten=frozenset()) -> float:
     """Global bytes of a kernel, first reads and writes only (no tiling effects)."""
     members = frozenset(members)
     return (sum(b for b, _, _ in _external_reads(info, members).values())
-            + sum(info.op(m).result_bytes for m in _writes(info, members)))
+            + sum(info.op(m).result_bytes for m in _writes(info, members, unwritten)))
 
 
 def with_cheap_producers(info: ChainInfo, op: int) -> frozenset[int]:
@@ -171,9 +174,11 @@ def unfused_kernels(info: ChainInfo, members) -> list[frozenset[int]]:
 # ---- one kernel ------------------------------------------------------------------------------
 
 def kernel_cost(info: ChainInfo, members, root: int, tiling: Tiling, hw: HardwareProfile,
-                _unfused: tuple[float, float, int] | None = None, measured: Measured | None = None) -> KernelCost:
+                _unfused: tuple[float, float, int] | None = None, measured: Measured | None = None,
+                unwritten=frozenset()) -> KernelCost:
     """Predicted numbers of one kernel: `members` (ops), `root`, `tiling` on `hw`; with the
-    kernel report's `measured` resources instead of their estimates (gpu)."""
+    kernel report's `measured` resources instead of their estimates (gpu); `unwritten`: members
+    the kernel computes for itself only (it does not write them, though others use them)."""
     members = frozenset(members)
     r = info.op(root)
     corr = loop_correspondence(info, root, members, pads=True)
@@ -203,7 +208,7 @@ def kernel_cost(info: ChainInfo, members, root: int, tiling: Tiling, hw: Hardwar
                 cached += nbytes * again
             else:
                 uncached_rereads += nbytes * again
-    written = [m for m in _writes(info, members)]
+    written = _writes(info, members, unwritten)
     wbytes = float(sum(info.op(m).result_bytes for m in written))
     intermediates = [m for m in compute_ops if m != root and m not in written]
     footprint = [(_slice_elems(info.op(m), corr.get(m, {}), inner), info.op(m)) for m in intermediates]
@@ -214,7 +219,7 @@ def kernel_cost(info: ChainInfo, members, root: int, tiling: Tiling, hw: Hardwar
                     sum(op_flops(info.op(m), hw) for m in compute_ops), len(parts))
     common = dict(ops=tuple(compute_ops), flops=flops, recompute_flops=recompute, bytes_read=first + uncached_rereads,
                   bytes_written=wbytes, bytes_cached=cached, bytes_unfused=_unfused[0], flops_unfused=_unfused[1],
-                  kernels_unfused=_unfused[2], intermediates=len(intermediates))
+                  kernels_unfused=_unfused[2], intermediates=len(intermediates), writes=len(written))
     if tiling.attention:
         return _attention_time(info, members, tiling, hw, common, measured)
     if gpu and tiling.row_threads:
@@ -338,7 +343,7 @@ def _gpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, 
     recompute_s = compute_s * common["recompute_flops"] / max(common["flops"], 1e-30)
     memory_s = max(throughput, latency_mem)
     spill_s = memory_s * (spill_bytes / spill_bw) / max(throughput, 1e-30) if spill_bytes else 0.0
-    alloc_s = hw.alloc_s * len(_writes(info, frozenset(members)))
+    alloc_s = hw.alloc_s * common["writes"]
     return _finish(dict(common, bytes_spilled=spill_bytes, onchip_bytes=int(local + reg_elems * 4)), hw,
                    compute_s, memory_s, hw.launch_s, alloc_s, threads=threads, blocks=blocks,
                    occupancy=min(1.0, occupancy), recompute_s=recompute_s, spill_s=spill_s)
@@ -425,7 +430,7 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
     lanes = threads / (warps * WARP)
     compute_s = max(flops / (hw.peak(r.elem_bytes) * lanes * share), latency_cmp)
     memory_s = max(throughput, latency)
-    alloc_s = hw.alloc_s * len(_writes(info, frozenset(members)))
+    alloc_s = hw.alloc_s * common["writes"]
     return _finish(dict(common, flops=flops, recompute_flops=recompute, bytes_read=dram - common["bytes_written"],
                         bytes_cached=cached + l1, bytes_spilled=0.0, onchip_bytes=int(smem)), hw,
                    compute_s, memory_s, hw.launch_s, alloc_s, threads=threads, blocks=blocks,
@@ -504,7 +509,7 @@ def _attention_time(info, members, tiling: Tiling, hw: HardwareProfile, common, 
     bw = hw.cache_bandwidth if io <= hw.l2_bytes else hw.bandwidth
     cached = rereads if kv_bytes <= hw.l2_bytes else 0.0
     memory_s = (io / bw + cached / hw.cache_bandwidth + (rereads - cached) / hw.bandwidth) / max(share, 1e-9)
-    alloc_s = hw.alloc_s * len(_writes(info, frozenset(members)))
+    alloc_s = hw.alloc_s * common["writes"]
     return _finish(dict(common, bytes_spilled=0.0, onchip_bytes=int(smem), bytes_cached=float(cached),
                         bytes_read=common["bytes_read"] + rereads - cached), hw, compute_s, memory_s,
                    hw.launch_s, alloc_s, threads=T, blocks=blocks, occupancy=min(1.0, occupancy),
@@ -615,7 +620,7 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
     bw = hw.cache_bandwidth if io <= hw.l2_bytes else hw.bandwidth
     spill = spilled * 4 * 2 * ksteps * blocks * T          # a store and a load per K step, through L1/L2
     memory_s = (dram / bw + common["bytes_cached"] / hw.cache_bandwidth + spill / hw.cache_bandwidth) / max(share, 1e-9)
-    alloc_s = hw.alloc_s * len(_writes(info, frozenset(members)))
+    alloc_s = hw.alloc_s * common["writes"]
     return _finish(dict(common, bytes_spilled=float(spill), onchip_bytes=int(smem)), hw, compute_s, memory_s,
                    hw.launch_s, alloc_s, threads=T, blocks=blocks, occupancy=min(1.0, occupancy),
                    recompute_s=0.0, spill_s=spill / hw.cache_bandwidth, waves=blocks / (per_sm * hw.units))
@@ -777,16 +782,18 @@ def launch_savings(kernels_before: int, kernels_after: int, hw: HardwareProfile)
     return (kernels_before - kernels_after) * hw.launch_s
 
 
-def big_transfers(info: ChainInfo, kernels, share: float = 0.5) -> int:
+def big_transfers(info: ChainInfo, kernels, share: float = 0.5, unwritten=()) -> int:
     """Global reads and writes of intermediate-sized tensors (at least `share` of the largest
-    intermediate; of the largest tensor when there is none) over the given kernels."""
+    intermediate; of the largest tensor when there is none) over the given kernels (`unwritten`:
+    per kernel, the members it does not write)."""
     sizes = [o.result_bytes for o in info.ops if o.is_compute and o.kind not in CHEAP and -1 not in o.users]
     if not sizes:
         sizes = [o.result_bytes for o in info.ops if o.is_compute]
     limit = share * max(sizes, default=0)
     n = 0
-    for members in kernels:
+    for k, members in enumerate(kernels):
         members = frozenset(members)
         n += sum(1 for b, _, _ in _external_reads(info, members).values() if b >= limit)
-        n += sum(1 for m in _writes(info, members) if info.op(m).result_bytes >= limit)
+        n += sum(1 for m in _writes(info, members, unwritten[k] if unwritten else frozenset())
+                 if info.op(m).result_bytes >= limit)
     return n

@@ -11,7 +11,11 @@ plus the producer as a kernel of its own; the decision keeps the decisive number
 saved, recomputation, spills, the time difference). Structural limits come first, each one
 guard:
 - fills and pads always travel with their consumer (a pad is re-gathered per tile);
-- a producer with users outside the kernel is not fused (a plan holds each op in one kernel);
+- a producer with users outside the kernel joins it only as a second output the kernel writes
+  (a reduction its root alone reads; on the cpu also a returned elementwise result) when those
+  users run after the kernel; an elementwise op whose users are all in other kernels is instead
+  weighed once every kernel is grown (`_recompute`): each of them may compute it, and nothing
+  writes it (Group.recomputed). An op may so be in several kernels;
 - one contraction per kernel;
 - the partials of a two-stage reduction (split-reductions) stay a kernel of their own;
 - a producer that would leave the kernel no loop to split across blocks is not fused.
@@ -52,6 +56,9 @@ class Group:
     mma: str = ""                        # contraction kernels on tensor cores: their operands' type (f16, bf16)
     prefetch: bool = False               # contraction kernels: the K loop double-buffered through registers
     attention: tuple[int, ...] = ()      # attention kernels: (queries per block, keys per step), plan/attention.py
+    # members the kernel computes for itself only: other kernels compute them too, or one writes
+    # them. The kernel writes its root and every other member used outside it or returned.
+    recomputed: tuple[int, ...] = ()
 
     @property
     def serial(self) -> bool:
@@ -121,6 +128,7 @@ class FusionPlan:
                 "block_tiles": list(g.block_tiles), "thread_tiles": list(g.thread_tiles),
                 "threads": list(g.threads()), "row_threads": g.row_threads, "gemm": list(g.gemm[:3]),
                 "tensor_cores": g.mma, "double_buffered": g.prefetch, "attention": list(g.attention),
+                "recomputed": list(g.recomputed),
                 "ops": [{"id": op, "label": self.info.op(op).label, "role": role,
                          "loc": _loc(self.info.op(op).loc)} for op, role in g.roles],
             } for g in self.groups],
@@ -177,19 +185,136 @@ def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool 
                 assigned[m] = len(members_list)
         claimed |= members
         members_list.append(members)
+    unwritten: list[set[int]] = [set() for _ in members_list]     # per kernel: members it computes, never writes
     if fuse:
         members_list = _attention_kernels(info, chooser, members_list, decisions)
+        members_list, unwritten = _recompute(info, chooser, members_list, decisions)
     # kernel numbers follow program order; decisions were written with provisional numbers
     n = len(members_list)
     decisions = [d.replace("{K", "{").format(*[n - 1 - k for k in range(n)]) if "{" in d else d
                  for d in decisions]
-    groups = [_make_group(info, gid, m, chooser) for gid, m in enumerate(reversed(members_list))]
+    groups = [_make_group(info, gid, m, chooser, frozenset(u))
+              for gid, (m, u) in enumerate(zip(reversed(members_list), reversed(unwritten)))]
     decisions = [f"%{o.id} {o.label}: {o.note}" for o in info.ops if o.note] + decisions
     decisions += [f"tiles of kernel {g.id}: block {list(g.block_tiles)} measured fastest (--autotune)"
-                  for g in groups if chooser.best(frozenset(g.ops)).tuned]
+                  for g in groups if _best(chooser, g).tuned]
     if target == "gpu":
         decisions += [d for g in groups for d in _contraction_note(info, g, chooser)]
     return _with_costs(FusionPlan(info.func, target, fuse, tuple(groups), tuple(decisions), info), chooser)
+
+
+def _best(chooser: TileChooser, g: "Group"):
+    """A group's tiling choice, priced with the members it does not write."""
+    with chooser.writing_none_of(g.recomputed):
+        return chooser.best(frozenset(g.ops))
+
+
+def _recompute(info: ChainInfo, chooser: TileChooser, members_list: list[set[int]],
+               decisions: list[str]) -> tuple[list[set[int]], list[set[int]]]:
+    """An elementwise kernel of one op whose every user is in other kernels (none returns it) is
+    computed by each of those kernels instead, when the model predicts their added time below the
+    time of the kernel it saves (its write, its launch, the reads of its result): the op is then in
+    several kernels and never written. Returns the kernels and, per kernel, the members it
+    computes without writing."""
+    unwritten: list[set[int]] = [set() for _ in members_list]
+
+    def cost(members, skip):
+        with chooser.writing_none_of(skip):
+            return chooser.best(frozenset(members))
+    done = False
+    while not done:
+        done = True
+        for k, m in enumerate(members_list):
+            compute = [x for x in m if info.op(x).is_compute and info.op(x).kind not in CHEAP]
+            if len(compute) != 1 or info.op(compute[0]).kind != "elementwise" or -1 in info.op(compute[0]).users:
+                continue
+            p = info.op(compute[0])
+            users = [j for j, other in enumerate(members_list) if j != k and other & set(p.users)][::-1]
+            # a user in one kernel is the grower's plain fusion, decided already; one in no kernel
+            # (a view) reads the op from memory
+            if len(users) < 2 or not all(any(u in other for other in members_list) for u in p.users):
+                continue
+            alone = with_cheap_producers(info, p.id)
+            trials = [frozenset(members_list[j] | alone) for j in users]
+            if any(cost(members_list[j], unwritten[j]).tiling.attention or
+                   (tileable_loops(info, max(members_list[j]), members_list[j]) and
+                    not tileable_loops(info, max(members_list[j]), set(t)))
+                   for j, t in zip(users, trials)):
+                continue
+            added = sum(cost(t, unwritten[j] | {p.id}).cost.time_s - cost(members_list[j], unwritten[j]).cost.time_s
+                        for j, t in zip(users, trials))
+            saved = cost(m, unwritten[k]).cost
+            delta = added - saved.time_s
+            where = ", ".join(f"{{K{j}}}" for j in users)
+            if delta >= 0:
+                decisions.append(f"not recomputed: %{p.id} {p.label} in kernels {where}: computing it in each costs "
+                                 f"{_signed(added)}, its own kernel {time_text(saved.time_s)}")
+                continue
+            decisions.append(f"recomputed: %{p.id} {p.label} in kernels {where}, never written: saves its kernel "
+                             f"({bytes_text(p.result_bytes)} written, a launch) for {_signed(added)} there; "
+                             f"{_signed(delta)}")
+            for j in users:
+                members_list[j] = members_list[j] | alone
+                unwritten[j] = unwritten[j] | {p.id}
+            new_index = {j: (j if j < k else j - 1) for j in range(len(members_list)) if j != k}
+            new_index[k] = new_index[users[0]]
+            decisions[:] = [re.sub(r"\{K(\d+)\}", lambda mt: "{K%d}" % new_index[int(mt.group(1))], d) for d in decisions]
+            del members_list[k]
+            del unwritten[k]
+            done = False
+            break
+    return members_list, unwritten
+
+
+def second_output_error(prod: OpInfo, inside: list[int], root: int, target: str) -> str | None:
+    """What tile-and-fuse and the emitter carry through as a kernel's second output: a reduction
+    the root alone reads (its value goes out once per row), and on the cpu an elementwise result.
+    Why not, for `prod` read inside the kernel by `inside`; None when it can be."""
+    if prod.kind == "elementwise" and target == "gpu":
+        return "on the gpu a kernel writes a second output only for a reduction"
+    if prod.kind == "reduction" and inside != [root]:
+        return "a kernel writes a second output only for a reduction its root alone reads"
+    if prod.kind not in ("elementwise", "reduction"):
+        return f"a {prod.kind} is written by a kernel of its own"
+    return None
+
+
+def _needs_writing(info: ChainInfo, op: int, kernels: list[set[int]]) -> bool:
+    """Whether some use of `op` reads it from memory: it is returned, or a kernel computes one of
+    its users without computing it."""
+    for u in info.op(op).users:
+        holding = [k for k in kernels if u in k]
+        if u == -1 or not holding or any(op not in k for k in holding):     # returned, read through a view, or read
+            return True
+    return False
+
+
+def _check_writers(info: ChainInfo, groups: list[Group], target: str) -> None:
+    """A hand plan's ops are written where they are read from memory, once, and before that: a
+    group writes its root and its other members used outside it, but for its `recomputed` ones."""
+    kernels = [set(g.ops) for g in groups]
+    for o in info.ops:
+        if not o.is_compute or o.kind in CHEAP:
+            continue
+        writers = [g for g in groups if o.id in g.ops and o.id not in g.recomputed and
+                   (o.id == g.root or any(u == -1 or u not in g.ops for u in o.users))]
+        if len(writers) > 1:
+            raise PlanError(f"op {o.id} is written by groups {[g.id for g in writers]}: list it under \"recomputed\" "
+                            "in all but one")
+        if not writers and _needs_writing(info, o.id, kernels):
+            raise PlanError(f"ops [{o.id}] are read outside the groups that compute them, but no group writes them "
+                            "(a group writes its root and its other members used outside it, but its \"recomputed\" ones)")
+        if writers and writers[0].root != o.id:
+            g = writers[0]
+            if any(info.op(m).kind == "contraction" for m in g.ops):
+                raise PlanError(f"group {g.id}: a contraction kernel writes its root only, not op {o.id}")
+            early = [u for u in o.users if u != -1 and u not in g.ops and u < g.root]
+            if early:
+                raise PlanError(f"group {g.id} writes op {o.id} after op {early[0]} reads it (groups run in the "
+                                "order of their roots)")
+            why = second_output_error(o, [u for u in o.users if u in g.ops], g.root, target)
+            if why:
+                raise PlanError(f"group {g.id} cannot write op {o.id} besides its root: {why}")
 
 
 # the matcher's answers that only say "this is not attention at all" (not worth a decision line)
@@ -269,7 +394,7 @@ def _contraction_note(info: ChainInfo, g: Group, chooser: TileChooser) -> list[s
     conv = c.name == "linalg.conv_2d_nchw_fchw"
     tiled_name = "implicit GEMM" if conv else "tiled contraction"
     direct_name = "direct convolution" if conv else "a dot product per output"
-    choice = chooser.best(frozenset(g.ops))
+    choice = _best(chooser, g)
     gk = gemm_kernel(info, g.ops, g.root)
     if isinstance(gk, str):
         return [f"kernel {g.id}: %{c.id} {c.label} as {direct_name} (not a {tiled_name}: {gk})"]
@@ -299,11 +424,16 @@ def _contraction_note(info: ChainInfo, g: Group, chooser: TileChooser) -> list[s
 
 def _with_costs(plan: FusionPlan, chooser: TileChooser) -> FusionPlan:
     info = plan.info
-    costs = tuple(chooser.cost(g.ops, g.tiling) for g in plan.groups)
-    cands = tuple(chooser.best(frozenset(g.ops)).candidates for g in plan.groups)
-    singles = [k for g in plan.groups for k in unfused_kernels(info, g.ops)]
+    costs = []
+    for g in plan.groups:
+        with chooser.writing_none_of(g.recomputed):
+            costs.append(chooser.cost(g.ops, g.tiling))
+    costs = tuple(costs)
+    cands = tuple(_best(chooser, g).candidates for g in plan.groups)
+    singles = list(dict.fromkeys(k for g in plan.groups for k in unfused_kernels(info, g.ops)))  # an op recomputed: once
     baseline = tuple(chooser.best(k).cost for k in sorted(singles, key=max))
-    transfers = (("unfused", big_transfers(info, singles)), ("fused", big_transfers(info, [g.ops for g in plan.groups])))
+    transfers = (("unfused", big_transfers(info, singles)),
+                 ("fused", big_transfers(info, [g.ops for g in plan.groups], unwritten=[g.recomputed for g in plan.groups])))
     hw = chooser.hw
     roof = (("bandwidth", hw.bandwidth), ("peak_flops", hw.peak_flops), ("cache_bandwidth", hw.cache_bandwidth),
             ("l2_bytes", hw.l2_bytes))
@@ -315,8 +445,11 @@ def with_measured(plan: FusionPlan, hw: HardwareProfile, measured: dict[int, Mea
     """The plan priced again with the kernel report's measured resources for the groups in
     `measured` (group id -> Measured); the tiles and the decisions stay the model's."""
     chooser = TileChooser(plan.info, plan.target, hw)
-    costs = tuple(chooser.cost(g.ops, g.tiling, measured.get(g.id)) if g.id in measured else c
-                  for g, c in zip(plan.groups, plan.costs))
+    costs = []
+    for g, c in zip(plan.groups, plan.costs):
+        with chooser.writing_none_of(g.recomputed):
+            costs.append(chooser.cost(g.ops, g.tiling, measured.get(g.id)) if g.id in measured else c)
+    costs = tuple(costs)
     return replace(plan, costs=costs, measured=tuple(sorted(measured.items())))
 
 
@@ -361,11 +494,12 @@ class _Grower:
             return False
         who = f"%{p} {prod.label}"
         outside = [u for u in prod.users if u not in self.members]
-        if outside:
-            shown = ", ".join("the chain's result" if u == -1 else f"%{u}" for u in outside)
-            self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: also used by {shown} "
-                                  f"(fusing would compute it twice)")
-            return False
+        shown = ", ".join("the chain's result" if u == -1 else f"%{u}" for u in outside)
+        if outside:                          # fused, the kernel writes it too (a second output), or not at all
+            why = self._second_output_error(prod, outside)
+            if why:
+                self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: also used by {shown} ({why})")
+                return False
         if prod.kind == "contraction" and self.contractions:
             self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: one contraction per kernel")
             return False
@@ -386,6 +520,10 @@ class _Grower:
             self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: the kernel would have no loop left "
                                   f"to split across blocks (it reduces every loop of %{self.root.id})")
             return False
+        if outside and not any(self.chooser.best(trial).tiling.block):
+            self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: also used by {shown} (a kernel of one "
+                                  "block, untiled, writes its root only)")
+            return False
         fused = self.chooser.best(trial).cost
         now = self.chooser.offer(frozenset(self.members), self.chooser.best(trial).tiling).cost
         apart = self.chooser.best(alone).cost
@@ -394,12 +532,30 @@ class _Grower:
         if delta < 0:
             self.members |= alone
             self.contractions += prod.kind == "contraction"
-            self.decisions.append(f"fused: {who} into kernel {{K{gid}}}: saves {_saved(saved, prod)}"
+            also = f", which also writes it for {shown}" if outside else ""
+            self.decisions.append(f"fused: {who} into kernel {{K{gid}}}{also}: saves {_saved(saved, prod)}"
                                   f" and a launch, {_signed(delta)}")
             return True
         self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: {self._reason(prod, now, apart, fused)}"
                               f" (saves {_saved(saved, prod)}; net {_signed(delta)})")
         return False
+
+    def _second_output_error(self, prod: OpInfo, outside: list[int]) -> str | None:
+        """Why the kernel cannot compute `prod` and also write it for its users outside (None: it
+        can). tile-and-fuse then gives the kernel's loop a second result (fuse_into_containing_op
+        adds one for uses after the loop)."""
+        info = self.info
+        if any(info.op(m).kind == "contraction" for m in self.members) or prod.kind == "contraction":
+            return "a contraction kernel writes its root only"
+        if prod.kind not in ("elementwise", "reduction"):
+            return f"a {prod.kind} is written by a kernel of its own"
+        if prod.kind == "elementwise" and -1 not in outside:
+            return ("whether every kernel that uses it computes it is weighed once all kernels are grown")
+        early = [u for u in outside if u != -1 and u < self.root.id]
+        if early:
+            return f"%{early[0]} runs before this kernel's root %{self.root.id}"
+        return second_output_error(prod, [u for u in prod.users if u in self.members], self.root.id,
+                                   self.chooser.target)
 
     def _view_stop(self, view: OpInfo) -> None:
         """Say why a reshape between a compute op and this kernel stops their fusion (the
@@ -467,14 +623,19 @@ def _signed(s: float) -> str:
     return ("+" if s >= 0 else "-") + time_text(abs(s))
 
 
-def _make_group(info: ChainInfo, gid: int, members: set[int], chooser: TileChooser) -> Group:
+def _make_group(info: ChainInfo, gid: int, members: set[int], chooser: TileChooser,
+                unwritten: frozenset = frozenset()) -> Group:
     root = max(m for m in members if info.op(m).is_compute)
     ops = tuple(sorted(members))
-    roles = tuple((m, _role(info, m, root)) for m in ops)
-    t = chooser.best(frozenset(members)).tiling
+    roles = tuple((m, _role(info, m, root, members, unwritten)) for m in ops)
+    with chooser.writing_none_of(unwritten):
+        choice = chooser.best(frozenset(members))
+    t = choice.tiling
+    if not any(t.block) and any(r == "written" for _, r in roles):   # a second output needs the tiled loop
+        t = next(c for c, _ in choice.candidates if any(c.block))
     return Group(gid, root, ops, roles, t.block, t.thread, t.mapped, t.row_threads, _gemm_dims(info, members, root, t),
                  _gemm_mma(info, members, root, t, chooser.hw), len(t.gemm) > 3 and bool(t.gemm[3]),
-                 tuple(t.attention))
+                 tuple(t.attention), tuple(sorted(unwritten)))
 
 
 def _gemm_dims(info: ChainInfo, members, root: int, t: Tiling) -> tuple[int, ...]:
@@ -494,10 +655,14 @@ def _gemm_mma(info: ChainInfo, members, root: int, t: Tiling, hw) -> str:
     return mma_kind(info, gk, gemm_shape(info, gk, root, t.block, t.gemm), hw) or ""
 
 
-def _role(info: ChainInfo, op: int, root: int) -> str:
+def _role(info: ChainInfo, op: int, root: int, members=(), unwritten=frozenset()) -> str:
     o = info.op(op)
     if op == root:
         return "root"
+    if op in unwritten:
+        return "recomputed"                   # computed here for this kernel only
+    if o.is_compute and o.kind not in CHEAP and any(u == -1 or u not in members for u in o.users):
+        return "written"                      # a producer whose result the kernel also writes
     return {"fill": "init", "pad": "pad"}.get(o.kind, "producer")
 
 
@@ -538,6 +703,7 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
     (predicted times) but decides nothing."""
     groups = []
     seen: set[int] = set()
+    roots: dict[int, int] = {}
     for gid, g in enumerate(spec["groups"]):
         members = set(g["ops"])
         for m in list(members):
@@ -545,11 +711,11 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
         compute = [m for m in members if info.op(m).is_compute]
         if not compute:
             raise PlanError(f"group {gid} has no compute op")
-        dup = seen & set(compute)
-        if dup:
-            raise PlanError(f"ops {sorted(dup)} are in more than one group")
         seen |= set(compute)
         root = max(compute)
+        if root in roots:
+            raise PlanError(f"op {root} is the root of groups {roots[root]} and {gid} (one kernel writes it)")
+        roots[root] = gid
         r = info.op(root)
         block = tuple(g.get("block_tiles", [0] * len(r.loops)))
         thread = tuple(g.get("thread_tiles", [0] * len(r.loops) if target == "gpu" else []))
@@ -595,12 +761,18 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
                 raise PlanError(f"group {gid}: attention {list(att)}: on the gpu the queries per block are a "
                                 f"multiple of {THREADS_Y} and the keys per step of {THREADS_X}")
         t = Tiling(block, thread, mapped, row_threads, gemm, att)
-        groups.append(Group(gid, root, tuple(sorted(members)), tuple((m, _role(info, m, root)) for m in sorted(members)),
+        recomputed = frozenset(int(x) for x in g.get("recomputed", ()))
+        if recomputed - (set(compute) - {root}):
+            raise PlanError(f"group {gid}: recomputed {sorted(recomputed)}: only the group's compute ops other than "
+                            f"its root %{root} can be")
+        groups.append(Group(gid, root, tuple(sorted(members)),
+                            tuple((m, _role(info, m, root, members, recomputed)) for m in sorted(members)),
                             block, thread, mapped, row_threads, _gemm_dims(info, members, root, t),
-                            _gemm_mma(info, members, root, t, hw), prefetch, att))
+                            _gemm_mma(info, members, root, t, hw), prefetch, att, tuple(sorted(recomputed))))
     missing = [o.id for o in info.ops if o.is_compute and o.id not in seen]
     if missing:
         raise PlanError(f"ops {missing} are in no group")
+    _check_writers(info, groups, target)
     groups.sort(key=lambda g: g.root)
     groups = [replace(g, id=i) for i, g in enumerate(groups)]
     plan = FusionPlan(info.func, target, True, tuple(groups), ("plan given by hand",), info)

@@ -10,6 +10,8 @@ candidate, the default being about four chunks per core.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import itertools
 import math
 from dataclasses import dataclass
@@ -63,8 +65,21 @@ class TileChooser:
     def __init__(self, info: ChainInfo, target: str, hw: HardwareProfile, tuned: dict | None = None):
         self.info, self.target, self.hw = info, target, hw
         self.tuned = tuned or {}
-        self.memo: dict[frozenset, Choice] = {}
+        self.memo: dict[tuple, Choice] = {}
         self.seeds: dict[int, list[Tiling]] = {}          # good tilings found per root
+        self.unwritten: frozenset[int] = frozenset()      # ops no kernel priced now writes (writing_none_of)
+
+    @contextmanager
+    def writing_none_of(self, ops):
+        """Price kernels as computing `ops` for themselves only (Group.recomputed)."""
+        old, self.unwritten = self.unwritten, frozenset(ops)
+        try:
+            yield self
+        finally:
+            self.unwritten = old
+
+    def _key(self, members: frozenset) -> tuple:
+        return members, self.unwritten & members
 
     def root(self, members) -> int:
         return max(m for m in members if self.info.op(m).is_compute)
@@ -75,15 +90,17 @@ class TileChooser:
                    sum(op_flops(self.info.op(m), self.hw) for m in members
                        if self.info.op(m).is_compute and self.info.op(m).kind not in ("fill", "pad")),
                    len(unfused_kernels(self.info, members)))
-        return kernel_cost(self.info, members, self.root(members), tiling, self.hw, unfused, measured)
+        return kernel_cost(self.info, members, self.root(members), tiling, self.hw, unfused, measured,
+                           self.unwritten & members)
 
     def best(self, members) -> Choice:
         members = frozenset(members)
-        if members not in self.memo:
-            self.memo[members] = self._choose(members)
-            if not self.memo[members].tuned:
-                self.seeds.setdefault(self.root(members), []).append(self.memo[members].tiling)
-        return self.memo[members]
+        key = self._key(members)
+        if key not in self.memo:
+            self.memo[key] = self._choose(members)
+            if not self.memo[key].tuned:
+                self.seeds.setdefault(self.root(members), []).append(self.memo[key].tiling)
+        return self.memo[key]
 
     def offer(self, members, tiling: Tiling) -> Choice:
         """Try a tiling found for another kernel with the same root; keep it if it is better, so
@@ -95,8 +112,8 @@ class TileChooser:
         c = self.cost(members, tiling)
         if c.time_s < old.cost.time_s * (1 - MARGIN):
             ranked = tuple(sorted(old.candidates + ((tiling, c.time_s),), key=lambda x: x[1]))
-            self.memo[members] = Choice(tiling, c, ranked)
-        return self.memo[members]
+            self.memo[self._key(members)] = Choice(tiling, c, ranked)
+        return self.memo[self._key(members)]
 
     def _valid(self, members, t: Tiling) -> bool:
         allowed = tileable_loops(self.info, self.root(members), set(members))

@@ -19,20 +19,32 @@ from .split_rows import PART, THREADS_OF, Phase, split_rows
 
 
 def tag_groups(func_op, plan: FusionPlan) -> None:
-    """Tag each op with (group, op); give every group its own copy of a shared fill or pad."""
+    """Tag each op with (group, op). An op in several groups (a shared fill or pad, an op kernels
+    recompute) stays itself in the group that writes it (the one it is not `recomputed` in; else
+    the first) and every other group gets its own copy, which only that group's ops read."""
     ops = {ir.IntegerAttr(op.attributes[ID_ATTR]).value: op for op in payload_ops(func_op)}
+    home: dict[int, int] = {}
     for g in plan.groups:
         for m in g.ops:
+            if m not in g.recomputed and plan.info.op(m).kind not in ("fill", "pad"):
+                home.setdefault(m, g.id)
+    for g in plan.groups:
+        for m in g.ops:
+            home.setdefault(m, g.id)
+    for g in plan.groups:
+        mine = {k: ops[k] for k in g.ops}
+        for m in sorted(g.ops, reverse=True):     # consumers first: a copy reads the group's copies
             op = ops[m]
-            if TAG in op.attributes:          # a fill/pad already claimed by another group: copy it
-                clone = op.clone(ip=ir.InsertionPoint(op))
-                clone.attributes[TAG] = i64(tag_of(g.id, m))
-                members = {ops[k] for k in g.ops if k != m}
-                for use in list(op.results[0].uses):
-                    if use.owner in members:
-                        use.owner.operands[use.operand_number] = clone.results[0]
-            else:
+            if home[m] == g.id:
                 op.attributes[TAG] = i64(tag_of(g.id, m))
+                continue
+            clone = op.clone(ip=ir.InsertionPoint(op))
+            clone.attributes[TAG] = i64(tag_of(g.id, m))
+            members = {mine[k] for k in g.ops if k != m}
+            for use in list(op.results[0].uses):
+                if use.owner in members:
+                    use.owner.operands[use.operand_number] = clone.results[0]
+            mine[m] = clone
 
 
 def transform_script(plan: FusionPlan) -> list[Step]:

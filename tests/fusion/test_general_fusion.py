@@ -98,3 +98,132 @@ def test_the_row_kernel_is_kept_when_a_thread_per_row_is_not_clearly_faster():
     # of the split rows, so the coalesced row kernel stays
     plan = _compile(_example("reductions.fdsl"), "logsumexp", dict(R=16384), "gpu").plan
     assert plan.kernel_count == 1 and plan.groups[0].row_threads >= 32, plan.format()
+
+
+TRI = """chain tri(x: f32[M, N]) -> (f32[M, N], f32[M, N], f32[M]) {
+    e = exp(x)
+    return e + 1.0, e * e, max(e, axis=1)
+}"""
+
+
+def test_a_cheap_value_used_by_three_kernels_is_computed_in_each_and_never_written():
+    plan = _compile(TRI, "tri", dict(M=4096, N=1024), "gpu").plan
+    e = [o.id for o in plan.info.ops if o.label == "map(exp)"][0]
+    assert plan.kernel_count == 3, plan.format()
+    for g in plan.groups:
+        assert e in g.ops and dict(g.roles)[e] == "recomputed" and g.root != e
+    assert any(d.startswith(f"recomputed: %{e} map(exp) in kernels 0, 1, 2, never written") for d in plan.decisions), \
+        plan.decisions
+    roles = [op["role"] for g in plan.summary()["groups"] for op in g["ops"] if op["id"] == e]
+    assert roles == ["recomputed"] * 3
+    assert "recomputed" in plan.format()
+
+
+def test_recomputing_is_weighed_against_the_kernel_it_saves():
+    # on the H200 two tiled matmuls would each apply gelu in their loaders, once per column block
+    src = """chain gelu2(x: f32[M, K], w1: f32[K, N], w2: f32[K, N]) -> (f32[M, N], f32[M, N]) {
+        g = gelu(x)
+        return g @ w1, g @ w2
+    }"""
+    plan = _compile(src, "gelu2", dict(M=4096, N=1024, K=1024), "gpu").plan
+    assert plan.kernel_count == 3
+    assert any(d.startswith("not recomputed: %0") and "its own kernel" in d for d in plan.decisions), plan.decisions
+
+
+@pytest.mark.parametrize("target", ["cuda-sim", "cpu"])
+def test_recomputed_values_give_the_reference_numbers(target):
+    from fusec.runtime import reference
+    from fusec.runtime.compare import compare
+    prog = fusec.compile(TRI, target=target)
+    binding = dict(M=5, N=12)
+    plan = {"groups": [{"ops": [0, k], "recomputed": [0]} for k in (1, 2, 4)]}   # each computes exp itself
+    compiled = prog.tri.compiled(binding)
+    inputs = reference.random_inputs(prog.tri.typed, binding, seed=3)
+    want = reference.run_chain(prog.tri.typed, inputs, binding)
+    for got, w, t in zip(compiled.fused(*inputs), want, prog.tri.typed.output_types):
+        assert compare(got, w, t.dtype.name).ok
+    hand = fusec.compile(TRI, target=target, options={"plans": {"tri": plan}})
+    c = hand.tri.compiled(binding)
+    assert c.plan["kernels"] == 3
+    for got, w, t in zip(c.fused(*inputs), want, prog.tri.typed.output_types):
+        assert compare(got, w, t.dtype.name).ok
+
+
+def test_a_hand_plan_writes_what_another_group_reads_once():
+    from helpers import stages
+    with pytest.raises(Exception, match=r"ops \[0\] are read outside the groups that compute them"):
+        stages(TRI, dict(M=5, N=12), plan={"groups": [{"ops": [0, 1], "recomputed": [0]}, {"ops": [2]},
+                                                       {"ops": [0, 4], "recomputed": [0]}]})
+    with pytest.raises(Exception, match=r"op 0 is written by groups \[0, 1\]"):
+        stages(TRI, dict(M=5, N=12), plan={"groups": [{"ops": [0, 1]}, {"ops": [0, 2]}, {"ops": [4]}]})
+    with pytest.raises(Exception, match=r"only the group's compute ops other than its root"):
+        stages(TRI, dict(M=5, N=12), plan={"groups": [{"ops": [0, 1], "recomputed": [1]}, {"ops": [2]}, {"ops": [4]}]})
+    st = stages(TRI, dict(M=5, N=12), plan={"groups": [{"ops": [0]}, {"ops": [0, 1], "recomputed": [0]},
+                                                        {"ops": [2]}, {"ops": [4]}]})
+    assert [g.root for g in st.plan.groups] == [0, 1, 2, 4]     # %0 written by its own group, recomputed in one
+    assert st.plan.groups[1].recomputed == (0,)
+
+
+SECOND = {  # chains whose kernels write a producer too: (source, binding, {target: kernels})
+    "normalised_and_sums": ("""chain f(x: f32[M, N]) -> (f32[M, N], f32[M, 1]) {
+        e = exp(x)
+        s = sum(e, axis=1, keepdims=true)
+        return e / s, s
+    }""", dict(M=4096, N=1024), {"gpu": 1, "cpu": 1}),
+    # on the gpu only a reduction that the root alone reads goes out as a second output
+    "activation_and_statistics": ("""chain f(x: f32[M, N]) -> (f32[M, N], f32[M]) {
+        y = gelu(x)
+        return y, mean(y, axis=1)
+    }""", dict(M=4096, N=1024), {"gpu": 2, "cpu": 1}),
+    "softmax_and_logsumexp": ("""chain f(x: f32[M, N]) -> (f32[M, N], f32[M, 1]) {
+        m = max(x, axis=-1, keepdims=true)
+        e = exp(x - m)
+        s = sum(e, axis=-1, keepdims=true)
+        return e / s, log(s) + m
+    }""", dict(M=4096, N=1024), {"gpu": 3, "cpu": 3}),
+}
+
+
+@pytest.mark.parametrize("target", ["gpu", "cpu"])
+@pytest.mark.parametrize("name", sorted(SECOND))
+def test_a_kernel_writes_a_producer_its_other_users_need(name, target):
+    src, binding, kernels = SECOND[name]
+    plan = _compile(src, "f", binding, target).plan
+    assert plan.kernel_count == kernels[target], plan.format()
+    written = [(g, m) for g in plan.groups for m, role in g.roles if role == "written"]
+    assert written or (name == "activation_and_statistics" and target == "gpu"), plan.format()
+    for g, m in written:                              # each goes out for users outside its kernel
+        assert any(u == -1 or u not in g.ops for u in plan.info.op(m).users)
+        assert plan.info.op(m).kind == "reduction" or target == "cpu"
+    assert any("which also writes it for" in d for d in plan.decisions) or not written, plan.decisions
+    if name == "softmax_and_logsumexp":               # the sum goes out for log(s) + m: 16 kB, no second pass
+        assert [plan.info.op(m).result_bytes for _, m in written] == [4096 * 4]
+    if kernels[target] > 1:
+        assert any("second output only for a reduction" in d for d in plan.decisions), plan.decisions
+
+
+@pytest.mark.parametrize("target", ["cuda-sim", "cpu"])
+@pytest.mark.parametrize("name", sorted(SECOND))
+def test_second_outputs_give_the_reference_numbers(name, target):
+    from fusec.runtime import reference
+    from fusec.runtime.compare import compare
+    src, _, _ = SECOND[name]
+    binding = dict(M=5, N=24)
+    prog = fusec.compile(src, target=target)
+    c = prog.f.compiled(binding)
+    inputs = reference.random_inputs(prog.f.typed, binding, seed=5)
+    want = reference.run_chain(prog.f.typed, inputs, binding)
+    for build in (c.fused, c.unfused):
+        for got, w, t in zip(build(*inputs), want, prog.f.typed.output_types):
+            assert compare(got, w, t.dtype.name).ok
+
+
+def test_a_hand_plan_writes_second_outputs_only_where_they_are_carried_through():
+    from helpers import stages
+    src, _, _ = SECOND["softmax_and_logsumexp"]
+    st = stages(src, dict(M=5, N=24))
+    ops = [o.id for o in st.plan.info.ops if o.is_compute and o.kind != "fill"]      # max, exp, sum, div, log+add
+    with pytest.raises(Exception, match="cannot write op .* only for a reduction its root alone reads"):
+        stages(src, dict(M=5, N=24), plan={"groups": [{"ops": ops[:4]}, {"ops": ops[4:]}]})
+    st = stages(src, dict(M=5, N=24), plan={"groups": [{"ops": ops[:1]}, {"ops": ops[1:4]}, {"ops": ops[4:]}]})
+    assert [r for m, r in st.plan.groups[1].roles if m == ops[2]] == ["written"]
