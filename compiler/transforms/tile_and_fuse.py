@@ -66,6 +66,10 @@ def transform_script(plan: FusionPlan) -> list[Step]:
             steps.append(Step(f"%q{k}_{n}, %f{k}_{n + 1} = transform.structured.fuse_into_containing_op "
                               f"%p{k}_{n} into %{loop} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"))
             loop = f"f{k}_{n + 1}"
+            if len(plan.info.op(p).users) > 1:
+                # a producer is fused once per use: merge the copies before its own producers are
+                # fused, or a chain of values used twice doubles at every step
+                steps.append(Step(f"transform.apply_cse to %{loop} : {ANY}"))
         steps.append(Step(f"%g{k} = transform.param.constant {k} : i64 -> !transform.param<i64>"))
         steps.append(Step(f'transform.annotate %{loop} "{GROUP}" = %g{k} : {ANY}, !transform.param<i64>'))
         if gpu and any(g.thread_tiles) and not g.row_threads:

@@ -104,7 +104,9 @@ def test_a_one_thread_per_row_softmax_is_poorly_coalesced():
                               ROW_PER_THREAD)
     (r,) = report_kernels(source, entry, H200)
     assert r.grid == (2, 1, 1) and r.block == (32, 1, 1) and r.threads_per_block == 32
-    assert r.stack_frame_bytes >= 256 * 4          # the row, in a per-thread local array
+    # the exponentials go through the output's row (bufferized in place; the copies fused per use
+    # are merged at once), not through a per-thread local array of the row
+    assert r.stack_frame_bytes == 0
     assert r.limited_by == ("blocks",) and r.occupancy == 0.5 and r.waves < 0.01
     c = r.coalescing
     # a warp's 32 lanes read 32 rows: 32 sectors where 4 would hold the 128 bytes
