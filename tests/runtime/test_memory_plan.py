@@ -111,6 +111,10 @@ def test_repeated_cpu_calls_allocate_nothing_new():
     assert z.ctypes.data != y.ctypes.data
     np.testing.assert_array_equal(z, y)
     np.testing.assert_array_equal(y, want)
+    exe = f.compiled({"T": 4096}).fused
+    kept = exe.memory.buffers()[-1]                          # the pool's current output buffer
+    exe.release()                                            # the memory goes back; the next call allocates
+    assert exe.memory.buffers()[-1] is not kept
 
 
 def test_the_fused_build_never_holds_more_than_the_unfused_one():
