@@ -14,10 +14,9 @@ operand dim to give its range is skipped.
 from __future__ import annotations
 
 from ..mlir import ir
-from .generic import map_attr, maps, shape_of
+from .generic import RESHAPES, map_attr, maps, shape_of
 
 NAME = "fold-unit-reshapes"
-RESHAPES = ("tensor.collapse_shape", "tensor.expand_shape")
 
 
 def fold_unit_reshapes(module: ir.Module) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ..mlir import ir, linalg
 
+RESHAPES = ("tensor.collapse_shape", "tensor.expand_shape")
+
 
 def maps(op) -> list:
     return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]

@@ -15,10 +15,9 @@ fusion (planner.py: `_view_reason`).
 from __future__ import annotations
 
 from ..mlir import ir, tensor
-from .generic import iterators, maps, rebuild, shape_of
+from .generic import RESHAPES, iterators, maps, rebuild, shape_of
 
 NAME = "hoist-reshapes"
-RESHAPES = ("tensor.collapse_shape", "tensor.expand_shape")
 
 
 def hoist_reshapes(module: ir.Module) -> int:
