@@ -12,7 +12,7 @@ saved, recomputation, spills, the time difference). Structural limits come first
 guard:
 - fills and pads always travel with their consumer (a pad is re-gathered per tile);
 - a producer with users outside the kernel joins it only as a second output the kernel writes
-  (a reduction its root alone reads; on the cpu also a returned elementwise result) when those
+  (a reduction; on the cpu also a returned elementwise result) when those
   users run after the kernel; an elementwise op whose users are all in other kernels is instead
   weighed once every kernel is grown (`_recompute`): each of them may compute it, and nothing
   writes it (Group.recomputed). An op may so be in several kernels;
@@ -266,14 +266,13 @@ def _recompute(info: ChainInfo, chooser: TileChooser, members_list: list[set[int
     return members_list, unwritten
 
 
-def second_output_error(prod: OpInfo, inside: list[int], root: int, target: str) -> str | None:
+def second_output_error(prod: OpInfo, target: str) -> str | None:
     """What tile-and-fuse and the emitter carry through as a kernel's second output: a reduction
-    the root alone reads (its value goes out once per row), and on the cpu an elementwise result.
-    Why not, for `prod` read inside the kernel by `inside`; None when it can be."""
+    (its value goes out once per row), and on the cpu an elementwise result. Why not, for `prod`;
+    None when it can be. (A GPU kernel's thread level cannot
+    store an elementwise value for the outside: split_rows keeps a row's phases to themselves.)"""
     if prod.kind == "elementwise" and target == "gpu":
         return "on the gpu a kernel writes a second output only for a reduction"
-    if prod.kind == "reduction" and inside != [root]:
-        return "a kernel writes a second output only for a reduction its root alone reads"
     if prod.kind not in ("elementwise", "reduction"):
         return f"a {prod.kind} is written by a kernel of its own"
     return None
@@ -312,7 +311,7 @@ def _check_writers(info: ChainInfo, groups: list[Group], target: str) -> None:
             if early:
                 raise PlanError(f"group {g.id} writes op {o.id} after op {early[0]} reads it (groups run in the "
                                 "order of their roots)")
-            why = second_output_error(o, [u for u in o.users if u in g.ops], g.root, target)
+            why = second_output_error(o, target)
             if why:
                 raise PlanError(f"group {g.id} cannot write op {o.id} besides its root: {why}")
 
@@ -554,8 +553,7 @@ class _Grower:
         early = [u for u in outside if u != -1 and u < self.root.id]
         if early:
             return f"%{early[0]} runs before this kernel's root %{self.root.id}"
-        return second_output_error(prod, [u for u in prod.users if u in self.members], self.root.id,
-                                   self.chooser.target)
+        return second_output_error(prod, self.chooser.target)
 
     def _view_stop(self, view: OpInfo) -> None:
         """Say why a reshape between a compute op and this kernel stops their fusion (the
