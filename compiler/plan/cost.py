@@ -228,7 +228,7 @@ def kernel_cost(info: ChainInfo, members, root: int, tiling: Tiling, hw: Hardwar
         return _gpu_gemm_time(info, members, root, tiling, hw, common, reads, corr, measured)
     if gpu:
         return _gpu_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured)
-    return _cpu_time(info, members, root, tiling, hw, common, footprint, reads, written)
+    return _cpu_time(info, members, root, tiling, hw, common, footprint, reads)
 
 
 def _operand_varies(op: OpInfo, k: int, corr_m: dict[int, frozenset]) -> set[int]:
@@ -669,7 +669,7 @@ def _strided(info: ChainInfo, m: int, k: int, corr_m: dict[int, frozenset], tili
 
 # ---- cpu ------------------------------------------------------------------------------------
 
-def _cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, footprint, reads, written):
+def _cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, footprint, reads):
     r = info.op(root)
     cores = hw.units
     chunks = _prod(r.loops[l] // tiling.block[l] for l in tiling.mapped if tiling.block[l]) if tiling.mapped else 1

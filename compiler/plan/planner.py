@@ -203,6 +203,17 @@ def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool 
     return _with_costs(FusionPlan(info.func, target, fuse, tuple(groups), tuple(decisions), info), chooser)
 
 
+def _renumber(decisions: list[str], new_index: dict[int, int]) -> None:
+    """Decisions name kernels by provisional position ({K3}); kernels merged or dropped renumber them."""
+    decisions[:] = [re.sub(r"\{K(\d+)\}", lambda mt: "{K%d}" % new_index[int(mt.group(1))], d) for d in decisions]
+
+
+def _cost(chooser: TileChooser, g: "Group", measured: Measured | None = None) -> KernelCost:
+    """A group's cost at its tiling, priced with the members it does not write."""
+    with chooser.writing_none_of(g.recomputed):
+        return chooser.cost(g.ops, g.tiling, measured)
+
+
 def _best(chooser: TileChooser, g: "Group"):
     """A group's tiling choice, priced with the members it does not write."""
     with chooser.writing_none_of(g.recomputed):
@@ -258,7 +269,7 @@ def _recompute(info: ChainInfo, chooser: TileChooser, members_list: list[set[int
                 unwritten[j] = unwritten[j] | {p.id}
             new_index = {j: (j if j < k else j - 1) for j in range(len(members_list)) if j != k}
             new_index[k] = new_index[users[0]]
-            decisions[:] = [re.sub(r"\{K(\d+)\}", lambda mt: "{K%d}" % new_index[int(mt.group(1))], d) for d in decisions]
+            _renumber(decisions, new_index)
             del members_list[k]
             del unwritten[k]
             done = False
@@ -378,7 +389,7 @@ def _attention_kernels(info: ChainInfo, chooser: TileChooser, members_list: list
             else:
                 new_index[k] = n
                 n += 1
-        decisions[:] = [re.sub(r"\{K(\d+)\}", lambda mt: "{K%d}" % new_index[int(mt.group(1))], d) for d in decisions]
+        _renumber(decisions, new_index)
         members_list = [union if k == first else m for k, m in enumerate(members_list) if k == first or k not in touched]
     return members_list
 
@@ -423,11 +434,7 @@ def _contraction_note(info: ChainInfo, g: Group, chooser: TileChooser) -> list[s
 
 def _with_costs(plan: FusionPlan, chooser: TileChooser) -> FusionPlan:
     info = plan.info
-    costs = []
-    for g in plan.groups:
-        with chooser.writing_none_of(g.recomputed):
-            costs.append(chooser.cost(g.ops, g.tiling))
-    costs = tuple(costs)
+    costs = tuple(_cost(chooser, g) for g in plan.groups)
     cands = tuple(_best(chooser, g).candidates for g in plan.groups)
     singles = list(dict.fromkeys(k for g in plan.groups for k in unfused_kernels(info, g.ops)))  # an op recomputed: once
     baseline = tuple(chooser.best(k).cost for k in sorted(singles, key=max))
@@ -444,11 +451,8 @@ def with_measured(plan: FusionPlan, hw: HardwareProfile, measured: dict[int, Mea
     """The plan priced again with the kernel report's measured resources for the groups in
     `measured` (group id -> Measured); the tiles and the decisions stay the model's."""
     chooser = TileChooser(plan.info, plan.target, hw)
-    costs = []
-    for g, c in zip(plan.groups, plan.costs):
-        with chooser.writing_none_of(g.recomputed):
-            costs.append(chooser.cost(g.ops, g.tiling, measured.get(g.id)) if g.id in measured else c)
-    costs = tuple(costs)
+    costs = tuple(_cost(chooser, g, measured[g.id]) if g.id in measured else c
+                  for g, c in zip(plan.groups, plan.costs))
     return replace(plan, costs=costs, measured=tuple(sorted(measured.items())))
 
 
@@ -546,8 +550,6 @@ class _Grower:
         info = self.info
         if any(info.op(m).kind == "contraction" for m in self.members) or prod.kind == "contraction":
             return "a contraction kernel writes its root only"
-        if prod.kind not in ("elementwise", "reduction"):
-            return f"a {prod.kind} is written by a kernel of its own"
         if prod.kind == "elementwise" and -1 not in outside:
             return ("whether every kernel that uses it computes it is weighed once all kernels are grown")
         early = [u for u in outside if u != -1 and u < self.root.id]
