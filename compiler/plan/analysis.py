@@ -350,11 +350,47 @@ def _producer(value, index) -> int | None:
     return index.get(_key(owner))
 
 
+def sinks(info: ChainInfo, members) -> tuple[int, ...]:
+    """A kernel's ops that no other member reads (program order): its root (the last) and its
+    siblings, which horizontal fusion put beside the root, tiled alike (sibling_tiles)."""
+    members = set(members)
+    return tuple(m for m in sorted(members) if info.op(m).is_compute and info.op(m).kind not in ("fill", "pad")
+                 and not any(u in members for u in info.op(m).users))
+
+
+def siblings(info: ChainInfo, members) -> tuple[int, ...]:
+    """The kernel's sinks but its root (the last compute op)."""
+    found = sinks(info, members)
+    root = max(m for m in members if info.op(m).is_compute)
+    return tuple(m for m in found if m != root)
+
+
+def sibling_loop(info: ChainInfo, root: int, sib: int, loop: int) -> bool:
+    """Whether a sibling's loop `loop` is tiled with the root's loop of that position: both
+    parallel, of one extent."""
+    r, s = info.op(root), info.op(sib)
+    return (loop < len(s.loops) and loop < len(r.loops) and r.loops[loop] == s.loops[loop]
+            and r.iterators[loop] == "parallel" and s.iterators[loop] == "parallel")
+
+
+def sibling_tiles(info: ChainInfo, root: int, sib: int, tiles: tuple[int, ...]) -> list[int]:
+    """A sibling's tile sizes for the root's `tiles`: the same per position, over its own loops
+    (a loop the root does not tile, or one past the root's, is not tiled)."""
+    return [tiles[i] if i < len(tiles) and tiles[i] and sibling_loop(info, root, sib, i) else 0
+            for i in range(len(info.op(sib).loops))]
+
+
 def loop_correspondence(info: ChainInfo, root: int, members, pads: bool = False) -> dict[int, dict[int, frozenset]]:
     """For each member op: root loop -> the member's loops that move with it (pads too when
-    `pads`: a pad's loops are its result dims)."""
+    `pads`: a pad's loops are its result dims). A sibling's loops move with the root's of their
+    position (sibling_loop)."""
     skip = ("view",) if pads else ("pad", "view")
     corr = {root: {r: frozenset({r}) for r in range(len(info.op(root).loops))}}
+    for s in sinks(info, members):
+        if s == root:
+            continue
+        corr[s] = {r: frozenset({r}) if sibling_loop(info, root, s, r) else frozenset()
+                   for r in range(len(info.op(root).loops))}
     order = sorted(members, reverse=True)
     for c in order:
         if c not in corr:
@@ -381,6 +417,7 @@ def tileable_loops(info: ChainInfo, root: int, members: set[int]) -> tuple[int, 
     for loop in r.parallel_loops:
         if r.loops[loop] <= 1:
             continue
-        if all(corr.get(m, {}).get(loop) for m in members if info.op(m).kind in ("reduction", "contraction")):
+        if (all(corr.get(m, {}).get(loop) for m in members if info.op(m).kind in ("reduction", "contraction"))
+                and all(sibling_loop(info, root, s, loop) for s in sinks(info, members) if s != root)):
             out.append(loop)
     return tuple(out)

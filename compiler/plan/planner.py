@@ -19,6 +19,9 @@ guard:
 - one contraction per kernel;
 - the partials of a two-stage reduction (split-reductions) stay a kernel of their own;
 - a producer that would leave the kernel no loop to split across blocks is not fused.
+Last, horizontal fusion (`_horizontal`) merges two grown kernels that read the same tensor or
+one of which reads the other, when the model predicts the one faster than the two; the earlier
+kernel's last op becomes a sibling of the later root (Group.siblings), tiled alike.
 Tiles are the model's pick among candidates (tilechoice.py).
 """
 from __future__ import annotations
@@ -28,7 +31,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 
 from .attention import THREADS_X, THREADS_Y, attention_kernel, find_attention
-from .analysis import ChainInfo, OpInfo, analyze, tag_ops, tileable_loops
+from .analysis import ChainInfo, OpInfo, analyze, sibling_tiles, siblings, sinks, tag_ops, tileable_loops
 from .hardware import HardwareProfile
 from .measured import Measured
 from .describe import bytes_text, format_plan, time_text
@@ -59,6 +62,9 @@ class Group:
     # members the kernel computes for itself only: other kernels compute them too, or one writes
     # them. The kernel writes its root and every other member used outside it or returned.
     recomputed: tuple[int, ...] = ()
+    # other ops no member reads (horizontal fusion): the kernel writes them too, each tiled with
+    # the root's tiles over the loops of its position (analysis.sibling_tiles)
+    siblings: tuple[int, ...] = ()
 
     @property
     def serial(self) -> bool:
@@ -128,7 +134,7 @@ class FusionPlan:
                 "block_tiles": list(g.block_tiles), "thread_tiles": list(g.thread_tiles),
                 "threads": list(g.threads()), "row_threads": g.row_threads, "gemm": list(g.gemm[:3]),
                 "tensor_cores": g.mma, "double_buffered": g.prefetch, "attention": list(g.attention),
-                "recomputed": list(g.recomputed),
+                "recomputed": list(g.recomputed), "siblings": list(g.siblings),
                 "ops": [{"id": op, "label": self.info.op(op).label, "role": role,
                          "loc": _loc(self.info.op(op).loc)} for op, role in g.roles],
             } for g in self.groups],
@@ -189,6 +195,7 @@ def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool 
     if fuse:
         members_list = _attention_kernels(info, chooser, members_list, decisions)
         members_list, unwritten = _recompute(info, chooser, members_list, decisions)
+        members_list, unwritten = _horizontal(info, chooser, target, members_list, unwritten, decisions)
     # kernel numbers follow program order; decisions were written with provisional numbers
     n = len(members_list)
     decisions = [d.replace("{K", "{").format(*[n - 1 - k for k in range(n)]) if "{" in d else d
@@ -277,6 +284,134 @@ def _recompute(info: ChainInfo, chooser: TileChooser, members_list: list[set[int
     return members_list, unwritten
 
 
+HORIZONTAL_TRIES = 4      # earlier kernels each kernel is weighed with (the nearest that share a read)
+HORIZONTAL_WINDOW = 16    # how far back it looks for them
+
+
+def _horizontal(info: ChainInfo, chooser: TileChooser, target: str, members_list: list[set[int]],
+                unwritten: list[set[int]], decisions: list[str]) -> tuple[list[set[int]], list[set[int]]]:
+    """Horizontal fusion: two kernels that read the same tensor, or one of which reads the other's
+    results, become one when the model predicts it faster than the two (one launch, shared reads
+    once, results the second read from memory kept on chip). The later kernel's root stays the
+    root; an op of the earlier one that no member reads is a sibling, tiled alike (its loops
+    match the root's by position: analysis.sibling_loop). The merged kernel runs where the later
+    one did, so every other reader of the earlier kernel runs after it."""
+    def reads(m: set[int]) -> set[str]:
+        return {info.op(x).operand_keys[k] for x in m if info.op(x).kind not in CHEAP
+                for k in range(info.op(x).n_inputs) if info.op(x).operand_keys[k].startswith("arg")
+                or (info.op(x).producers[k] is not None and info.op(x).producers[k] not in m)}
+
+    said: set[str] = set()
+
+    def note(d: str) -> None:                      # the search restarts after each merge: say a thing once
+        if d not in said:
+            said.add(d)
+            decisions.append(d)
+
+    roots = [max(x for x in m if info.op(x).is_compute) for m in members_list]
+    keys = [reads(m) for m in members_list]
+    b = 0
+    while b < len(members_list):                     # the later kernel (members_list runs last first)
+        a = _horizontal_partner(info, chooser, target, members_list, unwritten, roots, keys, b, note)
+        if a is None:
+            b += 1
+            continue
+        union = members_list[a] | members_list[b]
+        # the grower's refusals of these ops for these two kernels no longer hold
+        stale = tuple(f"not fused: %{x} " for x in union)
+        decisions[:] = [d for d in decisions if not (d.startswith(stale) and ("{K%d}" % a in d or "{K%d}" % b in d))]
+        inside = tuple(f"fused: %{x} " for x in union if all(u in union for u in info.op(x).users))
+        decisions[:] = [re.sub(r", which also writes it for [^:]*:", ":", d) if d.startswith(inside) else d
+                        for d in decisions]
+        members_list[b] = union
+        new_index = {j: (j if j < a else j - 1) for j in range(len(members_list)) if j != a}
+        new_index[a] = new_index[b]
+        _renumber(decisions, new_index)
+        for lst in (members_list, unwritten, roots, keys):
+            del lst[a]
+        keys[b] = reads(union)                       # and b may take another earlier kernel
+    return members_list, unwritten
+
+
+def _horizontal_partner(info: ChainInfo, chooser: TileChooser, target: str, members_list, unwritten, roots, keys,
+                        b: int, note) -> int | None:
+    """The earlier kernel (index) that kernel `b` takes in, by horizontal fusion; None if none
+    pays. Weighs the nearest HORIZONTAL_TRIES earlier kernels that share a read with it or feed
+    it, within HORIZONTAL_WINDOW kernels."""
+    def plain(m) -> bool:
+        return not any(info.op(x).kind in ("contraction", "pad") for x in m)
+
+    if unwritten[b]:
+        return None
+    mb, tried = members_list[b], 0
+    for a in range(b + 1, min(len(members_list), b + 1 + HORIZONTAL_WINDOW)):    # nearest first
+        if tried >= HORIZONTAL_TRIES:
+            break
+        ma = members_list[a]
+        shared = keys[a] & keys[b]
+        feeds = {f"%{x}:0" for x in ma} & keys[b]
+        if not shared and not feeds:
+            continue
+        tried += 1
+        if feeds and any(info.op(x).note.startswith("split-reductions") for x in ma):
+            continue                                # the partials of a two-stage reduction (the grower's call)
+        pair = (f"the kernels of %{roots[a]} {info.op(roots[a]).label} and %{roots[b]} {info.op(roots[b]).label} ("
+                + (f"both read {', '.join(sorted(shared))}" if shared else
+                   f"%{roots[b]} reads {', '.join(sorted(feeds))} of the first") + ")")
+        if not (plain(ma) and plain(mb)):
+            if shared:
+                note(f"not fused horizontally: {pair}: a contraction kernel has one root")
+            continue
+        if unwritten[a]:
+            continue
+        union = frozenset(ma | mb)
+        if any(u != -1 and u not in union and u <= roots[b] for x in ma for u in info.op(x).users):
+            continue                                # read before the merged kernel would run
+        if any(second_output_error(info.op(x), target) for x in union
+               if x not in sinks(info, union) and info.op(x).kind not in CHEAP
+               and any(u == -1 or u not in union for u in info.op(x).users)):
+            continue
+        if not tileable_loops(info, roots[b], set(union)):
+            continue                                # no loop of the root that every sibling has
+        if _init_shared_with_a_root(info, union):
+            continue                                # the grower's refusal (_Grower._shared_init) holds
+        merged = chooser.best(union)
+        t = merged.tiling
+        if not any(t.block) or t.attention or t.gemm or not _siblings_fit(info, roots[b], union, t):
+            continue
+        apart = chooser.best(frozenset(ma)).cost.time_s + chooser.best(frozenset(mb)).cost.time_s
+        if merged.cost.time_s >= apart:
+            note(f"not fused horizontally: {pair}: predicted {time_text(merged.cost.time_s)} as one, "
+                 f"{time_text(apart)} apart")
+            continue
+        note(f"fused horizontally: {pair}, into kernel {{K{b}}}: one launch, predicted "
+             f"{time_text(merged.cost.time_s)} against {time_text(apart)} apart")
+        return a
+    return None
+
+
+def _init_shared_with_a_root(info: ChainInfo, members) -> bool:
+    """Whether a fill initialises both a tiled root (or sibling) and a producer of the kernel:
+    tile-and-fuse would initialise it once, for the producer, and leave the root's accumulator
+    uninitialised."""
+    ends = set(sinks(info, members))
+    fills: dict[int, set[int]] = {}
+    for m in members:
+        o = info.op(m)
+        for p in o.producers[o.n_inputs:]:
+            if p is not None and info.op(p).kind == "fill":
+                fills.setdefault(p, set()).add(m)
+    return any(readers & ends and readers - ends for readers in fills.values())
+
+
+def _siblings_fit(info: ChainInfo, root: int, members, t: Tiling) -> bool:
+    """Whether every sibling takes the root's thread tiles too (block tiles: tileable_loops)."""
+    if not any(t.thread):
+        return True
+    n = sum(1 for x in t.thread if x)
+    return all(sum(1 for x in sibling_tiles(info, root, s, t.thread) if x) == n for s in siblings(info, members))
+
+
 def second_output_error(prod: OpInfo, target: str) -> str | None:
     """What tile-and-fuse and the emitter carry through as a kernel's second output: a reduction
     (its value goes out once per row), and on the cpu an elementwise result. Why not, for `prod`;
@@ -316,12 +451,17 @@ def _check_writers(info: ChainInfo, groups: list[Group], target: str) -> None:
                             "(a group writes its root and its other members used outside it, but its \"recomputed\" ones)")
         if writers and writers[0].root != o.id:
             g = writers[0]
-            if any(info.op(m).kind == "contraction" for m in g.ops):
+            if any(info.op(m).kind == "contraction" for m in g.ops) or g.attention:
                 raise PlanError(f"group {g.id}: a contraction kernel writes its root only, not op {o.id}")
             early = [u for u in o.users if u != -1 and u not in g.ops and u < g.root]
             if early:
                 raise PlanError(f"group {g.id} writes op {o.id} after op {early[0]} reads it (groups run in the "
                                 "order of their roots)")
+            if o.id in g.siblings:
+                if not any(g.block_tiles):
+                    raise PlanError(f"group {g.id}: op {o.id} is a second root (no member reads it): a kernel with "
+                                    "several roots tiles them alike, so it needs block tiles")
+                continue
             why = second_output_error(o, target)
             if why:
                 raise PlanError(f"group {g.id} cannot write op {o.id} besides its root: {why}")
@@ -635,7 +775,7 @@ def _make_group(info: ChainInfo, gid: int, members: set[int], chooser: TileChoos
         t = next(c for c, _ in choice.candidates if any(c.block))
     return Group(gid, root, ops, roles, t.block, t.thread, t.mapped, t.row_threads, _gemm_dims(info, members, root, t),
                  _gemm_mma(info, members, root, t, chooser.hw), len(t.gemm) > 3 and bool(t.gemm[3]),
-                 tuple(t.attention), tuple(sorted(unwritten)))
+                 tuple(t.attention), tuple(sorted(unwritten)), siblings(info, members))
 
 
 def _gemm_dims(info: ChainInfo, members, root: int, t: Tiling) -> tuple[int, ...]:
@@ -659,6 +799,8 @@ def _role(info: ChainInfo, op: int, root: int, members=(), unwritten=frozenset()
     o = info.op(op)
     if op == root:
         return "root"
+    if op in sinks(info, members):
+        return "sibling"                      # another result, tiled with the root (horizontal fusion)
     if op in unwritten:
         return "recomputed"                   # computed here for this kernel only
     if o.is_compute and o.kind not in CHEAP and any(u == -1 or u not in members for u in o.users):
@@ -699,8 +841,10 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
     "row_threads": T, "gemm": [bk, tq, tp], "double_buffered": false}]} (row_threads: a gpu row
     kernel's threads per row, plan/rows.py; gemm: a gpu contraction kernel's K step and register
     tile, plan/gemm.py; double_buffered: its K loop prefetches the next step into registers).
-    Fills and pads may be omitted: they join the group of their consumer. The model prices it
-    (predicted times) but decides nothing."""
+    Fills and pads may be omitted: they join the group of their consumer. A group whose ops are
+    not all read by its root has siblings (ops no member reads, tiled with the root's tiles:
+    horizontal fusion); it needs block tiles. The model prices it (predicted times) but decides
+    nothing."""
     groups = []
     seen: set[int] = set()
     roots: dict[int, int] = {}
@@ -768,7 +912,8 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
         groups.append(Group(gid, root, tuple(sorted(members)),
                             tuple((m, _role(info, m, root, members, recomputed)) for m in sorted(members)),
                             block, thread, mapped, row_threads, _gemm_dims(info, members, root, t),
-                            _gemm_mma(info, members, root, t, hw), prefetch, att, tuple(sorted(recomputed))))
+                            _gemm_mma(info, members, root, t, hw), prefetch, att, tuple(sorted(recomputed)),
+                            siblings(info, members)))
     missing = [o.id for o in info.ops if o.is_compute and o.id not in seen]
     if missing:
         raise PlanError(f"ops {missing} are in no group")

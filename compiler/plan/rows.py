@@ -71,8 +71,8 @@ def _axes(info: ChainInfo, members: frozenset[int]) -> _Classes:
         if o.kind == "view":
             continue
         for k, key in enumerate(o.operand_keys):
-            if k >= len(o.operand_loops):
-                continue
+            if k >= len(o.operand_loops) or not key.startswith(("arg", "%")):   # an empty or a constant:
+                continue                                                          # no tensor of the chain
             for d, loops in enumerate(o.operand_loops[k]):
                 loop = _single_loop(loops)
                 if loop is not None:
@@ -106,6 +106,9 @@ def row_kernel(info: ChainInfo, members, root: int) -> RowKernel | str:
         return "it has no reduction"
     if any(info.op(m).kind in ("contraction", "pad") for m in compute):
         return "it holds a contraction or a pad"
+    named = next((m for m in compute if info.op(m).name != "linalg.generic"), None)
+    if named is not None:                        # split_rows rewrites generics' maps
+        return f"%{named} is a {info.op(named).name}, not a generic"
     cls = _axes(info, members)
     _view_unions(info, cls)
     row = None

@@ -14,7 +14,9 @@ they work on the block's rows of N elements:
 - each elementwise op along the row is copied into every phase that uses it (a phase is a
   partial, or the root when it walks the row): each thread recomputes it, from L1, rather
   than keeping a row of it;
-- the root's result is collapsed back to the block's tile shape for the forall's result.
+- the root's result (and a sibling's: Group.siblings, a second root of horizontal fusion) is
+  collapsed back to the block's tile shape for the forall's result; each that walks the row
+  is a phase of its own, and a sibling reduction's combine writes the kernel's result.
 Ops that do not walk the row (per-row scalars: rsqrt(var + eps)) stay at block level, where
 every thread computes them. The result tells the thread-level script what to tile: one forall
 per phase (t -> thread x, the block's rows -> thread y), with its copies and its fill fused in.
@@ -88,6 +90,7 @@ class _Splitter:
     def __init__(self, g: Group, info: ChainInfo, rk: RowKernel, ops: dict[int, "ir.Operation"]):
         self.g, self.info, self.rk, self.ops = g, info, rk, ops
         self.T = g.row_threads
+        self.roots = {g.root, *g.siblings}       # the kernel's results that no member reads
         self.J = rk.extent // self.T
         self.expanded: dict = {}       # (value, dim) -> the value with that row dim split [.., J, T, ..]
         self.replaced: dict = {}       # old result -> the rewritten op's split result
@@ -156,7 +159,7 @@ class _Splitter:
         ins = [self._operand(v, a, loop, n, old) for v, a in zip(gen.inputs, amaps[:n_in])]
         outs = [self._operand(v, a, loop, n, old) for v, a in zip(gen.outputs, amaps[n_in:])]
         reads_outs = any(list(a.uses) for a in list(old.regions[0].blocks[0].arguments)[n_in:])
-        if m != self.g.root and not reads_outs:   # a fresh destination: per thread, a register
+        if m not in self.roots and not reads_outs:   # a fresh destination: per thread, a register
             with ir.InsertionPoint(old), old.location:
                 outs = [(tensor.EmptyOp(shape_of(v), elem_of(v)).result, a) for v, a in outs]
         new = self._rebuild(old, ins, outs, iterators(old) + ["parallel"], "op")
@@ -196,7 +199,7 @@ class _Splitter:
         # result when the reduction is the root (its destination without the neutral fill)
         k = len(rows)
         with ir.InsertionPoint(old), old.location:
-            dest = (init.owner.operands[1] if m == self.g.root else
+            dest = (init.owner.operands[1] if m in self.roots else
                     bufferization.AllocTensorOp(ir.RankedTensorType.get(rows, elem), [], memory_space=space).result)
             maps_c = [ir.AffineMap.get_identity(k + 1), ir.AffineMap.get(k + 1, 0, [ir.AffineDimExpr.get(i) for i in range(k)])]
             comb = linalg.GenericOp([dest.type], [partial.results[0]], [dest], map_attr(maps_c),
@@ -212,9 +215,8 @@ class _Splitter:
     # -- phases -------------------------------------------------------------------------------
     def _phases(self) -> list[Phase]:
         ends = [m for m in sorted(self.new) if self.info.op(m).kind == "reduction"]
-        if self.g.root in self.new and self.info.op(self.g.root).kind != "reduction":
-            ends.append(self.g.root)
-        templates = {m for m in self.new if self.info.op(m).kind == "elementwise"} - {self.g.root}
+        ends += [m for m in sorted(self.roots) if m in self.new and self.info.op(m).kind != "reduction"]
+        templates = {m for m in self.new if self.info.op(m).kind == "elementwise"} - self.roots
         closures = {end: self._closure(end, templates) for end in ends}
         phases = []
         for k, end in enumerate(sorted(ends, key=lambda e: _position(self.new[e]))):

@@ -10,8 +10,9 @@ they tile and fuse into conv tiles.
 """
 from __future__ import annotations
 
+from ..errors import CompilerInternalError
 from ..mlir import ir
-from ..plan.analysis import ID_ATTR, payload_ops
+from ..plan.analysis import ID_ATTR, payload_ops, sibling_tiles
 from ..plan.planner import FusionPlan, Group
 from .pad_to_generic import pad_to_generic
 from .script import ANY, GROUP, TAG, Step, apply_script, i64, match_tag, script_text, tag_of
@@ -31,7 +32,8 @@ def tag_groups(func_op, plan: FusionPlan) -> None:
     for g in plan.groups:
         for m in g.ops:
             home.setdefault(m, g.id)
-    for g in plan.groups:
+    versions = {k: [op] for k, op in ops.items()}   # an op and its copies: a copy of a consumer reads
+    for g in plan.groups:                           # the version its original read, any of them
         mine = {k: ops[k] for k in g.ops}
         for m in sorted(g.ops, reverse=True):     # consumers first: a copy reads the group's copies
             op = ops[m]
@@ -41,9 +43,11 @@ def tag_groups(func_op, plan: FusionPlan) -> None:
             clone = op.clone(ip=ir.InsertionPoint(op))
             clone.attributes[TAG] = i64(tag_of(g.id, m))
             members = {mine[k] for k in g.ops if k != m}
-            for use in list(op.results[0].uses):
-                if use.owner in members:
-                    use.owner.operands[use.operand_number] = clone.results[0]
+            for v in versions[m]:
+                for use in list(v.results[0].uses):
+                    if use.owner in members:
+                        use.owner.operands[use.operand_number] = clone.results[0]
+            versions[m].append(clone)
             mine[m] = clone
 
 
@@ -57,10 +61,24 @@ def transform_script(plan: FusionPlan) -> list[Step]:
         k = g.id
         steps.append(match_tag(f"r{k}", tag_of(k, g.root)))
         mapping = _mapping(g, "block") if gpu else ""
-        steps.append(Step(f"%t{k}, %f{k}_0 = transform.structured.tile_using_forall %r{k} tile_sizes "
+        tiled = f"t{k}" if not g.siblings else f"t{k}_root"
+        steps.append(Step(f"%{tiled}, %f{k}_0 = transform.structured.tile_using_forall %r{k} tile_sizes "
                           f"{list(g.block_tiles)}{mapping} : ({ANY}) -> ({ANY}, {ANY})"))
-        producers = [m for m in sorted(g.ops, reverse=True) if m != g.root]
         loop = f"f{k}_0"
+        # horizontal fusion: each sibling tiled alike, its loop fused into the root's before any
+        # producer is (they then fuse into the one loop, and CSE merges the copies two roots read)
+        for i, s in enumerate(g.siblings):
+            tiles = sibling_tiles(plan.info, g.root, s, g.block_tiles)
+            steps.append(match_tag(f"s{k}_{i}", tag_of(k, s)))
+            steps.append(Step(f"%ts{k}_{i}, %fs{k}_{i} = transform.structured.tile_using_forall %s{k}_{i} tile_sizes "
+                              f"{tiles}{mapping} : ({ANY}) -> ({ANY}, {ANY})"))
+            steps.append(Step(f"%fz{k}_{i} = transform.loop.fuse_sibling %fs{k}_{i} into %{loop} : ({ANY}, {ANY}) "
+                              f"-> {ANY}"))
+            loop = f"fz{k}_{i}"
+        if g.siblings:                   # fusing consumed the loops' handles and those of their ops
+            steps.append(Step(f'%t{k} = transform.structured.match attributes {{"{TAG}" = {tag_of(k, g.root)} : i64}} '
+                              f"in %{loop} : ({ANY}) -> {ANY}"))
+        producers = [m for m in sorted(g.ops, reverse=True) if m != g.root and m not in g.siblings]
         for n, p in enumerate(producers):
             steps.append(match_tag(f"p{k}_{n}", tag_of(k, p)))
             steps.append(Step(f"%q{k}_{n}, %f{k}_{n + 1} = transform.structured.fuse_into_containing_op "
@@ -70,12 +88,25 @@ def transform_script(plan: FusionPlan) -> list[Step]:
                 # a producer is fused once per use: merge the copies before its own producers are
                 # fused, or a chain of values used twice doubles at every step
                 steps.append(Step(f"transform.apply_cse to %{loop} : {ANY}"))
+        block_loop = loop
         steps.append(Step(f"%g{k} = transform.param.constant {k} : i64 -> !transform.param<i64>"))
         steps.append(Step(f'transform.annotate %{loop} "{GROUP}" = %g{k} : {ANY}, !transform.param<i64>'))
         if gpu and any(g.thread_tiles) and not g.row_threads:
             steps.append(Step(f"%tt{k}, %h{k}_0 = transform.structured.tile_using_forall %t{k} tile_sizes "
                               f"{list(g.thread_tiles)}{_mapping(g, 'thread')} : ({ANY}) -> ({ANY}, {ANY})"))
             loop = f"h{k}_0"
+            for i, s in enumerate(g.siblings):
+                tiles = sibling_tiles(plan.info, g.root, s, g.thread_tiles)
+                if sum(1 for t in tiles if t) != sum(1 for t in g.thread_tiles if t):
+                    raise CompilerInternalError("tiled", f"kernel {k}: sibling %{s} cannot take the thread tiles "
+                                                f"{list(g.thread_tiles)}")
+                steps.append(Step(f'%us{k}_{i} = transform.structured.match attributes {{"{TAG}" = {tag_of(k, s)} '
+                                  f": i64}} in %{block_loop} : ({ANY}) -> {ANY}"))
+                steps.append(Step(f"%uts{k}_{i}, %hs{k}_{i} = transform.structured.tile_using_forall %us{k}_{i} "
+                                  f"tile_sizes {tiles}{_mapping(g, 'thread')} : ({ANY}) -> ({ANY}, {ANY})"))
+                steps.append(Step(f"%hz{k}_{i} = transform.loop.fuse_sibling %hs{k}_{i} into %{loop} : "
+                                  f"({ANY}, {ANY}) -> {ANY}"))
+                loop = f"hz{k}_{i}"
             for n in range(len(producers)):
                 steps.append(Step(f"%qq{k}_{n}, %h{k}_{n + 1} = transform.structured.fuse_into_containing_op "
                                   f"%q{k}_{n} into %{loop} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"))
