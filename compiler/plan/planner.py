@@ -12,7 +12,7 @@ saved, recomputation, spills, the time difference). Structural limits come first
 guard:
 - fills and pads always travel with their consumer (a pad is re-gathered per tile);
 - a producer with users outside the kernel joins it only as a second output the kernel writes
-  (a reduction; on the cpu also a returned elementwise result) when those
+  (a reduction; a returned elementwise result on the cpu and in a GPU row kernel) when those
   users run after the kernel; an elementwise op whose users are all in other kernels is instead
   weighed once every kernel is grown (`_recompute`): each of them may compute it, and nothing
   writes it (Group.recomputed). An op may so be in several kernels;
@@ -367,10 +367,6 @@ def _horizontal_partner(info: ChainInfo, chooser: TileChooser, target: str, memb
         union = frozenset(ma | mb)
         if any(u != -1 and u not in union and u <= roots[b] for x in ma for u in info.op(x).users):
             continue                                # read before the merged kernel would run
-        if any(second_output_error(info.op(x), target) for x in union
-               if x not in sinks(info, union) and info.op(x).kind not in CHEAP
-               and any(u == -1 or u not in union for u in info.op(x).users)):
-            continue
         if not tileable_loops(info, roots[b], set(union)):
             continue                                # no loop of the root that every sibling has
         if _init_shared_with_a_root(info, union):
@@ -378,6 +374,10 @@ def _horizontal_partner(info: ChainInfo, chooser: TileChooser, target: str, memb
         merged = chooser.best(union)
         t = merged.tiling
         if not any(t.block) or t.attention or t.gemm or not _siblings_fit(info, roots[b], union, t):
+            continue
+        if any(second_output_error(info.op(x), target, bool(t.row_threads)) for x in union
+               if x not in sinks(info, union) and info.op(x).kind not in CHEAP
+               and any(u == -1 or u not in union for u in info.op(x).users)):
             continue
         apart = chooser.best(frozenset(ma)).cost.time_s + chooser.best(frozenset(mb)).cost.time_s
         if merged.cost.time_s >= apart:
@@ -412,13 +412,14 @@ def _siblings_fit(info: ChainInfo, root: int, members, t: Tiling) -> bool:
     return all(sum(1 for x in sibling_tiles(info, root, s, t.thread) if x) == n for s in siblings(info, members))
 
 
-def second_output_error(prod: OpInfo, target: str) -> str | None:
+def second_output_error(prod: OpInfo, target: str, row: bool = False) -> str | None:
     """What tile-and-fuse and the emitter carry through as a kernel's second output: a reduction
-    (its value goes out once per row), and on the cpu an elementwise result. Why not, for `prod`;
-    None when it can be. (A GPU kernel's thread level cannot
-    store an elementwise value for the outside: split_rows keeps a row's phases to themselves.)"""
-    if prod.kind == "elementwise" and target == "gpu":
-        return "on the gpu a kernel writes a second output only for a reduction"
+    (its value goes out once per row), an elementwise result on the cpu, and on the gpu one in a
+    row kernel (`row`: split_rows gives it a phase that stores it). Why not, for `prod`; None
+    when it can be. (The thread level of other GPU kernels cannot store an elementwise value
+    for the outside.)"""
+    if prod.kind == "elementwise" and target == "gpu" and not row:
+        return "on the gpu a kernel writes a second elementwise output only when it is a row kernel"
     if prod.kind not in ("elementwise", "reduction"):
         return f"a {prod.kind} is written by a kernel of its own"
     return None
@@ -462,7 +463,7 @@ def _check_writers(info: ChainInfo, groups: list[Group], target: str) -> None:
                     raise PlanError(f"group {g.id}: op {o.id} is a second root (no member reads it): a kernel with "
                                     "several roots tiles them alike, so it needs block tiles")
                 continue
-            why = second_output_error(o, target)
+            why = second_output_error(o, target, bool(g.row_threads))
             if why:
                 raise PlanError(f"group {g.id} cannot write op {o.id} besides its root: {why}")
 
@@ -695,7 +696,9 @@ class _Grower:
         early = [u for u in outside if u != -1 and u < self.root.id]
         if early:
             return f"%{early[0]} runs before this kernel's root %{self.root.id}"
-        return second_output_error(prod, self.chooser.target)
+        row = (prod.kind == "elementwise" and self.chooser.target == "gpu" and
+               bool(self.chooser.best(frozenset(self.members | with_cheap_producers(info, prod.id))).tiling.row_threads))
+        return second_output_error(prod, self.chooser.target, row)
 
     def _view_stop(self, view: OpInfo) -> None:
         """Say why a reshape between a compute op and this kernel stops their fusion (the
@@ -773,6 +776,12 @@ def _make_group(info: ChainInfo, gid: int, members: set[int], chooser: TileChoos
     t = choice.tiling
     if not any(t.block) and any(r == "written" for _, r in roles):   # a second output needs the tiled loop
         t = next(c for c, _ in choice.candidates if any(c.block))
+    if (chooser.target == "gpu" and not t.row_threads and
+            any(r == "written" and info.op(m).kind == "elementwise" for m, r in roles)):
+        t = next((c for c, _ in choice.candidates if c.row_threads), None)   # split_rows stores it
+        if t is None:
+            raise CompilerInternalError("plan", f"kernel {gid} writes an elementwise second output but has no "
+                                        "row-kernel tiling")
     return Group(gid, root, ops, roles, t.block, t.thread, t.mapped, t.row_threads, _gemm_dims(info, members, root, t),
                  _gemm_mma(info, members, root, t, chooser.hw), len(t.gemm) > 3 and bool(t.gemm[3]),
                  tuple(t.attention), tuple(sorted(unwritten)), siblings(info, members))

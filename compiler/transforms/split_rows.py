@@ -95,6 +95,7 @@ class _Splitter:
         self.expanded: dict = {}       # (value, dim) -> the value with that row dim split [.., J, T, ..]
         self.replaced: dict = {}       # old result -> the rewritten op's split result
         self.new: dict[int, "ir.Operation"] = {}    # op id -> its rewritten op (partial of a reduction)
+        self.writers: dict[int, "ir.Operation"] = {}   # op id -> the copy that stores a second output
         rows = g.mapped[-1] if g.mapped and g.block_tiles[g.mapped[-1]] > 1 else None
         corr = loop_correspondence(info, g.root, set(g.ops))
         self.row_loop = {m: _only(corr.get(m, {}).get(rows, frozenset())) for m in g.ops} if rows is not None else {}
@@ -159,23 +160,60 @@ class _Splitter:
         ins = [self._operand(v, a, loop, n, old) for v, a in zip(gen.inputs, amaps[:n_in])]
         outs = [self._operand(v, a, loop, n, old) for v, a in zip(gen.outputs, amaps[n_in:])]
         reads_outs = any(list(a.uses) for a in list(old.regions[0].blocks[0].arguments)[n_in:])
+        members = set(self.ops.values())
+        # a member the kernel also writes (a second output) gets a writer: a copy that stores
+        # it, a phase of its own; the members that read it recompute it (the template's copies)
+        written = m not in self.roots and any(u.owner.operation not in members for r in old.results for u in r.uses)
+        real = outs
+        if written and reads_outs:
+            raise CompilerInternalError("tiled", f"%{m} reads its destination and goes out as a second output")
+        if written:     # the writer stores into the slice of the forall's result it is inserted into
+            real = [self._operand(self._inserted_slice(old, i), a, loop, n, old)
+                    for i, (_, a) in enumerate(zip(gen.outputs, amaps[n_in:]))]
         if m not in self.roots and not reads_outs:   # a fresh destination: per thread, a register
             with ir.InsertionPoint(old), old.location:
                 outs = [(tensor.EmptyOp(shape_of(v), elem_of(v)).result, a) for v, a in outs]
         new = self._rebuild(old, ins, outs, iterators(old) + ["parallel"], "op")
-        members = set(self.ops.values())
-        for r_old, r_new, out_map in zip(old.results, new.results, amaps[n_in:]):
+        writer = None
+        if written:
+            writer = new.clone(ip=ir.InsertionPoint.after(new)).operation
+            for i, (v, _) in enumerate(real):
+                writer.operands[n_in + i] = v
+            writer.attributes[PART] = ir.StringAttr.get("written")
+            self.writers[m] = writer
+        for r, (r_old, r_new, out_map) in enumerate(zip(old.results, new.results, amaps[n_in:])):
             dim = next((d for d, e in enumerate(out_map.results) if is_dim(e, loop)), None)
             if dim is None:
                 raise CompilerInternalError("tiled", f"%{m} walks the row but its result does not")
             self.replaced[r_old] = r_new
             outside = [u for u in r_old.uses if u.owner.operation not in members]
             if outside:                                # the forall's result: the block's tile, collapsed
-                with ir.InsertionPoint.after(new), old.location:
-                    flat = collapse(r_new, tuple(shape_of(r_old)), split_groups(len(shape_of(r_old)), dim))
+                src = writer.results[r] if writer is not None else r_new
+                with ir.InsertionPoint.after(writer or new), old.location:
+                    flat = collapse(src, tuple(shape_of(r_old)), split_groups(len(shape_of(r_old)), dim))
                 for u in outside:
                     u.owner.operands[u.operand_number] = flat
         self.new[m] = new
+
+    def _inserted_slice(self, old, r: int):
+        """The slice of the block forall's shared output that result `r` of `old` is inserted
+        into (fuse_into_containing_op gave the loop that result for the users after it), taken
+        before `old`: the writer's destination, so it stores in place. (The fused op's own
+        destination is a slice of the root's output when both were one empty tensor.)"""
+        inserts = [u.owner for u in old.results[r].uses if u.owner.name == "tensor.parallel_insert_slice"]
+        if len(inserts) != 1:
+            raise CompilerInternalError("tiled", f"{old.name} goes out of its row kernel other than by one "
+                                        "parallel_insert_slice")
+        ins = inserts[0].opview
+        for v in list(ins.offsets) + list(ins.sizes) + list(ins.strides):
+            owner = v.owner
+            if not isinstance(owner, ir.Block) and owner.operation.block == old.block and \
+                    _position(owner) > _position(old):
+                raise CompilerInternalError("tiled", f"the slice {old.name} is inserted at is computed after it")
+        with ir.InsertionPoint(old), old.location:
+            return tensor.ExtractSliceOp(old.results[r].type, ins.dest, list(ins.offsets), list(ins.sizes),
+                                         list(ins.strides), ins.static_offsets, ins.static_sizes,
+                                         ins.static_strides).result
 
     def _reduction(self, m: int, loop: int) -> None:
         old = self.ops[m]
@@ -214,15 +252,15 @@ class _Splitter:
 
     # -- phases -------------------------------------------------------------------------------
     def _phases(self) -> list[Phase]:
-        ends = [m for m in sorted(self.new) if self.info.op(m).kind == "reduction"]
-        ends += [m for m in sorted(self.roots) if m in self.new and self.info.op(m).kind != "reduction"]
+        ends = [(m, self.new[m]) for m in sorted(self.new) if self.info.op(m).kind == "reduction"]
+        ends += [(m, self.new[m]) for m in sorted(self.roots) if m in self.new and self.info.op(m).kind != "reduction"]
+        ends += sorted(self.writers.items())
         templates = {m for m in self.new if self.info.op(m).kind == "elementwise"} - self.roots
-        closures = {end: self._closure(end, templates) for end in ends}
+        closures = {id(op): self._closure(op, templates) for _, op in ends}
         phases = []
-        for k, end in enumerate(sorted(ends, key=lambda e: _position(self.new[e]))):
-            op = self.new[end]
+        for k, (end, op) in enumerate(sorted(ends, key=lambda e: _position(e[1]))):
             copies = {}                                 # template op id -> its copy for this phase
-            for m in sorted(closures[end]):
+            for m in sorted(closures[id(op)]):
                 tmpl = self.new[m]
                 clone = tmpl.clone(ip=ir.InsertionPoint(tmpl)).operation
                 _label(clone, tmpl.attributes[TAG], f"x{k}")
@@ -259,9 +297,9 @@ class _Splitter:
         m = _tag_value(src) - tag_of(self.g.id, 0)
         return m if m in templates else None
 
-    def _closure(self, end: int, templates: set[int]) -> set[int]:
-        """The templates `end` reads, directly or through other templates."""
-        seen, todo = set(), [self.new[end]]
+    def _closure(self, end, templates: set[int]) -> set[int]:
+        """The templates op `end` reads, directly or through other templates."""
+        seen, todo = set(), [end]
         while todo:
             for v in todo.pop().operands:
                 m = self._template_of(v, templates)
