@@ -303,7 +303,7 @@ def _horizontal(info: ChainInfo, chooser: TileChooser, target: str, members_list
 
     said: set[str] = set()
 
-    def note(d: str) -> None:                      # the search restarts after each merge: say a thing once
+    def note(d: str) -> None:                      # a kernel that took one in is weighed again: say a thing once
         if d not in said:
             said.add(d)
             decisions.append(d)
@@ -344,6 +344,7 @@ def _horizontal_partner(info: ChainInfo, chooser: TileChooser, target: str, memb
     if unwritten[b]:
         return None
     mb, tried = members_list[b], 0
+    refused: list[str] = []              # the nearest refusal is said (one line per kernel, not per pair)
     for a in range(b + 1, min(len(members_list), b + 1 + HORIZONTAL_WINDOW)):    # nearest first
         if tried >= HORIZONTAL_TRIES:
             break
@@ -360,7 +361,7 @@ def _horizontal_partner(info: ChainInfo, chooser: TileChooser, target: str, memb
                    f"%{roots[b]} reads {', '.join(sorted(feeds))} of the first") + ")")
         if not (plain(ma) and plain(mb)):
             if shared:
-                note(f"not fused horizontally: {pair}: a contraction kernel has one root")
+                refused.append(f"not fused horizontally: {pair}: a contraction kernel has one root")
             continue
         if unwritten[a]:
             continue
@@ -381,12 +382,14 @@ def _horizontal_partner(info: ChainInfo, chooser: TileChooser, target: str, memb
             continue
         apart = chooser.best(frozenset(ma)).cost.time_s + chooser.best(frozenset(mb)).cost.time_s
         if merged.cost.time_s >= apart:
-            note(f"not fused horizontally: {pair}: predicted {time_text(merged.cost.time_s)} as one, "
-                 f"{time_text(apart)} apart")
+            refused.append(f"not fused horizontally: {pair}: predicted {time_text(merged.cost.time_s)} as one, "
+                           f"{time_text(apart)} apart")
             continue
         note(f"fused horizontally: {pair}, into kernel {{K{b}}}: one launch, predicted "
              f"{time_text(merged.cost.time_s)} against {time_text(apart)} apart")
         return a
+    if refused:
+        note(refused[0])
     return None
 
 
