@@ -207,7 +207,7 @@ def test_a_kernel_writes_a_producer_its_other_users_need(name, target):
 
 
 @pytest.mark.parametrize("target", ["cuda-sim", "cpu"])
-@pytest.mark.parametrize("name", sorted(SECOND))
+@pytest.mark.parametrize("name", sorted(set(SECOND) - {"residual_and_layernorm"}))   # its own test below
 def test_second_outputs_give_the_reference_numbers(name, target):
     from fusec.runtime import reference
     from fusec.runtime.compare import compare
