@@ -64,17 +64,9 @@ def transform_script(plan: FusionPlan) -> list[Step]:
         tiled = f"t{k}" if not g.siblings else f"t{k}_root"
         steps.append(Step(f"%{tiled}, %f{k}_0 = transform.structured.tile_using_forall %r{k} tile_sizes "
                           f"{list(g.block_tiles)}{mapping} : ({ANY}) -> ({ANY}, {ANY})"))
-        loop = f"f{k}_0"
         # horizontal fusion: each sibling tiled alike, its loop fused into the root's before any
         # producer is (they then fuse into the one loop, and CSE merges the copies two roots read)
-        for i, s in enumerate(g.siblings):
-            tiles = sibling_tiles(plan.info, g.root, s, g.block_tiles)
-            steps.append(match_tag(f"s{k}_{i}", tag_of(k, s)))
-            steps.append(Step(f"%ts{k}_{i}, %fs{k}_{i} = transform.structured.tile_using_forall %s{k}_{i} tile_sizes "
-                              f"{tiles}{mapping} : ({ANY}) -> ({ANY}, {ANY})"))
-            steps.append(Step(f"%fz{k}_{i} = transform.loop.fuse_sibling %fs{k}_{i} into %{loop} : ({ANY}, {ANY}) "
-                              f"-> {ANY}"))
-            loop = f"fz{k}_{i}"
+        loop = _fuse_siblings(steps, plan, g, g.block_tiles, mapping, f"f{k}_0", "root", "b")
         if g.siblings:                   # fusing consumed the loops' handles and those of their ops
             steps.append(Step(f'%t{k} = transform.structured.match attributes {{"{TAG}" = {tag_of(k, g.root)} : i64}} '
                               f"in %{loop} : ({ANY}) -> {ANY}"))
@@ -94,24 +86,31 @@ def transform_script(plan: FusionPlan) -> list[Step]:
         if gpu and any(g.thread_tiles) and not g.row_threads:
             steps.append(Step(f"%tt{k}, %h{k}_0 = transform.structured.tile_using_forall %t{k} tile_sizes "
                               f"{list(g.thread_tiles)}{_mapping(g, 'thread')} : ({ANY}) -> ({ANY}, {ANY})"))
-            loop = f"h{k}_0"
-            for i, s in enumerate(g.siblings):
-                tiles = sibling_tiles(plan.info, g.root, s, g.thread_tiles)
-                if sum(1 for t in tiles if t) != sum(1 for t in g.thread_tiles if t):
-                    raise CompilerInternalError("tiled", f"kernel {k}: sibling %{s} cannot take the thread tiles "
-                                                f"{list(g.thread_tiles)}")
-                steps.append(Step(f'%us{k}_{i} = transform.structured.match attributes {{"{TAG}" = {tag_of(k, s)} '
-                                  f": i64}} in %{block_loop} : ({ANY}) -> {ANY}"))
-                steps.append(Step(f"%uts{k}_{i}, %hs{k}_{i} = transform.structured.tile_using_forall %us{k}_{i} "
-                                  f"tile_sizes {tiles}{_mapping(g, 'thread')} : ({ANY}) -> ({ANY}, {ANY})"))
-                steps.append(Step(f"%hz{k}_{i} = transform.loop.fuse_sibling %hs{k}_{i} into %{loop} : "
-                                  f"({ANY}, {ANY}) -> {ANY}"))
-                loop = f"hz{k}_{i}"
+            loop = _fuse_siblings(steps, plan, g, g.thread_tiles, _mapping(g, "thread"), f"h{k}_0", block_loop, "t")
             for n in range(len(producers)):
                 steps.append(Step(f"%qq{k}_{n}, %h{k}_{n + 1} = transform.structured.fuse_into_containing_op "
                                   f"%q{k}_{n} into %{loop} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"))
                 loop = f"h{k}_{n + 1}"
     return steps + TAIL
+
+
+def _fuse_siblings(steps: list[Step], plan: FusionPlan, g: Group, root_tiles, mapping: str, loop: str,
+                   scope: str, level: str) -> str:
+    """Tile each of `g`'s siblings (found in handle `scope`) with the root's `root_tiles` over
+    its own loops and fuse its forall into `loop`; returns the fused loop's handle."""
+    k = g.id
+    for i, s in enumerate(g.siblings):
+        tiles = sibling_tiles(plan.info, g.root, s, root_tiles)
+        if sum(1 for t in tiles if t) != sum(1 for t in root_tiles if t):
+            raise CompilerInternalError("tiled", f"kernel {k}: sibling %{s} cannot take the tiles {list(root_tiles)}")
+        name = f"{level}{k}_{i}"
+        steps.append(Step(f'%s{name} = transform.structured.match attributes {{"{TAG}" = {tag_of(k, s)} : i64}} '
+                          f"in %{scope} : ({ANY}) -> {ANY}"))
+        steps.append(Step(f"%ts{name}, %fs{name} = transform.structured.tile_using_forall %s{name} tile_sizes "
+                          f"{tiles}{mapping} : ({ANY}) -> ({ANY}, {ANY})"))
+        steps.append(Step(f"%fz{name} = transform.loop.fuse_sibling %fs{name} into %{loop} : ({ANY}, {ANY}) -> {ANY}"))
+        loop = f"fz{name}"
+    return loop
 
 
 # canonicalize, CSE and bufferize the whole module, after every kernel is tiled
