@@ -53,11 +53,15 @@ def tag_groups(func_op, plan: FusionPlan) -> None:
 
 def transform_script(plan: FusionPlan) -> list[Step]:
     """The tile-and-fuse script for a plan, as data."""
+    return [s for g in plan.groups for s in group_steps(plan, g)] + TAIL
+
+
+def group_steps(plan: FusionPlan, g: Group) -> list[Step]:
+    """The steps that tile one kernel (none for a kernel of one block: serial, or a one-row row
+    kernel, wrapped at the gpu stage)."""
     steps: list[Step] = []
     gpu = plan.target == "gpu"
-    for g in plan.groups:
-        if not any(g.block_tiles):       # one block: serial, or a one-row row kernel (wrapped at the gpu stage)
-            continue
+    if any(g.block_tiles):
         k = g.id
         steps.append(match_tag(f"r{k}", tag_of(k, g.root)))
         mapping = _mapping(g, "block") if gpu else ""
@@ -91,7 +95,7 @@ def transform_script(plan: FusionPlan) -> list[Step]:
                 steps.append(Step(f"%qq{k}_{n}, %h{k}_{n + 1} = transform.structured.fuse_into_containing_op "
                                   f"%q{k}_{n} into %{loop} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"))
                 loop = f"h{k}_{n + 1}"
-    return steps + TAIL
+    return steps
 
 
 def _fuse_siblings(steps: list[Step], plan: FusionPlan, g: Group, root_tiles, mapping: str, loop: str,
@@ -155,17 +159,103 @@ def tile_and_fuse(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
     """Apply every chain's plan to its func (tensor level), then bufferize. Stage `tiled`."""
     with module.context, ir.Location.unknown():
         pad_to_generic(module)
-        steps = []
         funcs = [(f, plans[ir.StringAttr(f.attributes["sym_name"]).value]) for f in module.body.operations]
         for f, plan in funcs:
             tag_groups(f, plan)
-            steps += transform_script(plan)[:-len(TAIL)]
+            for g in plan.groups:
+                steps = group_steps(plan, g)
+                if steps:
+                    _apply_alone(f, g, steps)
         rows = [(f, plan, g) for f, plan in funcs for g in plan.groups if g.row_threads]
         if not rows:
-            apply_script(module, script_text(steps + TAIL), "tiled")
+            apply_script(module, script_text(TAIL), "tiled")
             return
-        apply_script(module, script_text(steps + TAIL[:-1]), "tiled")   # CSE merges producers fused per use
+        apply_script(module, script_text(TAIL[:-1]), "tiled")   # CSE merges producers fused per use
         second = []
         for f, plan, g in rows:
             second += row_script(g.id, split_rows(f, g, plan.info))
         apply_script(module, script_text(second + TAIL), "tiled")
+
+
+def _apply_alone(func_op, g: Group, steps: list[Step]) -> None:
+    """Apply one kernel's steps with its ops moved into a scratch module of their own, then move
+    the result back where the kernel's last op was. fuse_into_containing_op prints its producer
+    and loop into a remark on every call, and printing verifies and numbers the whole module
+    the op is in: on the chain's own module that made the stage quadratic in the chain's length.
+    Values from outside the kernel become the scratch function's arguments, and the results
+    read outside it its return values (their readers wait on placeholders meanwhile), so the
+    transforms see the kernel as a function of its own."""
+    tags = {tag_of(g.id, m) for m in g.ops}
+    block = func_op.regions[0].blocks[0]
+    mine = [op.operation for op in block.operations
+            if TAG in op.operation.attributes and ir.IntegerAttr(op.operation.attributes[TAG]).value in tags]
+    if not mine:
+        return
+    members = set(mine)
+    after, seen_last = None, False            # where the kernel goes back: before the first op
+    for op in block.operations:               # after its last one that is not the kernel's
+        op = op.operation
+        if op == mine[-1]:
+            seen_last = True
+        elif seen_last and op not in members:
+            after = op
+            break
+
+    def inside(op) -> bool:
+        while op is not None and op != func_op:
+            if op in members:
+                return True
+            op = op.parent
+        return False
+
+    def defined_inside(v) -> bool:
+        owner = v.owner
+        return inside(owner.owner if isinstance(owner, ir.Block) else owner.operation)
+
+    external: dict = {}                       # outside value -> its position among the arguments
+    uses: list = []                           # (op, operand index, outside value)
+
+    def collect(op):
+        for i, v in enumerate(op.operands):
+            if not defined_inside(v):
+                external.setdefault(v, len(external))
+                uses.append((op, i, v))
+        return ir.WalkResult.ADVANCE
+    for op in mine:
+        op.walk(collect)
+    results: dict = {}                        # kernel result read outside -> its position among the returns
+    readers: list = []                        # (op, operand index, position)
+    for op in mine:
+        for r in op.results:
+            for u in list(r.uses):
+                if not inside(u.owner.operation if hasattr(u.owner, "operation") else u.owner):
+                    readers.append((u.owner, u.operand_number, results.setdefault(r, len(results))))
+    ins, outs = list(external), list(results)
+    scratch = ir.Module.parse("module {\n  func.func @kernel() {\n    func.return\n  }\n}", context=func_op.context)
+    sf = scratch.body.operations[0]
+    sblock = sf.regions[0].blocks[0]
+    args = [sblock.add_argument(v.type, func_op.location) for v in ins]
+    sf.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get([v.type for v in ins], [r.type for r in outs]))
+    empty_ret = sblock.operations[0].operation
+    with ir.InsertionPoint(block.operations[0]), func_op.location:
+        holders = [ir.Operation.create("builtin.unrealized_conversion_cast", results=[r.type], operands=[])
+                   for r in outs]
+    for owner, i, k in readers:
+        owner.operands[i] = holders[k].results[0]
+    for op in mine:
+        op.move_before(empty_ret)
+    for op, i, v in uses:
+        op.operands[i] = args[external[v]]
+    with ir.InsertionPoint(empty_ret), func_op.location:
+        ret = ir.Operation.create("func.return", operands=outs)
+    empty_ret.erase()
+    apply_script(scratch, script_text(steps), "tiled")
+    new = list(ret.operands)
+    ret.erase()
+    for op in list(sblock.operations):
+        op.operation.move_before(after)       # the function's return at the latest
+    for v, a in zip(ins, args):
+        a.replace_all_uses_with(v)
+    for h, v in zip(holders, new):
+        h.results[0].replace_all_uses_with(v)
+        h.erase()
