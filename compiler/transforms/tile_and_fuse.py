@@ -249,13 +249,15 @@ def _apply_alone(func_op, g: Group, steps: list[Step]) -> None:
     with ir.InsertionPoint(empty_ret), func_op.location:
         ret = ir.Operation.create("func.return", operands=outs)
     empty_ret.erase()
-    apply_script(scratch, script_text(steps), "tiled")
-    new = list(ret.operands)
-    ret.erase()
-    for op in list(sblock.operations):
-        op.operation.move_before(after)       # the function's return at the latest
-    for v, a in zip(ins, args):
-        a.replace_all_uses_with(v)
-    for h, v in zip(holders, new):
-        h.results[0].replace_all_uses_with(v)
-        h.erase()
+    try:
+        apply_script(scratch, script_text(steps), "tiled")
+    finally:                                  # a failure's dump shows the whole function too
+        new = list(ret.operands)
+        ret.erase()
+        for op in list(sblock.operations):
+            op.operation.move_before(after)   # the function's return at the latest
+        for v, a in zip(ins, args):
+            a.replace_all_uses_with(v)
+        for h, v in zip(holders, new):
+            h.results[0].replace_all_uses_with(v)
+            h.erase()

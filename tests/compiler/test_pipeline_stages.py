@@ -123,3 +123,21 @@ def test_lowering_that_builds_the_wrong_type_is_an_internal_error(monkeypatch):
     tm = b.module(b.op("exp", b.param("x", "f32", [4])))
     with pytest.raises(CompilerInternalError, match="lowered to tensor<2x2xf32>, but the typed chain says tensor<4xf32>"):
         pipeline.run_stages(tm)
+
+
+def test_a_kernel_script_that_fails_dumps_the_whole_function(monkeypatch, tmp_path):
+    # each kernel is tiled in a scratch module of its own (tile_and_fuse._apply_alone); when its
+    # script fails, the kernel's ops are back in the chain's function for the dump
+    from fusec.compiler.transforms import tile_and_fuse
+    from fusec.compiler.transforms.script import ANY, Step
+    steps = tile_and_fuse.group_steps
+    monkeypatch.setattr(tile_and_fuse, "group_steps", lambda plan, g: steps(plan, g) + [
+        Step(f'%bad = transform.structured.match ops{{["scf.forall"]}} in %root : ({ANY}) -> {ANY}'),
+        Step(f"%bad2 = transform.loop.fuse_sibling %bad into %bad : ({ANY}, {ANY}) -> {ANY}")])
+    with pytest.raises(CompilerInternalError) as info:
+        pipeline.compile_source(SOURCE, "<test>", "first", {"M": 16}, options=CompileOptions(target="gpu"),
+                                dump_dir=tmp_path)
+    assert info.value.stage == "tiled"
+    text = (tmp_path / "first.05-tiled.failed.mlir").read_text()
+    assert "scf.forall" in text and "linalg.generic" in text and "func.func @first" in text, text
+    assert "@kernel" not in text and "unrealized_conversion_cast" not in text, text
