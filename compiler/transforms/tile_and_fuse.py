@@ -1,6 +1,7 @@
 """Tile and fuse a graph-stage module by its FusionPlan (stage `tiled`).
 
-Per kernel: tile the root with `tile_using_forall` (GPU blocks; cpu: chunks), fuse its
+Per kernel, in a scratch module of its own (_apply_alone): tile the root with
+`tile_using_forall` (GPU blocks; cpu: chunks), each sibling alike into the same loop, fuse its
 producers into the forall, consumers first, then (gpu) tile again to threads and fuse the
 producers there too. A row kernel (Group.row_threads) is different at the thread level: after
 the block level its ops are rewritten to split each row over the threads (split_rows.py) and
@@ -49,11 +50,6 @@ def tag_groups(func_op, plan: FusionPlan) -> None:
                         use.owner.operands[use.operand_number] = clone.results[0]
             versions[m].append(clone)
             mine[m] = clone
-
-
-def transform_script(plan: FusionPlan) -> list[Step]:
-    """The tile-and-fuse script for a plan, as data."""
-    return [s for g in plan.groups for s in group_steps(plan, g)] + TAIL
 
 
 def group_steps(plan: FusionPlan, g: Group) -> list[Step]:
@@ -228,7 +224,7 @@ def _apply_alone(func_op, g: Group, steps: list[Step]) -> None:
     for op in mine:
         for r in op.results:
             for u in list(r.uses):
-                if not inside(u.owner.operation if hasattr(u.owner, "operation") else u.owner):
+                if not inside(u.owner.operation):
                     readers.append((u.owner, u.operand_number, results.setdefault(r, len(results))))
     ins, outs = list(external), list(results)
     scratch = ir.Module.parse("module {\n  func.func @kernel() {\n    func.return\n  }\n}", context=func_op.context)
