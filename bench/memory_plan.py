@@ -7,7 +7,11 @@ through the simulator target: the same emitted host functions, nothing runs) and
 plans read (compiler/emit/memplan.py): `unplanned` is what the build's intermediates add up to,
 which is what a build held before memory planning (every buffer allocated per call and kept
 until the chain returned); `planned` is the arena they share now (buffers whose lifetimes do
-not overlap at one offset). Nothing is timed. Writes memory-plan-<date>.json and prints a table.
+not overlap at one offset). `op by op` is the unfused build with the graph's elementwise fusion
+switched off too (`--disable-pass linalg-fuse-elementwise-ops`): one kernel per FDSL-level op.
+Both figures count what is left after elementwise kernels write over dead inputs
+(compiler/transforms/in_place.py). Nothing is timed. Writes memory-plan-<date>.json and prints a
+table.
 """
 from __future__ import annotations
 
@@ -29,18 +33,27 @@ def measure(size: str) -> list[dict]:
     for w in WORKLOADS:
         binding = w.binding(size)
         for target in ("cpu", "cuda-sim"):
-            prog = fusec.compile(str(w.fdsl), target=target, options={"hw": "h200"} if target != "cpu" else None)
-            compiled = getattr(prog, w.chain).compiled(binding)
+            hw = {"hw": "h200"} if target != "cpu" else {}
             row = {"workload": w.name, "target": "cuda" if target == "cuda-sim" else "cpu", "binding": binding}
-            for build, m in sorted(compiled.memory.items()):
-                row[build] = {"unplanned_bytes": m["intermediate_bytes"], "planned_bytes": m["planned_bytes"],
-                              "intermediates": m["intermediates"], "outputs": m["outputs"]}
+            for options, builds in ((hw, {"fused": "fused", "unfused": "unfused"}),
+                                    (dict(hw, disabled_passes=["linalg-fuse-elementwise-ops"]),
+                                     {"unfused": "op_by_op"})):
+                prog = fusec.compile(str(w.fdsl), target=target, options=options or None)
+                memory = getattr(prog, w.chain).compiled(binding).memory
+                for build, name in builds.items():
+                    m = memory[build]
+                    row[name] = {"unplanned_bytes": m["intermediate_bytes"], "planned_bytes": m["planned_bytes"],
+                                 "intermediates": m["intermediates"], "outputs": m["outputs"]}
             rows.append(row)
     return rows
 
 
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.1f}"
+def _size(n: int) -> str:
+    if n >= 2**20:
+        return f"{n / 2**20:.1f} MiB"
+    if n >= 2**10:
+        return f"{n / 2**10:.0f} KiB"
+    return f"{n} B" if n else "0"
 
 
 def main(argv=None) -> int:
@@ -49,12 +62,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args(argv)
     rows = measure(args.size)
-    print(f"{'workload':<14} {'target':<6} {'unfused MiB (unplanned -> planned)':>36} {'fused MiB':>24}")
+    builds = (("op_by_op", "op by op"), ("unfused", "unfused"), ("fused", "fused"))
+    print(f"{'unplanned -> planned':<21}" + "".join(f"{title:>26}" for _, title in builds))
     for r in rows:
-        u, f = r.get("unfused", {}), r.get("fused", {})
-        print(f"{r['workload']:<14} {r['target']:<6} {_mib(u.get('unplanned_bytes', 0)):>20} -> "
-              f"{_mib(u.get('planned_bytes', 0)):<12} {_mib(f.get('unplanned_bytes', 0)):>10} -> "
-              f"{_mib(f.get('planned_bytes', 0))}")
+        cells = [f"{_size(r[b]['unplanned_bytes'])} -> {_size(r[b]['planned_bytes'])}" for b, _ in builds]
+        print(f"{r['workload']:<14} {r['target']:<6}" + "".join(f"{c:>26}" for c in cells))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"memory-plan-{time.strftime('%Y-%m-%dT%H%M')}.json")
     with open(path, "w") as fh:

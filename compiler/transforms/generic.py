@@ -41,9 +41,11 @@ def split_groups(rank: int, dim: int) -> list[list[int]]:
     return [[i] for i in range(dim)] + [[dim, dim + 1]] + [[i + 1] for i in range(dim + 1, rank)]
 
 
-def rebuild(old, ins, outs, kinds):
+def rebuild(old, ins, outs, kinds, args=None):
     """A linalg.generic with old's body moved in (old is left with an empty body, to erase),
-    old's attributes, and the given (value, map) operands and iterator kinds."""
+    old's attributes, and the given (value, map) operands and iterator kinds. `args`: the old
+    block's arguments that the new block's stand for, in order (default: all of them; any
+    other must have no use left)."""
     with ir.InsertionPoint(old), old.location:
         new = linalg.GenericOp([v.type for v, _ in outs], [v for v, _ in ins], [v for v, _ in outs],
                                map_attr([m for _, m in ins + outs]), iterator_attr(kinds)).operation
@@ -52,8 +54,9 @@ def rebuild(old, ins, outs, kinds):
         if name not in ("indexing_maps", "iterator_types", "operandSegmentSizes"):
             new.attributes[name] = old.attributes[name]
     old_block = old.regions[0].blocks[0]
-    block = new.regions[0].blocks.append(*[a.type for a in old_block.arguments])
-    for a, b in zip(old_block.arguments, block.arguments):
+    args = list(old_block.arguments) if args is None else args
+    block = new.regions[0].blocks.append(*[a.type for a in args])
+    for a, b in zip(args, block.arguments):
         a.replace_all_uses_with(b)
     at = ir.InsertionPoint(block)
     for op in list(old_block.operations):

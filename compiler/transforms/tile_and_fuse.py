@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from ..errors import CompilerInternalError
 from ..mlir import ir
-from ..plan.analysis import ID_ATTR, payload_ops, sibling_tiles
+from ..plan.analysis import ID_ATTR, loop_correspondence, payload_ops, sibling_tiles
 from ..plan.planner import FusionPlan, Group
+from .in_place import write_in_place
 from .pad_to_generic import pad_to_generic
 from .script import ANY, GROUP, TAG, Step, apply_script, i64, match_tag, script_text, tag_of
 from .split_rows import PART, THREADS_OF, Phase, split_rows
@@ -50,6 +51,42 @@ def tag_groups(func_op, plan: FusionPlan) -> None:
                         use.owner.operands[use.operand_number] = clone.results[0]
             versions[m].append(clone)
             mine[m] = clone
+
+
+def own_destinations(func_op, plan: FusionPlan) -> None:
+    """Give a fused producer that does not tile like its root a `tensor.empty` of its own.
+    Elementwise fusion and CSE leave one empty for all ops of a shape, and
+    fuse_into_containing_op rewires a fused producer whose destination is the loop's shared
+    output onto the loop's block argument: the producer then writes its tile into the kernel's
+    output, at its own offsets. Where those are the root's (a matmul under its epilogue), that
+    saves a buffer; where they are not (a transpose's operand, read by columns while the rows
+    are written), parallel iterations wrote over each other's results
+    (`exp(x) + transpose(exp(x))`)."""
+    block = func_op.regions[0].blocks[0]
+    by_tag = {ir.IntegerAttr(op.operation.attributes[TAG]).value: op.operation for op in block.operations
+              if TAG in op.operation.attributes}
+    info = plan.info
+    for g in plan.groups:
+        root = info.op(g.root)
+        tiled = {r for r, t in enumerate(g.block_tiles) if t} | {r for r, t in enumerate(g.thread_tiles) if t}
+        if not tiled or root.kind in ("fill", "pad", "view"):
+            continue
+        corr = loop_correspondence(info, g.root, set(g.ops))
+        for m in g.ops:
+            op = by_tag.get(tag_of(g.id, m))
+            if (m == g.root or m in g.siblings or m not in corr or op is None or not op.results
+                    or op.results[0].type != by_tag[tag_of(g.id, g.root)].results[0].type):
+                continue
+            # each reading of it in the kernel (one fused copy each) takes the root's tile
+            aligned = all(bool(dims[t] & corr[c].get(r, frozenset())) == (r in root.result_loops[t])
+                          for c in g.ops if c in corr for k, p in enumerate(info.op(c).producers) if p == m
+                          and k < len(info.op(c).operand_loops) for dims in [info.op(c).operand_loops[k]]
+                          for r in tiled for t in range(len(dims)))
+            dest = op.operands[len(op.operands) - 1]
+            if aligned or isinstance(dest.owner, ir.Block) or dest.owner.operation.name != "tensor.empty":
+                continue
+            clone = dest.owner.operation.clone(ip=ir.InsertionPoint(op))
+            op.operands[len(op.operands) - 1] = clone.results[0]
 
 
 def group_steps(plan: FusionPlan, g: Group) -> list[Step]:
@@ -157,7 +194,9 @@ def tile_and_fuse(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
         pad_to_generic(module)
         funcs = [(f, plans[ir.StringAttr(f.attributes["sym_name"]).value]) for f in module.body.operations]
         for f, plan in funcs:
+            write_in_place(f, plan)
             tag_groups(f, plan)
+            own_destinations(f, plan)
             for g in plan.groups:
                 steps = group_steps(plan, g)
                 if steps:

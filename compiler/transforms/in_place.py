@@ -1,0 +1,98 @@
+"""Elementwise kernels that write over their input (stage `tiled`, before tiling).
+
+A kernel whose root is elementwise (every loop parallel) and writes a fresh `tensor.empty` can
+write into one of its inputs instead, when that input
+- is the result of another kernel's op (never a chain argument: the caller's array is not ours),
+- has the root's type and is read at the element the root writes (the same permutation map),
+- and has no reader but the root and ops of kernels that run before the root's kernel (so nothing
+  reads it after the root has written over it; the chain does not return it).
+The root is rebuilt with that input as its destination: the payload reads it through the
+output's block argument, the destination-passing form one-shot bufferization writes in place.
+The kernel then allocates nothing: `x @ w` then `gelu(. + b)` writes the matmul's buffer twice
+and returns it, and an op-by-op elementwise chain writes one buffer throughout. In the memory
+plan (compiler/emit/memplan.py) the input's buffer becomes the output, or an intermediate that
+lives on: one buffer fewer either way.
+
+Kernels with more than one write (siblings, row kernels, contraction and attention kernels) and
+roots recomputed by another kernel are left alone.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from ..mlir import ir
+from ..plan.analysis import ID_ATTR, payload_ops
+from ..plan.planner import FusionPlan
+from .generic import iterators, maps, rebuild
+
+
+def write_in_place(func_op, plan: FusionPlan) -> list[int]:
+    """Rewrite every eligible kernel root of `func_op`; returns their op ids."""
+    ops = {ir.IntegerAttr(op.attributes[ID_ATTR]).value: op for op in payload_ops(func_op)
+           if ID_ATTR in op.attributes}
+    kernels_of = Counter(m for g in plan.groups for m in g.ops)
+    position = {m: i for i, m in enumerate(ops)}          # program order
+    ends = {g.id: max(position.get(m, -1) for m in g.ops) for g in plan.groups}
+    # the last op of any kernel that computes op m (m's readers there are done once it has run)
+    done_after = {m: max(ends[g.id] for g in plan.groups if m in g.ops) for m in kernels_of}
+    done = []
+    for g in plan.groups:
+        if g.siblings or g.row_threads or g.gemm or g.attention or kernels_of[g.root] > 1:
+            continue
+        root = ops.get(g.root)
+        if root is None or root.name != "linalg.generic" or len(root.results) != 1:
+            continue
+        here = position[g.root]
+        k = _reusable_input(root, set(g.ops), lambda m: done_after.get(m, here) < here)
+        if k is None:
+            continue
+        _write_over(root, k)
+        done.append(g.root)
+    return done
+
+
+def _reusable_input(root, members: set[int], earlier) -> int | None:
+    n_in = len(root.operands) - 1
+    out = root.operands[n_in]
+    block = root.regions[0].blocks[0]
+    if not all(k == "parallel" for k in iterators(root)):
+        return None
+    if isinstance(out.owner, ir.Block):
+        return None
+    if out.owner.operation.name != "tensor.empty" or len(list(block.arguments[n_in].uses)):
+        return None
+    am = maps(root)
+    if not am[n_in].is_permutation:
+        return None
+    for k in range(n_in):
+        v = root.operands[k]
+        if v.type != out.type or am[k] != am[n_in] or isinstance(v.owner, ir.Block):
+            continue
+        prod = v.owner.operation
+        if not prod.name.startswith("linalg.") or ID_ATTR not in prod.attributes:
+            continue
+        if ir.IntegerAttr(prod.attributes[ID_ATTR]).value in members:
+            continue
+        if sum(1 for w in root.operands if w == v) != 1:
+            continue
+        if all(u.owner.operation == root or (ID_ATTR in u.owner.attributes and
+                                   earlier(ir.IntegerAttr(u.owner.attributes[ID_ATTR]).value))
+               for u in v.uses):
+            return k
+    return None
+
+
+def _write_over(root, k: int) -> None:
+    """Rebuild `root` with input `k` as its destination, read through the output's argument."""
+    n_in = len(root.operands) - 1
+    block = root.regions[0].blocks[0]
+    am = maps(root)
+    block.arguments[k].replace_all_uses_with(block.arguments[n_in])
+    ins = [(root.operands[i], am[i]) for i in range(n_in) if i != k]
+    args = [block.arguments[i] for i in range(n_in + 1) if i != k]
+    empty = root.operands[n_in].owner.operation
+    new = rebuild(root, ins, [(root.operands[k], am[n_in])], iterators(root), args)
+    root.results[0].replace_all_uses_with(new.results[0])
+    root.erase()
+    if not list(empty.results[0].uses):
+        empty.erase()
