@@ -671,6 +671,11 @@ class _Grower:
             self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: also used by {shown} (a kernel of one "
                                   "block, untiled, writes its root only)")
             return False
+        if self._no_row_kernel_to_write(trial):
+            self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: the kernel would write an elementwise "
+                                  "result of the chain, which on the gpu only a row kernel stores, and it would "
+                                  "have no row-kernel tiling")
+            return False
         fused = self.chooser.best(trial).cost
         now = self.chooser.offer(frozenset(self.members), self.chooser.best(trial).tiling).cost
         apart = self.chooser.best(alone).cost
@@ -686,6 +691,16 @@ class _Grower:
         self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: {self._reason(prod, now, apart, fused)}"
                               f" (saves {_saved(saved, prod)}; net {_signed(delta)})")
         return False
+
+    def _no_row_kernel_to_write(self, members: frozenset) -> bool:
+        """On the gpu, whether `members` would return an elementwise result besides the root
+        (a second output only split_rows stores) with no row-kernel tiling among its candidates."""
+        info = self.info
+        if self.chooser.target != "gpu" or not any(
+                m != self.root.id and info.op(m).kind == "elementwise" and -1 in info.op(m).users for m in members):
+            return False
+        choice = self.chooser.best(members)
+        return not choice.tiling.row_threads and not any(c.row_threads for c, _ in choice.candidates)
 
     def _second_output_error(self, prod: OpInfo, outside: list[int]) -> str | None:
         """Why the kernel cannot compute `prod` and also write it for its users outside (None: it

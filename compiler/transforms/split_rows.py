@@ -71,13 +71,26 @@ def _block_forall(func_op, gid: int):
 
 
 def _group_ops(forall, g: Group) -> dict[int, "ir.Operation"]:
-    """The kernel's ops inside its block forall, by op id."""
+    """The kernel's ops inside its block forall, by op id. An op fused once per use has a copy
+    per use that CSE could not merge when their destinations differ (one is the loop's shared
+    output, for a second output of the kernel): the first copy stands for them all."""
     tags = {tag_of(g.id, m): m for m in g.ops}
     out = {}
-    for op in forall.regions[0].blocks[0].operations:
+    for op in list(forall.regions[0].blocks[0].operations):
         op = op.operation
-        if TAG in op.attributes and ir.IntegerAttr(op.attributes[TAG]).value in tags:
-            out[tags[ir.IntegerAttr(op.attributes[TAG]).value]] = op
+        if TAG not in op.attributes or ir.IntegerAttr(op.attributes[TAG]).value not in tags:
+            continue
+        m = tags[ir.IntegerAttr(op.attributes[TAG]).value]
+        first = out.get(m)
+        if first is None:
+            out[m] = op
+        elif first.name == op.name == "linalg.generic" and [r.type for r in first.results] == [r.type for r in op.results] \
+                and list(first.operands)[:len(op.opview.inputs)] == list(op.operands)[:len(op.opview.inputs)]:
+            for a, b in zip(op.results, first.results):
+                a.replace_all_uses_with(b)
+            op.erase()
+        else:
+            out[m] = op
     return out
 
 
