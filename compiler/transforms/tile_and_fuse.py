@@ -67,9 +67,8 @@ def own_destinations(func_op, plan: FusionPlan) -> None:
               if TAG in op.operation.attributes}
     info = plan.info
     for g in plan.groups:
-        root = info.op(g.root)
         tiled = {r for r, t in enumerate(g.block_tiles) if t} | {r for r, t in enumerate(g.thread_tiles) if t}
-        if not tiled or root.kind in ("fill", "pad", "view"):
+        if not tiled or info.op(g.root).kind in ("fill", "pad", "view"):
             continue
         corr = loop_correspondence(info, g.root, set(g.ops))
         for m in g.ops:
@@ -77,16 +76,33 @@ def own_destinations(func_op, plan: FusionPlan) -> None:
             if (m == g.root or m in g.siblings or m not in corr or op is None or not op.results
                     or op.results[0].type != by_tag[tag_of(g.id, g.root)].results[0].type):
                 continue
-            # each reading of it in the kernel (one fused copy each) takes the root's tile
-            aligned = all(bool(dims[t] & corr[c].get(r, frozenset())) == (r in root.result_loops[t])
-                          for c in g.ops if c in corr for k, p in enumerate(info.op(c).producers) if p == m
-                          and k < len(info.op(c).operand_loops) for dims in [info.op(c).operand_loops[k]]
-                          for r in tiled for t in range(len(dims)))
             dest = op.operands[len(op.operands) - 1]
-            if aligned or isinstance(dest.owner, ir.Block) or dest.owner.operation.name != "tensor.empty":
+            if isinstance(dest.owner, ir.Block) or dest.owner.operation.name != "tensor.empty":
+                continue
+            if _tiles_like_root(info, g, m, corr, tiled):
                 continue
             clone = dest.owner.operation.clone(ip=ir.InsertionPoint(op))
             op.operands[len(op.operands) - 1] = clone.results[0]
+
+
+def _tiles_like_root(info, g: Group, m: int, corr: dict, tiled: set[int]) -> bool:
+    """Whether every reading of member `m` in kernel `g` (one fused copy each) takes the root's
+    output tile: each dim of `m`'s result moves with a tiled root loop exactly when the root's
+    output dim of the same position does."""
+    root = info.op(g.root)
+    for c in g.ops:
+        if c not in corr:
+            continue
+        cons = info.op(c)
+        for k, p in enumerate(cons.producers):
+            if p != m or k >= len(cons.operand_loops):
+                continue
+            dims = cons.operand_loops[k]              # per dim of m's result: c's loops indexing it
+            for r in tiled:
+                for t, loops in enumerate(dims):
+                    if bool(loops & corr[c].get(r, frozenset())) != (r in root.result_loops[t]):
+                        return False
+    return True
 
 
 def group_steps(plan: FusionPlan, g: Group) -> list[Step]:
