@@ -48,24 +48,17 @@ def measure(size: str) -> list[dict]:
     return rows
 
 
-def _size(n: int) -> str:
-    if n >= 2**20:
-        return f"{n / 2**20:.1f} MiB"
-    if n >= 2**10:
-        return f"{n / 2**10:.0f} KiB"
-    return f"{n} B" if n else "0"
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="full", choices=("full", "tiny"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args(argv)
+    from fusec.runtime.memory import format_bytes
     rows = measure(args.size)
     builds = (("op_by_op", "op by op"), ("unfused", "unfused"), ("fused", "fused"))
     print(f"{'unplanned -> planned':<21}" + "".join(f"{title:>26}" for _, title in builds))
     for r in rows:
-        cells = [f"{_size(r[b]['unplanned_bytes'])} -> {_size(r[b]['planned_bytes'])}" for b, _ in builds]
+        cells = [f"{format_bytes(r[b]['unplanned_bytes'])} -> {format_bytes(r[b]['planned_bytes'])}" for b, _ in builds]
         print(f"{r['workload']:<14} {r['target']:<6}" + "".join(f"{c:>26}" for c in cells))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"memory-plan-{time.strftime('%Y-%m-%dT%H%M')}.json")

@@ -13,6 +13,7 @@ from fusec.compiler.report import KernelReport, format_report
 from fusec.runtime import reference
 from fusec.runtime.compare import Comparison, compare, compare_to_truth
 from fusec.runtime.executable import Timing, unreliable
+from fusec.runtime.memory import format_bytes
 
 from .program import CompiledChain
 
@@ -163,16 +164,9 @@ def memory_line(memory: dict, running: str) -> str:
     parts = []
     for build in sorted(memory, key=lambda b: b != running):
         m = memory[build]
-        parts.append(f"{build} {_bytes(m['planned_bytes'])} ({m['intermediates']} buffer"
-                     f"{'s' if m['intermediates'] != 1 else ''}, {_bytes(m['intermediate_bytes'])} unplanned)")
+        parts.append(f"{build} {format_bytes(m['planned_bytes'])} ({m['intermediates']} buffer"
+                     f"{'s' if m['intermediates'] != 1 else ''}, {format_bytes(m['intermediate_bytes'])} unplanned)")
     return "peak intermediate memory: " + ", ".join(parts)
-
-
-def _bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n} B"
 
 
 @dataclass
