@@ -11,7 +11,7 @@ import zlib
 import numpy as np
 
 from fusec.dsl.diagnostics import Diagnostic, FdslError
-from fusec.dsl.ops import OPS
+from fusec.dsl.ops import OPS, IndexRangeError
 from fusec.dsl.typed import TypedChain
 from fusec.dsl.types import DType, F64, dtype_of_numpy
 
@@ -96,7 +96,10 @@ def run_chain(chain: TypedChain, inputs: list[np.ndarray], binding: dict[str, in
             if n.op == "conv2d" and not n.attr("has_bias"):
                 xs.append(None)
             shape = n.type.concrete(binding)
-            out = np.asarray(op.ref(xs, dict(n.attrs), shape)).astype(store)
+            try:
+                out = np.asarray(op.ref(xs, {**dict(n.attrs), "binding": binding}, shape)).astype(store)
+            except IndexRangeError as e:
+                raise FdslError([Diagnostic(n.span or chain.span, f"{n.op}: {e}")]) from None
             if out.shape != shape:
                 raise AssertionError(f"reference for {n.op} produced {out.shape}, type says {shape}")
             vals[n.id] = out
