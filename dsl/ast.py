@@ -80,6 +80,29 @@ class Binary(Expr):
 
 
 @dataclass(frozen=True)
+class SliceItem:
+    """`start:stop:step` in a subscript; a part left out is None."""
+    start: Expr | None
+    stop: Expr | None
+    step: Expr | None
+    span: Span
+    two_colons: bool = False  # written with a second ':' (`::2`, `a:b:`), for the printer
+
+
+@dataclass(frozen=True)
+class EllipsisItem:
+    """`...` in a subscript: as many full slices as the axes the other items leave."""
+    span: Span
+
+
+@dataclass(frozen=True)
+class Subscript(Expr):
+    """`value[item, ...]`: each item an index expression, a SliceItem or an EllipsisItem."""
+    value: Expr
+    items: tuple[Expr | SliceItem | EllipsisItem, ...]
+
+
+@dataclass(frozen=True)
 class Keyword:
     name: str
     value: Expr
@@ -114,6 +137,15 @@ class Assign:
 
 
 @dataclass(frozen=True)
+class MultiAssign:
+    """`a, b = value`: several names bound at once (only a split may be the value)."""
+    names: tuple[str, ...]
+    value: Expr
+    span: Span
+    name_spans: tuple[Span, ...]
+
+
+@dataclass(frozen=True)
 class Return:
     values: tuple[Expr, ...]
     span: Span
@@ -133,7 +165,7 @@ class ChainDef:
     params: tuple[Param, ...]
     returns: tuple[TypeExpr, ...]
     multi_return: bool        # written as `-> (T, ...)`
-    body: tuple[Assign | Return | ConstDecl, ...]
+    body: tuple[Assign | MultiAssign | Return | ConstDecl, ...]
     span: Span                # the header `chain NAME(...)`
     name_span: Span
 

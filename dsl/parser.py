@@ -50,7 +50,11 @@ def _check_nesting(file: SourceFile, tree: Tree) -> None:
                                         f"this expression is nested more than {MAX_NESTING} levels deep (operators, "
                                         "calls, parentheses and lists each add one); bind parts of it to names "
                                         "first (`a = ...`)")])
-        stack.extend((c, depth if c.data == "args" else depth + 1) for c in node.children if isinstance(c, Tree))
+        stack.extend((c, depth if c.data in _LEVEL_FREE else depth + 1) for c in node.children if isinstance(c, Tree))
+
+
+# Parse-tree nodes that group the parts of one construct and add no level of nesting.
+_LEVEL_FREE = frozenset({"args", "sub_index", "sub_slice", "sub_ellipsis"})
 
 
 def _position(node: Tree) -> tuple[int, int]:
@@ -184,6 +188,7 @@ class _ErrorSite:
     prev2: Token | None             # and the one before that
     accepts: frozenset[str]         # terminal names the parser would have taken instead
     open: tuple[Token, ...]         # brackets still open before tok, innermost last
+    level: tuple[Token, ...] = ()   # the tokens after the innermost open bracket, outside nested ones
 
 
 def _syntax_error(file: SourceFile, tok: Token, fed: list[Token]) -> Diagnostic:
@@ -193,6 +198,7 @@ def _syntax_error(file: SourceFile, tok: Token, fed: list[Token]) -> Diagnostic:
         prev2=fed[-2] if len(fed) > 1 else None,
         accepts=_accepts(fed),
         open=_open_brackets(fed),
+        level=_innermost_level(fed),
     )
     for rule in _ERROR_RULES:
         diagnostic = rule(site)
@@ -221,6 +227,22 @@ def _open_brackets(fed: list[Token]) -> tuple[Token, ...]:
         elif tok.type in _OPENER_OF and stack and stack[-1].type == _OPENER_OF[tok.type]:
             stack.pop()
     return tuple(stack)
+
+
+def _innermost_level(fed: list[Token]) -> tuple[Token, ...]:
+    """The tokens fed since the innermost bracket still open, leaving out nested brackets."""
+    level: list[Token] = []
+    depth = 0
+    for tok in reversed(fed):
+        if tok.type in _OPENER_OF:
+            depth += 1
+        elif tok.type in _CLOSER_OF:
+            if depth == 0:
+                break
+            depth -= 1
+        elif depth == 0:
+            level.append(tok)
+    return tuple(reversed(level))
 
 
 def _tok_span(file: SourceFile, tok: Token) -> Span:
@@ -259,7 +281,7 @@ def _expected(accepts: frozenset[str]) -> str:
         names -= _EXPR_START
     if "PLUS" in names:
         words.append("an operator")
-        names -= _BINARY_OPS | {"LPAR", "EQUAL"}
+        names -= _BINARY_OPS | {"LPAR", "LSQB", "EQUAL"}
     if "RETURN" in names:
         words.append("a statement")
         names -= {"NAME", "CONST", "RETURN"}
@@ -298,7 +320,7 @@ def _missing_operand(s: _ErrorSite) -> Diagnostic | None:
     """
     if s.prev is None:
         return None
-    if s.prev.type == "COLON" and "F32" in s.accepts:
+    if s.prev.type == "COLON" and "F32" in s.accepts and "NUMBER" not in s.accepts:   # not a slice's ':'
         return Diagnostic(_tok_span(s.file, s.tok), f"expected a type after ':', found {_found(s.tok)}")
     if s.prev.type == "ARROW":
         return Diagnostic(_tok_span(s.file, s.tok), f"expected a return type after '->', found {_found(s.tok)}")
@@ -356,12 +378,20 @@ def _bad_statement(s: _ErrorSite) -> Diagnostic | None:
         return Diagnostic(_tok_span(s.file, s.tok),
                           f"a statement cannot start with '{s.tok}'; a newline ends a statement, "
                           f"so wrap a multi-line expression in ( )")
-    if s.accepts != {"EQUAL"} or s.prev is None or s.prev.type != "NAME":
+    # After a name at the start of a statement only '=' (or ',' for `a, b = split(...)`) can come.
+    if s.accepts - {"COMMA"} != {"EQUAL"} or s.prev is None or s.prev.type != "NAME":
         return None
-    after_const = s.prev2 is not None and s.prev2.type == "CONST"
-    if after_const or s.tok.type in _VALUE_TOKENS:
+    binds = s.prev2 is not None and s.prev2.type in {"CONST", "COMMA"}
+    if binds or s.tok.type in _VALUE_TOKENS:
         return Diagnostic(_tok_span(s.file, s.tok), f"expected '=' after '{s.prev}'")
     return Diagnostic(_tok_span(s.file, s.prev), _EXPR_STATEMENT)
+
+
+def _slice_parts(s: _ErrorSite) -> Diagnostic | None:
+    item = s.level[max((i + 1 for i, t in enumerate(s.level) if t.type == "COMMA"), default=0):]
+    if s.tok.type == "COLON" and "COLON" not in s.accepts and sum(t.type == "COLON" for t in item) == 2:
+        return Diagnostic(_tok_span(s.file, s.tok), "a slice has at most three parts, start:stop:step")
+    return None
 
 
 def _missing_separator(s: _ErrorSite) -> Diagnostic | None:
@@ -381,7 +411,7 @@ def _literal(terminal: str) -> str:
 
 # Tried in order; the first that recognises the situation explains it.
 _ERROR_RULES = (_keyword_as_name, _missing_operand, _unclosed, _unmatched_closer,
-                _chain_header, _bad_statement, _missing_separator)
+                _chain_header, _bad_statement, _slice_parts, _missing_separator)
 
 
 def _lex_error(file: SourceFile, e: UnexpectedCharacters) -> Diagnostic:
@@ -493,6 +523,11 @@ class _AstBuilder(Transformer):
         name, value = children
         return ast.Assign(name=str(name), value=value, span=self._span(meta), name_span=self._tspan(name))
 
+    def multi_assign(self, meta, children):
+        *names, value = children
+        return ast.MultiAssign(names=tuple(str(n) for n in names), value=value, span=self._span(meta),
+                               name_spans=tuple(self._tspan(n) for n in names))
+
     def const_decl(self, meta, children):
         name, value = children
         return ast.ConstDecl(name=str(name), value=value, span=self._span(meta), name_span=self._tspan(name))
@@ -559,6 +594,20 @@ class _AstBuilder(Transformer):
         self._parenthesized[id(inner)] = inner
         return inner
 
+    def subscript(self, meta, children):
+        value, *items = children
+        return ast.Subscript(span=self._span(meta), value=value, items=tuple(items))
+
+    def sub_index(self, meta, children):
+        return children[0]
+
+    def sub_slice(self, meta, children):
+        start, _, stop, second, step = children
+        return ast.SliceItem(start=start, stop=stop, step=step, span=self._span(meta), two_colons=second is not None)
+
+    def sub_ellipsis(self, meta, children):
+        return ast.EllipsisItem(span=self._span(meta))
+
     def list_expr(self, meta, children):
         return ast.ListExpr(span=self._span(meta), items=tuple(c for c in children if c is not None))
 
@@ -610,9 +659,11 @@ def format_type(t: ast.TypeExpr) -> str:
     return f"{t.dtype}[{','.join(str(d.value) for d in t.dims)}]"
 
 
-def _format_stmt(s: ast.Assign | ast.Return | ast.ConstDecl) -> str:
+def _format_stmt(s: ast.Assign | ast.MultiAssign | ast.Return | ast.ConstDecl) -> str:
     if isinstance(s, ast.Assign):
         return f"(assign {s.name} {format_expr(s.value)})"
+    if isinstance(s, ast.MultiAssign):
+        return f"(assign ({' '.join(s.names)}) {format_expr(s.value)})"
     if isinstance(s, ast.ConstDecl):
         return f"(const {s.name} {format_expr(s.value)})"
     return "(return " + " ".join(format_expr(v) for v in s.values) + ")"
@@ -636,9 +687,23 @@ def format_expr(e: ast.Expr) -> str:
         return f"({e.op} {format_expr(e.operand)})"
     if isinstance(e, ast.Binary):
         return f"({e.op} {format_expr(e.lhs)} {format_expr(e.rhs)})"
+    if isinstance(e, ast.Subscript):
+        return f"(index {format_expr(e.value)} [{', '.join(_format_sub(i) for i in e.items)}])"
     if isinstance(e, ast.Call):
         parts = [format_expr(a) for a in e.args] + [f":{k.name} {format_expr(k.value)}" for k in e.kwargs]
         if e.piped:
             parts.insert(0, "|>")
         return f"(call {e.func}" + "".join(" " + p for p in parts) + ")"
     raise TypeError(f"not an FDSL expression: {type(e).__name__}")
+
+
+def _format_sub(item: ast.Expr | ast.SliceItem | ast.EllipsisItem) -> str:
+    """A subscript item as written: `0`, `a:b`, `::2`, `...` (its expressions as S-expressions)."""
+    if isinstance(item, ast.EllipsisItem):
+        return "..."
+    if not isinstance(item, ast.SliceItem):
+        return format_expr(item)
+    start, stop = ("" if p is None else format_expr(p) for p in (item.start, item.stop))
+    if not item.two_colons:
+        return f"{start}:{stop}"
+    return f"{start}:{stop}:{'' if item.step is None else format_expr(item.step)}"

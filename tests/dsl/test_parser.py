@@ -93,6 +93,11 @@ chain ops(x: f32[M, N], y: f32[M, N], s: f32, n: i32[4], bf: bf16[M, N], h: f16[
     cv = conv2d(im, w, bias=b, stride=1, padding=0, dilation=1)
     mm = matmul(x, transpose(y)) @ y
     sh = permute(x, [1, 0]) + reshape(x, [M, -1]) + broadcast_to(s, [M, N])
+    sl = x[0:2, :, ::2] + x[..., 0] + x[-4:] + x[::-1] + exp(x)[0] + (x + y)[1:3] + -x[0] ** 2
+    lo, hi = split(x, [2, -1], axis=1)
+    cc = concat([lo, hi * 2, x[:, :1]], axis=-1)
+    gt = gather(x, n, axis=0) + embedding(x, l) + cumsum(x, axis=1) + cumprod(x) + argmax(x, axis=-1, keepdims=true)
+    am = argmin(x)
     return f, mean(x, axis=1)
 }
 """
@@ -193,12 +198,55 @@ def expr(src: str) -> ast.Expr:
     ("[M, 64,]", "[M 64]"),
     ("[]", "[]"),
     ("cast(x, f16)", "(call cast x f16)"),
+    # subscripts bind tightest, items print as written
+    ("x[a:b, :, ::2]", "(index x [a:b, :, ::2])"),
+    ("x[..., 0]", "(index x [..., 0])"),
+    ("x[-4:]", "(index x [(- 4):])"),
+    ("x[::-1]", "(index x [::(- 1)])"),
+    ("x[1:2:]", "(index x [1:2:])"),
+    ("x[::]", "(index x [::])"),
+    ("x[:N, k]", "(index x [:N, k])"),
+    ("x[0,]", "(index x [0])"),
+    ("x[0][1:]", "(index (index x [0]) [1:])"),
+    ("-x[0] ** 2", "(- (** (index x [0]) 2))"),
+    ("x[0] ** y[1]", "(** (index x [0]) (index y [1]))"),
+    ("2 ** -x[0]", "(** 2 (- (index x [0])))"),
+    ("a * b[0] + c", "(+ (* a (index b [0])) c)"),
+    ("f(y)[0]", "(index (call f y) [0])"),
+    ("(a + b)[1:3]", "(index (+ a b) [1:3])"),
+    ("x[0] |> f", "(call f |> (index x [0]))"),
+    ("[a, b][0]", "(index [a b] [0])"),
+    ("concat([a, b * 2, c], axis=1)", "(call concat [a (* b 2) c] :axis 1)"),
+    ("x[a + 1 : f(b)]", "(index x [(+ a 1):(call f b)])"),
     ("f()", "(call f)"),
     ("true", "true"),
     ('"tanh"', '"tanh"'),
 ])
 def test_precedence(src, shape):
     assert format_expr(expr(src)) == shape
+
+
+def test_subscript_nodes():
+    e = expr("x[1:n:-2, ..., 0, :]")
+    assert isinstance(e, ast.Subscript) and isinstance(e.value, ast.Name)
+    sl, ell, idx, full = e.items
+    assert isinstance(sl, ast.SliceItem) and sl.two_colons
+    assert (sl.start.value, sl.stop.id) == (1, "n")
+    assert isinstance(sl.step, ast.Unary) and sl.step.operand.value == 2
+    assert isinstance(ell, ast.EllipsisItem)
+    assert isinstance(idx, ast.Num) and idx.value == 0
+    assert isinstance(full, ast.SliceItem) and (full.start, full.stop, full.step, full.two_colons) == (None,) * 3 + (False,)
+
+
+def test_split_binds_several_names():
+    (c,) = parse("chain f(x: f32[4]) -> f32[2] {\n    a, b = split(x, [2, 2])\n    return a\n}\n").chains
+    multi, _ = c.body
+    assert isinstance(multi, ast.MultiAssign) and multi.names == ("a", "b")
+    assert [where(s) for s in multi.name_spans] == [(2, 5, 2, 6), (2, 8, 2, 9)]
+    assert where(multi.span) == (2, 5, 2, 28)
+    assert format_expr(multi.value) == "(call split x [2 2])"
+    text = format_ast(parse("chain f(x: f32[4]) -> f32[2] {\n    a, b = x |> split([2, 2])\n    return a\n}\n"))
+    assert "    (assign (a b) (call split |> x [2 2]))" in text.splitlines()
 
 
 def test_binary_stores_operator_text():
@@ -357,6 +405,21 @@ def test_more_spans():
     assert span_text(lst, parse(lst).items[0].value.span) == "[1, 2]"
 
 
+def test_subscript_spans():
+    src = "const e = -f(a)[1:n:2, ...,  k][-1] ** 2"
+    neg = parse(src).items[0].value
+    outer = neg.operand.lhs
+    assert span_text(src, outer.span) == "f(a)[1:n:2, ...,  k][-1]"
+    inner = outer.value
+    assert span_text(src, inner.span) == "f(a)[1:n:2, ...,  k]"
+    assert [span_text(src, i.span) for i in inner.items] == ["1:n:2", "...", "k"]
+    sl = inner.items[0]
+    assert [span_text(src, p.span) for p in (sl.start, sl.stop, sl.step)] == ["1", "n", "2"]
+    assert span_text(src, outer.items[0].span) == "-1"
+    only = "const e = x[:, ::]"
+    assert [span_text(only, i.span) for i in parse(only).items[0].value.items] == [":", "::"]
+
+
 # ---- syntax errors -----------------------------------------------------------------------
 
 HEAD = "chain f(x: f32[M], y: f32[M]) -> f32[M] {\n"
@@ -428,6 +491,22 @@ BAD = [
     (HEAD + "    return x |> 3\n}\n", 2, 17, "the right side of '|>' must be an operator name or call"),
     (HEAD + "    return x |> (gelu)\n}\n", 2, 18, "the right side of '|>' must be an operator name or call"),
     (HEAD + "    return x |> y + 1\n}\n", 2, 17, "the right side of '|>' must be an operator name or call"),
+    # subscripts and several names
+    (HEAD + "    h = x[]\n}\n", 2, 11, "expected an expression, ':' or '...', found ']'"),
+    (HEAD + "    h = x[1,,2]\n}\n", 2, 13, "expected an expression, ':', ']' or '...', found ','"),
+    (HEAD + "    h = x[1:2:3:4]\n}\n", 2, 16, "a slice has at most three parts, start:stop:step"),
+    (HEAD + "    h = x[0, ::2:1]\n}\n", 2, 17, "a slice has at most three parts, start:stop:step"),
+    (HEAD + "    h = [1:2]\n}\n", 2, 11, "expected an operator, ']' or ',', found ':'"),
+    (HEAD + "    h = x[1 2]\n}\n", 2, 13, "expected an operator, ':', ']' or ',', found number 2"),
+    (HEAD + "    h = x[:\n    return h\n}\n", 3, 5, "expected ']' to close the '[' on line 2, found keyword 'return'"),
+    (HEAD + "    h = x[..]\n}\n", 2, 11, "unexpected character '.'"),
+    (HEAD + "    h = x[1:-]\n}\n", 2, 14, "expected an expression after '-'"),
+    (HEAD + "    return x |> f[0]\n}\n", 2, 17, "the right side of '|>' must be an operator name or call"),
+    (HEAD + "    a, = split(x, [1])\n}\n", 2, 8, "expected a name, found '='"),
+    (HEAD + "    a, b\n    return a\n}\n", 2, 9, "expected '=' after 'b'"),
+    (HEAD + "    a, b split(x, [1])\n}\n", 2, 10, "expected '=' after 'b'"),
+    (HEAD + "    a, 1 = split(x, [1])\n}\n", 2, 8, "expected a name, found number 1"),
+    ("const a, b = 1\n", 1, 8, "expected '=' after 'a'"),
     # generic fallback
     (HEAD + "    h = f(1=2)\n}\n", 2, 12, "expected an operator, ')' or ',', found '='"),
     (HEAD + "    return gelu(x, +)\n}\n", 2, 20, "expected an expression or ')', found '+'"),
@@ -510,3 +589,14 @@ def test_token_soup(parts):
 @given(st.text(max_size=60))
 def test_arbitrary_text(text):
     parses_or_fdsl_error(text)
+
+
+def test_subscripts_count_toward_the_nesting_limit_and_their_items_do_not():
+    from fusec.dsl.limits import MAX_NESTING
+    ok = "chain f(x: f32[4]) -> f32[4] {\n    return x" + "[0:4, ...]" * (MAX_NESTING - 10) + "\n}\n"
+    assert format_ast(parse(ok)).count("(index") == MAX_NESTING - 10
+    deep = "chain f(x: f32[4]) -> f32[4] {\n    return x" + "[:]" * (MAX_NESTING + 10) + "\n}\n"
+    with pytest.raises(FdslError) as info:
+        parse(deep)
+    d = info.value.diagnostics[0]
+    assert d.span.line == 2 and d.message.startswith(f"this expression is nested more than {MAX_NESTING} levels deep")
