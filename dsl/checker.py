@@ -17,7 +17,7 @@ import numpy as np
 from . import ast as A
 from .diagnostics import DiagnosticSink, FdslError, Note
 from .limits import recursion_room
-from .ops import BINARY_OPERATORS, OPS, REQUIRED, Arg, OpDef
+from .ops import BINARY_OPERATORS, OPS, REQUIRED, Arg, OpDef, bind_slice_errors, slice_type
 from .shapes import OpError, Symbols
 from .source import Span
 from .typed import Node, TypedChain, TypedModule
@@ -52,6 +52,10 @@ class Binding:
 
 
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
+
+# Op-table entries that are not called by name, and what to write instead.
+_NOT_CALLABLE = {"slice": "; a slice is written as a subscript: x[a:b], x[::2], x[..., 0]"}
+_RUNTIME_INDEX = "use gather(x, idx, axis=k) for indices computed at run time"
 
 
 def check(module: A.Module) -> TypedModule:
@@ -202,11 +206,42 @@ class _ChainChecker:
         nodes = tuple(Node(n.id, n.op, n.inputs, self._resolve_attrs(n.attrs),
                            n.type.with_shape(self.syms.resolve(n.type.shape)), n.span, n.name)
                       for n in self.nodes)
+        if not self._slices_fit(nodes):
+            return None
         symbols = tuple(dict.fromkeys(d for n in nodes for d in n.type.shape if isinstance(d, str)))
         return TypedChain(self.chain.name, nodes, tuple(params), tuple(outputs), symbols, self.chain.span)
 
     def _resolve_attrs(self, attrs):
-        return tuple((k, self.syms.resolve(v) if k == "shape" else v) for k, v in attrs)
+        return tuple((k, self.syms.resolve(v) if k == "shape" else self._resolve_starts(v) if k == "start" else v)
+                     for k, v in attrs)
+
+    def _resolve_starts(self, starts: tuple) -> tuple:
+        """A slice's starts once every symbol is resolved: SYMBOL + OFFSET whose symbol has been
+        unified with an extent is a number, with another symbol counts from that one."""
+        out = []
+        for p in starts:
+            if isinstance(p, tuple):
+                d = self.syms.find(p[0])
+                p = d + p[1] if isinstance(d, int) else (d, p[1])
+            out.append(p)
+        return tuple(out)
+
+    def _slices_fit(self, nodes: tuple[Node, ...]) -> bool:
+        """A slice checked against a symbolic extent that a later statement unified with a
+        number is checked again now, as bind_slice_errors would at every binding."""
+        ok = True
+        for n in nodes:
+            if n.op != "slice":
+                continue
+            src = nodes[n.inputs[0]].type
+            starts = n.attr("start")
+            if src.symbols or n.type.symbols or any(isinstance(p, tuple) for p in starts):
+                continue
+            for why in bind_slice_errors(starts, n.attr("step"), n.attr("drop"), src.shape, n.type.shape, {}):
+                self.error(n.span, why.replace(" under this binding", "") + f" (the input is {src} once its "
+                           "symbols are unified with the sizes they meet later in the chain)")
+                ok = False
+        return ok
 
     def param(self, p: A.Param) -> int:
         ttype = self.type_expr(p.type, declare=True)
@@ -257,12 +292,37 @@ class _ChainChecker:
                 if isinstance(value, int):
                     self.nodes[value] = _named(self.nodes[value], stmt.name)
                 self.bind(stmt.name, stmt.name_span, value, "value")
+            elif isinstance(stmt, A.MultiAssign):
+                self.multi_assign(stmt)
             else:
                 ret = stmt
                 outputs = self.returns(stmt)
         if ret is None:
             self.error(self.chain.span, f"chain '{self.chain.name}' has no return statement")
         return outputs
+
+    def multi_assign(self, stmt: A.MultiAssign) -> None:
+        """`a, b = split(...)`: one name per part. Any other value binds one name only."""
+        names_span = stmt.name_spans[0].to(stmt.name_spans[-1])
+        e = stmt.value
+        parts: Any = POISON
+        if isinstance(e, A.Call) and e.func == "split":
+            parts = self.call(e, parts=True)
+            if parts is not POISON and len(parts) != len(stmt.names):
+                n = len(parts)
+                self.error(names_span, f"split makes {n} part{'s' if n != 1 else ''} but {len(stmt.names)} names "
+                           "are bound", [Note(e.span, f"the split, into {n} part{'s' if n != 1 else ''}")])
+                parts = POISON
+        else:
+            value = self.expr(e)
+            if value is not POISON:
+                self.error(names_span, f"only split(...) makes several values; this binds {len(stmt.names)} names "
+                           "to one value (write `name = ...`)")
+        for i, (name, span) in enumerate(zip(stmt.names, stmt.name_spans)):
+            value = POISON if parts is POISON else parts[i]
+            if isinstance(value, int):
+                self.nodes[value] = _named(self.nodes[value], name)
+            self.bind(name, span, value, "value")
 
     def bind(self, name: str, span: Span, value: Any, what: str) -> None:
         if name in self.scope:
@@ -341,6 +401,8 @@ class _ChainChecker:
             return self.apply(op, e.op_span, e.span, [e.lhs, e.rhs], {}, blame_default=e.op_span)
         if isinstance(e, A.Call):
             return self.call(e)
+        if isinstance(e, A.Subscript):
+            return self.subscript(e)
         what = {A.Str: "a string", A.DTypeLit: "a dtype", A.ListExpr: "a list"}.get(type(e), "this")
         self.error(e.span, f"{what} is not a value here; it can only be an operator's static argument")
         return POISON
@@ -355,18 +417,24 @@ class _ChainChecker:
             return POISON
         hint = difflib.get_close_matches(e.id, list(self.scope), n=1, cutoff=0.5)
         extra = f"; did you mean '{hint[0]}'?" if hint else ""
-        if e.id in OPS:
+        if e.id in OPS and e.id != "slice":
             extra = f"; '{e.id}' is an operator: call it as {e.id}(...)"
         self.error(e.span, f"unknown name '{e.id}'{extra}")
         return POISON
 
-    def call(self, e: A.Call) -> Any:
-        op = OPS.get(e.func)
+    def call(self, e: A.Call, parts: bool = False) -> Any:
+        """An operator call. `parts`: the value of `a, b = ...`, the one place a split may be."""
+        op = OPS.get(e.func) if e.func not in _NOT_CALLABLE else None
         if op is None:
-            hint = difflib.get_close_matches(e.func, list(OPS), n=1)
-            self.error(e.func_span, f"unknown operator '{e.func}'" + (f"; did you mean '{hint[0]}'?" if hint else ""))
+            hint = difflib.get_close_matches(e.func, [o for o in OPS if o not in _NOT_CALLABLE], n=1)
+            why = _NOT_CALLABLE.get(e.func) or (f"; did you mean '{hint[0]}'?" if hint else "")
+            self.error(e.func_span, f"unknown operator '{e.func}'{why}")
             for a in e.args:   # still report errors inside the arguments
                 self.expr(a) if not isinstance(a, (A.ListExpr, A.Str, A.DTypeLit)) else None
+            return POISON
+        if op.name == "split" and not parts:
+            self.error(e.func_span, "split makes several values: bind them to names with `a, b = split(...)`, one "
+                       "per part (a split cannot be used inside an expression)")
             return POISON
         bound: dict[str, A.Expr] = {}
         spans: dict[str, Span] = {}
@@ -395,16 +463,35 @@ class _ChainChecker:
                 ok = False
         if not ok:
             return POISON
-        tensors = [bound.get(a.name) for a in op.args if a.is_tensor]
-        statics = {a.name: bound[a.name] for a in op.args if not a.is_tensor and a.name in bound}
+        tensors = []
+        for a in op.args:
+            if a.kind == "tensors":
+                items = self.tensor_list(op, a, bound[a.name])
+                if items is POISON:
+                    return POISON
+                tensors += items
+            elif a.is_tensor:
+                tensors.append(bound.get(a.name))
+        statics = {a.name: bound[a.name] for a in op.args if not a.is_tensor and a.kind != "tensors" and a.name in bound}
         return self.apply(op, e.func_span, e.span, tensors, statics, spans=spans, blame_default=e.func_span)
+
+    def tensor_list(self, op: OpDef, arg: Arg, e: A.Expr) -> Any:
+        """The expressions of a list-of-tensors argument (concat's `xs`): a non-empty `[a, b, ...]`."""
+        if not isinstance(e, A.ListExpr):
+            self.error(e.span, f"{op.name}'s '{arg.name}' must be a list of tensors in [ ], such as "
+                       f"{op.name}([a, b], axis=0)")
+            return POISON
+        if not e.items:
+            self.error(e.span, f"{op.name} needs at least one tensor in its list")
+            return POISON
+        return list(e.items)
 
     def apply(self, op: OpDef, op_span: Span, span: Span, tensor_exprs: list, static_exprs: dict,
               spans: dict | None = None, blame_default: Span | None = None) -> Any:
         """Evaluate arguments, adopt literal dtypes, run the op's rule, and add its node."""
         attrs = {}
         for arg in op.args:
-            if arg.is_tensor:
+            if arg.is_tensor or arg.kind == "tensors":
                 continue
             if arg.name in static_exprs:
                 v = self.static(arg, static_exprs[arg.name], op)
@@ -433,6 +520,9 @@ class _ChainChecker:
             self.report(op, err, tensor_args, tensor_exprs, values, spans or {}, blame_default or op_span)
             return POISON
         inputs = tuple(v for v in values if v is not None)
+        if op.name == "split":          # no split node: one slice of the input per part
+            return tuple(self.add(Node(len(self.nodes), "slice", inputs, tuple(part.items()), t, span))
+                         for t, part in zip(out_type, attrs["parts"]))
         if op.name == "conv2d":
             attrs = {**attrs, "has_bias": values[2] is not None}
         node = Node(len(self.nodes), op.name, inputs, tuple(attrs.items()), out_type, span)
@@ -481,9 +571,10 @@ class _ChainChecker:
 
     def notes_for(self, exprs: list) -> list[Note]:
         """Point at the declarations of the named operands, with their types."""
-        notes = []
+        notes, seen = [], set()
         for ex in exprs:
-            if isinstance(ex, A.Name) and ex.id in self.scope:
+            if isinstance(ex, A.Name) and ex.id in self.scope and ex.id not in seen:
+                seen.add(ex.id)
                 b = self.scope[ex.id]
                 if isinstance(b.value, int):
                     t = self.nodes[b.value].type
@@ -491,6 +582,144 @@ class _ChainChecker:
                     verb = "declared" if b.what == "parameter" else "defined"
                     notes.append(Note(b.span, f"{ex.id} {verb} here as {t}"))
         return notes
+
+    # ---- subscripts --------------------------------------------------------------------------
+    def subscript(self, e: A.Subscript) -> Any:
+        """`x[items]`: a slice node (an integer index drops its axis). Bounds are static."""
+        items = [self.sub_item(i) for i in e.items]
+        value = self.expr(e.value)
+        if value is POISON or POISON in items:
+            return POISON
+        if isinstance(value, Weak):
+            self.error(e.value.span, f"cannot subscript the compile-time scalar {_show_weak(value)}; "
+                       "only a tensor has axes to index")
+            return POISON
+        t = self.nodes[value].type
+        t = t.with_shape(self.syms.resolve(t.shape))
+        notes = self.notes_for([e.value])
+        if t.rank == 0:
+            self.error(e.value.span, f"cannot subscript {t}, a scalar: it has no axes to index", notes)
+            return POISON
+        ellipses = [i for i in e.items if isinstance(i, A.EllipsisItem)]
+        if len(ellipses) > 1:
+            self.error(ellipses[1].span, "a subscript may hold one '...' only", [Note(ellipses[0].span, "the first")])
+            return POISON
+        written = [(i, item) for i, item in zip(e.items, items) if not isinstance(i, A.EllipsisItem)]
+        if len(written) > t.rank:
+            n = len(written)
+            self.error(written[t.rank][0].span, f"too many indices: {t} has {t.rank} ax{'is' if t.rank == 1 else 'es'} "
+                       f"but the subscript has {n} items", notes)
+            return POISON
+        full = ("range", None, None, None)
+        fill = t.rank - len(written)
+        axes: list[tuple[Any, A.Expr | A.SliceItem | A.EllipsisItem]] = []   # (item, its source) per axis
+        for i, item in zip(e.items, items):
+            if isinstance(i, A.EllipsisItem):
+                axes += [(full, i)] * fill
+                fill = 0
+            else:
+                axes.append((item, i))
+        axes += [(full, e)] * fill
+        resolved = [self._resolve_item(item) for item, _ in axes]
+        try:
+            out_type, attrs = slice_type(self.syms, t, resolved)
+        except OpError as err:
+            span = axes[err.arg][1].span if isinstance(err.arg, int) and 0 <= err.arg < len(axes) else e.span
+            self.error(span, err.message, notes)
+            return POISON
+        return self.add(Node(len(self.nodes), "slice", (value,), tuple(attrs.items()), out_type, e.span))
+
+    def _resolve_item(self, item: tuple) -> tuple:
+        """Symbols of a slice item as the checker knows them now (a symbol unified with a
+        number is that number)."""
+        if item[0] == "at":
+            return item
+        return ("range",) + tuple(self.syms.find(b) if isinstance(b, str) else b for b in item[1:])
+
+    def sub_item(self, item) -> Any:
+        """One item of a subscript, static: ("at", i), ("range", start, stop, step) with each part
+        an int, a symbol or None, the EllipsisItem itself, or POISON (reported)."""
+        if isinstance(item, A.EllipsisItem):
+            return item
+        if isinstance(item, A.SliceItem):
+            parts = (self.sub_int(item.start, "bound", symbols=True), self.sub_int(item.stop, "bound", symbols=True),
+                     self.sub_int(item.step, "step"))
+            return POISON if POISON in parts else ("range",) + parts
+        n = self.sub_int(item, "index")
+        return POISON if n is POISON else ("at", n)
+
+    def sub_int(self, e: A.Expr | None, what: str, symbols: bool = False) -> Any:
+        """A subscript's integer (an index, a slice bound or step): a literal, a const, a negated
+        one, or (a bound) a dimension symbol of the chain. None when omitted."""
+        if e is None:
+            return None
+        the = {"index": "an index", "bound": "a slice bound", "step": "a slice step"}[what]
+        if isinstance(e, A.Name) and e.id not in self.scope and e.id in self.sym_spans:
+            if symbols:
+                return e.id
+            self.error(e.span, f"{the} must be an integer; the symbol '{e.id}' can only be a slice bound "
+                       f"(x[:{e.id}])" if what == "index" else f"{the} must be an integer, not the symbol '{e.id}'")
+            return POISON
+        if isinstance(e, A.Unary) and isinstance(e.operand, A.Name) and e.operand.id not in self.scope \
+                and e.operand.id in self.sym_spans:
+            self.error(e.span, f"{the} cannot be a negated symbol (-{e.operand.id}); a bound is an integer or a "
+                       "symbol itself")
+            return POISON
+        if isinstance(e, A.Name) and e.id in ("None", "none", "newaxis") and e.id not in self.scope:
+            self.error(e.span, f"a subscript cannot insert a new axis (x[{e.id}]); use reshape(x, [...]) to add "
+                       "an axis of extent 1")
+            return POISON
+        if isinstance(e, A.Name) and e.id not in self.scope:
+            return self.name(e)         # unknown: reported there
+        v = self.scalar(e)
+        if isinstance(v, Weak) and v.kind == "int":
+            n = int(v.value)
+            if not I64_MIN <= n <= I64_MAX:
+                self.error(e.span, f"the {the.split(' ', 1)[1]} {n} does not fit in i64")
+                return POISON
+            return n
+        if isinstance(v, Weak):
+            self.error(e.span, f"{the} must be an integer, got the {v.kind} {_show_weak(v)}")
+            return POISON
+        tensor = self._mentions_tensor(e)
+        if tensor is POISON:
+            return POISON
+        if tensor or isinstance(e, A.ListExpr):
+            if what == "index":
+                self.error(e.span, f"an index must be a compile-time integer; {_RUNTIME_INDEX}")
+            elif what == "bound":
+                self.error(e.span, "a slice bound must be a compile-time integer or a dimension symbol: slices "
+                           f"have extents known when the chain is compiled ({_RUNTIME_INDEX})")
+            else:
+                self.error(e.span, f"{the} must be a compile-time integer")
+            return POISON
+        if isinstance(e, A.Binary):
+            self.error(e.span, f"arithmetic is not evaluated in a subscript; declare `const k1 = ...` and write "
+                       f"x[k1]" + (" (or use a symbol itself as a bound)" if symbols else ""))
+            return POISON
+        what_is = {A.Str: "a string", A.DTypeLit: "a dtype"}.get(type(e), "this")
+        self.error(e.span, f"{the} must be an integer; {what_is} is not one")
+        return POISON
+
+    def _mentions_tensor(self, e: A.Expr) -> Any:
+        """Whether an expression reads a tensor (a name bound to one, a call, a subscript);
+        POISON when it reads a poisoned name."""
+        if isinstance(e, (A.Call, A.Subscript)):
+            return True
+        if isinstance(e, A.Name):
+            b = self.scope.get(e.id)
+            if b is None:
+                return False
+            return POISON if b.value is POISON else isinstance(b.value, int)
+        subs = {A.Unary: lambda: [e.operand], A.Binary: lambda: [e.lhs, e.rhs],
+                A.ListExpr: lambda: list(e.items)}.get(type(e), lambda: [])()
+        found: Any = False
+        for sub in subs:
+            r = self._mentions_tensor(sub)
+            if r is POISON:
+                return POISON
+            found = found or r
+        return found
 
     # ---- static arguments -----------------------------------------------------------------
     def static(self, arg: Arg, e: A.Expr, op: OpDef) -> Any:
@@ -551,7 +780,8 @@ class _ChainChecker:
             return vals
         if kind == "dims":
             if not isinstance(e, A.ListExpr):
-                self.error(e.span, f"{where} must be a list of dimensions, such as [M, -1, 64]")
+                example = "[64, -1] (one size per part)" if op.name == "split" else "[M, -1, 64]"
+                self.error(e.span, f"{where} must be a list of dimensions, such as {example}")
                 return POISON
             dims = []
             for item in e.items:
@@ -588,6 +818,10 @@ class _ChainChecker:
             v = self.scalar(e.operand)
             return _fold(OPS["neg"], [v], {}, self.sink, e.span) if isinstance(v, Weak) else None
         return None
+
+
+def _show_weak(w: Weak) -> str:
+    return str(w.value).lower() if w.kind == "bool" else str(w.value)
 
 
 def _named(node: Node, name: str) -> Node:
