@@ -28,6 +28,7 @@ import traceback
 import numpy as np
 
 from fusec.compiler.errors import CacheError
+from fusec.dsl.binding import check_binding
 from fusec.dsl.diagnostics import FdslError
 from fusec.dsl.typed import TypedChain, TypedModule
 from fusec.runtime import npz, reference
@@ -349,6 +350,7 @@ def _binding(chain: TypedChain, bind: dict[str, int]) -> dict[str, int]:
             print(f"note: chain {chain.name}: {s} is not bound; using {s}={DEFAULT_SIZE} "
                   f"(set it with --bind {s}=...)", file=sys.stderr)
         binding[s] = bind.get(s, DEFAULT_SIZE)
+    check_binding(chain, binding)           # a slice with a symbolic bound may not fit these sizes
     return binding
 
 

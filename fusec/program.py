@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from fusec.compiler.options import CompileOptions
+from fusec.dsl.binding import check_binding
 from fusec.dsl.diagnostics import Diagnostic, FdslError
 from fusec.dsl.typed import TypedChain, TypedModule
 from fusec.runtime import artifact as art
@@ -136,10 +137,12 @@ class Chain:
         return f"input '{params[i].name}' of chain '{self.name}'" if i < len(params) else f"input {i}"
 
     def compiled(self, binding: dict[str, int]) -> CompiledChain:
-        """The chain built for `binding` (once per binding). A binding whose buffers would not
-        fit the program's memory limit is refused first (an FdslError at the largest tensor)."""
+        """The chain built for `binding` (once per binding). A binding that makes a slice misfit,
+        or whose buffers would not fit the program's memory limit, is refused first (an FdslError
+        at the slice, or at the largest tensor)."""
         key = tuple(sorted(binding.items()))
         if key not in self._builds:
+            check_binding(self.typed, dict(binding))
             check_memory(self.typed, dict(binding), self.program.max_memory, "max_memory=BYTES")
             self._builds[key] = self.program._build(self.typed, dict(binding))
         return self._builds[key]
@@ -160,6 +163,7 @@ class Chain:
         """Run the compiled chain and the NumPy reference on the same inputs; compare outputs."""
         if inputs is None:
             binding = {s: (binding or {}).get(s, 64) for s in self.typed.symbols}
+            check_binding(self.typed, binding)
             check_memory(self.typed, binding, self.program.max_memory, "max_memory=BYTES")
             inputs = reference.random_inputs(self.typed, binding, seed)
         binding = reference.bind_symbols(self.typed, inputs, binding)

@@ -10,6 +10,7 @@ import zlib
 
 import numpy as np
 
+from fusec.dsl.binding import check_binding
 from fusec.dsl.diagnostics import Diagnostic, FdslError
 from fusec.dsl.ops import OPS, IndexRangeError
 from fusec.dsl.typed import TypedChain
@@ -29,7 +30,8 @@ def _work(x: np.ndarray) -> np.ndarray:
 
 def bind_symbols(chain: TypedChain, inputs: list[np.ndarray], binding: dict[str, int] | None = None) -> dict[str, int]:
     """Bind every symbol of the chain from the inputs' shapes (and an explicit binding);
-    raise FdslError at the parameter's declaration when an input does not fit."""
+    raise FdslError at the parameter's declaration when an input does not fit, and at a
+    slice that the binding makes misfit (dsl/binding.py)."""
     bound = dict(binding or {})
     errors = []
     params = chain.param_nodes
@@ -66,7 +68,9 @@ def bind_symbols(chain: TypedChain, inputs: list[np.ndarray], binding: dict[str,
     if missing:
         raise FdslError([Diagnostic(chain.span, f"chain '{chain.name}': no size for symbol "
                                     f"{', '.join(missing)}; bind it with --bind {missing[0]}=64")])
-    return {s: bound[s] for s in chain.symbols}
+    binding = {s: bound[s] for s in chain.symbols}
+    check_binding(chain, binding)
+    return binding
 
 
 def run_chain(chain: TypedChain, inputs: list[np.ndarray], binding: dict[str, int] | None = None,
@@ -111,15 +115,19 @@ def run_chain(chain: TypedChain, inputs: list[np.ndarray], binding: dict[str, in
 
 def random_inputs(chain: TypedChain, binding: dict[str, int], seed: int = 0) -> list[np.ndarray]:
     """Seeded inputs for a chain: normal floats (positive where an op's domain needs it),
-    small integers, random bools. The same chain, binding and seed give the same arrays."""
+    small integers (an index of a gather or embedding from 0 to the extent it indexes, less
+    one), random bools. The same chain, binding and seed give the same arrays."""
     rng = np.random.default_rng([seed, zlib.crc32(chain.name.encode())])
     positive = positive_params(chain)
+    indices = index_params(chain, binding)
     out = []
     for p in chain.param_nodes:
         shape, dt = p.type.concrete(binding), p.type.dtype
         if dt.is_float:
             x = rng.standard_normal(shape)
             x = np.abs(x) + 0.5 if p.id in positive else x
+        elif p.id in indices:
+            x = rng.integers(0, indices[p.id], size=shape)
         elif dt.is_int:
             x = rng.integers(1 if p.id in positive else -8, 9, size=shape)
         else:
@@ -139,3 +147,82 @@ def positive_params(chain: TypedChain) -> set[int]:
             if arg.positive and chain.nodes[i].op == "param":
                 pos.add(i)
     return pos
+
+
+# Ops that move an index tensor's values without changing them: an index read through them is
+# still an index (a cast between integer dtypes too, see _moves_values).
+_MOVES_VALUES = frozenset({"slice", "reshape", "permute", "transpose", "broadcast_to", "concat"})
+_INDEXING = frozenset({"gather", "embedding"})
+
+
+def _moves_values(chain: TypedChain, n) -> bool:
+    if n.op == "cast":
+        return n.type.dtype.is_int and chain.nodes[n.inputs[0]].type.dtype.is_int
+    return n.op in _MOVES_VALUES
+
+
+def _index_sources(chain: TypedChain, i: int) -> tuple[set[int], bool]:
+    """The nodes an index value is moved from, through _moves_values ops: (the parameters
+    among them, whether all of them are parameters)."""
+    params, only_params, seen, stack = set(), True, set(), [i]
+    while stack:
+        n = chain.nodes[stack.pop()]
+        if n.id in seen:
+            continue
+        seen.add(n.id)
+        if n.op == "param":
+            params.add(n.id)
+        elif _moves_values(chain, n):
+            stack += n.inputs
+        else:
+            only_params = False
+    return params, only_params
+
+
+def index_params(chain: TypedChain, binding: dict[str, int]) -> dict[int, int]:
+    """Parameters whose values index a gather or embedding (directly, or moved there by slices,
+    reshapes, permutes, transposes, broadcasts, concats, integer casts): parameter id -> the
+    extent of the axis it indexes (the smallest, when it indexes several)."""
+    out: dict[int, int] = {}
+    for n in chain.nodes:
+        if n.op not in _INDEXING:
+            continue
+        table = chain.nodes[n.inputs[0]]
+        extent = table.type.concrete(binding)[n.attr("axis")]
+        for p in _index_sources(chain, n.inputs[1])[0]:
+            out[p] = min(out.get(p, extent), extent)
+    return out
+
+
+def check_index_inputs(chain: TypedChain, inputs: list[np.ndarray], binding: dict[str, int]) -> None:
+    """Refuse inputs that give a gather or embedding an index outside its axis, as the
+    reference would (an FdslError at the op), before a compiled chain runs. Checked: every
+    index moved from the parameters alone (see index_params), computed here with the
+    reference's own ops; an index computed inside the chain is not (a compiled target clamps
+    it)."""
+    params = {p.id: np.asarray(x) for p, x in zip(chain.param_nodes, inputs)}
+    vals: dict[int, np.ndarray] = {}
+
+    def value(i: int) -> np.ndarray:
+        if i in vals:
+            return vals[i]
+        n = chain.nodes[i]
+        if n.op == "param":
+            vals[i] = params[i]
+        else:
+            xs = [value(j) for j in n.inputs]
+            vals[i] = np.asarray(OPS[n.op].ref(xs, {**dict(n.attrs), "binding": binding}, n.type.concrete(binding)))
+        return vals[i]
+
+    for n in chain.nodes:
+        if n.op not in _INDEXING or not _index_sources(chain, n.inputs[1])[1]:
+            continue
+        table = chain.nodes[n.inputs[0]]
+        extent = table.type.concrete(binding)[n.attr("axis")]
+        shape = [1] * table.type.rank
+        shape[n.attr("axis")] = extent
+        table_like = np.lib.stride_tricks.as_strided(np.zeros((), np.int8), shape, [0] * len(shape))   # no memory
+        try:
+            OPS[n.op].ref([table_like, value(n.inputs[1])], {"axis": n.attr("axis")}, None)
+        except IndexRangeError as e:
+            raise FdslError([Diagnostic(n.span or chain.span, f"{n.op}: {e}")]) from None
