@@ -426,10 +426,11 @@ _DOC_ERRORS = [(src, err, path) for src, err, path in _doc_programs() if err is 
 
 def test_fdsl_md_documents_errors_with_notes():
     assert len(_DOC_ERRORS) >= 2
-    # the first one is the contract's example: a shape error, with a note at the declaration
-    first = _DOC_ERRORS[0][1].splitlines()
+    # the contract's example (the Errors section's first, bad.fdsl): a shape error, with a note at the declaration
+    (contract,) = [err for _, err, path in _DOC_ERRORS if path == "bad.fdsl"]
+    first = contract.splitlines()
     assert "shapes do not broadcast" in first[0] and "^" in first[2]
-    assert ": note: " in _DOC_ERRORS[0][1]
+    assert ": note: " in contract
 
 
 @pytest.mark.parametrize("src,expected,path", _DOC_ERRORS, ids=[p for _, _, p in _DOC_ERRORS])
@@ -449,9 +450,11 @@ def test_fdsl_md_claims_about_types_hold():
     assert str(mods["heads"].output_types[0]) == "f32[4, S, 32]"
 
 
-# The operator tables: one row per op of dsl/ops.py, `| `name(args)` | dtypes | result | semantics |`.
+# The operator tables: one row per op of dsl/ops.py, `| `name(args)` | dtypes | result | semantics |`;
+# slicing, which has no name to call, is the row `| `x[items]` | ... |`.
 
 _ROW = re.compile(r"^\|\s*`(\w+)\(([^`]*)\)`\s*\|(.*)\|\s*$")
+_SUBSCRIPT_ROW = re.compile(r"^\|\s*`(x\[[^`]*\])`\s*\|(.*)\|\s*$")
 
 
 def _op_rows() -> list[tuple[str, str, list[str]]]:
@@ -461,6 +464,9 @@ def _op_rows() -> list[tuple[str, str, list[str]]]:
         m = _ROW.match(line)
         if m:
             rows.append((m.group(1), f"{m.group(1)}({m.group(2)})", [c.strip() for c in m.group(3).split("|")]))
+        m = _SUBSCRIPT_ROW.match(line)
+        if m:
+            rows.append(("slice", m.group(1), [c.strip() for c in m.group(2).split("|")]))
     return rows
 
 
@@ -487,8 +493,12 @@ def _literal(e: A.Expr):
 def test_fdsl_md_signature_matches_the_op_table(name):
     (sig,) = [sig for n, sig, _ in _op_rows() if n == name]
     (call,) = parse(f"chain t() -> f32 {{\n    return {sig}\n}}\n").chains[0].body[0].values
-    assert isinstance(call, A.Call) and call.func == name
     op = OPS[name]
+    if name == "slice":                 # written `x[items]`: a subscript of the op's tensor argument
+        assert isinstance(call, A.Subscript) and [a.name for a in op.args] == [call.value.id, "items"]
+        assert [a.kind for a in op.args] == ["tensor", "subscript"]
+        return
+    assert isinstance(call, A.Call) and call.func == name
     required = [a.name for a in op.args if a.default is REQUIRED]
     optional = [(a.name, a.default) for a in op.args if a.default is not REQUIRED]
     assert [a.id if isinstance(a, A.Name) else a for a in call.args] == required, sig
@@ -503,20 +513,29 @@ _CLASSES["numeric"] = _CLASSES["float"] + ("i32", "i64")
 _CLASSES["any"] = _CLASSES["numeric"] + ("bool",)
 _PROBE_SHAPES = {"batchnorm": ["[4, 4]", "[4]", "[4]", "[4]", "[4]"], "conv2d": ["[1, 4, 6, 6]", "[4, 4, 3, 3]"]}
 _PROBE_STATICS = {"permute": "[1, 0]", "reshape": "[16]", "broadcast_to": "[2, 4, 4]", "cast": "f32"}
+# Ops not probed as `y = name(tensors, statics)`: the statement, and the op of the node it makes.
+_PROBE_STATEMENTS = {"slice": ("y = x[1:3, ::-1]", "slice"), "concat": ("y = concat([xs, xs], axis=1)", "concat"),
+                     "split": ("y, z = split(x, [1, 3], axis=-1)", "slice")}
+
+
+def _tensor_args(name: str) -> list[str]:
+    return [a.name for a in OPS[name].args if a.kind in ("tensor", "tensors")]
 
 
 def _dtype_rule(name: str, cell: str) -> dict[str, tuple[str, ...] | None]:
-    """A dtypes cell, `CLASS` or `` `arg`, `arg` CLASS-or-dtype; ... ``, as {arg: allowed dtypes};
-    None for the arguments that take the probed dtype."""
-    tensors = [a.name for a in OPS[name].args if a.kind == "tensor"]
+    """A dtypes cell, `CLASS` or `` `arg`, `arg` CLASS-or-dtypes; ... `` (dtypes: `i32` or
+    `i32 or i64`), as {arg: allowed dtypes}; None for the arguments that take the probed dtype."""
+    tensors = _tensor_args(name)
     if cell in _CLASSES:
         return {a: None for a in tensors}
     rule = {}
     for part in cell.split(";"):
-        *args, what = part.replace(",", " ").split()
-        assert what in _CLASSES or what in _CLASSES["any"], f"{name}: unknown dtype rule {part!r}"
+        args = re.findall(r"`(\w+)`", part)
+        what = [w.strip() for w in re.sub(r"`\w+`,?", "", part).split(" or ")]
+        assert args and (what[0] in _CLASSES and len(what) == 1 or all(w in _CLASSES["any"] for w in what)), \
+            f"{name}: unknown dtype rule {part!r}"
         for a in args:
-            rule[a.strip("`")] = None if what in _CLASSES else (what,)
+            rule[a] = None if what[0] in _CLASSES else tuple(what)
     assert sorted(rule) == sorted(tensors), f"{name}: the dtypes cell must name every tensor argument"
     return rule
 
@@ -534,23 +553,40 @@ def test_fdsl_md_dtype_and_result_rules_hold(name):
     dtypes_cell, result_cell = cells[0], cells[1]
     rule = _dtype_rule(name, dtypes_cell)
     allowed = _varying_class(dtypes_cell)
-    tensors = [a.name for a in OPS[name].args if a.kind == "tensor"]
+    tensors = _tensor_args(name)
     shapes = _PROBE_SHAPES.get(name, ["[4, 4]"] * len(tensors))
+    args = ", ".join(tensors + ([_PROBE_STATICS[name]] if name in _PROBE_STATICS else []))
+    statement, node_op = _PROBE_STATEMENTS.get(name, (f"y = {name}({args})", name))
+
+    def probe(dtypes: dict[str, str]) -> str:
+        params = ", ".join(f"{a}: {dtypes[a]}{s}" for a, s in zip(tensors, shapes))
+        return f"chain probe({params}) -> f32 {{\n    {statement}\n    return sum(cast(y, f32))\n}}\n"
+
+    def refused(src: str) -> None:
+        with pytest.raises(FdslError) as info:
+            fusec.check(src)
+        assert info.value.diagnostics[0].span.line == 2, info.value.render()
+
+    first_word = result_cell.split(";")[0].split()[0]
     for dt in _CLASSES["any"]:
-        params = ", ".join(f"{a}: {(rule[a] or (dt,))[0]}{s}" for a, s in zip(tensors, shapes))
-        args = ", ".join(tensors + ([_PROBE_STATICS[name]] if name in _PROBE_STATICS else []))
-        src = f"chain probe({params}) -> f32 {{\n    y = {name}({args})\n    return sum(cast(y, f32))\n}}\n"
+        src = probe({a: (rule[a] or (dt,))[0] for a in tensors})
         if dt not in allowed:
-            with pytest.raises(FdslError) as info:
-                fusec.check(src)
-            assert info.value.diagnostics[0].span.line == 2, info.value.render()
+            refused(src)
             continue
-        node = next(n for n in fusec.check(src).chain("probe").nodes if n.op == name)
-        if result_cell.startswith("bool"):
-            want = "bool"
-        elif result_cell.startswith("`dtype`"):
+        node = next(n for n in fusec.check(src).chain("probe").nodes if n.op == node_op)
+        if result_cell.startswith("`dtype`"):
             want = _PROBE_STATICS[name]
+        elif first_word in _CLASSES["any"]:
+            want = first_word
         else:
             assert result_cell.startswith("same"), f"{name}: unknown result rule {result_cell!r}"
             want = dt
         assert node.type.dtype.name == want, f"{name} on {dt}: {node.type}"
+    # an argument of fixed dtypes takes exactly those (the others at their first allowed dtype)
+    for a in (a for a in tensors if rule[a] is not None):
+        for dt in _CLASSES["any"]:
+            src = probe({b: dt if b == a else (rule[b] or (allowed[0],))[0] for b in tensors})
+            if dt in rule[a]:
+                fusec.check(src)
+            else:
+                refused(src)

@@ -378,3 +378,18 @@ def test_every_misfit_of_a_binding_is_reported():
             "'x' is f32[N]"),
         (2, "the index -3 is outside axis 0, which has 2 elements under this binding (N=2); 'x' is f32[N]"),
     ]
+
+
+def test_the_documented_binding_error_is_what_fusec_prints(tmp_path, monkeypatch, capsys):
+    import re
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "FDSL.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```(\w*)[^\n]*\n(.*?)^```", doc, re.S | re.M)
+    (i,) = [k for k, (lang, text) in enumerate(blocks) if lang == "sh" and text.startswith("$ fusec tail.fdsl")]
+    program, shown = blocks[i - 1][1], blocks[i][1]
+    command, expected = shown.split("\n", 1)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tail.fdsl").write_text(program)
+    assert program == TAIL
+    assert main(command.split()[2:]) == 1
+    assert capsys.readouterr().err == expected
