@@ -56,7 +56,8 @@ OPS = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "
        "log1p", "sin", "cos", "floor", "ceil", "reciprocal", "square", "add", "sub", "mul", "div", "pow",
        "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "where", "clamp", "cast", "sum", "mean", "max",
        "min", "prod", "softmax", "log_softmax", "layernorm", "rmsnorm", "batchnorm", "matmul", "conv2d",
-       "transpose", "permute", "reshape", "broadcast_to", "nosuchop"]
+       "transpose", "permute", "reshape", "broadcast_to", "concat", "split", "gather", "embedding", "cumsum",
+       "cumprod", "argmax", "argmin", "slice", "nosuchop"]
 OPERATORS = ["+", "-", "*", "/", "**", "@", "==", "!=", "<", "<=", ">", ">=", "|>"]
 PUNCT = list("()[]{},:;=+-*/@<>|#.\"\n\t ") + ["->", "|>", "**", "\\"]
 TOKENS = ["chain", "return", "const", "true", "false", "x", "M", "N", "-1", "0", "1.5", "axis=", "keepdims=true",
@@ -198,6 +199,26 @@ def m_nest(rng, text):
     return out if out != text else "chain f(x: f32[4]) -> f32[4] {\n    return " + expr + "\n}\n"
 
 
+SUBSCRIPTS = ["0", "-1", "1:3", "::-1", "...", ":", "::0", "9999", "-99999999999999999999", "M", ":M", "-M:", "N:",
+              "1.5", "x", "..., ...", "None", "::2", "-4:", "[0]", "true", ":, :, :, :, :", "0, 0, 0", "1:0",
+              "-1:-4:-1", "k + 1", ":N", "2::3"]
+
+
+def m_subscript(rng, text):
+    """A subscript (often an odd one) after a name or a closing parenthesis, or a split binding."""
+    if rng.random() < 0.2:
+        sizes = rng.choice(["[2, 2]", "[1, -1]", "[-1, -1]", "[0, 4]", "[M, 1]", "4", "[]", "[3, 99999999999999999999]"])
+        names = rng.choice(["a, b", "a, b, c", "a, a", "M, b"])
+        return re.sub(r"(\n\s*)return ", lambda m: f"{m.group(1)}{names} = split(x, {sizes}, axis={rng.choice(['0', '-1', '5'])})"
+                      f"{m.group(1)}return ", text, count=1)
+    items = ", ".join(rng.choice(SUBSCRIPTS) for _ in range(rng.randint(1, 3)))
+    spots = [m.end() for m in re.finditer(r"\b(?!chain|return|const)[A-Za-z_]\w*\b(?!\s*[(:])|\)", text)]
+    if not spots:
+        return text
+    i = rng.choice(spots)
+    return text[:i] + f"[{items}]" + text[i:]
+
+
 def m_lines(rng, text):
     lines = text.split("\n")
     if len(lines) < 2:
@@ -277,7 +298,11 @@ def _expr(rng, names: list[str], depth: int) -> str:
     if choice < 0.95:
         return f"cast({sub()}, {rng.choice(DTYPES)})"
     return rng.choice([f"reshape({sub()}, [-1])", f"transpose({sub()})", f"broadcast_to({sub()}, [3, M, N])",
-                       f"permute({sub()}, [1, 0])", f"{sub()} |> exp", f"{sub()} |> sum(axis=-1)"])
+                       f"permute({sub()}, [1, 0])", f"{sub()} |> exp", f"{sub()} |> sum(axis=-1)",
+                       f"{sub()}[{rng.choice(SUBSCRIPTS)}]", f"concat([{sub()}, {sub()}], axis={rng.choice(['0', '-1'])})",
+                       f"gather({sub()}, cast({sub()}, i64), axis={rng.choice(['0', '-1'])})",
+                       f"embedding({sub()}, cast({sub()}, i32))", f"cumsum({sub()})", f"cumprod({sub()}, axis=0)",
+                       f"argmax({sub()}, axis=-1)", f"argmin({sub()}, keepdims=true)"])
 
 
 def m_grammar(rng, text):
@@ -324,7 +349,8 @@ def _inferred(head: str, body: str, declared: list[str]) -> list[str]:
 
 
 MUTATORS = {"literal": m_literal, "dims": m_dims, "axis": m_axis, "op": m_op, "dtype": m_dtype, "nest": m_nest,
-            "lines": m_lines, "chars": m_chars, "truncate": m_truncate, "empty": m_empty, "grammar": m_grammar}
+            "lines": m_lines, "chars": m_chars, "truncate": m_truncate, "empty": m_empty, "grammar": m_grammar,
+            "subscript": m_subscript}
 
 
 def to_bytes(rng, text: str, family: str) -> bytes:
@@ -503,7 +529,7 @@ def odd_artifact(rng, files: dict[str, bytes]) -> dict[str, bytes]:
 
 FAMILY_WEIGHTS = {"grammar": 14, "literal": 10, "dims": 9, "axis": 7, "op": 8, "dtype": 6, "nest": 7, "lines": 7, "chars": 9,
                   "truncate": 5, "empty": 3, "bytes": 7, "bind": 9, "flags": 8, "inputs": 6, "paths": 2,
-                  "artifact": 3}
+                  "artifact": 3, "subscript": 7}
 
 
 def make_case(seed: int, index: int, programs: list[str]) -> Case:
