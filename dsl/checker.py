@@ -660,9 +660,11 @@ class _ChainChecker:
             self.error(e.span, f"{the} must be an integer; the symbol '{e.id}' can only be a slice bound "
                        f"(x[:{e.id}])" if what == "index" else f"{the} must be an integer, not the symbol '{e.id}'")
             return POISON
-        if isinstance(e, A.Unary) and isinstance(e.operand, A.Name) and e.operand.id not in self.scope \
-                and e.operand.id in self.sym_spans:
-            self.error(e.span, f"{the} cannot be a negated symbol (-{e.operand.id}); a bound is an integer or a "
+        inner = e
+        while isinstance(inner, A.Unary):
+            inner = inner.operand
+        if inner is not e and isinstance(inner, A.Name) and inner.id not in self.scope and inner.id in self.sym_spans:
+            self.error(e.span, f"{the} cannot be a negated symbol (-{inner.id}); a bound is an integer or a "
                        "symbol itself")
             return POISON
         if isinstance(e, A.Name) and e.id in ("None", "none", "newaxis") and e.id not in self.scope:
@@ -681,6 +683,9 @@ class _ChainChecker:
         if isinstance(v, Weak):
             self.error(e.span, f"{the} must be an integer, got the {v.kind} {_show_weak(v)}")
             return POISON
+        unknown = self._unknown_name(e)
+        if unknown is not None:
+            return self.name(unknown)   # reported there
         tensor = self._mentions_tensor(e)
         if tensor is POISON:
             return POISON
@@ -700,6 +705,15 @@ class _ChainChecker:
         what_is = {A.Str: "a string", A.DTypeLit: "a dtype"}.get(type(e), "this")
         self.error(e.span, f"{the} must be an integer; {what_is} is not one")
         return POISON
+
+    def _unknown_name(self, e: A.Expr) -> A.Name | None:
+        """The first name in an expression (outside calls and subscripts) that is neither bound
+        nor a symbol of the chain."""
+        if isinstance(e, A.Name):
+            return e if e.id not in self.scope and e.id not in self.sym_spans else None
+        subs = {A.Unary: lambda: [e.operand], A.Binary: lambda: [e.lhs, e.rhs],
+                A.ListExpr: lambda: list(e.items)}.get(type(e), lambda: [])()
+        return next((u for u in map(self._unknown_name, subs) if u is not None), None)
 
     def _mentions_tensor(self, e: A.Expr) -> Any:
         """Whether an expression reads a tensor (a name bound to one, a call, a subscript);

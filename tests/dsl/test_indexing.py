@@ -57,6 +57,10 @@ BAD = [
                                      "symbol itself"),
     ("return sum(x[:, :K])", 2, 22, "unknown name 'K'"),
     ("return sum(x[qq])", 2, 18, "unknown name 'qq'"),
+    ("return sum(x[-qq])", 2, 19, "unknown name 'qq'"),
+    ("return sum(x[qq + 1:])", 2, 18, "unknown name 'qq'"),
+    ("return sum(x[:, -(-N):])", 2, 21, "a slice bound cannot be a negated symbol (-N); a bound is an integer or a "
+                                        "symbol itself"),
     ("return sum(x[:, None])", 2, 21, "a subscript cannot insert a new axis (x[None]); use reshape(x, [...]) to add "
                                       "an axis of extent 1"),
     ("return sum(x[99999999999999999999])", 2, 18, "the index 99999999999999999999 does not fit in i64"),
