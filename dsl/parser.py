@@ -382,6 +382,9 @@ def _bad_statement(s: _ErrorSite) -> Diagnostic | None:
     if s.accepts - {"COMMA"} != {"EQUAL"} or s.prev is None or s.prev.type != "NAME":
         return None
     binds = s.prev2 is not None and s.prev2.type in {"CONST", "COMMA"}
+    if s.tok.type == "LSQB" and not binds and re.match(r"\s*\w+\s*\[.*\]\s*=(?!=)", s.file.line(s.tok.line)):
+        return Diagnostic(_tok_span(s.file, s.tok), f"cannot assign into a subscript of '{s.prev}': values are "
+                          "immutable; make a new one (with concat, where...) and bind it to a new name")
     if binds or s.tok.type in _VALUE_TOKENS:
         return Diagnostic(_tok_span(s.file, s.tok), f"expected '=' after '{s.prev}'")
     return Diagnostic(_tok_span(s.file, s.prev), _EXPR_STATEMENT)

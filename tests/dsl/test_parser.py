@@ -507,6 +507,10 @@ BAD = [
     (HEAD + "    a, b split(x, [1])\n}\n", 2, 10, "expected '=' after 'b'"),
     (HEAD + "    a, 1 = split(x, [1])\n}\n", 2, 8, "expected a name, found number 1"),
     ("const a, b = 1\n", 1, 8, "expected '=' after 'a'"),
+    (HEAD + "    x[0] = 1.0\n}\n", 2, 6, "cannot assign into a subscript of 'x': values are immutable; make a new "
+                                      "one (with concat, where...) and bind it to a new name"),
+    (HEAD + "    x[0]\n    return x\n}\n", 2, 5,
+     "an expression is not a statement; bind it with `name = ...` or `return` it"),
     # generic fallback
     (HEAD + "    h = f(1=2)\n}\n", 2, 12, "expected an operator, ')' or ',', found '='"),
     (HEAD + "    return gelu(x, +)\n}\n", 2, 20, "expected an expression or ')', found '+'"),
