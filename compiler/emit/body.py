@@ -17,6 +17,8 @@ from ..transforms.attention_kernels import MARKS as _ATTENTION_MARKS
 from .attention import MARK as ATTENTION_MARK
 from .attention import block_attention
 from .reduce import block_reduce
+from .scan import MARK as SCAN_MARK
+from .scan import block_scan
 from .scalar import Helpers, ScalarRules
 from .values import (Constants, EmitError, Globals, Names, elem_of, is_int, is_memref,
                           memref_shape, no_rule)
@@ -280,9 +282,12 @@ class Body(ControlFlow):
         emit_cpu.library_call(self, op)
 
     def generic(self, op):
+        if SCAN_MARK in op.attributes:
+            block_scan(self, op)
+            return
         if BLOCK_REDUCE not in op.attributes:
             raise no_rule(op, "(linalg is lowered to loops before the emitter, but for the block-wide "
-                              "combines of row kernels)")
+                              "combines of row kernels and scans)")
         block_reduce(self, op)
 
     # ------------------------------------------------------------------ gpu

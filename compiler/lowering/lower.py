@@ -11,7 +11,7 @@ from fusec.dsl.typed import TypedChain, TypedModule
 
 from ..errors import CompilerInternalError
 from ..mlir import func, ir, new_context, verify
-from . import contraction, elementwise, norm, reduction, shape  # noqa: F401  (each registers its rules)
+from . import contraction, elementwise, indexing, norm, reduction, shape  # noqa: F401  (each registers its rules)
 from .builder import ScalarConst, element_type, shape_of, elem_of, tensor_type
 from .registry import RULES, LoweringContext
 

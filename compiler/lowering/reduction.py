@@ -1,4 +1,4 @@
-"""Reductions sum/mean/max/min/prod over any axis list.
+"""Reductions sum/mean/max/min/prod over any axis list; argmax/argmin; the scans cumsum/cumprod.
 
 One reduction linalg.generic writes the kept dims only, accumulating in the compute type (f32 for
 16-bit floats); an elementwise generic follows when something is left to do (mean's division by
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from fusec.dsl.typed import Node
 
-from ..mlir import ir
+from ..mlir import arith, ir, linalg
 from . import scalar as S
-from .builder import (compute_type, expand, identity_map, is_float, narrow, parallel, reassociation,
-                      reduction, shape_of, widen)
+from .builder import (compute_type, dims_map, expand, fill, generic, identity_map, is_float, kept_map, narrow,
+                      parallel, reassociation, reduction, shape_of, widen)
 from .registry import LoweringContext, rule
 
 
@@ -59,3 +59,68 @@ def keepdims(value: ir.Value, shape: tuple[int, ...]) -> ir.Value:
     if have == tuple(shape):
         return value
     return expand(value, tuple(shape), reassociation(tuple(shape), have))
+
+
+@rule("argmax", "argmin")
+def lower_arg_reduction(ctx: LoweringContext, node: Node):
+    """The first position of the extreme along the axis, as two reductions a row kernel can hold:
+    m = max (min) of x, then the smallest index j where x[j] equals m, or is NaN when m is (the
+    IEEE maximum and minimum are NaN exactly when the slice holds one). -0 and +0 are equal, so
+    the first zero of either sign is found, as NumPy does."""
+    x = ctx.tensor(node.inputs[0])
+    space = shape_of(x)
+    rank, axis = len(space), node.attr("axis")
+    elem = ir.RankedTensorType(x.type).element_type
+    work = compute_type(elem)
+    combine = S.maximum if node.op == "argmax" else S.minimum
+    m = reduction([(x, identity_map(rank))], space, (axis,), _init("max" if node.op == "argmax" else "min", work),
+                  work, lambda xs, a: combine(widen(xs[0]), a))
+    i64 = ir.IntegerType.get_signless(64)
+    n = space[axis]
+
+    def first(xs, acc):
+        v, top = widen(xs[0]), xs[1]
+        if is_float(work):
+            hit = arith.ori(arith.cmpf(arith.CmpFPredicate.OEQ, v, top),
+                            arith.andi(arith.cmpf(arith.CmpFPredicate.UNO, top, top),
+                                       arith.cmpf(arith.CmpFPredicate.UNO, v, v)))
+        else:
+            hit = arith.cmpi(arith.CmpIPredicate.eq, v, top)
+        j = arith.index_cast(i64, linalg.IndexOp(axis).result)
+        return arith.minsi(acc, arith.select(hit, j, S.c(n, acc)))
+    out = reduction([(x, identity_map(rank)), (m, kept_map(rank, (axis,)))], space, (axis,), n, i64, first)
+    return keepdims(out, ctx.shape(node))
+
+
+SCAN = "fusec.scan"          # on a running sum / product: the generic below, which the compiler runs as a scan
+SCAN_AXIS = "fusec.scan_axis"
+
+
+@rule("cumsum", "cumprod")
+def lower_scan(ctx: LoweringContext, node: Node):
+    """out[.., i, ..] = combine over j <= i of x[.., j, ..]: a generic over the output's loops and
+    one more, j, reduced, whose body takes x[j] where j <= i and the neutral element elsewhere.
+    That is what it means, for every consumer of the IR (MLIR's own JIT runs it as written, in
+    N^2 steps); the op is marked `fusec.scan` and compiled as a scan, one pass along the axis
+    (compiler/transforms/scans.py)."""
+    x = ctx.tensor(node.inputs[0])
+    space = shape_of(x)
+    rank, axis = len(space), node.attr("axis")
+    elem = ir.RankedTensorType(x.type).element_type
+    work = compute_type(elem)
+    combine, neutral = (S.add, 0) if node.op == "cumsum" else (S.mul, 1)
+    read = [ir.AffineDimExpr.get(rank if d == axis else d) for d in range(rank)]
+
+    def body(xs, accs):
+        i, j = linalg.IndexOp(axis).result, linalg.IndexOp(rank).result
+        inside = arith.cmpi(arith.CmpIPredicate.ule, j, i)
+        v = widen(xs[0])
+        return [combine(accs[0], arith.select(inside, v, S.c(neutral, v)))]
+    acc = fill(neutral, space, work)
+    (out,) = generic([(x, ir.AffineMap.get(rank + 1, 0, read))], [(acc, dims_map(rank + 1, range(rank)))],
+                     ["parallel"] * rank + ["reduction"], body)
+    out.owner.attributes[SCAN] = ir.StringAttr.get(node.op)
+    out.owner.attributes[SCAN_AXIS] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), axis)
+    if work != elem:
+        out = parallel([out], space, elem, lambda xs: narrow(xs[0], elem))
+    return out

@@ -14,6 +14,8 @@ from ..errors import CompilerInternalError
 from ..mlir import PassManager, ir
 
 ID_ATTR = "fusec.id"
+SCAN = "fusec.scan"                # a running sum/product (compiler/lowering/reduction.py), run as a scan
+SCAN_AXIS = "fusec.scan_axis"
 VIEW_OPS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape")
 IGNORED = ("tensor.empty", "arith.constant", "func.return")
 CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.conv_2d_nchw_fchw", "linalg.batch_matmul_transpose_b",
@@ -50,12 +52,20 @@ class OpInfo:
     fill_value: float | None = None             # fills: the constant they fill with (None: not a constant)
     note: str = ""                              # what a graph pass did to it (its `fusec.note`)
     body_expr: tuple = ()                       # generics: each yielded value as a tree (body_tree)
+    # tensors the body reads with tensor.extract at computed indices (a gather's table; what a
+    # concat or a reversed slice reads that inline-indexed-reads did not inline): per tensor
+    # (operand key, bytes read at most, the compute op behind it through views or None). Such a
+    # producer is a dependency the kernel cannot fuse: it must be written before the kernel runs.
+    indirect: tuple[tuple[str, int, int | None], ...] = ()
+    scan: str = ""                              # a running sum/product (lowering's `fusec.scan`): cumsum, cumprod
+    scan_axis: int = -1                         # its axis: the output dim it runs along (loop `len(loops)-1` is j)
 
     @property
     def points(self) -> int:
-        """Points of the iteration space (one body execution each)."""
+        """Points of the iteration space (one body execution each); a scan's body runs once per
+        output element (its generic's extra loop over j <= i is what it means, not what runs)."""
         n = 1
-        for x in self.loops:
+        for x in (self.loops[:-1] if self.scan else self.loops):
             n *= max(1, x)
         return n
 
@@ -82,6 +92,11 @@ class OpInfo:
                 op = "reduce"
             out[op] = out.get(op, 0) + 1
         return out
+
+    @property
+    def indirect_ops(self) -> frozenset[int]:
+        """The compute ops whose results this op reads at computed indices."""
+        return frozenset(p for _, _, p in self.indirect if p is not None)
 
     @property
     def parallel_loops(self) -> tuple[int, ...]:
@@ -191,8 +206,7 @@ def _info(i: int, orig, gen, index: dict) -> OpInfo:
     users = []
     for r in orig.results:
         for use in r.uses:
-            owner = use.owner
-            users.append(index.get(_key(owner), -1))
+            users.append(index.get(_key(_payload_owner(use.owner)), -1))
     name = orig.name
     shape = _shape(orig.results[0].type) if len(orig.results) else ()
     eb = _elem_bytes(orig.results[0].type) if len(orig.results) else 4
@@ -222,11 +236,14 @@ def _info(i: int, orig, gen, index: dict) -> OpInfo:
     else:
         kind = "elementwise"
     n_in = len(gen.operands) - len(gen.results)
+    extra["indirect"] = _indirect_reads(orig, index, _prod(loops) * eb)
     return OpInfo(i, name, kind, tuple(loops), iters, producers, operand_loops, operand_loops[-1],
                   tuple(sorted(set(users))), shape, eb, body, str(orig.location), n_inputs=n_in,
                   reduction_ops=_combining_ops(gen, n_in) if kind == "reduction" else (),
                   fill_value=_fill_value(orig) if kind == "fill" else None,
                   note=ir.StringAttr(orig.attributes["fusec.note"]).value if "fusec.note" in orig.attributes else "",
+                  scan=ir.StringAttr(orig.attributes[SCAN]).value if SCAN in orig.attributes else "",
+                  scan_axis=ir.IntegerAttr(orig.attributes[SCAN_AXIS]).value if SCAN_AXIS in orig.attributes else -1,
                   body_expr=body_tree(gen, n_in), **extra)
 
 
@@ -266,6 +283,55 @@ def body_tree(gen, n_in: int) -> tuple:
             out = (name,) + tuple(tree(x) for x in op.operands)
         trees[_key(op)] = out
     return tuple(tree(v) for v in ops[-1].operands)
+
+
+def _payload_owner(op):
+    """The op itself, or, for an op nested in a payload op's body (a tensor.extract reading a
+    value at computed indices), that payload op: the value's reader as the plan sees it."""
+    op = op.operation if hasattr(op, "operation") else op
+    while op.parent is not None and op.parent.name not in ("func.func", "builtin.module"):
+        op = op.parent
+    return op
+
+
+def _indirect_reads(op, index: dict, most: int) -> tuple:
+    """(operand key, bytes, compute op behind it or None) per tensor the body extracts from."""
+    found: dict = {}
+
+    def visit(inner):
+        inner = inner.operation if hasattr(inner, "operation") else inner
+        if inner.name == "tensor.extract":
+            v = inner.operands[0]
+            if not _defined_in(v, op):
+                found.setdefault(v, None)
+        return ir.WalkResult.ADVANCE
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner.operation.walk(visit)
+    out = []
+    for v in found:
+        owner, behind = v.owner, None
+        while not isinstance(owner, ir.Block):
+            behind = index.get(_key(owner))
+            if owner.name not in VIEW_OPS:
+                break
+            owner = owner.operands[0].owner
+            behind = None
+        t = _shape(v.type)
+        out.append((_operand_key(v, index), min(_prod(t) * _elem_bytes(v.type), most), behind))
+    return tuple(out)
+
+
+def _defined_in(value, op) -> bool:
+    owner = value.owner
+    inner = owner.owner if isinstance(owner, ir.Block) else owner
+    while inner is not None:
+        inner = inner.operation if hasattr(inner, "operation") else inner
+        if inner == op:
+            return True
+        inner = inner.parent
+    return False
 
 
 def _view_dims(op, source: tuple[int, ...], result: tuple[int, ...]) -> tuple[int | None, ...]:

@@ -53,6 +53,7 @@ class Tiling:
     row_threads: int = 0              # gpu row kernels: threads splitting each row (plan/rows.py); 0: none
     gemm: tuple[int, ...] = ()        # gpu contraction kernels: (bk, tq, tp[, double-buffered 0|1]) (plan/gemm.py); (): none
     attention: tuple[int, ...] = ()   # attention kernels: (queries per block, keys per step) (plan/attention.py)
+    scan: int = 0                     # scan kernels (cumsum): threads per row on the gpu (1 on the cpu); 0: none
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,8 @@ def _prod(xs) -> int:
 
 
 def _external_reads(info: ChainInfo, members: frozenset[int]) -> dict[str, tuple[int, int, int]]:
-    """Tensors a kernel reads from global memory: key -> (bytes, reading op, operand index)."""
+    """Tensors a kernel reads from global memory: key -> (bytes, reading op, operand index; None
+    for a tensor read at computed indices, at most the reader's points' worth)."""
     out: dict[str, tuple[int, int, int]] = {}
     for m in sorted(members):
         o = info.op(m)
@@ -142,6 +144,9 @@ def _external_reads(info: ChainInfo, members: frozenset[int]) -> dict[str, tuple
                 continue
             if key not in out:
                 out[key] = (o.operand_bytes(k), m, k)
+        for key, nbytes, _ in o.indirect:              # read at computed indices (operand index None)
+            if key.startswith(("arg", "%")) and key not in out:
+                out[key] = (nbytes, m, None)
     return out
 
 
@@ -201,6 +206,8 @@ def kernel_cost(info: ChainInfo, members, root: int, tiling: Tiling, hw: Hardwar
     first = cached = uncached_rereads = 0.0
     for key, (nbytes, m, k) in reads.items():
         first += nbytes
+        if k is None:                          # gathered: each tile reads what its indices name
+            continue
         varies = _operand_varies(info.op(m), k, corr.get(m, {}))
         again = _prod(n for l, n in block_tiles.items() if l not in varies) - 1
         if again:
@@ -222,6 +229,8 @@ def kernel_cost(info: ChainInfo, members, root: int, tiling: Tiling, hw: Hardwar
                   kernels_unfused=_unfused[2], intermediates=len(intermediates), writes=len(written))
     if tiling.attention:
         return _attention_time(info, members, tiling, hw, common, measured)
+    if tiling.scan:
+        return _scan_time(info, root, tiling, hw, common)
     if gpu and tiling.row_threads:
         return _gpu_row_time(info, members, root, tiling, hw, common, reads, corr, measured)
     if gpu and tiling.gemm:
@@ -315,7 +324,7 @@ def _gpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, 
     # posted and do not stall it
     per_thread = 0.0
     for key, (b, m, k) in reads.items():
-        per_elem = info.op(m).operand_elem_bytes[k]
+        per_elem = info.op(m).operand_elem_bytes[k] if k is not None else info.op(m).elem_bytes
         walk = key in strided and lost_frac < 1
         per_thread += b / total_threads / (SECTOR * (1 - lost_frac) + per_elem * lost_frac if walk else per_elem)
     per_thread += spill / 2 / total_threads / 4                                   # reading spills back
@@ -435,6 +444,40 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
                         bytes_cached=cached + l1, bytes_spilled=0.0, onchip_bytes=int(smem)), hw,
                    compute_s, memory_s, hw.launch_s, alloc_s, threads=threads, blocks=blocks,
                    occupancy=min(1.0, occupancy), recompute_s=compute_s * recompute / max(flops, 1e-30), spill_s=0.0)
+
+
+def _scan_time(info, root: int, tiling: Tiling, hw: HardwareProfile, common):
+    """A scan kernel (cumsum, cumprod): rows are independent, each walked along its axis once.
+    gpu: a block of T threads per row takes the row in chunks of T elements: per chunk one
+    load, a block-wide scan (warp shuffles, a shared slot per warp, two barriers) and one store,
+    so a block's time is its chunks' latencies; rows fill the SMs in waves. cpu: a prange over
+    the rows, each a sequential loop (a loop-carried dependence: no vectorising)."""
+    r = info.op(root)
+    n = r.loops[r.scan_axis]
+    rows = max(1, r.points // max(1, n))
+    io = common["bytes_read"] + common["bytes_written"]
+    if hw.kind == "gpu":
+        T = tiling.scan
+        warps = math.ceil(T / WARP)
+        per_sm = max(1, min(hw.max_blocks_per_unit, hw.max_threads_per_unit // (warps * WARP)))
+        waves = rows / (per_sm * hw.units)
+        chunks = math.ceil(n / T)
+        per_chunk = hw.mem_latency_s + 2 * COMBINE_CYCLES / hw.clock_hz
+        latency = math.ceil(waves) * chunks * per_chunk
+        share = min(1.0, rows * T / (hw.units * hw.max_threads_per_unit))
+        memory_s = max(io / hw.bandwidth / max(share, 1e-9) * min(1.0, share * 4), latency)
+        compute_s = common["flops"] / hw.peak(r.elem_bytes)
+        occupancy = min(1.0, per_sm * warps * WARP / hw.max_threads_per_unit)
+        return _finish(dict(common, bytes_spilled=0.0, onchip_bytes=0), hw, compute_s, memory_s, hw.launch_s,
+                       hw.alloc_s * common["writes"], threads=T,
+                       blocks=rows, occupancy=occupancy, recompute_s=0.0, spill_s=0.0, waves=waves)
+    cores = hw.units
+    busy = min(rows, cores)
+    compute_s = common["flops"] * hw.weight("scalar") / (hw.peak(r.elem_bytes) / cores * busy) + hw.chunk_s
+    memory_s = io / _cpu_bw(hw, busy, io <= hw.l2_bytes)
+    return _finish(dict(common, bytes_spilled=0.0, onchip_bytes=0), hw, compute_s, memory_s, hw.launch_s, 0.0,
+                   threads=busy, blocks=rows,
+                   occupancy=busy / cores, recompute_s=0.0, spill_s=0.0)
 
 
 def _attention_time(info, members, tiling: Tiling, hw: HardwareProfile, common, measured: Measured | None = None):
@@ -658,8 +701,8 @@ def _strided(info: ChainInfo, m: int, k: int, corr_m: dict[int, frozenset], tili
     if not tiling.mapped:
         return False
     o = info.op(m)
-    if k >= len(o.operand_loops) or not o.operand_loops[k]:
-        return False
+    if k is None or k >= len(o.operand_loops) or not o.operand_loops[k]:
+        return False                            # read at computed indices: a gather's rows are contiguous
     x = tiling.mapped[-1]
     mine = corr_m.get(x, frozenset())
     last = o.operand_loops[k][-1]

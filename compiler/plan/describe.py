@@ -41,6 +41,9 @@ def _plan(p: dict) -> str:
 def tiles_text(g: dict) -> str:
     """A kernel's tiles in words, from its summary: serial, block and thread tiles, a row
     kernel's row threads, or a contraction kernel's K step and register tile."""
+    if g.get("scan"):
+        return (f"scan: a block of {g['scan']} threads per row, the row in chunks of {g['scan']}" if g["scan"] > 1
+                else "scan: a prange over the rows, each walked in order")
     if g["serial"]:
         return "serial (one thread)"
     if g.get("attention"):

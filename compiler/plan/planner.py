@@ -65,11 +65,12 @@ class Group:
     # other ops no member reads (horizontal fusion): the kernel writes them too, each tiled with
     # the root's tiles over the loops of its position (analysis.sibling_tiles)
     siblings: tuple[int, ...] = ()
+    scan: int = 0                        # scan kernels (cumsum): threads per row on the gpu, 1 on the cpu
 
     @property
     def serial(self) -> bool:
         """One thread does it all (no loop split across blocks, no row split across threads)."""
-        return not any(self.block_tiles) and not self.row_threads and not self.attention
+        return not any(self.block_tiles) and not self.row_threads and not self.attention and not self.scan
 
     def threads(self) -> tuple[int, ...]:
         """Threads per mapped loop, outermost first (1 each when there is no thread level), then
@@ -87,7 +88,8 @@ class Group:
     @property
     def tiling(self) -> Tiling:
         gemm = self.gemm[:3] + ((1,) if self.prefetch else ())
-        return Tiling(self.block_tiles, self.thread_tiles, self.mapped, self.row_threads, gemm, self.attention)
+        return Tiling(self.block_tiles, self.thread_tiles, self.mapped, self.row_threads, gemm, self.attention,
+                      self.scan)
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,7 @@ class FusionPlan:
                 "block_tiles": list(g.block_tiles), "thread_tiles": list(g.thread_tiles),
                 "threads": list(g.threads()), "row_threads": g.row_threads, "gemm": list(g.gemm[:3]),
                 "tensor_cores": g.mma, "double_buffered": g.prefetch, "attention": list(g.attention),
-                "recomputed": list(g.recomputed), "siblings": list(g.siblings),
+                "recomputed": list(g.recomputed), "siblings": list(g.siblings), "scan": g.scan,
                 "ops": [{"id": op, "label": self.info.op(op).label, "role": role,
                          "loc": _loc(self.info.op(op).loc)} for op, role in g.roles],
             } for g in self.groups],
@@ -247,6 +249,8 @@ def _recompute(info: ChainInfo, chooser: TileChooser, members_list: list[set[int
             if len(compute) != 1 or info.op(compute[0]).kind != "elementwise" or -1 in info.op(compute[0]).users:
                 continue
             p = info.op(compute[0])
+            if any(p.id in o.indirect_ops for o in info.ops):
+                continue                            # read at computed indices: it must be in memory
             users = [j for j, other in enumerate(members_list) if j != k and other & set(p.users)][::-1]
             # a user in one kernel is the grower's plain fusion, decided already; one in no kernel
             # (a view) reads the op from memory
@@ -339,7 +343,7 @@ def _horizontal_partner(info: ChainInfo, chooser: TileChooser, target: str, memb
     pays. Weighs the nearest HORIZONTAL_TRIES earlier kernels that share a read with it or feed
     it, within HORIZONTAL_WINDOW kernels."""
     def plain(m) -> bool:
-        return not any(info.op(x).kind in ("contraction", "pad") for x in m)
+        return not any(info.op(x).kind in ("contraction", "pad") or info.op(x).scan for x in m)
 
     if unwritten[b]:
         return None
@@ -361,16 +365,20 @@ def _horizontal_partner(info: ChainInfo, chooser: TileChooser, target: str, memb
                    f"%{roots[b]} reads {', '.join(sorted(feeds))} of the first") + ")")
         if not (plain(ma) and plain(mb)):
             if shared:
-                refused.append(f"not fused horizontally: {pair}: a contraction kernel has one root")
+                one = next(info.op(x) for x in ma | mb if info.op(x).kind in ("contraction", "pad") or info.op(x).scan)
+                what = "a scan" if one.scan else "a contraction" if one.kind == "contraction" else "a padded"
+                refused.append(f"not fused horizontally: {pair}: {what} kernel has one root")
             continue
         if unwritten[a]:
             continue
         union = frozenset(ma | mb)
+        if any(info.op(x).indirect_ops & union for x in union):
+            continue                                # one reads the other at computed indices: written first
         if any(u != -1 and u not in union and u <= roots[b] for x in ma for u in info.op(x).users):
             continue                                # read before the merged kernel would run
         if not tileable_loops(info, roots[b], set(union)):
             continue                                # no loop of the root that every sibling has
-        if _init_shared_with_a_root(info, union):
+        if _init_shared_with_a_root(info, union) or _init_shared_with_a_written(info, union) is not None:
             continue                                # the grower's refusal (_Grower._shared_init) holds
         merged = chooser.best(union)
         t = merged.tiling
@@ -393,18 +401,34 @@ def _horizontal_partner(info: ChainInfo, chooser: TileChooser, target: str, memb
     return None
 
 
-def _init_shared_with_a_root(info: ChainInfo, members) -> bool:
-    """Whether a fill initialises both a tiled root (or sibling) and a producer of the kernel:
-    tile-and-fuse would initialise it once, for the producer, and leave the root's accumulator
-    uninitialised."""
-    ends = set(sinks(info, members))
+def _fill_readers(info: ChainInfo, members) -> list[set[int]]:
+    """Per fill of the kernel, the members it initialises."""
     fills: dict[int, set[int]] = {}
     for m in members:
         o = info.op(m)
         for p in o.producers[o.n_inputs:]:
             if p is not None and info.op(p).kind == "fill":
                 fills.setdefault(p, set()).add(m)
-    return any(readers & ends and readers - ends for readers in fills.values())
+    return list(fills.values())
+
+
+def _init_shared_with_a_root(info: ChainInfo, members) -> bool:
+    """Whether a fill initialises both a tiled root (or sibling) and a producer of the kernel:
+    tile-and-fuse would initialise it once, for the producer, and leave the root's accumulator
+    uninitialised."""
+    ends = set(sinks(info, members))
+    return any(readers & ends and readers - ends for readers in _fill_readers(info, members))
+
+
+def _init_shared_with_a_written(info: ChainInfo, members) -> int | None:
+    """A reduction the kernel also writes for later users (a second output) whose fill
+    initialises another member too: split-rows finds that accumulator no longer filled in the
+    kernel (`p = softmax(x); m = max(p); return p - m, m`: max(x) and max(p) share -inf)."""
+    for readers in _fill_readers(info, members):
+        written = [m for m in readers if any(u == -1 or u not in members for u in info.op(m).users)]
+        if len(readers) > 1 and written:
+            return written[0]
+    return None
 
 
 def _siblings_fit(info: ChainInfo, root: int, members, t: Tiling) -> bool:
@@ -647,6 +671,16 @@ class _Grower:
             if why:
                 self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: also used by {shown} ({why})")
                 return False
+        if self.root.scan or prod.scan:
+            what = (f"kernel {{K{gid}}} is a scan" if self.root.scan else "a scan is computed whole, by a kernel of its own")
+            self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: {what} (it runs each row in order; "
+                                  "elementwise producers are already part of its body)")
+            return False
+        gathers = sorted(m for m in self.members if p in info.op(m).indirect_ops)
+        if gathers:
+            self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: %{gathers[0]} reads it at computed "
+                                  "indices (a gather, concat or reversed slice), so it is written first")
+            return False
         if prod.kind == "contraction" and self.contractions:
             self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: one contraction per kernel")
             return False
@@ -663,6 +697,11 @@ class _Grower:
             return False
         alone = with_cheap_producers(info, p)
         trial = frozenset(self.members | alone)
+        written = _init_shared_with_a_written(info, trial)
+        if written is not None:
+            self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: %{written} would be written for later "
+                                  "users while its init also initialises another reduction of the kernel")
+            return False
         if tileable_loops(info, self.root.id, self.members) and not tileable_loops(info, self.root.id, trial):
             self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: the kernel would have no loop left "
                                   f"to split across blocks (it reduces every loop of %{self.root.id})")
@@ -802,7 +841,7 @@ def _make_group(info: ChainInfo, gid: int, members: set[int], chooser: TileChoos
                                         "row-kernel tiling")
     return Group(gid, root, ops, roles, t.block, t.thread, t.mapped, t.row_threads, _gemm_dims(info, members, root, t),
                  _gemm_mma(info, members, root, t, chooser.hw), len(t.gemm) > 3 and bool(t.gemm[3]),
-                 tuple(t.attention), tuple(sorted(unwritten)), siblings(info, members))
+                 tuple(t.attention), tuple(sorted(unwritten)), siblings(info, members), t.scan)
 
 
 def _gemm_dims(info: ChainInfo, members, root: int, t: Tiling) -> tuple[int, ...]:
@@ -931,7 +970,15 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
             if target == "gpu" and (att[0] % THREADS_Y or att[1] % THREADS_X):
                 raise PlanError(f"group {gid}: attention {list(att)}: on the gpu the queries per block are a "
                                 f"multiple of {THREADS_Y} and the keys per step of {THREADS_X}")
-        t = Tiling(block, thread, mapped, row_threads, gemm, att)
+        scan = 0
+        if r.scan:                    # a scan's kernel is its template's: no tiles to give
+            if any(block) or any(thread) or row_threads or gemm or att or len(compute) > 1:
+                raise PlanError(f"group {gid}: %{root} is a scan ({r.scan}): its group holds it alone, "
+                                "without tiles")
+            scan = TileChooser(info, target, hw).best(frozenset(members)).tiling.scan
+        elif any(info.op(m).scan for m in compute):
+            raise PlanError(f"group {gid}: a scan is the root of a group of its own")
+        t = Tiling(block, thread, mapped, row_threads, gemm, att, scan)
         recomputed = frozenset(int(x) for x in g.get("recomputed", ()))
         if recomputed - (set(compute) - {root}):
             raise PlanError(f"group {gid}: recomputed {sorted(recomputed)}: only the group's compute ops other than "
@@ -940,7 +987,7 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
                             tuple((m, _role(info, m, root, members, recomputed)) for m in sorted(members)),
                             block, thread, mapped, row_threads, _gemm_dims(info, members, root, t),
                             _gemm_mma(info, members, root, t, hw), prefetch, att, tuple(sorted(recomputed)),
-                            siblings(info, members)))
+                            siblings(info, members), scan))
     missing = [o.id for o in info.ops if o.is_compute and o.id not in seen]
     if missing:
         raise PlanError(f"ops {missing} are in no group")

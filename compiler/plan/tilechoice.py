@@ -141,6 +141,8 @@ class TileChooser:
         att = self._attention_search(members)
         if att is not None:
             return att
+        if self.info.op(root).scan:
+            return self._scan_search(members, root)
         rows = self._row_search(members, root, tile) if self.target == "gpu" else None
         gemm = self._gemm_search(members, root) if self.target == "gpu" and tile else None
         if not tile:
@@ -180,6 +182,24 @@ class TileChooser:
         evaluated.sort(key=lambda x: x[1].time_s)
         best = evaluated[0]
         return Choice(best[0], best[1], tuple((t, c.time_s) for t, c in evaluated[:3]))
+
+    def _scan_search(self, members, root) -> Choice:
+        """A scan kernel (cumsum, cumprod) is not tiled by MLIR: its template walks each row along
+        the axis. gpu: T threads per row (a block each), a warp multiple up to the row's length,
+        128 to 1024 tried; cpu: a prange over the rows."""
+        r = self.info.op(root)
+        n = len(r.loops)
+        if self.target != "gpu":
+            t = Tiling((0,) * n, (), (), scan=1)
+            c = self.cost(members, t)
+            return Choice(t, c, ((t, c.time_s),))
+        extent = r.loops[r.scan_axis]
+        fit = min(self.hw.max_threads_per_block, max(32, -(-extent // 32) * 32))
+        counts = sorted({min(fit, T) for T in (128, 256, 512, 1024)})
+        evaluated = [(t, self.cost(members, t)) for t in
+                     (Tiling((0,) * n, (0,) * n, (), scan=T) for T in counts)]
+        evaluated.sort(key=lambda x: x[1].time_s)
+        return Choice(evaluated[0][0], evaluated[0][1], tuple((t, c.time_s) for t, c in evaluated))
 
     # ---- cpu: every divisor of one loop --------------------------------------------------
     def _cpu_search(self, members, root, tile) -> Choice:

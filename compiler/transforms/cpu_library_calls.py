@@ -24,7 +24,7 @@ from ..mlir import ir
 NAME = "cpu-library-calls"
 ATTR = "fusec.cpu_call"
 # ops an emitter template writes itself (transforms/attention_kernels.py): neither calls nor loops
-TEMPLATE_MARKS = ("fusec.block_attention", "fusec.attention_role", "fusec.absorbed")
+TEMPLATE_MARKS = ("fusec.block_attention", "fusec.attention_role", "fusec.absorbed", "fusec.scan")
 LOOPS = "fusec.to_loops"
 CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.conv_2d_nchw_fchw")
 _FLOATS = ("f32", "f64")

@@ -19,6 +19,8 @@ from ..mlir import MLIRError, PassManager, ir
 from .fold_batchnorm import fold_batchnorm
 from .fold_unit_reshapes import fold_unit_reshapes
 from .hoist_reshapes import hoist_reshapes
+from .indexed_reads import inline_indexed_reads
+from .mark_scans import mark_scans
 from .split_reductions import split_reductions
 
 STAGE = "graph"
@@ -82,6 +84,27 @@ class FoldUnitReshapes:
         fold_unit_reshapes(module)
 
 
+@dataclass(frozen=True)
+class InlineIndexedReads:
+    name: str = "inline-indexed-reads"
+    why: str = ("an elementwise value that concat, gather or a reversed slice reads at a computed index is "
+                "computed there, so those ops fuse with what produces their inputs")
+
+    def apply(self, module: ir.Module, hw=None) -> None:
+        inline_indexed_reads(module)
+
+
+@dataclass(frozen=True)
+class MarkScans:
+    name: str = "mark-scans"
+    why: str = ("a running sum or product keeps its scan mark after elementwise fusion rebuilt it, so it is "
+                "compiled as one pass along its axis (without the mark: as the N x N reduction it also is)")
+
+    def apply(self, module: ir.Module, hw=None) -> None:
+        with module.context:
+            mark_scans(module)
+
+
 GRAPH_PASSES: tuple[GraphPass, ...] = (
     FoldBatchnorm(),
     MlirPass("canonicalize", "canonicalize",
@@ -91,6 +114,8 @@ GRAPH_PASSES: tuple[GraphPass, ...] = (
              "merge each single-use elementwise producer into its consumer: one generic per chain of"
              " elementwise ops"),
     MlirPass("canonicalize", "canonicalize", "clean up after fusion (dead inits, unused operands)"),
+    InlineIndexedReads(),
+    MlirPass("canonicalize", "canonicalize", "erase the producers whose every read was inlined"),
     HoistReshapes(),
     MlirPass("linalg-fuse-elementwise-ops", "func.func(linalg-fuse-elementwise-ops),canonicalize",
              "merge the elementwise ops the moved reshapes no longer separate"),
@@ -98,6 +123,7 @@ GRAPH_PASSES: tuple[GraphPass, ...] = (
     MlirPass("canonicalize", "canonicalize", "erase the reshapes nothing reads any more"),
     SplitReductions(),
     MlirPass("cse", "cse", "merge what fusion duplicated"),
+    MarkScans(),
     MlirPass("symbol-dce", "symbol-dce", "erase private functions nobody calls"),
 )
 

@@ -160,10 +160,27 @@ class _Splitter:
                                             split_groups(len(shape), dim))
         return self.expanded[key], new_map
 
-    def _rebuild(self, old, ins, outs, iterators, part: str):
+    def _rebuild(self, old, ins, outs, iterators, part: str, loop: int):
         new = rebuild(old, ins, outs, iterators)
         new.attributes[PART] = ir.StringAttr.get(part)
+        self._split_index(new, loop, len(iterators) - 1)
         return new
+
+    def _split_index(self, op, loop: int, t: int) -> None:
+        """The body's position along the row (linalg.index of the row loop, argmax's j) is
+        j * T + t once the loop is split into j (in place) and t (loop `t`, appended)."""
+        index = ir.IndexType.get()
+        for inner in list(op.regions[0].blocks[0].operations):
+            inner = inner.operation
+            if inner.name != "linalg.index" or ir.IntegerAttr(inner.attributes["dim"]).value != loop:
+                continue
+            with ir.InsertionPoint.after(inner), inner.location:
+                lane = linalg.IndexOp(t).result
+                scaled = arith.MulIOp(inner.results[0], arith.ConstantOp(index, self.T).result).result
+                at = arith.AddIOp(scaled, lane).result
+            for u in list(inner.results[0].uses):
+                if u.owner != scaled.owner:
+                    u.owner.operands[u.operand_number] = at
 
     # -- ops ----------------------------------------------------------------------------------
     def _elementwise(self, m: int, loop: int) -> None:
@@ -186,7 +203,7 @@ class _Splitter:
         if m not in self.roots and not reads_outs:   # a fresh destination: per thread, a register
             with ir.InsertionPoint(old), old.location:
                 outs = [(tensor.EmptyOp(shape_of(v), elem_of(v)).result, a) for v, a in outs]
-        new = self._rebuild(old, ins, outs, iterators(old) + ["parallel"], "op")
+        new = self._rebuild(old, ins, outs, iterators(old) + ["parallel"], "op", loop)
         writer = None
         if written:
             writer = new.clone(ip=ir.InsertionPoint.after(new)).operation
@@ -245,7 +262,7 @@ class _Splitter:
             filled = linalg.fill(neutral, outs=[buf])
         _label(filled.owner, tag, "init")
         partial_map = ir.AffineMap.get(n + 1, 0, list(amaps[n_in].results) + [ir.AffineDimExpr.get(n)])
-        partial = self._rebuild(old, ins, [(filled, partial_map)], iterators(old) + ["parallel"], "partial")
+        partial = self._rebuild(old, ins, [(filled, partial_map)], iterators(old) + ["parallel"], "partial", loop)
         # the combine over t overwrites its destination: workgroup memory, or the kernel's
         # result when the reduction is the root (its destination without the neutral fill)
         k = len(rows)

@@ -12,7 +12,7 @@ they tile and fuse into conv tiles.
 from __future__ import annotations
 
 from ..errors import CompilerInternalError
-from ..mlir import ir
+from ..mlir import ir, tensor
 from ..plan.analysis import ID_ATTR, loop_correspondence, payload_ops, sibling_tiles
 from ..plan.planner import FusionPlan, Group
 from .in_place import write_in_place
@@ -214,6 +214,8 @@ def tile_and_fuse(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
             tag_groups(f, plan)
             own_destinations(f, plan)
             for g in plan.groups:
+                if g.scan:
+                    _scan_without_init(f, g)
                 steps = group_steps(plan, g)
                 if steps:
                     _apply_alone(f, g, steps)
@@ -226,6 +228,20 @@ def tile_and_fuse(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
         for f, plan, g in rows:
             second += row_script(g.id, split_rows(f, g, plan.info))
         apply_script(module, script_text(second + TAIL), "tiled")
+
+
+def _scan_without_init(func_op, g: Group) -> None:
+    """A scan's template writes every element of its output and reads none first: its init
+    (a fill, which every thread of its launch would run) becomes a tensor.empty."""
+    block = func_op.regions[0].blocks[0]
+    for op in block.operations:
+        op = op.operation
+        if TAG in op.attributes and ir.IntegerAttr(op.attributes[TAG]).value == tag_of(g.id, g.root):
+            init = op.operands[len(op.operands) - 1]
+            with ir.InsertionPoint(op), op.location:
+                op.operands[len(op.operands) - 1] = tensor.EmptyOp(list(ir.RankedTensorType(init.type).shape),
+                                                                   ir.RankedTensorType(init.type).element_type).result
+            return
 
 
 def _apply_alone(func_op, g: Group, steps: list[Step]) -> None:

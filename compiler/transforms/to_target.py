@@ -19,6 +19,12 @@ from .gemm_kernels import mark_gemm_kernels
 from .attention_kernels import MARKS as ATTENTION_MARKS
 from .attention_kernels import grid, mark_attention_kernels
 from .split_rows import BLOCK_REDUCE, THREADS_OF
+from ..plan.analysis import SCAN, OpInfo
+
+
+def scan_rows(op: OpInfo) -> int:
+    """The rows of a scan: its output's elements over the extent of its axis."""
+    return op.points // max(1, op.loops[op.scan_axis])
 
 # Run one pass at a time: as a single nested pipeline this sequence has been seen to leave
 # a store whose operand does not dominate it (nll at B=2, C=8); pass by pass it does not.
@@ -37,6 +43,8 @@ def to_gpu(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
             for g in plan.groups:
                 if g.attention:                     # whole ops, one block per (query block, batch)
                     _wrap_serial(body, g, gpu=True, blocks=grid(plan, g))
+                elif g.scan:                        # the scan whole, one block per row
+                    _wrap_serial(body, g, gpu=True, blocks=(scan_rows(plan.info.op(g.root)), 1))
                 elif not any(g.block_tiles):        # one block: serial, or a single-row row kernel
                     _wrap_serial(body, g, gpu=True)
             for op in list(body.operations):
@@ -54,7 +62,7 @@ def to_gpu(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
             if len(module.body.operations) > 1:
                 raise CompilerInternalError("gpu", "one chain per module is expected at the gpu stage")
         apply_script(module, script_text(steps), "gpu")
-        if any(g.row_threads or g.gemm or g.attention for plan in plans.values() for g in plan.groups):
+        if any(g.row_threads or g.gemm or g.attention or g.scan for plan in plans.values() for g in plan.groups):
             mark_gemm_kernels(module, plans)
             mark_attention_kernels(module, plans, "gpu")
             _lower_all_but_emitter_ops(module)
@@ -69,6 +77,8 @@ def block_dims(g: Group) -> list[int]:
     tiles, x along the output's contiguous side (plan/gemm.py)."""
     if g.gemm:
         return [g.gemm[3], g.gemm[4], 1]
+    if g.scan:
+        return [g.scan, 1, 1]
     if g.attention:
         ty, tx = g.threads()
         return [tx, ty, 1]
@@ -86,7 +96,8 @@ def _lower_all_but_emitter_ops(module: ir.Module) -> None:
     """linalg to loops, except what the emitter writes itself: the block-wide combines of row
     kernels (split_rows.py) and the ops of contraction kernels (gemm_kernels.py)."""
     for op in linalg_ops(module):
-        if BLOCK_REDUCE not in op.attributes and not any(m in op.attributes for m in GEMM_MARKS + ATTENTION_MARKS):
+        if BLOCK_REDUCE not in op.attributes and SCAN not in op.attributes and \
+                not any(m in op.attributes for m in GEMM_MARKS + ATTENTION_MARKS):
             op.attributes[LOOPS] = ir.UnitAttr.get()
     apply_script(module, loops_script(), "gpu")
 

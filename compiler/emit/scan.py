@@ -1,0 +1,218 @@
+"""The scan template: a running sum or product (cumsum, cumprod) along one axis, in one pass.
+
+A `linalg.generic` marked `fusec.scan` (compiler/lowering/reduction.py) means out[.., i, ..] =
+combine over j <= i of f(x[.., j, ..]): its loops are the output's and j, its body reads the
+inputs at j (elementwise producers fused in by the graph passes), selects the neutral element
+where j > i and combines into the output's element. The kernel is that op alone, not tiled
+by MLIR (compiler/plan/tilechoice.py: Tiling.scan); here it is written whole. The body is
+evaluated as it stands at i = j = k, with the running value as its accumulator, so the value it
+yields is the running value after element k, whatever f is.
+
+cpu (in the host function): a prange over the rows (every index but the axis); each row a
+sequential loop along the axis.
+
+gpu (a launch of one block of T threads per row, transforms/to_target.py): the row in chunks
+of T elements. Per chunk thread t evaluates element c*T + t, the block takes an inclusive scan
+of the chunk, adds the carry of the chunks before, stores, and the carry grows by the chunk's
+total. The block scan: on a GPU, each warp scans its 32 values with `shfl_up_sync` (5 steps),
+lane 31 puts the warp's total in a shared slot, warp 0 scans the slots the same way, and each
+warp adds the total of the warps before it; under the simulator (no warp shuffles) and for a T
+that is not a warp multiple, a Hillis-Steele scan in shared memory (log2 T steps, a barrier each).
+"""
+from __future__ import annotations
+
+from .gemm import _maps, _n_inputs, affine
+from .values import EmitError
+from ..mlir import ir
+from ..plan.analysis import SCAN, SCAN_AXIS
+
+MARK = SCAN
+WARP = 32
+
+
+def block_scan(body, op) -> None:
+    body.need(op, "kernel", "cpu")
+    _Scan(body, op).emit()
+
+
+class _Scan:
+    def __init__(self, body, op):
+        self.body, self.op = body, op
+        self.w, self.names, self.ctx = body.w, body.names, body.ctx
+        self.n_in = _n_inputs(op)
+        if len(op.operands) != self.n_in + 1:
+            raise EmitError("a fusec.scan writes one output", op)
+        self.maps = _maps(op)
+        self.out = body.view(op.operands[self.n_in])
+        self.rank = len(self.out.shape)
+        self.axis = ir.IntegerAttr(op.attributes[SCAN_AXIS]).value
+        self.block = op.regions[0].blocks[0]
+        self.inner = [o.operation for o in self.block.operations]
+        last = self.inner[-1]
+        if last.name != "linalg.yield" or len(last.operands) != 1:
+            raise EmitError("a fusec.scan body ends in one linalg.yield", op)
+        self.result = last.operands[0]
+        combine = self.result.owner
+        acc = self.block.arguments[self.n_in]
+        if isinstance(combine, ir.Block) or acc not in list(combine.operands):
+            raise EmitError("a fusec.scan body yields the combine of its accumulator", op)
+        self.combine = combine.operation if hasattr(combine, "operation") else combine
+        self.elem = self.out.array.elem
+        kind = ir.StringAttr(op.attributes[SCAN]).value
+        neutral = {"cumsum": 0, "cumprod": 1}.get(kind)
+        if neutral is None:
+            raise EmitError(f"the scan template has no neutral element for {kind}", op)
+        consts = self.ctx.consts
+        self.neutral = consts.float(float(neutral), self.elem) if self.elem.kind == "float" else consts.int(neutral, self.elem)
+
+    def comb(self, a: str, b: str) -> str:
+        e = self.ctx.rules.expr(self.combine, [a, b])
+        if e is None:
+            raise EmitError(f"the emitter has no rule for the combiner {self.combine.name}", self.op)
+        return e
+
+    def element(self, k: str, idx: dict[int, str], acc: str) -> str:
+        """The body at i = j = k for the row `idx` (dim -> index), accumulating onto `acc`."""
+        dims = [k if d == self.axis else idx[d] for d in range(self.rank)] + [k]
+        for i, arg in enumerate(list(self.block.arguments)[:self.n_in]):
+            view = self.body.view(self.op.operands[i])
+            e = view.at([affine(r, dims) for r in self.maps[i].results])
+            if view.array.storage != view.array.elem.compute:
+                e = f"np.{view.array.elem.compute}({e})"
+            name = self.names.temp("x")
+            self.w(f"{name} = {e}")
+            self.ctx.expr[arg] = name
+        self.ctx.expr[self.block.arguments[self.n_in]] = acc
+        for inner in self.inner[:-1]:
+            if inner.name == "linalg.index":
+                self.ctx.expr[inner.results[0]] = dims[ir.IntegerAttr(inner.attributes["dim"]).value]
+            else:
+                self.body.op(inner)
+        return self.body.val(self.result)
+
+    def unravel(self, flat: str) -> dict[int, str]:
+        """The row's index per dim but the axis, from its number (row-major)."""
+        idx, stride = {}, 1
+        for d in reversed([d for d in range(self.rank) if d != self.axis]):
+            n = self.out.shape[d]
+            idx[d] = f"({flat} // {stride}) % {n}" if stride > 1 else f"{flat} % {n}"
+            stride = f"{stride} * {n}" if not (str(stride).isdigit() and str(n).isdigit()) else int(stride) * int(n)
+        return idx
+
+    def rows(self) -> str:
+        n = 1
+        for d in range(self.rank):
+            if d != self.axis:
+                n = f"{n} * {self.out.shape[d]}" if not (str(n).isdigit() and str(self.out.shape[d]).isdigit()) \
+                    else int(n) * int(self.out.shape[d])
+        return str(n)
+
+    def store(self, k: str, idx: dict[int, str], value: str) -> str:
+        return f"{self.out.at([k if d == self.axis else idx[d] for d in range(self.rank)])} = {value}"
+
+    def emit(self) -> None:
+        kind = ir.StringAttr(self.op.attributes[SCAN]).value
+        n = self.out.shape[self.axis]
+        self.w(f"# {MARK} {kind} along axis {self.axis}: {self.rows()} rows of {n}")
+        if self.body.mode == "cpu":
+            self.emit_cpu(n)
+        else:
+            self.emit_gpu(n)
+
+    def emit_cpu(self, n: str) -> None:
+        w, names = self.w, self.names
+        r, k, acc = names.temp("row"), names.temp("k"), names.temp("acc")
+        w(f"for {r} in {self.body.range_fn()}({self.rows()}):")
+        with w.indent():
+            self.body.parallel_depth += 1
+            idx = {d: self._bind(e) for d, e in self.unravel(r).items()}
+            w(f"{acc} = {self.neutral}")
+            w(f"for {k} in range({n}):")
+            with w.indent():
+                w(f"{acc} = {self.element(k, idx, acc)}")
+                w(self.store(k, idx, acc))
+            self.body.parallel_depth -= 1
+
+    def _bind(self, e: str) -> str:
+        name = self.names.temp("r")
+        self.w(f"{name} = {e}")
+        return name
+
+    def emit_gpu(self, n: str) -> None:
+        w, names, comb = self.w, self.names, self.comb
+        dims = self.ctx.block_dims
+        T = int(str(dims[0])) if dims and str(dims[0]).isdigit() else None
+        if T is None or any(str(d) != "1" for d in dims[1:]):
+            raise EmitError(f"a fusec.scan runs in blocks of T x 1 x 1 threads, not {dims}", self.op)
+        self.ctx.helpers.cudasim = True
+        compute = self.elem.compute
+        warps = max(1, -(-T // WARP))
+        t, c, k = "cuda.threadIdx.x", names.temp("c"), names.temp("k")
+        idx = {d: self._bind(e) for d, e in self.unravel("cuda.blockIdx.x").items()}
+        buf, slots = names.temp("buf"), names.temp("slots")
+        w(f"{buf} = cuda.shared.array({T}, numba.{compute})")
+        w(f"{slots} = cuda.shared.array({warps}, numba.{compute})")
+        carry, v, s, total = names.temp("carry"), names.temp("v"), names.temp("s"), names.temp("total")
+        w(f"{carry} = {self.neutral}")
+        w(f"for {c} in range(({n} + {T - 1}) // {T}):")
+        with w.indent():
+            w(f"{k} = {c} * {T} + {t}")
+            w(f"{v} = {self.neutral}")
+            w(f"if {k} < {n}:")
+            with w.indent():
+                w(f"{v} = {self.element(k, idx, self.neutral)}")
+            w(f"if _CUDASIM or {T % WARP}:")           # Hillis-Steele in shared memory
+            with w.indent():
+                other = names.temp("other")
+                w(f"{buf}[{t}] = {v}")
+                w("cuda.syncthreads()")
+                off = 1
+                while off < T:
+                    w(f"{other} = {buf}[{t} - {off}] if {t} >= {off} else {self.neutral}")
+                    w("cuda.syncthreads()")
+                    w(f"{buf}[{t}] = {comb(other, f'{buf}[{t}]')}")
+                    w("cuda.syncthreads()")
+                    off *= 2
+                w(f"{s} = {buf}[{t}]")
+                w(f"{total} = {buf}[{T - 1}]")
+                w("cuda.syncthreads()")
+            w("else:")
+            with w.indent():
+                lane, warp, up, x = names.temp("lane"), names.temp("warp"), names.temp("up"), names.temp("x")
+                w(f"{lane} = {t} % {WARP}")
+                w(f"{warp} = {t} // {WARP}")
+                w(f"{s} = {v}")
+                for off in (1, 2, 4, 8, 16):
+                    w(f"{up} = cuda.shfl_up_sync(0xFFFFFFFF, {s}, {off})")
+                    w(f"if {lane} >= {off}:")
+                    with w.indent():
+                        w(f"{s} = {comb(up, s)}")
+                w(f"if {lane} == {WARP - 1}:")
+                with w.indent():
+                    w(f"{slots}[{warp}] = {s}")
+                w("cuda.syncthreads()")
+                if warps > 1:
+                    w(f"if {warp} == 0:")
+                    with w.indent():
+                        w(f"{x} = {slots}[{lane}] if {lane} < {warps} else {self.neutral}")
+                        for off in (1, 2, 4, 8, 16):
+                            if off >= warps:
+                                break
+                            w(f"{up} = cuda.shfl_up_sync(0xFFFFFFFF, {x}, {off})")
+                            w(f"if {lane} >= {off}:")
+                            with w.indent():
+                                w(f"{x} = {comb(up, x)}")
+                        w(f"if {lane} < {warps}:")
+                        with w.indent():
+                            w(f"{slots}[{lane}] = {x}")
+                    w("cuda.syncthreads()")
+                    w(f"if {warp} > 0:")
+                    with w.indent():
+                        w(f"{s} = {comb(f'{slots}[{warp} - 1]', s)}")
+                w(f"{total} = {slots}[{warps - 1}]")
+                w("cuda.syncthreads()")
+            w(f"{s} = {comb(carry, s)}")
+            w(f"if {k} < {n}:")
+            with w.indent():
+                w(self.store(k, idx, s))
+            w(f"{carry} = {comb(carry, total)}")

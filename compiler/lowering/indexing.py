@@ -1,0 +1,129 @@
+"""Indexing ops: slices, concat, gather and embedding, each one all-parallel linalg.generic over
+its result, so they fuse like elementwise ops.
+
+- A slice with positive steps reads its input through an affine indexing map (start + step * d
+  per kept axis, the index itself on a dropped one): tiling sees the window it reads, and
+  elementwise fusion folds it into the ops around it.
+- A slice with a negative step, concat and gather read with `tensor.extract` at indices computed
+  in the body (a select between the concatenated tensors, each read at a clamped index, since
+  the body reads every operand at every point; a gather's index clamped into its axis): an
+  affine map cannot say "a or b", nor read at a loaded index, and tiling computes a slice's
+  window from a map that grows with its loops. The graph pass `inline-indexed-reads` then
+  moves the elementwise producers of what they read into their bodies (compiler/transforms/
+  indexed_reads.py), so `concat([a * 2, b + 1])` is one op.
+"""
+from __future__ import annotations
+
+from fusec.dsl.ops import position
+from fusec.dsl.typed import Node
+
+from ..mlir import arith, ir, linalg, tensor
+from .builder import dims_map, empty, identity_map, generic, shape_of
+from .registry import LoweringContext, rule
+
+
+def _index(value: int) -> ir.Value:
+    return arith.ConstantOp(ir.IndexType.get(), value).result
+
+
+def _clamp(i: ir.Value, lo: int, hi: int) -> ir.Value:
+    """min(max(i, lo), hi) on index values."""
+    return arith.minsi(arith.maxsi(i, _index(lo)), _index(hi))
+
+
+def _all_parallel(out_shape, elem, inputs, body) -> ir.Value:
+    rank = len(out_shape)
+    (out,) = generic(inputs, [(empty(out_shape, elem), identity_map(rank))], ["parallel"] * rank,
+                     lambda xs, _acc: [body(xs)])
+    return out
+
+
+@rule("slice")
+def lower_slice(ctx: LoweringContext, node: Node):
+    x = ctx.tensor(node.inputs[0])
+    out_shape = ctx.shape(node)
+    starts = [position(s, ctx.binding) for s in node.attr("start")]
+    steps, drop = node.attr("step"), set(node.attr("drop"))
+    in_shape = shape_of(x)
+    if tuple(starts) == (0,) * len(starts) and set(steps) <= {1} and not drop and tuple(out_shape) == in_shape:
+        return x
+    rank = len(out_shape)
+    kept = [a for a in range(len(in_shape)) if a not in drop]
+    elem = ir.RankedTensorType(x.type).element_type
+    # linalg infers a loop's extent from an operand read at exactly that loop (d), so a map can
+    # only read the window of an axis through a start or a step (d + 4, 2 * d)
+    partial = [a for a in kept if starts[a] == 0 and steps[a] == 1 and out_shape[kept.index(a)] != in_shape[a]]
+    if all(s > 0 for s in steps) and not partial:
+        exprs = []
+        for a, (start, step) in enumerate(zip(starts, steps)):
+            if a in drop:
+                exprs.append(ir.AffineConstantExpr.get(start))
+                continue
+            d = ir.AffineDimExpr.get(kept.index(a))
+            term = d if step == 1 else ir.AffineMulExpr.get(d, ir.AffineConstantExpr.get(step))
+            exprs.append(term if start == 0 else ir.AffineAddExpr.get(term, ir.AffineConstantExpr.get(start)))
+        return _all_parallel(out_shape, elem, [(x, ir.AffineMap.get(rank, 0, exprs))], lambda xs: xs[0])
+
+    def body(_xs):
+        at = []
+        for a, (start, step) in enumerate(zip(starts, steps)):
+            if a in drop:
+                at.append(_index(start))
+                continue
+            i = linalg.IndexOp(kept.index(a)).result
+            if step != 1:
+                i = arith.muli(i, _index(step))
+            at.append(arith.addi(i, _index(start)) if start else i)
+        return tensor.ExtractOp(x, at).result
+    return _all_parallel(out_shape, elem, [], body)
+
+
+@rule("concat")
+def lower_concat(ctx: LoweringContext, node: Node):
+    parts = [ctx.tensor(i) for i in node.inputs]
+    if len(parts) == 1:
+        return parts[0]
+    axis = node.attr("axis")
+    out_shape = ctx.shape(node)
+    elem = ir.RankedTensorType(parts[0].type).element_type
+    rank = len(out_shape)
+
+    ends, at_end = [], 0
+    for p in parts:
+        at_end += shape_of(p)[axis]
+        ends.append(at_end)
+
+    def body(_xs):
+        idx = [linalg.IndexOp(d).result for d in range(rank)]
+        reads = []
+        for p, end in zip(parts, ends):
+            n = shape_of(p)[axis]
+            at = list(idx)
+            at[axis] = _clamp(arith.subi(idx[axis], _index(end - n)) if end > n else idx[axis], 0, n - 1)
+            reads.append(tensor.ExtractOp(p, at).result)
+        value = reads[-1]
+        for read, end in zip(reversed(reads[:-1]), reversed(ends[:-1])):
+            value = arith.select(arith.cmpi(arith.CmpIPredicate.slt, idx[axis], _index(end)), read, value)
+        return value
+    return _all_parallel(out_shape, elem, [], body)
+
+
+@rule("gather", "embedding")
+def lower_gather(ctx: LoweringContext, node: Node):
+    """out[pre, i..., post] = table[pre, clamp(idx[i...]), post]; the reference (and the cpu
+    runtime, for index inputs) refuses an index outside the axis: the clamp keeps every target's
+    reads inside the table whatever the indices (the GPU's documented behaviour)."""
+    table, idx = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1])
+    axis = node.attr("axis")
+    t_shape, i_rank = shape_of(table), len(shape_of(idx))
+    out_shape = ctx.shape(node)
+    rank = len(out_shape)
+    elem = ir.RankedTensorType(table.type).element_type
+
+    def body(xs):
+        i = arith.index_cast(ir.IndexType.get(), xs[0])
+        at = [linalg.IndexOp(d).result for d in range(axis)]
+        at.append(_clamp(i, 0, t_shape[axis] - 1))
+        at += [linalg.IndexOp(axis + i_rank + k).result for k in range(len(t_shape) - axis - 1)]
+        return tensor.ExtractOp(table, at).result
+    return _all_parallel(out_shape, elem, [(idx, dims_map(rank, range(axis, axis + i_rank)))], body)
