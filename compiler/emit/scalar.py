@@ -225,6 +225,8 @@ class ScalarRules:
             return self.consts.float(ir.FloatAttr(attr).value, elem)
         if isinstance(attr.maybe_downcast(), ir.IntegerAttr):
             return self.consts.int(ir.IntegerAttr(attr).value, elem)
+        if isinstance(attr.maybe_downcast(), ir.BoolAttr):       # an i1 constant prints as true / false
+            return self.consts.int(int(ir.BoolAttr(attr).value), elem)
         raise EmitError(f"the emitter has no rule for the constant {attr}", op)
 
     def expr(self, op: "ir.Operation", args: list[str]) -> str | None:
