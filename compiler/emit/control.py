@@ -104,9 +104,12 @@ class ControlFlow:
             self.ctx.expr[r] = acc
 
     def _prange(self, ivs, lbs, ubs, steps):
-        """The outermost scf.parallel: one `numba.prange` over all its dims, delinearised."""
+        """The outermost scf.parallel: one `numba.prange` over all its dims, delinearised. Always
+        with a start: the index of `numba.prange(N)` is a uint64, and Numba types max(uint64,
+        int64) (a clamped index, as a concat's or a gather's) as float64, no array index."""
         if len(ivs) == 1:
-            loop = _range("numba.prange", lbs[0], ubs[0], steps[0])
+            lb, ub, step = lbs[0], ubs[0], steps[0]
+            loop = f"numba.prange({lb}, {ub})" if step == "1" else _range("numba.prange", lb, ub, step)
             self.w(f"for {self.names(ivs[0])} in {loop}:")
             self.w.depth += 1
             return
@@ -115,7 +118,7 @@ class ControlFlow:
         for t in trips:
             total = mul(total, t)
         p = self.names.temp("p")
-        self.w(f"for {p} in numba.prange({total}):")
+        self.w(f"for {p} in numba.prange(0, {total}):")
         self.w.depth += 1
         for k, (iv, lb, step) in enumerate(zip(ivs, lbs, steps)):
             inner = "1"
