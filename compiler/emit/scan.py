@@ -11,7 +11,12 @@ yields is the running value after element k, whatever f is.
 cpu (in the host function): a prange over the rows (every index but the axis); each row a
 sequential loop along the axis.
 
-gpu (a launch of one block of T threads per row, transforms/to_target.py): the row in chunks
+gpu, along another axis than the last (a launch of blocks of T threads, transforms/to_target.py:
+scan_blocks): a thread per row, each row walked in order as on the cpu; consecutive threads
+take consecutive rows, which lie side by side along the contiguous last axis, so every step's
+loads and stores are coalesced.
+
+gpu, along the contiguous last axis (a launch of one block of T threads per row): the row in chunks
 of T elements. Per chunk thread t evaluates element c*T + t, the block takes an inclusive scan
 of the chunk, adds the carry of the chunks before, stores, and the carry grows by the chunk's
 total. The block scan: on a GPU, each warp scans its 32 values with `shfl_up_sync` (5 steps),
@@ -116,8 +121,10 @@ class _Scan:
         self.w(f"# {MARK} {kind} along axis {self.axis}: {self.rows()} rows of {n}")
         if self.body.mode == "cpu":
             self.emit_cpu(n)
-        else:
+        elif self.axis == self.rank - 1:
             self.emit_gpu(n)
+        else:
+            self.emit_gpu_rows(n)
 
     def emit_cpu(self, n: str) -> None:
         w, names = self.w, self.names
@@ -133,6 +140,28 @@ class _Scan:
                 w(self.store(k, idx, acc))
             self.body.parallel_depth -= 1
 
+    def emit_gpu_rows(self, n: str) -> None:
+        """A thread per row (the axis is not the contiguous one)."""
+        w, names = self.w, self.names
+        T = self._threads()
+        r, k, acc = names.temp("row"), names.temp("k"), names.temp("acc")
+        w(f"{r} = cuda.blockIdx.x * {T} + cuda.threadIdx.x")
+        w(f"if {r} < {self.rows()}:")
+        with w.indent():
+            idx = {d: self._bind(e) for d, e in self.unravel(r).items()}
+            w(f"{acc} = {self.neutral}")
+            w(f"for {k} in range({n}):")
+            with w.indent():
+                w(f"{acc} = {self.element(k, idx, acc)}")
+                w(self.store(k, idx, acc))
+
+    def _threads(self) -> int:
+        dims = self.ctx.block_dims
+        T = int(str(dims[0])) if dims and str(dims[0]).isdigit() else None
+        if T is None or any(str(d) != "1" for d in dims[1:]):
+            raise EmitError(f"a fusec.scan runs in blocks of T x 1 x 1 threads, not {dims}", self.op)
+        return T
+
     def _bind(self, e: str) -> str:
         name = self.names.temp("r")
         self.w(f"{name} = {e}")
@@ -140,10 +169,7 @@ class _Scan:
 
     def emit_gpu(self, n: str) -> None:
         w, names, comb = self.w, self.names, self.comb
-        dims = self.ctx.block_dims
-        T = int(str(dims[0])) if dims and str(dims[0]).isdigit() else None
-        if T is None or any(str(d) != "1" for d in dims[1:]):
-            raise EmitError(f"a fusec.scan runs in blocks of T x 1 x 1 threads, not {dims}", self.op)
+        T = self._threads()
         self.ctx.helpers.cudasim = True
         compute = self.elem.compute
         warps = max(1, -(-T // WARP))

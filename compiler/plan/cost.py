@@ -460,17 +460,21 @@ def _scan_time(info, root: int, tiling: Tiling, hw: HardwareProfile, common):
         T = tiling.scan
         warps = math.ceil(T / WARP)
         per_sm = max(1, min(hw.max_blocks_per_unit, hw.max_threads_per_unit // (warps * WARP)))
-        waves = rows / (per_sm * hw.units)
-        chunks = math.ceil(n / T)
-        per_chunk = hw.mem_latency_s + 2 * COMBINE_CYCLES / hw.clock_hz
-        latency = math.ceil(waves) * chunks * per_chunk
-        share = min(1.0, rows * T / (hw.units * hw.max_threads_per_unit))
+        along_rows = r.scan_axis == len(r.loops) - 2
+        blocks = rows if along_rows else math.ceil(rows / T)
+        waves = blocks / (per_sm * hw.units)
+        if along_rows:                     # per chunk: a load, a block scan, a store
+            steps, per_step = math.ceil(n / T), hw.mem_latency_s + 2 * COMBINE_CYCLES / hw.clock_hz
+        else:                              # a thread per row: n dependent adds, loads in flight ahead
+            steps, per_step = n, hw.mem_latency_s / MEM_PARALLELISM + DEP_LATENCY / hw.clock_hz
+        latency = math.ceil(waves) * steps * per_step
+        share = min(1.0, blocks * T / (hw.units * hw.max_threads_per_unit))
         memory_s = max(io / hw.bandwidth / max(share, 1e-9) * min(1.0, share * 4), latency)
         compute_s = common["flops"] / hw.peak(r.elem_bytes)
         occupancy = min(1.0, per_sm * warps * WARP / hw.max_threads_per_unit)
         return _finish(dict(common, bytes_spilled=0.0, onchip_bytes=0), hw, compute_s, memory_s, hw.launch_s,
                        hw.alloc_s * common["writes"], threads=T,
-                       blocks=rows, occupancy=occupancy, recompute_s=0.0, spill_s=0.0, waves=waves)
+                       blocks=blocks, occupancy=occupancy, recompute_s=0.0, spill_s=0.0, waves=waves)
     cores = hw.units
     busy = min(rows, cores)
     compute_s = common["flops"] * hw.weight("scalar") / (hw.peak(r.elem_bytes) / cores * busy) + hw.chunk_s

@@ -42,8 +42,11 @@ def tiles_text(g: dict) -> str:
     """A kernel's tiles in words, from its summary: serial, block and thread tiles, a row
     kernel's row threads, or a contraction kernel's K step and register tile."""
     if g.get("scan"):
-        return (f"scan: a block of {g['scan']} threads per row, the row in chunks of {g['scan']}" if g["scan"] > 1
-                else "scan: a prange over the rows, each walked in order")
+        if g["scan"] == 1:
+            return "scan: a prange over the rows, each walked in order"
+        if g.get("scan_axis") == len(g["loops"]) - 2:
+            return f"scan: a block of {g['scan']} threads per row, the row in chunks of {g['scan']}"
+        return f"scan: a thread per row, each walked in order, blocks of {g['scan']} side by side"
     if g["serial"]:
         return "serial (one thread)"
     if g.get("attention"):

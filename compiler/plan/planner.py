@@ -137,6 +137,7 @@ class FusionPlan:
                 "threads": list(g.threads()), "row_threads": g.row_threads, "gemm": list(g.gemm[:3]),
                 "tensor_cores": g.mma, "double_buffered": g.prefetch, "attention": list(g.attention),
                 "recomputed": list(g.recomputed), "siblings": list(g.siblings), "scan": g.scan,
+                "scan_axis": self.info.op(g.root).scan_axis,
                 "ops": [{"id": op, "label": self.info.op(op).label, "role": role,
                          "loc": _loc(self.info.op(op).loc)} for op, role in g.roles],
             } for g in self.groups],
@@ -256,6 +257,8 @@ def _recompute(info: ChainInfo, chooser: TileChooser, members_list: list[set[int
             # (a view) reads the op from memory
             if len(users) < 2 or not all(any(u in other for other in members_list) for u in p.users):
                 continue
+            if any(info.op(x).scan for j in users for x in members_list[j]):
+                continue                            # a scan's kernel is its template: the scan alone
             alone = with_cheap_producers(info, p.id)
             trials = [frozenset(members_list[j] | alone) for j in users]
             if any(cost(members_list[j], unwritten[j]).tiling.attention or
@@ -378,7 +381,7 @@ def _horizontal_partner(info: ChainInfo, chooser: TileChooser, target: str, memb
             continue                                # read before the merged kernel would run
         if not tileable_loops(info, roots[b], set(union)):
             continue                                # no loop of the root that every sibling has
-        if _init_shared_with_a_root(info, union) or _init_shared_with_a_written(info, union) is not None:
+        if _init_shared_with_a_root(info, union):
             continue                                # the grower's refusal (_Grower._shared_init) holds
         merged = chooser.best(union)
         t = merged.tiling
@@ -418,17 +421,6 @@ def _init_shared_with_a_root(info: ChainInfo, members) -> bool:
     uninitialised."""
     ends = set(sinks(info, members))
     return any(readers & ends and readers - ends for readers in _fill_readers(info, members))
-
-
-def _init_shared_with_a_written(info: ChainInfo, members) -> int | None:
-    """A reduction the kernel also writes for later users (a second output) whose fill
-    initialises another member too: split-rows finds that accumulator no longer filled in the
-    kernel (`p = softmax(x); m = max(p); return p - m, m`: max(x) and max(p) share -inf)."""
-    for readers in _fill_readers(info, members):
-        written = [m for m in readers if any(u == -1 or u not in members for u in info.op(m).users)]
-        if len(readers) > 1 and written:
-            return written[0]
-    return None
 
 
 def _siblings_fit(info: ChainInfo, root: int, members, t: Tiling) -> bool:
@@ -697,11 +689,6 @@ class _Grower:
             return False
         alone = with_cheap_producers(info, p)
         trial = frozenset(self.members | alone)
-        written = _init_shared_with_a_written(info, trial)
-        if written is not None:
-            self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: %{written} would be written for later "
-                                  "users while its init also initialises another reduction of the kernel")
-            return False
         if tileable_loops(info, self.root.id, self.members) and not tileable_loops(info, self.root.id, trial):
             self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: the kernel would have no loop left "
                                   f"to split across blocks (it reduces every loop of %{self.root.id})")

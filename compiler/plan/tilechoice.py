@@ -185,8 +185,9 @@ class TileChooser:
 
     def _scan_search(self, members, root) -> Choice:
         """A scan kernel (cumsum, cumprod) is not tiled by MLIR: its template walks each row along
-        the axis. gpu: T threads per row (a block each), a warp multiple up to the row's length,
-        128 to 1024 tried; cpu: a prange over the rows."""
+        the axis. gpu, along the last axis: T threads per row (a block each), a warp multiple up
+        to the row's length, 128 to 1024 tried; along another axis: a thread per row, blocks of
+        64 to 256; cpu: a prange over the rows."""
         r = self.info.op(root)
         n = len(r.loops)
         if self.target != "gpu":
@@ -194,8 +195,11 @@ class TileChooser:
             c = self.cost(members, t)
             return Choice(t, c, ((t, c.time_s),))
         extent = r.loops[r.scan_axis]
-        fit = min(self.hw.max_threads_per_block, max(32, -(-extent // 32) * 32))
-        counts = sorted({min(fit, T) for T in (128, 256, 512, 1024)})
+        if r.scan_axis == n - 2:           # along the contiguous axis: a row's threads scan it together
+            fit = min(self.hw.max_threads_per_block, max(32, -(-extent // 32) * 32))
+            counts = sorted({min(fit, T) for T in (128, 256, 512, 1024)})
+        else:                              # a thread per row, consecutive rows side by side
+            counts = [T for T in (64, 128, 256) if T <= self.hw.max_threads_per_block]
         evaluated = [(t, self.cost(members, t)) for t in
                      (Tiling((0,) * n, (0,) * n, (), scan=T) for T in counts)]
         evaluated.sort(key=lambda x: x[1].time_s)

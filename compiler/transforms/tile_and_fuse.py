@@ -85,10 +85,43 @@ def own_destinations(func_op, plan: FusionPlan) -> None:
             op.operands[len(op.operands) - 1] = clone.results[0]
 
 
-def _tiles_like_root(info, g: Group, m: int, corr: dict, tiled: set[int]) -> bool:
+def own_inits(func_op, plan: FusionPlan) -> None:
+    """Give a reduction its kernel also writes for later users (a second output) a fill of its
+    own when it shares one with another reduction (CSE merges the -inf fills of two maxes). The
+    fill's destination is an empty that is also the loop's shared output for that result, and
+    fuse_into_containing_op rewires it onto the loop's block argument: the reduction then reads
+    the output slice unfilled while the fill, fused once, initialises the other reduction only
+    (`p = softmax(x); m = max(p); return p - m, m`). The copy keeps the fill's tag, so the
+    kernel's script fuses it with the original."""
+    block = func_op.regions[0].blocks[0]
+    by_tag = {ir.IntegerAttr(op.operation.attributes[TAG]).value: op.operation for op in block.operations
+              if TAG in op.operation.attributes}
+    info = plan.info
+    for g in plan.groups:
+        for m in g.ops:
+            o = info.op(m)
+            op = by_tag.get(tag_of(g.id, m))
+            if o.kind != "reduction" or op is None or not any(u == -1 or u not in g.ops for u in o.users):
+                continue
+            k = len(op.operands) - 1
+            fill = op.operands[k].owner
+            if isinstance(fill, ir.Block) or fill.name != "linalg.fill" or len(list(fill.results[0].uses)) < 2:
+                continue
+            fill = fill.operation if hasattr(fill, "operation") else fill
+            dest = fill.operands[1]
+            with ir.InsertionPoint(op), op.location:
+                empty = tensor.EmptyOp(list(ir.RankedTensorType(dest.type).shape),
+                                       ir.RankedTensorType(dest.type).element_type).result
+            clone = fill.clone(ip=ir.InsertionPoint(op))
+            clone.operands[1] = empty
+            op.operands[k] = clone.results[0]
+
+
+def _tiles_like_root(info, g: Group, m: int, corr: dict, tiled: set[int], seen: frozenset = frozenset()) -> bool:
     """Whether every reading of member `m` in kernel `g` (one fused copy each) takes the root's
     output tile: each dim of `m`'s result moves with a tiled root loop exactly when the root's
-    output dim of the same position does."""
+    output dim of the same position does, and its reader's copy does too (a reader fused whole,
+    for a read of one fixed row, makes its producers whole: `t = exp(x) + x; t * t[-1:]`)."""
     root = info.op(g.root)
     for c in g.ops:
         if c not in corr:
@@ -102,6 +135,9 @@ def _tiles_like_root(info, g: Group, m: int, corr: dict, tiled: set[int]) -> boo
                 for t, loops in enumerate(dims):
                     if bool(loops & corr[c].get(r, frozenset())) != (r in root.result_loops[t]):
                         return False
+            if c not in (g.root, *g.siblings) and c not in seen and \
+                    not _tiles_like_root(info, g, c, corr, tiled, seen | {m}):
+                return False
     return True
 
 
@@ -213,6 +249,7 @@ def tile_and_fuse(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
             write_in_place(f, plan)
             tag_groups(f, plan)
             own_destinations(f, plan)
+            own_inits(f, plan)
             for g in plan.groups:
                 if g.scan:
                     _scan_without_init(f, g)

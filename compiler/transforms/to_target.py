@@ -26,6 +26,14 @@ def scan_rows(op: OpInfo) -> int:
     """The rows of a scan: its output's elements over the extent of its axis."""
     return op.points // max(1, op.loops[op.scan_axis])
 
+
+def scan_blocks(op: OpInfo, threads: int) -> int:
+    """A scan's blocks on the gpu (emit/scan.py): one per row along the contiguous last axis
+    (the row's threads scan it together); otherwise a thread per row, the rows' threads along
+    the contiguous axis, so each step's loads are consecutive."""
+    rows = scan_rows(op)
+    return rows if op.scan_axis == len(op.loops) - 2 else -(-rows // threads)
+
 # Run one pass at a time: as a single nested pipeline this sequence has been seen to leave
 # a store whose operand does not dominate it (nll at B=2, C=8); pass by pass it does not.
 GPU_CLEANUP = ("func.func(convert-linalg-to-loops)", "canonicalize", "cse", "lower-affine", "canonicalize", "cse")
@@ -44,7 +52,7 @@ def to_gpu(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
                 if g.attention:                     # whole ops, one block per (query block, batch)
                     _wrap_serial(body, g, gpu=True, blocks=grid(plan, g))
                 elif g.scan:                        # the scan whole, one block per row
-                    _wrap_serial(body, g, gpu=True, blocks=(scan_rows(plan.info.op(g.root)), 1))
+                    _wrap_serial(body, g, gpu=True, blocks=(scan_blocks(plan.info.op(g.root), g.scan), 1))
                 elif not any(g.block_tiles):        # one block: serial, or a single-row row kernel
                     _wrap_serial(body, g, gpu=True)
             for op in list(body.operations):

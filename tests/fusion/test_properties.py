@@ -1,6 +1,6 @@
 """Property tests: random chains (elementwise, broadcast, reduction, matmul mixes; values used two
-and three times; reshapes and transposes between ops; one to three outputs) give the same numbers
-fused, unfused and in the NumPy reference."""
+and three times; reshapes and transposes between ops; slices, concats, gathers, scans and argmax;
+one to three outputs) give the same numbers fused, unfused and in the NumPy reference."""
 import os
 
 import numpy as np
@@ -25,9 +25,13 @@ STEPS = [
     # reshapes and transposes between ops, a keepdims written as a reshape
     "reshape(exp(reshape({c}, [N, M])) * 0.5, [M, N])", "transpose(tanh(transpose({c})) + 1.0)",
     "{c} - reshape(max({c}, axis=1), [M, 1])",
+    # issue 17: slices (fixed windows, a reversal: M and N are symbols), concat, gathers, scans, argmax
+    "{c} - {c}[:, :1]", "{c}[:, ::-1] * 0.5 + {c}", "gather({c}, p, axis=1)", "{c} * {c}[-1:]",
+    "{c} + sum(concat([{c}[:, :1], {c}[:, -1:] * 2.0], axis=1), axis=1, keepdims=true)",
+    "cumsum({c}, axis=1) * 0.1", "{c} + cast(argmax({c}, axis=1, keepdims=true), f32)",
 ]
-HEADER = ("chain r(x: f32[M, N], y: f32[N], z: f32[M, 1], g: f32[N], b: f32[N], w: f32[N, K], v: f32[K, N])"
-          " -> {ret} {{\n")
+HEADER = ("chain r(x: f32[M, N], y: f32[N], z: f32[M, 1], g: f32[N], b: f32[N], w: f32[N, K], v: f32[K, N],"
+          " p: i32[N]) -> {ret} {{\n")
 
 
 @st.composite

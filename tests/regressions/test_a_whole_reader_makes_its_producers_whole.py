@@ -1,0 +1,36 @@
+"""Regression (found by the property tests of issue 17's ops): `t1 = exp(x); t2 = t1 + x[:, :1];
+return t2 * t2[-1:] + t1` gave wrong numbers on cpu when fused (the main job fell back, exit 4).
+The last row of t2 is read by every row tile, so t2 is fused whole into each tile, and with it
+its producer exp(x), whole too. exp's destination was the loop's shared output, which
+fuse_into_containing_op rewires onto the loop's block argument: every tile wrote exp over the
+whole result. tile_and_fuse._tiles_like_root judged exp by its reader's map alone (t2 reads it
+at its own tile); it now also asks whether that reader's copy tiles like the root.
+
+And: the recompute pass put an elementwise op into a scan's kernel (`t0 = x - x[:, :1];
+cumsum(t0) ...`), whose template runs the scan's own body only: the scan read t0 unwritten."""
+import pytest
+
+from fusec.cli import main
+
+SRC = """chain f(x: f32[M, N]) -> f32[M, N] {
+    t1 = exp(x)
+    t2 = (t1 - t1[:, :1]) + x
+    return (t2 * t2[-1:]) + t1
+}
+
+chain g(x: f32[M, N]) -> (f32[M, N], f32) {
+    t0 = x - x[:, :1]
+    t1 = cumsum(t0, axis=1) * 0.1
+    t2 = (t1 * t1[-1:]) + t0
+    return t2, sum(t2)
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda-sim"])
+def test_producers_of_a_whole_reader_are_whole_too(tmp_path, capsys, target):
+    path = tmp_path / "t.fdsl"
+    path.write_text(SRC)
+    assert main([str(path), "--target", target, "--bind", "M=4,N=5", "--no-cache", "--no-fallback"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("-> ok") == 3 and "fallback" not in out, out
