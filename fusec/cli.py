@@ -38,7 +38,7 @@ from fusec.runtime.compare import compare
 from fusec.runtime.files import atomic_write
 from fusec.runtime.memory import check_memory, parse_size
 from fusec.runtime.npz import NpzError
-from fusec.runtime.targets import COMPILED, TARGETS, Target, TargetError
+from fusec.runtime.targets import COMPILED, TARGETS, Target, TargetError, select
 
 from . import api
 from .errors import NumericsError, UsageError
@@ -267,7 +267,8 @@ def _cmd_main(args: argparse.Namespace) -> int:
                          f"not {name}")
     _check_kernel_report(args, name)
     if args.emit or args.dump_dir:
-        texts = _stage_texts(text, path, plans, args, Target(name))
+        # the simulator is chosen before anything imports numba.cuda (the kernels stage may)
+        texts = _stage_texts(text, path, plans, args, select(name) if name == "cuda-sim" else Target(name))
         if args.emit:
             print(texts[args.emit], end="" if texts[args.emit].endswith("\n") else "\n")
             return 0
