@@ -68,7 +68,8 @@ class _Scan:
         if neutral is None:
             raise EmitError(f"the scan template has no neutral element for {kind}", op)
         consts = self.ctx.consts
-        self.neutral = consts.float(float(neutral), self.elem) if self.elem.kind == "float" else consts.int(neutral, self.elem)
+        self.neutral = (consts.float(-0.0 if kind == "cumsum" else float(neutral), self.elem)     # -0 + x is x
+                        if self.elem.kind == "float" else consts.int(neutral, self.elem))
 
     def comb(self, a: str, b: str) -> str:
         e = self.ctx.rules.expr(self.combine, [a, b])

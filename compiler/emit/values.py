@@ -122,6 +122,8 @@ def type_label(t: "ir.Type") -> str:
 # --------------------------------------------------------------------------- typed constants
 
 def _float_text(x: float) -> str:
+    if x == 0 and np.signbit(x):
+        return "-0.0"                    # not "-0": np.float32(-0) is +0
     if x == 0 or 1e-4 <= abs(float(x)) < 1e16:
         return np.format_float_positional(x, unique=True, trim="-")
     return np.format_float_scientific(x, unique=True, trim="-")

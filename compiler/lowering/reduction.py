@@ -108,7 +108,9 @@ def lower_scan(ctx: LoweringContext, node: Node):
     rank, axis = len(space), node.attr("axis")
     elem = ir.RankedTensorType(x.type).element_type
     work = compute_type(elem)
-    combine, neutral = (S.add, 0) if node.op == "cumsum" else (S.mul, 1)
+    # -0, not +0, is the neutral of a float sum: -0 + x is x for every x, so a row that starts
+    # with -0 keeps it (np.cumsum([-0.0]) is -0; +0 + -0 would be +0)
+    combine, neutral = (S.add, -0.0 if is_float(work) else 0) if node.op == "cumsum" else (S.mul, 1)
     read = [ir.AffineDimExpr.get(rank if d == axis else d) for d in range(rank)]
 
     def body(xs, accs):
