@@ -135,8 +135,12 @@ def _tiles_like_root(info, g: Group, m: int, corr: dict, tiled: set[int], seen: 
                 for t, loops in enumerate(dims):
                     if bool(loops & corr[c].get(r, frozenset())) != (r in root.result_loops[t]):
                         return False
-            if c not in (g.root, *g.siblings) and c not in seen and \
-                    not _tiles_like_root(info, g, c, corr, tiled, seen | {m}):
+            if c in (g.root, *g.siblings) or c in seen:
+                continue
+            if len(cons.result_loops) != len(root.result_loops):     # a reduction: whole unless it moves
+                if not all(corr[c].get(r) for r in tiled):          # with every tiled loop
+                    return False
+            elif not _tiles_like_root(info, g, c, corr, tiled, seen | {m}):
                 return False
     return True
 
