@@ -7,53 +7,17 @@ test_every_op_has_cases.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import zlib
 
 import numpy as np
 import pytest
 
-from chainbuild import ChainBuilder, random_input
+from chainbuild import ChainBuilder
 from fusec.compiler.jit import jit_run
-from fusec.dsl.ops import BINARY, COMPARE, OPS, UNARY
-from fusec.dsl.types import DTYPES
+from fusec.dsl.ops import BINARY, COMPARE, DESUGARED, OPS, UNARY
 from fusec.runtime.compare import compare
 from fusec.runtime.reference import run_chain
-
-FLOATS = ("f32", "f64", "f16", "bf16")
-INTS = ("i32", "i64")
-NUMERIC = FLOATS + INTS
-ALL = NUMERIC + ("bool",)
-
-
-@dataclass(frozen=True)
-class C:
-    """A constant of the test dtype."""
-    value: float
-
-
-@dataclass(frozen=True)
-class P:
-    """A parameter of a fixed dtype (not the test dtype)."""
-    shape: tuple
-    dtype: str
-
-
-@dataclass(frozen=True)
-class Case:
-    args: tuple                          # per tensor arg: shape (param of the test dtype) | C | P
-    attrs: dict = field(default_factory=dict)
-    dtypes: tuple | None = None          # None: the op's default dtypes
-
-
-def _domain_dtypes(op: str) -> tuple:
-    if op in UNARY:
-        return FLOATS if UNARY[op][0] == "float" else NUMERIC
-    if op in BINARY:
-        return FLOATS if BINARY[op][1] == "float" else NUMERIC
-    return FLOATS
-
+from opcases import ALL, INDEXING_CASES, NUMERIC, SPECIAL_RANGES, C, Case, P, build, dtypes_of
 
 UNARY_CASES = [Case(((2, 3),)), Case(((),)), Case(((1, 4, 1),))]
 BROADCAST_CASES = [
@@ -127,48 +91,29 @@ CASES: dict[str, list[Case]] = {
                + [Case(((),), {"shape": [1, 1]}), Case(((1, 1),), {"shape": []})],
     "broadcast_to": [Case(((3, 1),), {"shape": [2, 3, 4]}, dtypes=ALL), Case(((),), {"shape": [2, 2]}),
                      Case(((4,),), {"shape": [3, 4]}), Case((C(1.5),), {"shape": [2, 3]})],
+    **INDEXING_CASES,       # issue 17's ops (opcases.py; tests/numerics/test_indexing_ops.py runs them compiled)
 }
-# int pow: NumPy refuses negative integer exponents, so draw exponents from [0, 3].
-SPECIAL_RANGES = {("pow", 1): (0, 3)}
 
 
 def _cases_for(op: str, dtype: str) -> list[Case]:
-    return [c for c in CASES[op] if dtype in (c.dtypes or _domain_dtypes(op))]
+    return [c for c in CASES[op] if dtype in dtypes_of(op, c)]
 
 
 def _dtypes_for(op: str) -> list[str]:
     seen = []
     for c in CASES.get(op, []):
-        for d in c.dtypes or _domain_dtypes(op):
+        for d in dtypes_of(op, c):
             if d not in seen:
                 seen.append(d)
     return seen
 
 
 def _build(op: str, dtype: str, rng):
-    b = ChainBuilder(f"{op}_{dtype}")
-    inputs, outs = [], []
-    opdef = OPS[op]
-    for ci, case in enumerate(_cases_for(op, dtype)):
-        ids = []
-        for ai, (arg, spec) in enumerate(zip(opdef.tensor_args, case.args)):
-            if isinstance(spec, C):
-                value = spec.value if dtype not in ("i32", "i64", "bool") else int(spec.value)
-                ids.append(b.const(bool(value) if dtype == "bool" else value, dtype))
-                continue
-            shape, dt = (spec.shape, spec.dtype) if isinstance(spec, P) else (spec, dtype)
-            ids.append(b.param(f"a{ci}_{ai}", dt, shape))
-            if (op, ai) in SPECIAL_RANGES and dt in INTS:
-                lo, hi = SPECIAL_RANGES[(op, ai)]
-                inputs.append(rng.integers(lo, hi + 1, size=shape).astype(DTYPES[dt].np))
-            else:
-                inputs.append(random_input(rng, dt, shape, positive=arg.positive, discrete=op in COMPARE))
-        outs.append(b.op(op, *ids, **case.attrs))
-    return b.build(*outs), inputs
+    return build(f"{op}_{dtype}", [(op, c) for c in _cases_for(op, dtype)], dtype, rng, SPECIAL_RANGES)
 
 
 def test_every_op_has_cases():
-    missing = sorted(set(OPS) - set(CASES))
+    missing = sorted(set(OPS) - set(CASES) - set(DESUGARED))     # a desugared op reaches no typed chain
     assert not missing, f"ops without numerics cases in {__file__}: {missing}"
 
 
@@ -176,8 +121,8 @@ def test_every_op_has_cases():
 def test_op_matches_reference(op, dtype):
     rng = np.random.default_rng(zlib.crc32(f"{op}/{dtype}".encode()))
     chain, inputs = _build(op, dtype, rng)
-    got = jit_run(chain, chain.name, inputs, {})
-    want = run_chain(chain, inputs, {})
+    got = jit_run(chain, chain.name, inputs)
+    want = run_chain(chain, inputs)
     cases = _cases_for(op, dtype)
     for case, g, w, t in zip(cases, got, want, chain.output_types):
         assert g.shape == w.shape and g.dtype == w.dtype, (case, g.shape, g.dtype, w.shape, w.dtype)
