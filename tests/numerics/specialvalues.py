@@ -1,4 +1,4 @@
-"""The special-values matrix: every elementwise op and reduction of the op table (dsl/ops.py) on
+"""The special-values matrix: every elementwise op, reduction and scan of the op table (dsl/ops.py) on
 IEEE special values, as one FDSL chain per dtype, and the position-by-position check of a
 target's outputs against the reference.
 
@@ -7,8 +7,9 @@ thresholds (exp's last finite and first infinite argument, its last normal and f
 result, the same for exp(-x) inside sigmoid and silu, square's and gelu's x**3 overflow, tanh's
 saturation, the poles of log, log1p and reciprocal), +-large, the largest finite, +-inf and NaN.
 The unary ops, casts there and back included, see all of them; the binary ops and comparisons
-every pair of a smaller set (an outer product by broadcasting); the reductions and softmax rows
-holding NaN, +-inf, only -inf, both infinities, signed zeros, overflowing sums and denormals.
+every pair of a smaller set (an outer product by broadcasting); the reductions, arg-reductions,
+softmax and scans (along the rows and down the columns) rows holding NaN (first and last), +-inf,
+only -inf, both infinities, signed zeros (-0 first), 0 and inf, overflowing sums and denormals.
 
 Compiling is the cost (on the cpu, each kernel is a parallel loop Numba compiles), so the ops of
 one iteration space are one output of one kernel: `where(s == 0, exp(x), where(s == 1, tanh(x),
@@ -89,6 +90,9 @@ def row_values(dtype: str) -> np.ndarray:
         [sub, sub, -sub, sub],              # denormals
         [nan, inf, -inf, 0.0],              # NaN among infinities
         [20.0, -20.0, 80.0, -80.0],         # large logits
+        [-0.0, 0.0, 0.0, -0.0],             # -0 first: argmax and argmin 0 (-0 equals +0)
+        [1.0, 3.0, 3.0, nan],               # a NaN last: argmax 3, not the first 3.0
+        [0.0, inf, 2.0, -1.0],              # cumprod: 0 * inf is NaN from there
     ]
     return np.array(rows, dtype=np.float64).astype(NP[dtype])
 
@@ -127,14 +131,17 @@ def groups(dtype: str) -> list[Group]:
         ("where", "where(a > b, a, b)"), ("clamp lo", "clamp(a, b, 1.0)"), ("clamp hi", "clamp(a, -1.0, b)")]
     binary += [(op, f"cast({op}(a, b), {dtype})") for op in COMPARE]          # bool as 0 / 1
     rows = [(f"{op} rows", f"{op}(r, axis=-1)") for op in REDUCTIONS]
+    rows += [(f"{op} rows", f"cast({op}(r, axis=-1), {dtype})") for op in ("argmax", "argmin")]     # i64 as a float
     cols = [("max cols", "max(r, axis=0)")]            # a reduction along the outer axis
     whole = [("max all", "max(r)")]                    # every axis: R * C partials, not a power of 2
     norms = [("softmax", "softmax(r)"), ("log_softmax", "log_softmax(r)")]
+    scans = [("cumsum", "cumsum(r)"), ("cumprod", "cumprod(r)"),                   # along the rows
+             ("cumsum cols", "cumsum(r, axis=0)"), ("cumprod cols", "cumprod(r, axis=0)")]
 
     def g(name, items, shape):
         return Group(name, tuple(label for label, _ in items), tuple(e for _, e in items), shape)
     return [g("unary", unary, "1, N"), g("binary", binary, "1, K, K"), g("rows", rows, "R"), g("cols", cols, "C"),
-            g("whole", whole, ""), g("norms", norms, "1, R, C")]
+            g("whole", whole, ""), g("norms", norms, "1, R, C"), g("scans", scans, "1, R, C")]
 
 
 # the ops of the op table the matrix leaves out, and why (softmax and log_softmax are in: rows with
@@ -147,6 +154,8 @@ NOT_COVERED = {
     "batchnorm": "elementwise per channel: its terms (sub, div, sqrt, mul, add) are covered",
     "transpose": "moves values", "permute": "moves values", "reshape": "moves values",
     "broadcast_to": "moves values",
+    "slice": "moves values", "concat": "moves values", "gather": "moves values", "embedding": "moves values",
+    "split": "no op of its own: the checker makes its parts slices",
 }
 
 
@@ -246,7 +255,7 @@ def check(dtype: str, groups_: list[Group], got: list, want: list, inputs: list[
                     return f"for the row {[_show(v) for v in r[idx[-1]]]}"
                 if gr.name == "cols":
                     return f"for the column {idx[-1]}"
-                if gr.name == "norms":
+                if gr.name in ("norms", "scans"):
                     return f"at {idx[-1]} of the row {[_show(v) for v in r[idx[-2]]]}"
                 return f"at {list(idx)}"
             out += mismatches(label, gi, wi, dtype, where, finite=label not in specials_only)

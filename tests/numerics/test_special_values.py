@@ -1,5 +1,5 @@
-"""The special-values matrix (specialvalues.py): every elementwise op and reduction of the op
-table on IEEE special values (+-0, denormals, +-1, each op's overflow and underflow thresholds,
+"""The special-values matrix (specialvalues.py): every elementwise op, reduction and scan of the
+op table on IEEE special values (+-0, denormals, +-1, each op's overflow and underflow thresholds,
 +-large, +-inf, NaN) in f32, f16 and f64, on mlir-jit, cpu and cuda-sim, compared with the
 reference position by position: a NaN or an infinity where the reference has a finite value (or
 the reverse) fails by name, zeros keep their sign, finite values agree within a few ulps.
@@ -44,11 +44,11 @@ def reference(dtype: str, only: tuple[str, ...] | None):
     return _REFERENCE[key]
 
 
-def test_the_matrix_covers_every_elementwise_op_and_reduction():
+def test_the_matrix_covers_every_elementwise_op_reduction_and_scan():
     for dtype in sv.DTYPES:
         covered = sv.covered_ops(dtype)
         assert set(OPS) <= covered | set(sv.NOT_COVERED), sorted(set(OPS) - covered - set(sv.NOT_COVERED))
-        wanted = {n for n, op in OPS.items() if op.category in ("elementwise", "reduction")}
+        wanted = {n for n, op in OPS.items() if op.category in ("elementwise", "reduction", "scan")}
         assert wanted <= covered, sorted(wanted - covered)
         elementwise = {n for g in sv.groups(dtype) if g.name in ELEMENTWISE for n in sv.covered_ops_of(g)}
         assert {n for n, op in OPS.items() if op.category == "elementwise"} <= elementwise
