@@ -260,8 +260,8 @@ def _cmd_main(args: argparse.Namespace) -> int:
     given = (_load_inputs("--inputs", args.inputs, chains, path, args.max_memory, [c.name for c in typed.chains],
                           choose="; run only the chains it holds with --chain NAME")
              if args.inputs else None)
-    plans = [_plan(c, given, bind, args.max_memory) for c in chains]     # sizes refused before anything else
     name = args.target or _default_target()
+    plans = [_plan(c, given, bind, args.max_memory, name) for c in chains]     # refused before anything else
     if (args.explain or args.plot or args.autotune) and name not in COMPILED:
         raise UsageError(f"--explain, --plot and --autotune need a compiled target (cuda, cuda-sim, cpu), "
                          f"not {name}")
@@ -333,14 +333,18 @@ def _declared_symbols(chain: TypedChain) -> set[str]:
     return out
 
 
-def _plan(chain: TypedChain, given: dict | None, bind: dict[str, int], limit: int | None):
-    """(chain, inputs or None (random ones are made when it runs), binding), its memory checked."""
+def _plan(chain: TypedChain, given: dict | None, bind: dict[str, int], limit: int | None, target: str):
+    """(chain, inputs or None (random ones are made when it runs), binding), its memory checked,
+    and on a target that refuses them (cpu), the given index inputs out of range (a user error
+    at the gather; random ones are drawn within the axis)."""
     if given is not None and chain.param_nodes:
         inputs = [_declared(given[chain.name]["in"][p.name], p.type.dtype) for p in chain.param_nodes]
         binding = reference.bind_symbols(chain, inputs, bind)
     else:
         inputs, binding = None, _binding(chain, bind)
     check_memory(chain, binding, limit, MEMORY_FLAG)
+    if inputs is not None and Target(target).checks_index_inputs:
+        reference.check_index_inputs(chain, inputs, binding)
     return chain, inputs, binding
 
 
@@ -632,7 +636,7 @@ def _cmd_test(args: argparse.Namespace) -> int:
         program.progress, program.progress_label = progress, f"{where}::"
         for c in tested:
             entry = golden[c.name]
-            chain, inputs, binding = _plan(c, golden, bind, args.max_memory)
+            chain, inputs, binding = _plan(c, golden, bind, args.max_memory, program.target.name)
             inputs = inputs if inputs is not None else []
             compiled = program.chains[c.name].compiled(binding)
             progress.show(f"{where}::{c.name}: running")
@@ -759,7 +763,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     plans = []
     for chain in chains:
         binding = {s: a.chains[chain.name].binding[s] for s in chain.symbols}
-        plans.append(_plan(chain, given, binding, args.max_memory))
+        plans.append(_plan(chain, given, binding, args.max_memory, name))
     target = select(name)
     reports, saved = [], {}
     for chain, inputs, binding in plans:

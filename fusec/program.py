@@ -149,9 +149,16 @@ class Chain:
 
     def __call__(self, *arrays):
         """Run on NumPy arrays, anything with __array__ or __dlpack__ (NumPy arrays back), or on
-        `cuda` device arrays (__cuda_array_interface__; Numba device arrays back)."""
+        `cuda` device arrays (__cuda_array_interface__; Numba device arrays back). On `cpu` an
+        index input outside the axis it indexes is refused first (an FdslError at the gather)."""
         arrays = [as_input(x, self._param(i)) for i, x in enumerate(arrays)]
-        return self.compiled(self.binding_for(arrays))(*arrays)
+        binding = self.binding_for(arrays)
+        self._check_index_inputs(arrays, binding)
+        return self.compiled(binding)(*arrays)
+
+    def _check_index_inputs(self, arrays, binding: dict[str, int]) -> None:
+        if self.program.target.checks_index_inputs:
+            reference.check_index_inputs(self.typed, list(arrays), binding)
 
     def plan(self, binding: dict[str, int]) -> dict | None:
         return self.compiled(binding).plan
@@ -167,6 +174,7 @@ class Chain:
             check_memory(self.typed, binding, self.program.max_memory, "max_memory=BYTES")
             inputs = reference.random_inputs(self.typed, binding, seed)
         binding = reference.bind_symbols(self.typed, inputs, binding)
+        self._check_index_inputs(inputs, binding)
         got = self.compiled(binding).fused(*inputs)
         want = reference.run_chain(self.typed, inputs, binding)
         return [compare(g, w, t.dtype.name) for g, w, t in zip(got, want, self.typed.output_types)]

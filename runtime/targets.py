@@ -43,6 +43,13 @@ class Target:
         return self.name in ("cuda", "cuda-sim")
 
     @property
+    def checks_index_inputs(self) -> bool:
+        """A gather's or embedding's index input outside its axis is refused before anything
+        runs, as a user error at the op (runtime/reference.py: check_index_inputs): on `cpu`
+        (docs/FDSL.md). The GPU targets clamp every index; the reference refuses it as it runs."""
+        return self.name == "cpu"
+
+    @property
     def untimed(self) -> str | None:
         """Why runs on this target are not timed (None: they are). The simulator runs each
         kernel thread as Python: its times say nothing of a GPU's, so each build runs once."""
