@@ -156,6 +156,17 @@ class _Scan:
                 w(f"{acc} = {self.element(k, idx, acc)}")
                 w(self.store(k, idx, acc))
 
+    def _warp_scan(self, value: str, up: str, lane: str, width: int) -> None:
+        """An inclusive scan of `value` over a warp's first `width` lanes (Kogge-Stone with
+        shfl_up_sync: after the step of offset d each lane holds the combine of its last 2d)."""
+        off = 1
+        while off < width:
+            self.w(f"{up} = cuda.shfl_up_sync(0xFFFFFFFF, {value}, {off})")
+            self.w(f"if {lane} >= {off}:")
+            with self.w.indent():
+                self.w(f"{value} = {self.comb(up, value)}")
+            off *= 2
+
     def _threads(self) -> int:
         dims = self.ctx.block_dims
         T = int(str(dims[0])) if dims and str(dims[0]).isdigit() else None
@@ -209,11 +220,7 @@ class _Scan:
                 w(f"{lane} = {t} % {WARP}")
                 w(f"{warp} = {t} // {WARP}")
                 w(f"{s} = {v}")
-                for off in (1, 2, 4, 8, 16):
-                    w(f"{up} = cuda.shfl_up_sync(0xFFFFFFFF, {s}, {off})")
-                    w(f"if {lane} >= {off}:")
-                    with w.indent():
-                        w(f"{s} = {comb(up, s)}")
+                self._warp_scan(s, up, lane, WARP)
                 w(f"if {lane} == {WARP - 1}:")
                 with w.indent():
                     w(f"{slots}[{warp}] = {s}")
@@ -222,13 +229,7 @@ class _Scan:
                     w(f"if {warp} == 0:")
                     with w.indent():
                         w(f"{x} = {slots}[{lane}] if {lane} < {warps} else {self.neutral}")
-                        for off in (1, 2, 4, 8, 16):
-                            if off >= warps:
-                                break
-                            w(f"{up} = cuda.shfl_up_sync(0xFFFFFFFF, {x}, {off})")
-                            w(f"if {lane} >= {off}:")
-                            with w.indent():
-                                w(f"{x} = {comb(up, x)}")
+                        self._warp_scan(x, up, lane, warps)
                         w(f"if {lane} < {warps}:")
                         with w.indent():
                             w(f"{slots}[{lane}] = {x}")
