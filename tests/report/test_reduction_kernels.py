@@ -24,6 +24,8 @@ OWN = {
     "total": "chain total(x: f32[N]) -> f32 { return sum(x * x) }",
     "mean_all": "chain mean_all(x: f32[M, N]) -> f32 { return mean(x) }",
     "col_sum": "chain col_sum(x: f32[M, N]) -> f32[N] { return sum(x, axis=0) }",
+    # a vocabulary-wide row: 125 elements per thread, past the loop unroller (cost.ROW_UNROLL_LIMIT)
+    "vocab_argmax": "chain vocab_argmax(x: f32[M, N]) -> i64[M] { return argmax(x, axis=-1) }",
 }
 CASES = [  # (file or source, chain, binding): the bench sizes of bench/workloads.py, then others
     ("bench/fdsl/softmax.fdsl", "softmax", {"M": 8192, "N": 1024}),
@@ -38,6 +40,7 @@ CASES = [  # (file or source, chain, binding): the bench sizes of bench/workload
     (OWN["total"], "total", {"N": 1 << 22}),
     (OWN["mean_all"], "mean_all", {"M": 2048, "N": 2048}),
     (OWN["col_sum"], "col_sum", {"M": 8192, "N": 256}),
+    (OWN["vocab_argmax"], "vocab_argmax", {"M": 2048, "N": 32000}),
 ]
 
 
