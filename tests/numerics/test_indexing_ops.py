@@ -4,7 +4,7 @@ slices) on the compiled targets, cpu and cuda-sim, against the reference (runtim
 - The per-op matrix: the cases the mlir-jit matrix runs (tests/compiler/opcases.py), packed as
   the outputs of a few chains, one compile each. On cuda-sim every case in every dtype Numba
   runs (bf16 is not one); on the cpu, where Numba compiles each kernel as a parallel loop (about
-  0.4 s each, more in a long function), every f32 case in four chains and one case per op in
+  0.4 s each, more in a long function), every f32 case in a chain per op and one case per op in
   the dtypes whose code differs (CPU_DTYPES). Each output is one op on parameters, so its fused
   build is its unfused one but for the arg-reductions; the fusion chains below run both.
 - The fusion chains: the new ops among elementwise ops, reductions, a matmul and each other
@@ -56,11 +56,10 @@ def _items(ops, dtypes, only_sweep: bool = False) -> list[tuple]:
 # the cpu's other dtypes: those whose code differs from f32's (f16 computes in f32 and rounds,
 # i32 wraps around, bool is a byte); f64 and i64 are f32's and i32's code at another width
 CPU_DTYPES = {"moves": ("f16", "bool"), "scans": ("f16", "i32")}
-PARTS = {
-    **{("cpu", f"f32 {a} {b}"): _items((a, b), ("f32",))
-       for a, b in (("slice", "concat"), ("gather", "embedding"), ("cumsum", "cumprod"), ("argmax", "argmin"))},
-    ("cpu", "other dtypes"): (_items(MOVES, CPU_DTYPES["moves"], only_sweep=True)
-                              + _items(SCANS, CPU_DTYPES["scans"], only_sweep=True)),
+PARTS = {  # on the cpu, chains of 5 to 8 kernels: Numba's compile of a host function grows faster than its loops
+    **{("cpu", f"f32 {op}"): _items((op,), ("f32",)) for op in MOVES + SCANS},
+    **{("cpu", f"other dtypes, {kind}"): _items(ops, CPU_DTYPES[kind], only_sweep=True)
+       for kind, ops in (("moves", MOVES), ("scans", SCANS))},
     **{("cuda-sim", dtype): _items(MOVES + SCANS, (dtype,)) for dtype in NUMBA_DTYPES},
 }
 
