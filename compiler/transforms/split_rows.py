@@ -50,6 +50,8 @@ class Phase:
     fused: tuple[tuple[int, str], ...]        # its producers to fuse, consumers first
     tiles: tuple[int, ...]                    # thread tile sizes over the op's loops (t last)
     thread_rows: bool                         # the block's rows map to thread y (t maps to thread x)
+    along: int | None = None                  # the op's loop over j (its chunks of the row), walked one
+                                              # element at a time with its copies fused in (no row in local memory)
 
 
 def split_rows(func_op, g: Group, info: ChainInfo) -> list[Phase]:
@@ -309,7 +311,7 @@ class _Splitter:
             if row is not None:
                 tiles[row] = 1
             phases.append(Phase((_tag_value(op), ir.StringAttr(op.attributes[PART]).value), tuple(fused),
-                                tuple(tiles), row is not None))
+                                tuple(tiles), row is not None, self.rk.loop_of(end)))
         for m in sorted(templates, reverse=True):       # the templates, now unread
             if any(list(r.uses) for r in self.new[m].results):
                 raise CompilerInternalError("tiled", f"%{m} is read outside the phases of its row kernel")

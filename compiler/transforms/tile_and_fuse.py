@@ -228,6 +228,21 @@ def row_script(gid: int, phases: list[Phase]) -> list[Step]:
             steps.append(_match_part(f"pp{k}_{i}", tag, part))
             steps.append(Step(f"%pq{k}_{i}, %pf{k}_{i + 1} = transform.structured.fuse_into_containing_op "
                               f"%pp{k}_{i} into %pf{k}_{i} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"))
+        copies = [(tag, part) for tag, part in ph.fused if part != "init"]
+        if ph.along is not None and copies:
+            # a thread's chunks one at a time, its copies computed per element: a whole row's
+            # worth per thread would live in local memory once LLVM stops unrolling the loop
+            along = [0] * len(ph.tiles)
+            along[ph.along] = 1
+            steps.append(Step(f'%pj{k} = transform.structured.match attributes {{"{TAG}" = {ph.op[0]} : i64, '
+                              f'"{PART}" = "{ph.op[1]}"}} in %pf{k}_{len(ph.fused)} : ({ANY}) -> {ANY}'))
+            steps.append(Step(f"%pjt{k}, %pjl{k}_0 = transform.structured.tile_using_for %pj{k} tile_sizes {along} "
+                              f": ({ANY}) -> ({ANY}, {ANY})"))
+            for i, (tag, part) in enumerate(copies):
+                steps.append(Step(f'%pjp{k}_{i} = transform.structured.match attributes {{"{TAG}" = {tag} : i64, '
+                                  f'"{PART}" = "{part}"}} in %pf{k}_{len(ph.fused)} : ({ANY}) -> {ANY}'))
+                steps.append(Step(f"%pjq{k}_{i}, %pjl{k}_{i + 1} = transform.structured.fuse_into_containing_op "
+                                  f"%pjp{k}_{i} into %pjl{k}_{i} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"))
         steps.append(Step(f"%pg{k} = transform.param.constant {gid} : i64 -> !transform.param<i64>"))
         steps.append(Step(f'transform.annotate %pf{k}_{len(ph.fused)} "{THREADS_OF}" = %pg{k} : {ANY}, '
                           f"!transform.param<i64>"))

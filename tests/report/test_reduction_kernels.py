@@ -93,3 +93,14 @@ def test_a_whole_tensor_reduction_is_two_stage_and_fills_the_device():
     partial, final = st.plan.groups
     assert any("split-reductions" in d for d in st.plan.decisions)
     assert st.plan.costs[0].blocks >= H200.units and final.row_threads
+
+
+def test_a_vocabulary_wide_softmax_keeps_no_row_in_local_memory():
+    # 125 elements per thread: LLVM no longer unrolls the phases' loops, and a thread's whole
+    # chunk of exp(x - m) was a local array (1000 bytes of stack); each phase now walks its
+    # chunks one element at a time with the copies it reads fused in (tile_and_fuse.row_script)
+    st = _compile("chain s(x: f32[M, N]) -> f32[M, N] { return softmax(x, axis=-1) }", "s", {"M": 2048, "N": 32000})
+    (g,) = st.plan.groups
+    assert g.row_threads == 256, st.plan.format()
+    (r,) = report_kernels(st.emitted.source, st.emitted.entries["s"], H200, trace=False)
+    assert r.stack_frame_bytes == 0 and r.local_bytes == 0 and r.registers <= 40, r
