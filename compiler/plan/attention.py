@@ -291,8 +291,9 @@ def find_attention(info: ChainInfo, out: int) -> Attention | str:
                      batch, sq, sk, d, dv, nb)
 
 
-def attention_kernel(info: ChainInfo, members) -> Attention | str:
-    """The attention kernel that `members` are (with an elementwise epilogue after it), or why not."""
+def attention_kernel(info: ChainInfo, members, target: str = "gpu") -> Attention | str:
+    """The attention kernel that `members` are (with an elementwise epilogue after it), or why not,
+    on `target`."""
     members = set(members)
     cs = [m for m in members if info.op(m).kind == "contraction"]
     if len(cs) != 2:
@@ -305,6 +306,15 @@ def attention_kernel(info: ChainInfo, members) -> Attention | str:
         op = info.op(m)
         if op.kind not in ("elementwise", "fill", "view"):
             return f"%{m} {op.label} is neither part of the attention nor an elementwise op around it"
+    after = {a.out} | {m for m in rest if m > a.out}
+    for m in sorted(rest) if target == "cpu" else ():
+        op = info.op(m)
+        for k, p in enumerate(op.producers[:op.n_inputs]):
+            # the cpu template evaluates the epilogue on each output of a block from its accumulators,
+            # at its own element (the gpu one stages the outputs through shared memory first)
+            if p in after and op.kind == "elementwise" and m > a.out and op.operand_loops[k] != op.result_loops:
+                return (f"%{m} {op.label} reads %{p} at another element than its own (a transpose or "
+                        "permute after the attention's output)")
     return a
 
 

@@ -520,7 +520,7 @@ def _attention_kernels(info: ChainInfo, chooser: TileChooser, members_list: list
                     touched.append(k)
                     union |= m
                     grew = True
-        kernel = attention_kernel(info, union)
+        kernel = attention_kernel(info, union, chooser.target)
         where = f"%{a.scores}..%{a.out}"
         if isinstance(kernel, str):
             decisions.append(f"not attention: {where}: {kernel}")
@@ -948,7 +948,7 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
         gemm = gemm[:3] + ((1,) if prefetch else ())
         att = tuple(int(x) for x in g.get("attention", ()))
         if att:
-            kernel = attention_kernel(info, members)
+            kernel = attention_kernel(info, members, target)
             if isinstance(kernel, str):
                 raise PlanError(f"group {gid}: attention {list(att)}: not an attention kernel: {kernel}")
             if len(att) != 2 or any(block) or gemm or row_threads or min(att) < 1:

@@ -160,7 +160,7 @@ class TileChooser:
         """An attention kernel's tiles (plan/attention.py): on the gpu every (queries per block,
         keys per step) whose shared memory fits, on the cpu query blocks of 32-256 rows and key
         steps of 64-512; None when `members` are not an attention kernel."""
-        a = attention_kernel(self.info, members)
+        a = attention_kernel(self.info, members, self.target)
         if not isinstance(a, Attention):
             return None
         n = len(self.info.op(self.root(members)).loops)
