@@ -331,8 +331,9 @@ class ChainBuild:
 
 
 def build_chain(chain: TypedChain, binding: dict[str, int], options: CompileOptions,
-                timer: Timer | None = None, progress: Progress | None = None) -> ChainBuild:
-    """Compile one chain: the build that runs and (options.baseline, fusing) the unfused one.
+                timer: Timer | None = None, progress: Progress | None = None, unfused: bool = True) -> ChainBuild:
+    """Compile one chain: the build that runs and (options.baseline, fusing, `unfused`) the unfused
+    one (a Program makes it apart, when first asked for: fusec/program.py CompiledChain.unfused).
     With options.autotune, `timer` times candidate builds on the target (compiler/plan/autotune.py).
     `progress`: told what is being done ("fused: tiled", "autotune: candidate 3", ...)."""
     def told(prefix: str) -> Progress | None:
@@ -343,9 +344,9 @@ def build_chain(chain: TypedChain, binding: dict[str, int], options: CompileOpti
         options = replace(options, tuned=_autotuned(chain, binding, options, timer, progress))
     builds = {"fused": compile_typed(chain, binding, options=options,
                                      progress=told("fused" if options.fuse else "unfused"))}
-    if options.baseline and options.fuse:
-        unfused = replace(options, fuse=False, plans=(), tuned=None, autotune=False, kernel_report=False)
-        builds["unfused"] = compile_typed(chain, binding, options=unfused, progress=told("unfused"))
+    if unfused and options.baseline and options.fuse:
+        plain = replace(options, fuse=False, plans=(), tuned=None, autotune=False, kernel_report=False)
+        builds["unfused"] = compile_typed(chain, binding, options=plain, progress=told("unfused"))
     if progress is not None and options.kernel_report and options.target == "gpu":
         progress("kernel report")
     reports = _measured(builds["fused"], options) if options.kernel_report and options.target == "gpu" else ()

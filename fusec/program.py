@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
 from pathlib import Path
 
 import numpy as np
@@ -83,27 +84,52 @@ class CompiledChain:
     binding: dict[str, int]
     target: Target
     fused: Executable            # the build that runs (unfused when fuse=False; the oracle on a reference)
-    unfused: Executable | None   # the comparison build (None when baseline=False, fuse=False, a reference)
+    unfused_build: Executable | None   # the comparison build, once made (see `unfused`)
     plan: dict | None            # FusionPlan.summary() of the build that runs (None on a reference)
     texts: dict[str, str]        # stage name -> text (of the running build)
     compile_seconds: dict[str, float]
     artifact_dir: Path | None
     kernel_counts: dict[str, int] = field(default_factory=dict)   # build -> kernels in its plan
     memory: dict[str, dict] = field(default_factory=dict)         # build -> its memory plan's figures
+    # (a lazily made unfused build's kernel count and memory figures join these when it is made)
     kernel_report: list | None = None    # the running build's KernelReports (options.kernel_report)
     cache: str = "off"                   # the compile cache: "hit", "miss" (built and stored) or "off"
+    # makes the comparison build on first use (a Program's fused build with options.baseline): only
+    # the speedup line, the memory and kernel counts of the report, and tests ask for it
+    make_unfused: Callable[[], "CompiledChain"] | None = field(default=None, repr=False)
+
+    @property
+    def unfused(self) -> Executable | None:
+        """The comparison build, one kernel per linalg op (None when baseline=False, fuse=False,
+        on a reference), compiled when first asked for."""
+        if self.unfused_build is None and self.make_unfused is not None:
+            made, self.make_unfused = self.make_unfused(), None
+            self.unfused_build = made.fused
+            if "fused" in made.kernel_counts:
+                self.kernel_counts["unfused"] = made.kernel_counts["fused"]
+            if "fused" in made.memory:
+                self.memory["unfused"] = made.memory["fused"]
+            self.compile_seconds.update({f"unfused.{k.split('.', 1)[1]}": v for k, v in made.compile_seconds.items()
+                                         if k.startswith("fused.")})
+            self.compile_seconds["unfused.compile"] = made.compile_seconds.get("compile",
+                                                                               made.compile_seconds.get("load", 0.0))
+        return self.unfused_build
+
+    @unfused.setter
+    def unfused(self, build: Executable | None) -> None:
+        self.unfused_build, self.make_unfused = build, None
 
     def timed_seconds(self) -> dict[str, float]:
         """This process's compile times: the stages (or the cache load), Numba's compile of each
         build that has run (`numba.fused`, `numba.unfused`), and `total`."""
         out = dict(self.compile_seconds)
-        ran = [(name, exe) for name, exe in (("fused", self.fused), ("unfused", self.unfused))
+        ran = [(name, exe) for name, exe in (("fused", self.fused), ("unfused", self.unfused_build))
                if exe is not None and exe.jit_s is not None]
         for name, exe in ran:
             out[f"numba.{name}"] = exe.jit_s
         if ran:
             out["numba.init"] = sum(exe.init_s for _, exe in ran)
-        out["total"] = (out.get("compile", out.get("load", 0.0))
+        out["total"] = (out.get("compile", out.get("load", 0.0)) + out.get("unfused.compile", 0.0)
                         + sum(out.get(f"numba.{b}", 0.0) for b in ("fused", "unfused")))
         return out
 
@@ -233,7 +259,19 @@ class Program:
     # ---- building ------------------------------------------------------------------------
     def _build(self, chain: TypedChain, binding: dict[str, int], options: CompileOptions | None = None) -> CompiledChain:
         """The chain built for `binding`, with the program's options (or `options`: a fallback's
-        hand plan), from the compile cache when it holds the build."""
+        hand plan), from the compile cache when it holds the build; with options.baseline, its
+        unfused build is made when first asked for (CompiledChain.unfused), a build of its own."""
+        compiled = self._build_one(chain, binding, options)
+        opts = options or self.options
+        if self.target.compiled and opts.baseline and opts.fuse:
+            unfused = replace(opts, fuse=False, baseline=False, plans=(), tuned=None, autotune=False,
+                              kernel_report=False)
+            compiled.make_unfused = lambda: self._build_one(chain, binding, unfused)
+        return compiled
+
+    def _build_one(self, chain: TypedChain, binding: dict[str, int], options: CompileOptions | None = None
+                   ) -> CompiledChain:
+        """One build of the chain (the fused one, or with options.fuse off the unfused one)."""
         if not self.target.compiled:
             return _reference_chain(chain, binding, self.target, self.options)
         check_supported(chain, self.target)
@@ -249,12 +287,13 @@ class Program:
                 compiled.cache = "hit"
                 return compiled
             if options is None and self._check_profile():
-                return self._build(chain, binding)          # the checked profile is another one
+                return self._build_one(chain, binding)      # the checked profile is another one
         options = options or self.options
         from fusec.compiler.pipeline import build_chain
         told = self.progress.stage(f"{self.progress_label}{chain.name}: compiling") if self.progress.enabled else None
         try:
-            built = build_chain(chain, binding, options, timer=_timer(chain, binding, self.target), progress=told)
+            built = build_chain(chain, binding, options, timer=_timer(chain, binding, self.target), progress=told,
+                                unfused=False)
         finally:
             self.progress.clear()
 

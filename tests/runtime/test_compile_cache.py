@@ -89,6 +89,26 @@ def test_a_second_process_loads_the_build_without_mlir_or_numba_compiling(cache,
     assert entry.name.startswith("f.M4.") and (entry / "__pycache__").is_dir()
 
 
+def test_the_unfused_build_is_made_only_when_asked_for(cache):
+    # issue 14: a library call compiles the build that runs; the comparison build (one kernel per
+    # op) is compiled, and cached as an entry of its own, when the speedup line or a test asks
+    import fusec
+    prog = fusec.compile(SOURCE, target="cpu")
+    c = prog.f.compiled({"M": 4})
+    np.testing.assert_allclose(prog.f(np.ones((4, 8), np.float32)), 2 * np.e, rtol=1e-6)
+    assert len(entries(cache)) == 1 and c.unfused_build is None and c.make_unfused is not None
+    assert not any(k.startswith("unfused") for k in c.timed_seconds()) and "unfused" not in c.kernel_counts
+    assert c.unfused is not None                       # made now
+    assert len(entries(cache)) == 2 and c.make_unfused is None
+    assert c.kernel_counts["unfused"] == 1 and "unfused" in c.memory
+    assert {"unfused.compile", "unfused.kernels"} <= set(c.timed_seconds())
+    np.testing.assert_allclose(c.unfused(np.ones((4, 8), np.float32))[0], 2 * np.e, rtol=1e-6)
+    again = fusec.compile(SOURCE, target="cpu").f.compiled({"M": 4})
+    assert again.cache == "hit" and again.unfused is not None and len(entries(cache)) == 2
+    plain = fusec.compile(SOURCE, target="cpu", options={"baseline": False}).f.compiled({"M": 4})
+    assert plain.unfused is None and plain.make_unfused is None
+
+
 def test_the_key_holds_the_source_binding_and_options(cache, tmp_path):
     import fusec
     prog = fusec.compile(SOURCE, target="cpu")

@@ -41,7 +41,9 @@ SAFE = {   # each has a kernel that must not (or may only partly) write over its
 
 def _memory(src, chain, binding, target, options=None):
     prog = fusec.compile(src, target=target, options=options, cache=False)
-    return dict(getattr(prog, chain).compiled(binding).memory["unfused"])
+    compiled = getattr(prog, chain).compiled(binding)
+    assert compiled.unfused is not None                   # made when first asked for, with its figures
+    return dict(compiled.memory["unfused"])
 
 
 @pytest.mark.parametrize("target", ["cpu", "cuda-sim"])
