@@ -105,6 +105,7 @@ class CompiledChain:
         if self.unfused_build is None and self.make_unfused is not None:
             made, self.make_unfused = self.make_unfused(), None
             self.unfused_build = made.fused
+            made.fused.name = f"{self.chain.name}/unfused"
             if "fused" in made.kernel_counts:
                 self.kernel_counts["unfused"] = made.kernel_counts["fused"]
             if "fused" in made.memory:
