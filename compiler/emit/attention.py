@@ -394,7 +394,7 @@ class _Attention(_Gemm):
         w(f"# {MARK}: {BQ} queries per block, keys in steps of {BKV} (online softmax; the tile "
           f"products by BLAS)")
         blk = names.fresh("blk")
-        w(f"for {blk} in numba.prange({nb * self.nq}):")
+        w(f"for {blk} in numba.prange(0, {nb * self.nq}):")      # a start: a signed index (emit/control.py)
         with w.indent():
             i0, bflat = names.fresh("i0"), names.fresh("bb")
             w(f"{bflat} = {blk} // {self.nq}")

@@ -130,7 +130,7 @@ class _Scan:
     def emit_cpu(self, n: str) -> None:
         w, names = self.w, self.names
         r, k, acc = names.temp("row"), names.temp("k"), names.temp("acc")
-        w(f"for {r} in {self.body.range_fn()}({self.rows()}):")
+        w(f"for {r} in {self.body.range_fn()}(0, {self.rows()}):")      # a start: a signed index (emit/control.py)
         with w.indent():
             self.body.parallel_depth += 1
             idx = {d: self._bind(e) for d, e in self.unravel(r).items()}
