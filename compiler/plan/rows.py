@@ -129,10 +129,15 @@ def row_kernel(info: ChainInfo, members, root: int) -> RowKernel | str:
         if isinstance(combiner, str) and combiner.startswith("!"):
             return f"%{m} {combiner[1:]}"
         combiners.append((m, combiner))
+    # the axes that number the rows: what the reductions keep
+    row_axes = {cls.find((m, i)) for m in reductions for i in info.op(m).parallel_loops}
     op_loops = []
     extent = None
     for m in compute:
         o = info.op(m)
+        other = [i for i in o.parallel_loops if o.loops[i] > 1 and cls.find((m, i)) not in row_axes | {row}]
+        if other:     # split_rows would leave that loop whole at block level: wrong numbers on the gpu
+            return f"%{m} walks an axis that is neither the row nor one that numbers the rows"
         along = [i for i in range(len(o.loops)) if cls.find((m, i)) == row]
         if len(along) > 1:
             return f"%{m} walks the row with several loops"
