@@ -229,8 +229,9 @@ def _info(i: int, orig, gen, index: dict) -> OpInfo:
     body = tuple(op.name for op in gen.regions[0].blocks[0].operations)
     if name == "linalg.fill":
         kind = "fill"
-    elif name in CONTRACTIONS or ("reduction" in iters and _is_contraction(gen, maps, iters)):
-        kind = "contraction"
+    elif name in CONTRACTIONS or ("reduction" in iters and SCAN not in orig.attributes
+                                  and _is_contraction(gen, maps, iters)):
+        kind = "contraction"              # (a scan of a product, cumsum(x * x[-1:]), is a scan)
     elif "reduction" in iters:
         kind = "reduction"
     else:

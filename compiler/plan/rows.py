@@ -154,6 +154,12 @@ def row_kernel(info: ChainInfo, members, root: int) -> RowKernel | str:
         bad = _off_row_access(o, loop, lambda k, d: cls.find((o.operand_keys[k], d)) == row)
         if bad:
             return f"%{m} {bad}"
+        for k, p in enumerate(o.producers[:o.n_inputs]):
+            # a member read at a fixed index of an axis it computes (x[-1:] of a value of the kernel):
+            # a block would compute another block's rows, whole, in its own buffers
+            if p in members and info.op(p).kind not in ("fill", "view") and k < len(o.operand_loops) and any(
+                    not loops and n > 1 for loops, n in zip(o.operand_loops[k], o.operand_shapes[k])):
+                return f"%{m} reads %{p} at a fixed index of an axis the kernel computes"
         op_loops.append((m, loop))
     root_loop = dict(op_loops).get(root)
     inputs, coalesced = [], True
