@@ -128,33 +128,34 @@ class _Scan:
             self.emit_gpu_rows(n)
 
     def emit_cpu(self, n: str) -> None:
-        w, names = self.w, self.names
-        r, k, acc = names.temp("row"), names.temp("k"), names.temp("acc")
+        w = self.w
+        r = self.names.temp("row")
         w(f"for {r} in {self.body.range_fn()}(0, {self.rows()}):")      # a start: a signed index (emit/control.py)
         with w.indent():
             self.body.parallel_depth += 1
-            idx = {d: self._bind(e) for d, e in self.unravel(r).items()}
-            w(f"{acc} = {self.neutral}")
-            w(f"for {k} in range({n}):")
-            with w.indent():
-                w(f"{acc} = {self.element(k, idx, acc)}")
-                w(self.store(k, idx, acc))
+            self._walk_row(r, n)
             self.body.parallel_depth -= 1
 
     def emit_gpu_rows(self, n: str) -> None:
         """A thread per row (the axis is not the contiguous one)."""
-        w, names = self.w, self.names
+        w = self.w
         T = self._threads()
-        r, k, acc = names.temp("row"), names.temp("k"), names.temp("acc")
+        r = self.names.temp("row")
         w(f"{r} = cuda.blockIdx.x * {T} + cuda.threadIdx.x")
         w(f"if {r} < {self.rows()}:")
         with w.indent():
-            idx = {d: self._bind(e) for d, e in self.unravel(r).items()}
-            w(f"{acc} = {self.neutral}")
-            w(f"for {k} in range({n}):")
-            with w.indent():
-                w(f"{acc} = {self.element(k, idx, acc)}")
-                w(self.store(k, idx, acc))
+            self._walk_row(r, n)
+
+    def _walk_row(self, r: str, n: str) -> None:
+        """Row number `r` walked in order: the running value after each element, stored."""
+        w, names = self.w, self.names
+        k, acc = names.temp("k"), names.temp("acc")
+        idx = {d: self._bind(e) for d, e in self.unravel(r).items()}
+        w(f"{acc} = {self.neutral}")
+        w(f"for {k} in range({n}):")
+        with w.indent():
+            w(f"{acc} = {self.element(k, idx, acc)}")
+            w(self.store(k, idx, acc))
 
     def _warp_scan(self, value: str, up: str, lane: str, width: int) -> None:
         """An inclusive scan of `value` over a warp's first `width` lanes (Kogge-Stone with

@@ -1,5 +1,6 @@
 """Compile FDSL snippets through the pipeline without running them (no Numba needed)."""
 import json
+import os
 import textwrap
 
 import fusec
@@ -23,3 +24,17 @@ def stages(src: str, binding=None, target="gpu", fuse=True, plan=None, chain=Non
 
 def kernel_count(src: str, target="gpu", **kw) -> int:
     return stages(src, target=target, **kw).plan.kernel_count
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def example(name: str) -> str:
+    """The text of examples/NAME."""
+    return open(os.path.join(ROOT, "examples", name)).read()
+
+
+def compile_chain(src: str, chain: str, binding: dict, target: str, until: str = "plan"):
+    """Chain `chain` of the FDSL source `src` through the stages up to `until`."""
+    c = fusec.check(src).chain(chain)
+    return compile_typed(c, binding, options=options(target), until=until)

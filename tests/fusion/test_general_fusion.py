@@ -9,18 +9,9 @@ import pytest
 
 import fusec
 from fusec.compiler.pipeline import compile_typed
-from helpers import options
+from helpers import compile_chain, example, options
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _example(name: str) -> str:
-    return open(os.path.join(ROOT, "examples", name)).read()
-
-
-def _compile(src: str, chain: str, binding: dict, target: str, until: str = "plan"):
-    c = fusec.check(src).chain(chain)
-    return compile_typed(c, binding, options=options(target), until=until)
+_example, _compile = example, compile_chain
 
 
 ONE_KERNEL = [  # (example file, chain, typical binding)
