@@ -101,3 +101,12 @@ def test_indices_read_from_another_kernel_are_not_fused_with_it():
     }"""
     plan = _compile(src, "c", {}, "cpu").plan
     assert plan.kernel_count == 2, plan.format()
+
+
+@pytest.mark.parametrize("target", ["gpu", "cpu"])
+def test_a_concat_of_elementwise_values_is_one_kernel(target):
+    src = """chain c(a: f32[M, 16], b: f32[M, 24]) -> f32[M, 40] {
+        return concat([a * 2.0, b + 1.0], axis=1)
+    }"""
+    st = _compile(src, "c", dict(M=4096), target, until="plan")
+    assert st.plan.kernel_count == 1 and len([o for o in st.plan.info.ops if o.is_compute]) == 1, st.plan.format()
