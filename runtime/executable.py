@@ -126,19 +126,26 @@ class Executable:
         self.jit_s: float | None = None   # Numba's compile (or cache load) of the host, at the first run
         self.init_s = 0.0                 # before it: Numba's registries loaded (once per process, first use)
 
+    @property
+    def jitted(self):
+        """The Numba dispatcher the host runs: the host itself, or the one a Python wrapper
+        calls (a cpu function whose BLAS calls run inside its prange: emit/module.py)."""
+        return getattr(self.host, "jitted", self.host)
+
     def _compile_for(self, args) -> None:
         """Before the first run: compile the host (a Numba dispatcher) for these arguments and
         time it, apart from the run (Numba loads it from its cache when it can)."""
-        dispatcher = hasattr(self.host, "py_func") and hasattr(self.host, "compile")
+        jitted = self.jitted
+        dispatcher = hasattr(jitted, "py_func") and hasattr(jitted, "compile")
         if dispatcher:
             t0 = time.perf_counter()
-            self.host.typingctx.refresh()         # Numba's set-up of its target in this process
-            self.host.targetctx.refresh()
+            jitted.typingctx.refresh()            # Numba's set-up of its target in this process
+            jitted.targetctx.refresh()
             self.init_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         if dispatcher:
             import numba
-            self.host.compile(tuple(numba.typeof(a) for a in args))
+            jitted.compile(tuple(numba.typeof(a) for a in args))
         self.jit_s = time.perf_counter() - t0
 
     def prepare(self, arrays) -> list:

@@ -10,3 +10,24 @@ if os.environ.get("FUSEC_TEST_GPU") != "1":
 # purpose must not be served an earlier test's build); tests/runtime/test_compile_cache.py turns
 # it on, in a fresh FUSEC_CACHE_DIR, for what it tests.
 os.environ.setdefault("FUSEC_NO_CACHE", "1")
+
+# The cpu cost model plans for this machine's measured profile, and a measurement moves from run
+# to run (and is taken again whenever the emitter changes): a plan decision near a break-even
+# would follow that noise. So the suite plans for a fixed snapshot of the development machine's
+# profile (tests/data/cpu-profile.json), in a cache directory of its own that every subprocess
+# inherits; tests of the measurement and of the cache set their own. FUSEC_TEST_MEASURED_CPU=1
+# plans for this machine's own measurement instead (and uses the user's cache directory).
+if os.environ.get("FUSEC_TEST_MEASURED_CPU") != "1":
+    import atexit
+    import json
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from fusec.compiler.plan.hardware import profile_key
+
+    _root = Path(tempfile.mkdtemp(prefix="fusec-tests-"))
+    atexit.register(shutil.rmtree, _root, True)
+    os.environ["FUSEC_CACHE_DIR"] = str(_root)
+    _profile = json.loads((Path(__file__).parent / "data" / "cpu-profile.json").read_text())
+    (_root / "hardware-cpu.json").write_text(json.dumps({"key": profile_key(), "profile": _profile}))

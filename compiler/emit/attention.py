@@ -25,6 +25,7 @@ row whose scores are all -inf gives NaN, as the unfused softmax does (0 / 0).
 from __future__ import annotations
 
 from .gemm import _Gemm, _dims_of_map, _elem as _elem_of, _maps, _n_inputs, _pure_dim, affine
+from .cpu import BLAS_MARK
 from .values import EmitError, floordiv, mod, mul
 from ..mlir import ir
 from ..plan.attention import THREADS_X, THREADS_Y
@@ -390,7 +391,9 @@ class _Attention(_Gemm):
         nb = 1
         for lp in self.batch_loops:
             nb *= int(self.ext[lp])
-        self.ctx.helpers.objmode = True
+        self.ctx.helpers.blas = True
+        blas = "_dgemm" if self.elem.compute == "float64" else "_sgemm"
+        one = c.float(1.0, self.elem)
         w(f"# {MARK}: {BQ} queries per block, keys in steps of {BKV} (online softmax; the tile "
           f"products by BLAS)")
         blk = names.fresh("blk")
@@ -436,9 +439,8 @@ class _Attention(_Gemm):
                 with w.indent():
                     w(f"{kt}[:, {nc}:] = {zero}")
                     w(f"{vs}[{nc}:, :] = {zero}")
-                w("with numba.objmode():  # the scores tile: NumPy's BLAS")
-                with w.indent():
-                    w(f"np.dot({qs}, {kt}, out={sc})")
+                w(f"{blas}(101, 111, 111, {BQ}, {BKV}, {D}, {one}, {qs}.ctypes.data, {D}, {kt}.ctypes.data, {BKV}, "
+                  f"{zero}, {sc}.ctypes.data, {BKV})  {BLAS_MARK} the scores tile")
                 r = names.fresh("r")
                 w(f"for {r} in range({nr}):")
                 with w.indent():
@@ -478,9 +480,8 @@ class _Attention(_Gemm):
                     with w.indent():
                         w(f"{acc}[{r}, {cc}] = {acc}[{r}, {cc}] * {alpha}")
                 w(f"{pt}[{nr}:, :] = {zero}")           # queries past the end
-                w("with numba.objmode():  # P · V: NumPy's BLAS")
-                with w.indent():
-                    w(f"np.dot({pt}, {vs}, out={tmp})")
+                w(f"{blas}(101, 111, 111, {BQ}, {DV}, {BKV}, {one}, {pt}.ctypes.data, {BKV}, {vs}.ctypes.data, {DV}, "
+                  f"{zero}, {tmp}.ctypes.data, {DV})  {BLAS_MARK} P · V")
                 w(f"{acc} += {tmp}")
             r, dv = names.fresh("r"), names.fresh("dv")
             w(f"for {r} in range({nr}):")

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from .. import mathfns
 from ..mlir import ir
 from ..transforms.cpu_library_calls import ATTR
@@ -31,18 +33,80 @@ from .values import add, mul
 
 IMPORTS = ("from llvmlite import ir as llvmir", "from numba.core import types as nbtypes",
            "from numba.extending import intrinsic")
-# The CPU function is nogil, so a thread of its prange can take the GIL for an object-mode
-# (BLAS) call while another runs compiled code; Numba warns that object mode itself is not
-# parallel, which these calls (NumPy releases the GIL in BLAS) do not need to hear.
-OBJMODE_PRELUDE = (
-    "import warnings", "",
-    'warnings.filterwarnings("ignore", message="Code running in object mode won.t allow parallel",',
-    "                        category=numba.NumbaWarning)", "",
+# A line of a cpu function that calls BLAS ends in this comment (module.py: _blas_only_in_prange).
+BLAS_MARK = "# cblas:"
+
+# BLAS from compiled code, with no object mode (which Numba cannot cache, and which costs a trip
+# through the interpreter per call): CBLAS ?gemm of NumPy's own OpenBLAS, found by its symbol
+# and registered with LLVM under a name of ours, called through a Numba ExternalFunction. The
+# machine code refers to the name, not the address, so Numba's on-disk cache holds it and a
+# later process binds it to that process's library. Where no such library is found (a NumPy
+# not built with scipy-openblas64), the name is bound to a C callback doing the same by NumPy.
+BLAS_PRELUDE = (
+    "import ctypes",
+    "import glob",
+    "import os",
+    "",
+    "from llvmlite import binding as _llvm",
+    "from numba.core import types as nbtypes",
+    "",
     "try:  # BLAS inside a prange runs one thread per worker (module.py: _blas_only_in_prange)",
     "    from threadpoolctl import ThreadpoolController",
     "    _BLAS_THREADS = ThreadpoolController()",
     "except ImportError:",
-    "    _BLAS_THREADS = None")
+    "    _BLAS_THREADS = None",
+    "",
+    "",
+    "def _cblas_gemm(kind):",
+    '    """The address of CBLAS {kind}gemm with 64-bit integers in the OpenBLAS a NumPy wheel',
+    '    carries (scipy-openblas64), or None."""',
+    "    top = os.path.dirname(np.__file__)",
+    '    found = glob.glob(os.path.join(os.path.dirname(top), "numpy.libs", "*openblas*"))',
+    '    found += glob.glob(os.path.join(top, ".dylibs", "*openblas*"))',
+    "    for path in sorted(found):",
+    "        try:",
+    "            lib = ctypes.CDLL(path)",
+    "        except OSError:",
+    "            continue",
+    '        for name in (f"scipy_cblas_{kind}gemm64_", f"cblas_{kind}gemm64_"):',
+    "            fn = getattr(lib, name, None)",
+    "            if fn is not None:",
+    "                return ctypes.cast(fn, ctypes.c_void_p).value",
+    "    return None",
+    "",
+    "",
+    "def _numpy_gemm(kind):",
+    '    """CBLAS {kind}gemm (row-major, 64-bit integers) by NumPy\'s matmul, as a C callback that',
+    '    lives as long as the process (compiled code holds its address)."""',
+    '    dt, ct = (np.float32, ctypes.c_float) if kind == "s" else (np.float64, ctypes.c_double)',
+    "    i32, i64, ptr = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p",
+    "",
+    "    def view(p, rows, cols, ld, trans):          # op(X), rows x cols, X stored row-major",
+    "        r, c = (cols, rows) if trans == 112 else (rows, cols)",
+    "        buf = (ct * (ld * (r - 1) + c)).from_address(p)",
+    "        x = np.ndarray((r, c), dt, buf, strides=(ld * dt().itemsize, dt().itemsize))",
+    "        return x.T if trans == 112 else x",
+    "",
+    "    def gemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):",
+    "        if m == 0 or n == 0:",
+    "            return",
+    "        out = view(c, m, n, ldc, 111)",
+    "        prod = view(a, m, k, lda, ta) @ view(b, k, n, ldb, tb) if k else np.zeros((m, n), dt)",
+    "        out[...] = dt(alpha) * prod + (dt(beta) * out if beta else dt(0))",
+    "",
+    "    cb = ctypes.CFUNCTYPE(None, i32, i32, i32, i64, i64, i64, ct, ptr, i64, ptr, i64, ct, ptr, i64)(gemm)",
+    "    ctypes.pythonapi.Py_IncRef(ctypes.py_object(cb))",
+    "    return ctypes.cast(cb, ctypes.c_void_p).value",
+    "",
+    "",
+    'for _kind in "sd":',
+    '    if not _llvm.address_of_symbol(f"fusec_cblas_{_kind}gemm64"):',
+    '        _llvm.add_symbol(f"fusec_cblas_{_kind}gemm64", _cblas_gemm(_kind) or _numpy_gemm(_kind))',
+    "_GEMM_INTS = (nbtypes.int32,) * 3 + (nbtypes.int64,) * 3",
+    "_sgemm = nbtypes.ExternalFunction('fusec_cblas_sgemm64', nbtypes.void(*_GEMM_INTS, nbtypes.float32, nbtypes.uintp,",
+    "                                  nbtypes.int64, nbtypes.uintp, nbtypes.int64, nbtypes.float32, nbtypes.uintp, nbtypes.int64))",
+    "_dgemm = nbtypes.ExternalFunction('fusec_cblas_dgemm64', nbtypes.void(*_GEMM_INTS, nbtypes.float64, nbtypes.uintp,",
+    "                                  nbtypes.int64, nbtypes.uintp, nbtypes.int64, nbtypes.float64, nbtypes.uintp, nbtypes.int64))")
 
 _LLVM_MINMAX = {"maximumf": "llvm.maximum", "minimumf": "llvm.minimum",
                 "maxnumf": "llvm.maxnum", "minnumf": "llvm.minnum"}
@@ -183,41 +247,181 @@ def is_cpu_helper(name: str) -> bool:
 
 # ---- contractions: linalg ops the CPU lowering left for a library call -------------------------
 
-CONV_LINES = (  # y (+)= conv(x, w) for padded x, by im2col + one BLAS matmul per image
-    "_n, _c, _oh, _ow = {x}.shape[0], {x}.shape[1], {y}.shape[2], {y}.shape[3]",
-    "_f, _kh, _kw = {w}.shape[0], {w}.shape[2], {w}.shape[3]",
-    "_win = _np.lib.stride_tricks.sliding_window_view({x}, ((_kh - 1) * {dh} + 1, (_kw - 1) * {dw} + 1), "
-    "axis=(2, 3))[:, :, :(_oh - 1) * {sh} + 1:{sh}, :(_ow - 1) * {sw} + 1:{sw}, ::{dh}, ::{dw}]",
-    "_cols = _np.ascontiguousarray(_win.transpose(0, 1, 4, 5, 2, 3)).reshape(_n, _c * _kh * _kw, _oh * _ow)",
-    "{y}[...] {op} _np.matmul({w}.reshape(_f, _c * _kh * _kw), _cols).reshape(_n, _f, _oh, _ow)",
-)
-
-
 def library_call(body, op) -> None:
-    """A contraction marked by transforms/cpu_library_calls.py: one call in Numba's object mode
-    on the operands as arrays; loops over the views where one has no array expression."""
+    """A contraction marked by transforms/cpu_library_calls.py: CBLAS ?gemm calls from the
+    compiled function itself (BLAS_PRELUDE), each operand passed as it lies where its memref
+    layout allows (a unit stride along one axis), else as a contiguous copy; conv is im2col by
+    blocks of output rows plus one ?gemm per block. Loops where a view has no array expression
+    or an extent is 0."""
     zero = str(op.attributes[ATTR]).strip('"') == "zero"
     views = [body.view(v) for v in op.operands]
     conv = op.name == "linalg.conv_2d_nchw_fchw"
     extra = [_pair(op, "strides"), _pair(op, "dilations")] if conv else []
-    if all(v.host is not None for v in views):
-        # Object mode finds a global by importing the function's module by name, which a module
-        # exec'd from source may not allow: so no helper function, and NumPy by __import__.
-        a, b, c = (v.host for v in views)
-        body.ctx.helpers.objmode = True
-        body.w(f"with numba.objmode():  # {op.name}: NumPy's BLAS")
-        body.w('    _np = __import__("numpy")')
-        if not conv:
-            body.w(f"    _np.matmul({a}, {b}, out={c})" if zero else f"    {c} += _np.matmul({a}, {b})")
-            return
-        (sh, sw), (dh, dw) = (p.strip("()").split(", ") for p in extra)
-        for line in CONV_LINES:
-            body.w("    " + line.format(x=a, w=b, y=c, sh=sh, sw=sw, dh=dh, dw=dw, op="=" if zero else "+="))
+    shapes = [ir.MemRefType(v.type).shape for v in op.operands]
+    if all(v.host is not None for v in views) and 0 not in [n for sh in shapes for n in sh]:
+        body.ctx.helpers.blas = True
+        if conv:
+            _conv_call(body, op, views, extra, zero)
+        else:
+            _gemm_call(body, op, views, zero)
         return
     if conv:
         _conv_loops(body, *views, extra, zero)
     else:
         _matmul_loops(body, *views, zero)
+
+
+NO_TRANS, TRANS = 111, 112
+
+
+def _strides(value) -> list[int | None]:
+    """A memref's strides in elements, None where dynamic."""
+    strides, _ = ir.MemRefType(value.type).get_strides_and_offset()
+    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
+    return [None if x == dyn else x for x in strides]
+
+
+def _blas_layout(value) -> tuple[int, int] | None:
+    """(CBLAS transpose flag, leading dimension) of a memref's last two axes as a ?gemm operand:
+    NO_TRANS and its row stride when a row's elements are adjacent, TRANS and its column stride
+    when a column's are, None when neither (or a stride is dynamic)."""
+    rows, cols = ir.MemRefType(value.type).shape[-2:]
+    rs, cs = _strides(value)[-2:]
+    if cs == 1 or cols == 1:
+        ld = cols if rows == 1 else rs
+        if ld is not None and ld >= cols:
+            return NO_TRANS, ld
+    if rs == 1 or rows == 1:
+        ld = rows if cols == 1 else cs
+        if ld is not None and ld >= rows:
+            return TRANS, ld
+    return None
+
+
+def _blas_fn(elem) -> str:
+    return "_dgemm" if elem.compute == "float64" else "_sgemm"
+
+
+def _gemm_call(body, op, views, zero: bool) -> None:
+    """C (+)= A B, batched over a leading axis for linalg.batch_matmul: one ?gemm per matrix."""
+    w, names, consts = body.w, body.names, body.ctx.consts
+    elem = views[2].array.elem
+    a, b, c = op.operands
+    m, k = ir.MemRefType(a.type).shape[-2:]
+    n = ir.MemRefType(c.type).shape[-1]
+    batch = ir.MemRefType(c.type).shape[:-2]
+    exprs, flags = [], []
+    for value, view in ((a, views[0]), (b, views[1])):
+        layout = _blas_layout(value)
+        if layout is None:                      # no unit stride: a contiguous copy
+            tmp = names.temp("blas")
+            w(f"{tmp} = np.ascontiguousarray({view.host})")
+            layout = (NO_TRANS, ir.MemRefType(value.type).shape[-1])
+            exprs.append(tmp)
+        else:
+            exprs.append(view.host)
+        flags.append(layout)
+    out, c_layout = views[2].host, _blas_layout(c)
+    staged = c_layout is None                   # the result through a contiguous buffer
+    if staged:
+        out = names.temp("blas")
+        full = ", ".join([":"] * len(ir.MemRefType(c.type).shape))
+        w(f"{out} = np.empty({tuple(batch) + (m, n)}, np.{elem.compute})")
+        if not zero:
+            w(f"{out}[{full}] = {views[2].host}[{full}]")
+        c_layout = (NO_TRANS, n)
+    beta = consts.zero(elem) if zero else consts.float(1.0, elem)
+    one = consts.float(1.0, elem)
+    (ta, lda), (tb, ldb) = flags
+    tc, ldc = c_layout
+    depth = w.depth
+    idx = ""
+    if batch:
+        bi = names.temp("b")
+        w(f"for {bi} in range({batch[0]}):")
+        w.depth += 1
+        idx = f"[{bi}]"
+    ptr = [f"{e}{idx}.ctypes.data" for e in exprs + [out]]
+    if tc == NO_TRANS:
+        args = (ta, tb, m, n, k, one, ptr[0], lda, ptr[1], ldb, beta, ptr[2], ldc)
+    else:                                       # C stored by columns: C^T = B^T A^T
+        flip = {NO_TRANS: TRANS, TRANS: NO_TRANS}
+        args = (flip[tb], flip[ta], n, m, k, one, ptr[1], ldb, ptr[0], lda, beta, ptr[2], ldc)
+    w(f"{_blas_fn(elem)}(101, {', '.join(str(x) for x in args)})  {BLAS_MARK} {op.name}")
+    w.depth = depth
+    if staged:
+        full = ", ".join([":"] * len(ir.MemRefType(c.type).shape))
+        w(f"{views[2].host}[{full}] = {out}[{full}]")
+
+
+def _conv_call(body, op, views, extra, zero: bool) -> None:
+    """y (+)= conv(x, w) for padded x by blocks of output rows: the block's im2col columns
+    (C*KH*KW rows of R*OW; R rows make about 512 KiB, a core's L2) in a buffer, then one ?gemm
+    of the weights by them into y's block itself when y's rows lie with unit stride, else into a
+    buffer added or copied into y."""
+    w, names, consts = body.w, body.names, body.ctx.consts
+    x, wt, y = views
+    elem = y.array.elem
+    xv, wv, yv = op.operands
+    nb, ch = ir.MemRefType(xv.type).shape[:2]
+    nf, _, kh, kw = ir.MemRefType(wv.type).shape
+    oh, ow = ir.MemRefType(yv.type).shape[2:]
+    (sh, sw), (dh, dw) = (tuple(int(t) for t in p.strip("()").split(", ")) for p in extra)
+    ckk = ch * kh * kw
+    size = np.dtype(elem.compute).itemsize
+    rb = max(1, min(oh, (512 << 10) // (ckk * ow * size)))
+    f = f"np.{elem.compute}"
+    if _strides(wv) == [ckk, kh * kw, kw, 1]:
+        wptr = f"{wt.host}.ctypes.data"
+    else:
+        wc = names.temp("blas")
+        w(f"{wc} = np.ascontiguousarray({wt.host})")
+        wptr = f"{wc}.ctypes.data"
+    ys = _strides(yv)
+    direct = ys[3] == 1 and ys[2] == ow and ys[1] is not None and ys[1] >= oh * ow
+    cols = names.temp("cols")
+    w(f"{cols} = np.empty(({ckk}, {rb * ow}), {f})")
+    out = None
+    if not direct:
+        out = names.temp("blas")
+        w(f"{out} = np.empty(({nf}, {rb * ow}), {f})")
+    depth = w.depth
+    n, p0, r = names.temp("n"), names.temp("p"), names.temp("r")
+    w(f"for {n} in range({nb}):")
+    w.depth += 1
+    w(f"for {p0} in range(0, {oh}, {rb}):")
+    w.depth += 1
+    w(f"{r} = min({rb}, {oh} - {p0})")
+    ci, i, j, p, q, row = (names.temp(t) for t in ("c", "i", "j", "p", "q", "row"))
+    for var, ext in ((ci, ch), (i, kh), (j, kw)):
+        w(f"for {var} in range({ext}):")
+        w.depth += 1
+    w(f"{row} = ({ci} * {kh} + {i}) * {kw} + {j}")
+    w(f"for {p} in range({r}):")
+    w.depth += 1
+    w(f"for {q} in range({ow}):")
+    w.depth += 1
+    src = x.at([n, ci, add(mul(f"({p0} + {p})", str(sh)), mul(i, str(dh))), add(mul(q, str(sw)), mul(j, str(dw)))])
+    w(f"{cols}[{row}, {p} * {ow} + {q}] = {src}")
+    w.depth -= 5
+    one = consts.float(1.0, elem)
+    beta = consts.zero(elem) if zero else one
+    blas = _blas_fn(elem)
+    if direct:
+        w(f"{blas}(101, {NO_TRANS}, {NO_TRANS}, {nf}, {r} * {ow}, {ckk}, {one}, {wptr}, {ckk}, {cols}.ctypes.data, "
+          f"{rb * ow}, {beta}, {y.host}[{n}, :, {p0}:, :].ctypes.data, {ys[1]})  {BLAS_MARK} {op.name}")
+    else:
+        w(f"{blas}(101, {NO_TRANS}, {NO_TRANS}, {nf}, {r} * {ow}, {ckk}, {one}, {wptr}, {ckk}, {cols}.ctypes.data, "
+          f"{rb * ow}, {consts.zero(elem)}, {out}.ctypes.data, {rb * ow})  {BLAS_MARK} {op.name}")
+        fi, pp, qq = names.temp("f"), names.temp("p"), names.temp("q")
+        for var, ext in ((fi, str(nf)), (pp, r), (qq, str(ow))):
+            w(f"for {var} in range({ext}):")
+            w.depth += 1
+        val = f"{out}[{fi}, {pp} * {ow} + {qq}]"
+        at = y.at([n, fi, f"{p0} + {pp}", qq])
+        w(f"{at} = {val}" if zero else f"{at} = {at} + {val}")
+        w.depth -= 3
+    w.depth = depth
 
 
 def _pair(op, name: str) -> str:

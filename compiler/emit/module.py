@@ -12,6 +12,7 @@ from __future__ import annotations
 
 
 from ..emitted import EmittedModule, Entry, Launch
+from . import cpu as emit_cpu
 from .body import GEMM_MARKS, Body, FuncCtx, Writer, arena_param, operand_segments, output_param
 from .memplan import MemoryPlan, plan_memory
 from .scalar import Helpers, ScalarRules
@@ -208,7 +209,9 @@ class _FuncEmitter:
                 "    if _BLAS_THREADS is None:",
                 f"        return {inner}({', '.join(params)})",
                 '    with _BLAS_THREADS.limit(limits=1, user_api="blas"):',
-                f"        return {inner}({', '.join(params)})"])
+                f"        return {inner}({', '.join(params)})",
+                "", "",
+                f"{outer}.jitted = {inner}   # the Numba dispatcher (runtime/executable.py compiles it first)"])
         if f16_wrapper:
             text += "\n\n\n" + self._f16_wrapper(outer, params)
         if planned:
@@ -377,7 +380,7 @@ def _dims(values: list[str]) -> str:
 
 
 def _blas_only_in_prange(lines: list[str]) -> bool:
-    """Every object-mode (BLAS) block of a cpu function sits inside one of its prange loops."""
+    """Every BLAS call of a cpu function (emit/cpu.py: BLAS_MARK) sits inside one of its prange loops."""
     found, depth = False, None
     for line in lines:
         ind = len(line) - len(line.lstrip())
@@ -385,7 +388,7 @@ def _blas_only_in_prange(lines: list[str]) -> bool:
             depth = None
         if "numba.prange(" in line and depth is None:
             depth = ind
-        if "numba.objmode(" in line:
+        if emit_cpu.BLAS_MARK in line:
             if depth is None:
                 return False
             found = True

@@ -64,7 +64,7 @@ class Helpers:
     decorated: set[str] = field(default_factory=set)     # helpers whose text has its decorator
     intrinsics: bool = False                              # a Numba @intrinsic is among them
     cudasim: bool = False                                 # the module defines _CUDASIM: every cuda module
-    objmode: bool = False                                 # cpu: some op is a call in object mode
+    blas: bool = False                                    # cpu: the module calls CBLAS (emit/cpu.py: BLAS_PRELUDE)
 
     def __post_init__(self):
         # cuda: math calls and emit/reduce.py's combines branch on _CUDASIM, the warnings filter needs it
@@ -99,7 +99,7 @@ class Helpers:
     def imports(self) -> tuple[str, ...]:
         if self.target == "cuda":
             return ("import warnings",)
-        return (emit_cpu.IMPORTS if self.intrinsics else ()) + (emit_cpu.OBJMODE_PRELUDE if self.objmode else ())
+        return (emit_cpu.IMPORTS if self.intrinsics else ()) + (emit_cpu.BLAS_PRELUDE if self.blas else ())
 
     def lines(self) -> list[str]:
         deco = "@cuda.jit(device=True)" if self.target == "cuda" else "@numba.njit"

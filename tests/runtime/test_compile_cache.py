@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = str(ROOT / "examples" / "softmax.fdsl")
 PROFILE = replace(GPUS["seed"], name="cpu", kind="cpu", units=2, bandwidth=9e9)
 SOURCE = "chain f(x: f32[M, 8]) -> f32[M, 8] {\n    return exp(x) * 2\n}\n"
+# a build that calls BLAS (CBLAS sgemm from compiled code: Numba caches it too)
+BLAS_SOURCE = "chain f(x: f32[M, 8]) -> f32[M, M] {\n    return exp(x @ transpose(x) / 8.0) * 2\n}\n"
 
 # runs the chain through the API, then says what this process did
 API_RUN = textwrap.dedent("""
@@ -32,8 +34,9 @@ API_RUN = textwrap.dedent("""
     prog = fusec.compile(sys.argv[1], target="cpu")
     c = prog.f.compiled({"M": 4})
     y = prog.f(np.ones((4, 8), np.float32))
-    stats = c.fused.host.stats
+    stats = c.fused.jitted.stats
     print(json.dumps({"cache": c.cache, "ok": bool(np.allclose(y, 2 * np.e)),
+                      "blas": "# cblas:" in prog.f.stages({"M": 4})["kernels"],
                       "mlir": any(m.startswith("fusec.compiler.mlir") or m == "fusec.compiler.pipeline"
                                   for m in sys.modules),
                       "numba_hits": sum(stats.cache_hits.values()), "numba_misses": sum(stats.cache_misses.values()),
@@ -60,10 +63,10 @@ def cache(tmp_path, monkeypatch):
     return root
 
 
-def api_run(cache: Path, tmp_path: Path, **env) -> dict:
+def api_run(cache: Path, tmp_path: Path, source: str = SOURCE, **env) -> dict:
     src = tmp_path / "f.fdsl"
     if not src.exists():
-        src.write_text(SOURCE)
+        src.write_text(source)
     r = subprocess.run([sys.executable, "-c", API_RUN, str(src)], env=env_for(cache, **env), capture_output=True,
                        text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -74,11 +77,13 @@ def entries(cache: Path) -> list[Path]:
     return sorted(p for p in (cache / "compiled").iterdir() if not p.name.startswith("."))
 
 
-def test_a_second_process_loads_the_build_without_mlir_or_numba_compiling(cache, tmp_path):
-    first = api_run(cache, tmp_path)
+@pytest.mark.parametrize("source", [SOURCE, BLAS_SOURCE], ids=["loops", "blas"])
+def test_a_second_process_loads_the_build_without_mlir_or_numba_compiling(cache, tmp_path, source):
+    first = api_run(cache, tmp_path, source)
     assert first["cache"] == "miss" and first["ok"] and first["mlir"] and first["numba_misses"] == 1
+    assert first["blas"] == (source == BLAS_SOURCE)
     assert "fused.linalg" in first["seconds"]
-    second = api_run(cache, tmp_path)
+    second = api_run(cache, tmp_path, source)
     assert second["cache"] == "hit" and second["ok"]
     assert not second["mlir"], "a cache hit imported the MLIR pipeline"
     assert second["numba_hits"] == 1 and second["numba_misses"] == 0, "Numba compiled again"

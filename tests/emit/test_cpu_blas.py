@@ -1,0 +1,205 @@
+"""BLAS from compiled cpu code (emit/cpu.py: BLAS_PRELUDE, library_call): CBLAS ?gemm of
+NumPy's OpenBLAS called through a Numba ExternalFunction, each operand passed as its memref
+layout lies (transposed where its columns are contiguous) or copied where neither axis has unit
+stride, the result through a buffer where it must; conv as im2col by row blocks plus ?gemm; and
+the NumPy callback that stands in where no such library is found."""
+import ctypes
+import importlib.util
+
+import numpy as np
+import pytest
+
+import fusec
+from fusec.compiler.emit import emit
+from fusec.compiler.emit.cpu import BLAS_PRELUDE
+from fusec.compiler.mlir import ir
+from fusec.compiler.transforms.to_target import to_cpu
+
+
+def _module(tmp_path, mlir: str, name: str):
+    """The emitted cpu module of a memref-level function, imported from a file."""
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(mlir)
+        to_cpu(module)
+        src = emit(module, "cpu").source
+    path = tmp_path / f"{name}.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location(f"fusec_blas_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod, src
+
+
+def _calls(src: str) -> list[str]:
+    return [line.strip() for line in src.splitlines() if "# cblas:" in line]
+
+
+MATMUL = """
+func.func @mm(%a: memref<6x5xf32, LA>, %b: memref<5x7xf32, LB>, %c: memref<6x7xf32, LC>) {
+  linalg.matmul ins(%a, %b : memref<6x5xf32, LA>, memref<5x7xf32, LB>) outs(%c : memref<6x7xf32, LC>)
+  return
+}
+"""
+ROW, COL = "strided<[S, 1]>", "strided<[1, S]>"
+
+
+def _array(rng, shape, layout):
+    x = rng.standard_normal(shape).astype(np.float32)
+    return np.asfortranarray(x) if layout.startswith("strided<[1,") else x
+
+
+@pytest.mark.parametrize("la, lb, lc, flags", [
+    (ROW, ROW, ROW, "111, 111, 6, 7, 5"),
+    (COL, COL, ROW, "112, 112, 6, 7, 5"),      # column-major operands: passed transposed, no copy
+    (ROW, COL, COL, "111, 112, 7, 6, 5"),      # a column-major result: C^T = B^T A^T
+], ids=["row-major", "operands-by-columns", "result-by-columns"])
+def test_matmul_operands_are_passed_as_they_lie(tmp_path, la, lb, lc, flags):
+    strides = {"LA": (la, 5, 6), "LB": (lb, 7, 5), "LC": (lc, 7, 6)}
+    text = MATMUL
+    for name, (layout, row_ld, col_ld) in strides.items():
+        text = text.replace(name, layout.replace("S", str(row_ld if layout == ROW else col_ld)))
+    mod, src = _module(tmp_path, text, "mm_" + flags.replace(", ", "_"))
+    (call,) = _calls(src)
+    assert call.startswith(f"_sgemm(101, {flags},") and "ascontiguousarray" not in src and "objmode" not in src
+    rng = np.random.default_rng(1)
+    a, b, c = _array(rng, (6, 5), la), _array(rng, (5, 7), lb), _array(rng, (6, 7), lc)
+    want = c + a.astype(np.float64) @ b                    # "acc": no zero fill before it
+    mod.run_mm(a, b, c)
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
+
+
+STRIDED = """
+func.func @mm(%a: memref<6x10xf32>, %b: memref<5x7xf32>, %c: memref<6x14xf32>) {
+  %z = arith.constant 0.0 : f32
+  %as = memref.subview %a[0, 0] [6, 5] [1, 2] : memref<6x10xf32> to memref<6x5xf32, strided<[10, 2]>>
+  %cs = memref.subview %c[0, 1] [6, 7] [1, 2] : memref<6x14xf32> to memref<6x7xf32, strided<[14, 2], offset: 1>>
+  linalg.fill ins(%z : f32) outs(%cs : memref<6x7xf32, strided<[14, 2], offset: 1>>)
+  linalg.matmul ins(%as, %b : memref<6x5xf32, strided<[10, 2]>>, memref<5x7xf32>) outs(%cs : memref<6x7xf32, strided<[14, 2], offset: 1>>)
+  return
+}
+"""
+
+
+def test_views_with_no_unit_stride_go_through_contiguous_copies(tmp_path):
+    mod, src = _module(tmp_path, STRIDED, "mm_strided")
+    assert "np.ascontiguousarray(arg0[0:6, 0:10:2])" in src     # a: every other column
+    (call,) = _calls(src)
+    assert ", _f32_0, " in call                                   # the fill became beta = 0
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((6, 10)).astype(np.float32), rng.standard_normal((5, 7)).astype(np.float32)
+    c = np.full((6, 14), np.nan, np.float32)
+    mod.run_mm(a, b, c)
+    np.testing.assert_allclose(c[:, 1::2], a[:, ::2] @ b, rtol=1e-5, atol=1e-5)
+    assert np.isnan(c[:, ::2]).all()                             # nothing between the result's columns
+
+
+BATCH = """
+func.func @bmm(%a: memref<3x4x6xf32>, %b: memref<3x6x5xf32, strided<[30, 1, 6]>>, %c: memref<3x4x5xf32>) {
+  linalg.batch_matmul ins(%a, %b : memref<3x4x6xf32>, memref<3x6x5xf32, strided<[30, 1, 6]>>) outs(%c : memref<3x4x5xf32>)
+  return
+}
+"""
+
+
+def test_batch_matmul_is_one_call_per_matrix(tmp_path):
+    mod, src = _module(tmp_path, BATCH, "bmm")
+    (call,) = _calls(src)
+    assert call.startswith("_sgemm(101, 111, 112, 4, 5, 6,") and "[_b" in call
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((3, 4, 6)).astype(np.float32)
+    b = rng.standard_normal((3, 5, 6)).astype(np.float32).transpose(0, 2, 1)     # strides (30, 1, 6)
+    c = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    want = c + a @ b
+    mod.run_bmm(a, b, c)
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
+
+
+CONV_OUT_VIEW = """
+func.func @cv(%x: memref<2x3x9x10xf32>, %w: memref<4x3x3x2xf32>, %y: memref<2x4x4x8xf32>) {
+  %ys = memref.subview %y[0, 0, 0, 0] [2, 4, 4, 4] [1, 1, 1, 2] : memref<2x4x4x8xf32> to memref<2x4x4x4xf32, strided<[128, 32, 8, 2]>>
+  linalg.conv_2d_nchw_fchw {dilations = dense<[1, 2]> : tensor<2xi64>, strides = dense<[2, 2]> : tensor<2xi64>}
+    ins(%x, %w : memref<2x3x9x10xf32>, memref<4x3x3x2xf32>) outs(%ys : memref<2x4x4x4xf32, strided<[128, 32, 8, 2]>>)
+  return
+}
+"""
+
+
+def _conv_ref(x, w, stride, dilation, oh, ow):
+    (sh, sw), (dh, dw) = stride, dilation
+    out = np.zeros((x.shape[0], w.shape[0], oh, ow))
+    for p in range(w.shape[2]):
+        for q in range(w.shape[3]):
+            win = x[:, :, p * dh:p * dh + (oh - 1) * sh + 1:sh, q * dw:q * dw + (ow - 1) * sw + 1:sw]
+            out += np.einsum("nchw,fc->nfhw", win, w[:, :, p, q])
+    return out
+
+
+def test_conv_into_a_strided_output_goes_through_a_block_buffer(tmp_path):
+    mod, src = _module(tmp_path, CONV_OUT_VIEW, "cv")
+    (call,) = _calls(src)
+    assert call.startswith("_sgemm(101, 111, 111, 4, ")
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 9, 10)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 2)).astype(np.float32)
+    y = rng.standard_normal((2, 4, 4, 8)).astype(np.float32)
+    want = y.copy()
+    want[..., ::2] += _conv_ref(x, w, (2, 2), (1, 2), 4, 4)
+    mod.run_cv(x, w, y)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("hw, stride, padding, dilation", [
+    ((9, 11), 1, 1, 1), ((9, 11), 2, [1, 0], [1, 2]), ((40, 33), 1, 1, 1)])   # the last: several row blocks
+def test_conv_chains_match_the_reference(hw, stride, padding, dilation):
+    h, w_ = hw
+    src = (f"chain c(x: f32[B, 24, {h}, {w_}], w: f32[4, 24, 3, 3]) -> f32[B, 4, OH, OW] {{\n"
+           f"    return conv2d(x, w, stride={stride}, padding={padding}, dilation={dilation})\n}}\n")
+    pad = padding if isinstance(padding, list) else [padding] * 2
+    dil = dilation if isinstance(dilation, list) else [dilation] * 2
+    oh = (h + 2 * pad[0] - dil[0] * 2 - 1) // stride + 1
+    ow = (w_ + 2 * pad[1] - dil[1] * 2 - 1) // stride + 1
+    prog = fusec.compile(src.replace("OH", str(oh)).replace("OW", str(ow)), target="cpu",
+                         options={"baseline": False})
+    assert "# cblas: linalg.conv_2d_nchw_fchw" in prog.c.stages({"B": 2})["kernels"]
+    assert prog.c.check(binding={"B": 2})[0].ok
+
+
+def test_f64_contractions_call_dgemm():
+    src = ("chain f(x: f64[M, K], w: f64[N, K]) -> f64[M, N] {\n    return tanh(x @ transpose(w))\n}\n")
+    prog = fusec.compile(src, target="cpu", options={"baseline": False})
+    text = prog.f.stages({"M": 33, "K": 17, "N": 9})["kernels"]
+    assert "_dgemm(101, " in text and "_sgemm(101" not in text
+    assert prog.f.check(binding={"M": 33, "K": 17, "N": 9})[0].ok
+
+
+@pytest.fixture(scope="module")
+def prelude():
+    ns = {}
+    exec("import numba\nimport numpy as np\n" + "\n".join(BLAS_PRELUDE), ns)
+    return ns
+
+
+def test_the_prelude_binds_numpys_own_cblas(prelude):
+    from llvmlite import binding
+    found = prelude["_cblas_gemm"]("s")
+    assert found is not None                       # NumPy's wheels carry scipy-openblas64
+    assert binding.address_of_symbol("fusec_cblas_sgemm64") == found
+
+
+@pytest.mark.parametrize("kind,dtype,ctype", [("s", np.float32, ctypes.c_float), ("d", np.float64, ctypes.c_double)])
+def test_the_numpy_callback_is_cblas_gemm(prelude, kind, dtype, ctype):
+    """The stand-in for a NumPy without scipy-openblas64, called as C calls it."""
+    fn = ctypes.CFUNCTYPE(None, *(ctypes.c_int,) * 3, *(ctypes.c_int64,) * 3, ctype, ctypes.c_void_p,
+                          ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctype, ctypes.c_void_p,
+                          ctypes.c_int64)(prelude["_numpy_gemm"](kind))
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((5, 4)).astype(dtype)          # used transposed: op(A) = a.T, 4 x 5
+    b = rng.standard_normal((5, 3)).astype(dtype)
+    c = np.pad(rng.standard_normal((4, 3)).astype(dtype), ((0, 0), (0, 2)))   # ldc 5
+    want = 2 * (a.T @ b) + c[:, :3]
+    fn(101, 112, 111, 4, 3, 5, 2.0, a.ctypes.data, 4, b.ctypes.data, 3, 1.0, c.ctypes.data, 5)
+    np.testing.assert_allclose(c[:, :3], want, rtol=1e-5)
+    assert not c[:, 3:].any()                               # nothing past each row's n
+    c[:, :3] = np.nan
+    fn(101, 111, 111, 4, 3, 0, 1.0, a.ctypes.data, 1, b.ctypes.data, 3, 0.0, c.ctypes.data, 5)
+    assert not c.any()                                      # k = 0, beta = 0: C = 0, never read
