@@ -272,7 +272,6 @@ def library_call(body, op) -> None:
 
 
 NO_TRANS, TRANS = 111, 112
-SPLIT_BLOCK = 256     # columns (or rows) per call when a whole product is split over a prange
 
 
 def _strides(value) -> list[int | None]:
@@ -336,31 +335,13 @@ def _gemm_call(body, op, views, zero: bool) -> None:
     (ta, lda), (tb, ldb) = flags
     tc, ldc = c_layout
     depth = w.depth
-    sliced = [f"{e}{{}}" for e in exprs + [out]]          # each operand's expression, then a slice
-    cut = ["", "", ""]
+    idx = ""
     if batch:
-        bi = names.temp("b")              # outside the parallel loops: the matrices in a prange
-        loop = "numba.prange(0, " if body.parallel_depth == 0 and batch[0] > 1 else "range("
-        w(f"for {bi} in {loop}{batch[0]}):")
+        bi = names.temp("b")
+        w(f"for {bi} in range({batch[0]}):")
         w.depth += 1
-        cut = [f"[{bi}]"] * 3
-    elif body.parallel_depth == 0 and max(m, n) >= 2 * SPLIT_BLOCK:
-        # a call outside the parallel loops (a whole product before its epilogue's chunk loop):
-        # a prange over blocks of 256 columns (or rows) of single-threaded calls instead of one
-        # call on BLAS's own threads, which spin on after it and slow the chunk loop that follows
-        # (mlp at 512x1024x4096 on 2 cores: 29 -> 22 ms)
-        t, o, size = names.temp("t"), names.temp("o"), names.temp("nb")
-        along = n if n >= 2 * SPLIT_BLOCK else m
-        w(f"for {t} in numba.prange(0, {-(-along // SPLIT_BLOCK)}):")
-        w.depth += 1
-        w(f"{o} = {t} * {SPLIT_BLOCK}")
-        w(f"{size} = min({SPLIT_BLOCK}, {along} - {o})")
-        block = f"{o}:{o} + {size}"
-        if along == n:
-            cut, n = ["", f"[:, {block}]", f"[:, {block}]"], size
-        else:
-            cut, m = [f"[{block}, :]", "", f"[{block}, :]"], size
-    ptr = [f"{e.format(c)}.ctypes.data" for e, c in zip(sliced, cut)]
+        idx = f"[{bi}]"
+    ptr = [f"{e}{idx}.ctypes.data" for e in exprs + [out]]
     if tc == NO_TRANS:
         args = (ta, tb, m, n, k, one, ptr[0], lda, ptr[1], ldb, beta, ptr[2], ldc)
     else:                                       # C stored by columns: C^T = B^T A^T

@@ -105,7 +105,6 @@ def test_batch_matmul_is_one_call_per_matrix(tmp_path):
     mod, src = _module(tmp_path, BATCH, "bmm")
     (call,) = _calls(src)
     assert call.startswith("_sgemm(101, 111, 112, 4, 5, 6,") and "[_b" in call
-    assert "in numba.prange(0, 3):" in src               # the matrices in a prange
     rng = np.random.default_rng(3)
     a = rng.standard_normal((3, 4, 6)).astype(np.float32)
     b = rng.standard_normal((3, 5, 6)).astype(np.float32).transpose(0, 2, 1)     # strides (30, 1, 6)
@@ -205,28 +204,3 @@ def test_the_numpy_callback_is_cblas_gemm(prelude, kind, dtype, ctype):
     fn(101, 111, 111, 4, 3, 0, 1.0, a.ctypes.data, 1, b.ctypes.data, 3, 0.0, c.ctypes.data, 5)
     assert not c.any()                                      # k = 0, beta = 0: C = 0, never read
 
-
-WIDE = """
-func.func @mm(%a: memref<MxKxf32>, %b: memref<KxNxf32, strided<[1, K]>>, %c: memref<MxNxf32>) {
-  linalg.matmul ins(%a, %b : memref<MxKxf32>, memref<KxNxf32, strided<[1, K]>>) outs(%c : memref<MxNxf32>)
-  return
-}
-"""
-
-
-@pytest.mark.parametrize("m, n, along", [(3, 600, "[:, _o"), (520, 5, "[_o")], ids=["columns", "rows"])
-def test_a_whole_product_outside_the_parallel_loops_is_split_over_a_prange(tmp_path, m, n, along):
-    """Blocks of 256 columns (or rows), the last one partial, each a single-threaded call: BLAS's
-    own threads would spin on after one big call and slow the chunk loop that follows."""
-    text = WIDE.replace("M", str(m)).replace("N", str(n)).replace("K", "7")
-    mod, src = _module(tmp_path, text, f"mm_split_{m}_{n}")
-    (call,) = _calls(src)
-    assert "for _t0 in numba.prange(0, 3):" in src and along in call and "min(256, " in src
-    assert "_BLAS_THREADS.limit(limits=1" in src               # one BLAS thread per prange worker
-    rng = np.random.default_rng(6)
-    a = rng.standard_normal((m, 7)).astype(np.float32)
-    b = np.asfortranarray(rng.standard_normal((7, n)).astype(np.float32))
-    c = rng.standard_normal((m, n)).astype(np.float32)
-    want = c + a @ b
-    mod.run_mm(a, b, c)
-    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
