@@ -18,9 +18,10 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from . import scratch_env
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     # torch.compile's "cold" time is only cold with empty on-disk caches: give this run its own
     # (the "cached" time then finds them filled by this run's first compile).
     for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
-        os.environ.setdefault(var, tempfile.mkdtemp(prefix=f"fusec-bench-{var.split('_')[0].lower()}-"))
+        scratch_env(var, f"fusec-bench-{var.split('_')[0].lower()}-")
     if args.omp_wait:
         # Before any OpenMP runtime starts (Numba's, PyTorch's): interleaved implementations
         # with spinning thread pools steal each other's cores on a small machine.

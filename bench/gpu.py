@@ -136,9 +136,9 @@ def run(directory: Path, out: Path, only: list[str] | None = None, target_name: 
     `budget` (bench.timing.Budget) replaces the default timing budget (tests: one run)."""
     _ensure_lark(directory)
     _ensure_fusec()
-    import tempfile
+    from . import scratch_env
     for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):     # cold compiles really cold
-        os.environ.setdefault(var, tempfile.mkdtemp(prefix="fusec-bench-"))
+        scratch_env(var, "fusec-bench-")
     import numpy as np
 
     import fusec

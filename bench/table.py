@@ -107,10 +107,12 @@ def _compile_table(r: dict) -> list[str]:
             cells.append(f"{_secs(e.get('cold_s'))} / {_secs(e.get('cached_s'))}" if e else "–")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
+    cached = ("loading the artifact (no MLIR) and Numba's machine code from its cache"
+              if r.get("fusec_cached") == "numba-cache" else
+              "loading the artifact (no MLIR) and Numba's jit, which this run did not cache")
     lines.append("fusec cold: MLIR compile of the fused and unfused builds plus Numba's jit of the fused "
-                 "one; cached: loading the artifact (no MLIR) and Numba's jit, which is not cached. "
-                 "torch.compile cached: a fresh trace finding inductor's caches filled; jax.jit "
-                 "cached: JAX's persistent compilation cache.")
+                 f"one; cached: {cached}. torch.compile cached: a fresh trace finding inductor's caches "
+                 "filled; jax.jit cached: JAX's persistent compilation cache.")
     return lines
 
 
