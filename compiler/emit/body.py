@@ -231,6 +231,13 @@ class Body(ControlFlow):
                       for s, d in zip(src.shape, memref_shape(op.results[0].type)))
         self.ctx.views[op.results[0]] = views.cast(src, shape)
 
+    def transpose(self, op):
+        perm = tuple(ir.AffineMapAttr(op.attributes["permutation"]).value.results)
+        dims = tuple(int(str(d).lstrip("d")) for d in perm)
+        if any(dims[dims[i]] != i for i in range(len(dims))):
+            raise EmitError("the emitter supports memref.transpose only by a permutation that is its own inverse", op)
+        self.ctx.views[op.results[0]] = views.transpose(self.view(op.operands[0]), dims)
+
     def reinterpret_cast(self, op):
         groups = operand_segments(op)
         offs = self._mixed(op, "static_offsets", groups[1])
@@ -375,7 +382,7 @@ _HANDLERS = {
     "memref.get_global": Body.get_global,
     "memref.subview": Body.subview, "memref.expand_shape": Body.expand_shape,
     "memref.collapse_shape": Body.collapse_shape, "memref.cast": Body.cast,
-    "memref.reinterpret_cast": Body.reinterpret_cast, "memref.dim": Body.dim,
+    "memref.reinterpret_cast": Body.reinterpret_cast, "memref.dim": Body.dim, "memref.transpose": Body.transpose,
     "memref.load": Body.load, "memref.store": Body.store, "memref.copy": Body.copy,
     "scf.for": Body.scf_for, "scf.if": Body.scf_if, "scf.parallel": Body.scf_parallel,
     "scf.execute_region": Body.execute_region,

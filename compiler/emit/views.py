@@ -140,6 +140,18 @@ def cast(src: View, shape: Index) -> View:
     return replace(src, shape=tuple(shape))
 
 
+def transpose(src: View, perm: tuple[int, ...]) -> View:
+    """memref.transpose with an involutive permutation (perm == its inverse): result index i is
+    source index perm[i]; on the host the same NumPy view, transposed."""
+    parent = src.to_base
+
+    def to_base(idx: Index) -> Index:
+        return parent(tuple(idx[perm[i]] for i in range(len(perm))))
+
+    host = None if src.host is None else f"{src.host}.transpose({_tuple(str(p) for p in perm)})"
+    return View(src.array, tuple(src.shape[p] for p in perm), to_base, src.free, host, contiguous=False)
+
+
 def reinterpret(src: View, offset: str, sizes: Index, strides: Index, op) -> View:
     """reinterpret_cast of a whole contiguous array: flat = offset + sum(i*stride), unravelled
     back onto the array's own shape."""

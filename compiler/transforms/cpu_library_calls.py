@@ -14,12 +14,16 @@ a zero-filled matmul together make the whole product of operands that exist befo
 (A's and C's tiles are row blocks of whole buffers, B is whole), one BLAS call before the loop
 computes it, threaded by BLAS itself, and the loop keeps only the epilogue. Many per-tile calls
 from the loop's threads (each wanting the BLAS threads too) measured 1.5x slower on 2 cores.
+
+Before that, a matmul operand that a transpose copy has just made becomes a memref.transpose
+view of the copy's source (`fold_transposed_operands`): BLAS reads it with its transpose flag,
+and `x @ transpose(w)` no longer copies w inside every tile.
 """
 from __future__ import annotations
 
 import math
 
-from ..mlir import ir
+from ..mlir import ir, memref
 
 NAME = "cpu-library-calls"
 ATTR = "fusec.cpu_call"
@@ -197,6 +201,95 @@ def _outer_parallel_loops(module: ir.Module) -> list:
 
     module.operation.walk(visit)
     return found
+
+
+def fold_transposed_operands(module: ir.Module) -> int:
+    """A matmul operand that a permutation copy has just made (a linalg.generic that only
+    copies X, read through a permuted map, into a fresh buffer nothing else reads) becomes
+    memref.transpose of X: a view, which the BLAS call takes as it lies (its transpose flag),
+    so `x @ transpose(w)` copies nothing. The view is made where X is defined, so a whole
+    product can still be hoisted before its loop. Returns how many operands were folded."""
+    count = 0
+    for op in linalg_ops(module):
+        if op.name not in ("linalg.matmul", "linalg.batch_matmul") or not _callable(op):
+            continue
+        for i in (0, 1):
+            found = _permutation_copy_into(op.operands[i], op)
+            if found is None:
+                continue
+            copy, src, perm = found
+            alloc = op.operands[i].owner
+            if isinstance(src.owner, ir.Block):
+                where = ir.InsertionPoint.at_block_begin(src.owner)
+            else:
+                where = ir.InsertionPoint.after(src.owner)
+            with where:
+                view = memref.TransposeOp(_transposed_type(src.type, perm), src,
+                                          ir.AffineMapAttr.get(ir.AffineMap.get_permutation(perm)))
+            op.operands[i] = view.result
+            copy.erase()
+            alloc.erase()
+            count += 1
+    return count
+
+
+def _permutation_copy_into(v: "ir.Value", reader) -> "tuple | None":
+    """(the copy, its source, the permutation) when v is a memref.alloc written only by a
+    linalg.generic copying a source through a self-inverse permuted map, in reader's block
+    before it, with nothing in between writing the source; read by nothing but `reader`."""
+    if isinstance(v.owner, ir.Block) or v.owner.name != "memref.alloc":
+        return None
+    users = [u.owner for u in v.uses]
+    copies = [u for u in users if u.name in ("linalg.transpose", "linalg.generic")]
+    if len(copies) != 1 or len(users) != 2 or reader.operation not in users:
+        return None
+    g = copies[0]
+    if len(g.operands) != 2 or g.operands[1] != v:
+        return None
+    perm = _copy_permutation(g)
+    rank = ir.MemRefType(v.type).rank
+    if perm is None or perm == list(range(rank)) or any(perm[perm[k]] != k for k in range(rank)):
+        return None
+    src = g.operands[0]
+    if g.operation.block != reader.operation.block or str(ir.MemRefType(src.type).element_type) != \
+            str(ir.MemRefType(v.type).element_type):
+        return None
+    between, seen = [], False
+    for o in reader.operation.block.operations:
+        if o.operation == g.operation:
+            seen = True
+            continue
+        if o.operation == reader.operation:
+            break
+        if seen:
+            between.append(o.operation)
+    if any(_root(src) in _writes(o) for o in between):
+        return None
+    return g, src, perm
+
+
+def _copy_permutation(g) -> list[int] | None:
+    """The permutation a linalg.transpose applies, or that a linalg.generic applies when all it
+    does is copy its one input, read through a permuted map, to its output read in order."""
+    if g.name == "linalg.transpose":
+        return list(ir.DenseI64ArrayAttr(g.attributes["permutation"]))
+    body = list(g.regions[0].blocks[0].operations)
+    if len(body) != 1 or body[0].operands[0] != g.regions[0].blocks[0].arguments[0]:
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(g.attributes["indexing_maps"])]
+    rank = maps[1].n_dims
+    if str(maps[1]) != str(ir.AffineMap.get_identity(rank)) or not maps[0].is_permutation:
+        return None
+    return [int(str(d).lstrip("d")) for d in maps[0].results]
+
+
+def _transposed_type(t, perm: list[int]) -> "ir.Type":
+    """The strided memref type of memref.transpose(t, perm)."""
+    mt = ir.MemRefType(t)
+    strides, offset = mt.get_strides_and_offset()
+    shape = [mt.shape[p] for p in perm]
+    layout = ir.StridedLayoutAttr.get(offset, [strides[p] for p in perm])
+    return ir.MemRefType.get(shape, mt.element_type, layout, mt.memory_space)
 
 
 def mark_library_calls(module: ir.Module) -> int:

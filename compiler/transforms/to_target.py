@@ -12,7 +12,8 @@ from __future__ import annotations
 from ..errors import CompilerInternalError
 from ..mlir import ir, scf
 from ..plan.planner import FusionPlan, Group
-from .cpu_library_calls import LOOPS, hoist_whole_contractions, linalg_ops, loops_script, mark_library_calls
+from .cpu_library_calls import (LOOPS, fold_transposed_operands, hoist_whole_contractions, linalg_ops,
+                                loops_script, mark_library_calls)
 from .script import ANY, GROUP, TAG, Step, apply_script, i64, run_passes, script_text, tag_of
 from .gemm_kernels import MARKS as GEMM_MARKS
 from .gemm_kernels import mark_gemm_kernels
@@ -119,6 +120,7 @@ def to_cpu(module: ir.Module, plans: dict[str, FusionPlan] | None = None) -> Non
         if plans:
             mark_attention_kernels(module, plans, "cpu")
         with ir.Location.unknown():
+            fold_transposed_operands(module)
             hoist_whole_contractions(module)
             mark_library_calls(module)
             apply_script(module, loops_script(), "cpu")

@@ -168,7 +168,7 @@ def test_f64_contractions_call_dgemm():
     src = ("chain f(x: f64[M, K], w: f64[N, K]) -> f64[M, N] {\n    return tanh(x @ transpose(w))\n}\n")
     prog = fusec.compile(src, target="cpu", options={"baseline": False})
     text = prog.f.stages({"M": 33, "K": 17, "N": 9})["kernels"]
-    assert "_dgemm(101, " in text and "_sgemm(101" not in text
+    assert "_dgemm(101, 111, 112, 33, 9, 17," in text and "_sgemm(101" not in text    # w read transposed as it lies
     assert prog.f.check(binding={"M": 33, "K": 17, "N": 9})[0].ok
 
 
@@ -204,3 +204,47 @@ def test_the_numpy_callback_is_cblas_gemm(prelude, kind, dtype, ctype):
     fn(101, 111, 111, 4, 3, 0, 1.0, a.ctypes.data, 1, b.ctypes.data, 3, 0.0, c.ctypes.data, 5)
     assert not c.any()                                      # k = 0, beta = 0: C = 0, never read
 
+
+
+@pytest.mark.parametrize("src, binding, flags", [
+    ("chain f(x: f32[M, K], w: f32[N, K]) -> f32[M, N] {\n    return gelu(x @ transpose(w))\n}\n",
+     {"M": 64, "K": 32, "N": 48}, "_sgemm(101, 111, 112, 64, 48, 32,"),
+    ("chain f(q: f32[B, S, D], k: f32[B, S, D]) -> f32[B, S, S] {\n    return exp(q @ transpose(k))\n}\n",
+     {"B": 3, "S": 16, "D": 8}, "_sgemm(101, 111, 112, "),
+], ids=["linear", "batched"])
+def test_a_transposed_operand_is_read_as_it_lies(src, binding, flags):
+    """transforms/cpu_library_calls.py: fold_transposed_operands. The transpose copy (per tile,
+    inside the prange) becomes a view the call reads with its transpose flag; a whole 2-D
+    product is then hoisted before the loop as one call."""
+    prog = fusec.compile(src, target="cpu", options={"baseline": False})
+    text = prog.f.stages(binding)["kernels"]
+    assert flags in text
+    body = text[text.index("numba.njit(parallel"):]
+    assert "np.empty((" not in body.split("# cblas:")[0]            # no buffer for the transpose
+    assert prog.f.check(binding=binding)[0].ok
+
+
+KEPT_COPY = """
+func.func @mm(%a: memref<4x3xf32>, %w: memref<5x3xf32>, %c: memref<4x5xf32>) {
+  %z = arith.constant 7.0 : f32
+  %c0 = arith.constant 0 : index
+  %t = memref.alloc() : memref<3x5xf32>
+  linalg.transpose ins(%w : memref<5x3xf32>) outs(%t : memref<3x5xf32>) permutation = [1, 0]
+  memref.store %z, %w[%c0, %c0] : memref<5x3xf32>
+  linalg.matmul ins(%a, %t : memref<4x3xf32>, memref<3x5xf32>) outs(%c : memref<4x5xf32>)
+  return
+}
+"""
+
+
+def test_a_transpose_copy_stays_when_its_source_is_written_before_the_read(tmp_path):
+    mod, src = _module(tmp_path, KEPT_COPY, "kept_copy")
+    (call,) = _calls(src)
+    assert call.startswith("_sgemm(101, 111, 111,")                # the copy, not a view of w
+    rng = np.random.default_rng(8)
+    a, w = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((5, 3)).astype(np.float32)
+    c = np.zeros((4, 5), np.float32)
+    want = a @ w.T                                                # the copy was taken before the store
+    mod.run_mm(a, w, c)
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-6)
+    assert w[0, 0] == 7.0
