@@ -23,7 +23,7 @@ from ..mlir import ir
 
 ALIGN = 16                                # elements: every arena offset is a multiple (64 B in f32)
 VIEWS = ("memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast",
-         "memref.reinterpret_cast")
+         "memref.reinterpret_cast", "memref.transpose")
 
 
 @dataclass(frozen=True)

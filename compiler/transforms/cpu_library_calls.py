@@ -93,7 +93,7 @@ def _defined_outside(v: "ir.Value", loop) -> bool:
 def _root(v: "ir.Value") -> "ir.Value":
     """The buffer a memref view is a view of."""
     views = ("memref.subview", "memref.collapse_shape", "memref.expand_shape", "memref.cast",
-             "memref.reinterpret_cast")
+             "memref.reinterpret_cast", "memref.transpose")
     while not isinstance(v.owner, ir.Block) and v.owner.name in views:
         v = v.owner.operands[0]
     return v
