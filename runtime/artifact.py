@@ -70,7 +70,8 @@ class Artifact:
         """Import (once) the emitted module of a chain's build; returns its host function.
         `numba_cache`: Numba caches what it compiles of a cpu module on disk, in the artifact's
         __pycache__, so a later process loads the machine code instead of compiling it again
-        (not for a module with an object-mode block, which Numba cannot reload from its cache)."""
+        (not for a module with an object-mode block, which Numba cannot reload from its cache:
+        an artifact emitted before 2026-12-02, when cpu contractions were NumPy calls)."""
         b = self.chains[chain].builds[build]
         path = self.directory / b["module"]
         source = path.read_bytes()

@@ -16,8 +16,8 @@ body, when the root is an elementwise op after the second contraction) runs on a
 
 cpu (in the host function): a prange over the same blocks; per block the Q tile, per step the
 K and V tiles gathered into contiguous arrays (producers evaluated), the two tile products by
-NumPy's BLAS (object mode, as the cpu target's other contractions), the score function, the
-running statistics and the rescale in compiled loops.
+CBLAS sgemm called from the compiled loop (emit/cpu.py: BLAS_PRELUDE, as the cpu target's other
+contractions), the score function, the running statistics and the rescale in compiled loops.
 
 Scores of keys past the end, and of queries past the end, are -inf (masked before the max); a
 row whose scores are all -inf gives NaN, as the unfused softmax does (0 / 0).
