@@ -25,7 +25,7 @@ row whose scores are all -inf gives NaN, as the unfused softmax does (0 / 0).
 from __future__ import annotations
 
 from .gemm import _Gemm, _dims_of_map, _elem as _elem_of, _maps, _n_inputs, _pure_dim, affine
-from .cpu import BLAS_MARK
+from .cpu import BLAS_MARK, blas_fn
 from .values import EmitError, floordiv, mod, mul
 from ..mlir import ir
 from ..plan.attention import THREADS_X, THREADS_Y
@@ -392,7 +392,7 @@ class _Attention(_Gemm):
         for lp in self.batch_loops:
             nb *= int(self.ext[lp])
         self.ctx.helpers.blas = True
-        blas = "_dgemm" if self.elem.compute == "float64" else "_sgemm"
+        blas = blas_fn(self.elem)
         one = c.float(1.0, self.elem)
         w(f"# {MARK}: {BQ} queries per block, keys in steps of {BKV} (online softmax; the tile "
           f"products by BLAS)")

@@ -232,8 +232,8 @@ class Body(ControlFlow):
         self.ctx.views[op.results[0]] = views.cast(src, shape)
 
     def transpose(self, op):
-        perm = tuple(ir.AffineMapAttr(op.attributes["permutation"]).value.results)
-        dims = tuple(int(str(d).lstrip("d")) for d in perm)
+        perm = ir.AffineMapAttr(op.attributes["permutation"]).value.results
+        dims = tuple(ir.AffineDimExpr(d).position for d in perm)
         if any(dims[dims[i]] != i for i in range(len(dims))):
             raise EmitError("the emitter supports memref.transpose only by a permutation that is its own inverse", op)
         self.ctx.views[op.results[0]] = views.transpose(self.view(op.operands[0]), dims)

@@ -298,7 +298,8 @@ def _blas_layout(value) -> tuple[int, int] | None:
     return None
 
 
-def _blas_fn(elem) -> str:
+def blas_fn(elem) -> str:
+    """The CBLAS function (BLAS_PRELUDE) for values computed in `elem`'s compute type."""
     return "_dgemm" if elem.compute == "float64" else "_sgemm"
 
 
@@ -323,9 +324,9 @@ def _gemm_call(body, op, views, zero: bool) -> None:
         flags.append(layout)
     out, c_layout = views[2].host, _blas_layout(c)
     staged = c_layout is None                   # the result through a contiguous buffer
+    full = ", ".join([":"] * len(ir.MemRefType(c.type).shape))
     if staged:
         out = names.temp("blas")
-        full = ", ".join([":"] * len(ir.MemRefType(c.type).shape))
         w(f"{out} = np.empty({tuple(batch) + (m, n)}, np.{elem.compute})")
         if not zero:
             w(f"{out}[{full}] = {views[2].host}[{full}]")
@@ -347,10 +348,9 @@ def _gemm_call(body, op, views, zero: bool) -> None:
     else:                                       # C stored by columns: C^T = B^T A^T
         flip = {NO_TRANS: TRANS, TRANS: NO_TRANS}
         args = (flip[tb], flip[ta], n, m, k, one, ptr[1], ldb, ptr[0], lda, beta, ptr[2], ldc)
-    w(f"{_blas_fn(elem)}(101, {', '.join(str(x) for x in args)})  {BLAS_MARK} {op.name}")
+    w(f"{blas_fn(elem)}(101, {', '.join(str(x) for x in args)})  {BLAS_MARK} {op.name}")
     w.depth = depth
     if staged:
-        full = ", ".join([":"] * len(ir.MemRefType(c.type).shape))
         w(f"{views[2].host}[{full}] = {out}[{full}]")
 
 
@@ -411,13 +411,13 @@ def _conv_call(body, op, views, extra, zero: bool) -> None:
     w.depth -= 5
     one = consts.float(1.0, elem)
     beta = consts.zero(elem) if zero else one
-    blas = _blas_fn(elem)
-    if direct:
-        w(f"{blas}(101, {NO_TRANS}, {NO_TRANS}, {nf}, {r} * {ow}, {ckk}, {one}, {wptr}, {ckk}, {cols}.ctypes.data, "
-          f"{rb * ow}, {beta}, {y.host}[{n}, :, {p0}:, :].ctypes.data, {ys[1]})  {BLAS_MARK} {op.name}")
-    else:
-        w(f"{blas}(101, {NO_TRANS}, {NO_TRANS}, {nf}, {r} * {ow}, {ckk}, {one}, {wptr}, {ckk}, {cols}.ctypes.data, "
-          f"{rb * ow}, {consts.zero(elem)}, {out}.ctypes.data, {rb * ow})  {BLAS_MARK} {op.name}")
+    if direct:                                  # into y's block of rows
+        cbeta, cptr, ldc = beta, f"{y.host}[{n}, :, {p0}:, :].ctypes.data", ys[1]
+    else:                                       # into the buffer, then added or copied into y
+        cbeta, cptr, ldc = consts.zero(elem), f"{out}.ctypes.data", rb * ow
+    w(f"{blas_fn(elem)}(101, {NO_TRANS}, {NO_TRANS}, {nf}, {r} * {ow}, {ckk}, {one}, {wptr}, {ckk}, "
+      f"{cols}.ctypes.data, {rb * ow}, {cbeta}, {cptr}, {ldc})  {BLAS_MARK} {op.name}")
+    if not direct:
         fi, pp, qq = names.temp("f"), names.temp("p"), names.temp("q")
         for var, ext in ((fi, str(nf)), (pp, r), (qq, str(ow))):
             w(f"for {var} in range({ext}):")

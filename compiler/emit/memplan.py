@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..mlir import ir
+from ..transforms.script import MEMREF_VIEWS
 
 ALIGN = 16                                # elements: every arena offset is a multiple (64 B in f32)
-VIEWS = ("memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast",
-         "memref.reinterpret_cast", "memref.transpose")
 
 
 @dataclass(frozen=True)
@@ -67,13 +66,13 @@ def plan_memory(block, dtype_of, skip=lambda op: False) -> MemoryPlan:
         if o.name == "memref.alloc" and not skip(o) and not list(o.operands):
             owner[o.results[0]] = o.results[0]
             allocs.append(o)
-        elif o.name in VIEWS and o.operands and o.operands[0] in owner:
+        elif o.name in MEMREF_VIEWS and o.operands and o.operands[0] in owner:
             owner[o.results[0]] = owner[o.operands[0]]
     first: dict = {}
     last: dict = {}
     escapes: set = set()
     for i, o in enumerate(ops):
-        if o.name == "memref.alloc" or o.name in VIEWS:
+        if o.name == "memref.alloc" or o.name in MEMREF_VIEWS:
             continue
         if o.name == "func.return":
             escapes |= {owner[v] for v in o.operands if v in owner}

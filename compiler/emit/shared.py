@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 
 from .values import EmitError, is_memref
 from ..mlir import ir
+from ..transforms.script import MEMREF_VIEWS
 
-_VIEWS = ("memref.subview", "memref.cast", "memref.expand_shape", "memref.collapse_shape",
-          "memref.reinterpret_cast")
 _THREAD_IDS = ("gpu.thread_id", "gpu.global_id")
 
 
@@ -62,7 +61,7 @@ class _Walk:
             self._access(ins[1], [], write=True)
         if name in _THREAD_IDS:
             self.dep.update(op.results)
-        elif name in _VIEWS:
+        elif name in MEMREF_VIEWS:
             addressing = ins[:1] + _offsets(op) if name == "memref.subview" else ins
             if any(v in self.dep for v in addressing):
                 self.dep.update(op.results)

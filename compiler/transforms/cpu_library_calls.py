@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 from ..mlir import ir, memref
+from .script import MEMREF_VIEWS
 
 NAME = "cpu-library-calls"
 ATTR = "fusec.cpu_call"
@@ -92,9 +93,7 @@ def _defined_outside(v: "ir.Value", loop) -> bool:
 
 def _root(v: "ir.Value") -> "ir.Value":
     """The buffer a memref view is a view of."""
-    views = ("memref.subview", "memref.collapse_shape", "memref.expand_shape", "memref.cast",
-             "memref.reinterpret_cast", "memref.transpose")
-    while not isinstance(v.owner, ir.Block) and v.owner.name in views:
+    while not isinstance(v.owner, ir.Block) and v.owner.name in MEMREF_VIEWS:
         v = v.owner.operands[0]
     return v
 
@@ -204,8 +203,9 @@ def _outer_parallel_loops(module: ir.Module) -> list:
 
 
 def fold_transposed_operands(module: ir.Module) -> int:
-    """A matmul operand that a permutation copy has just made (a linalg.generic that only
-    copies X, read through a permuted map, into a fresh buffer nothing else reads) becomes
+    """A matmul operand that a permutation copy has just made (a linalg.transpose of X, or a
+    linalg.generic that only copies X read through a permuted map, into a fresh buffer nothing
+    else reads) becomes
     memref.transpose of X: a view, which the BLAS call takes as it lies (its transpose flag),
     so `x @ transpose(w)` copies nothing. The view is made where X is defined, so a whole
     product can still be hoisted before its loop. Returns how many operands were folded."""
@@ -280,7 +280,7 @@ def _copy_permutation(g) -> list[int] | None:
     rank = maps[1].n_dims
     if str(maps[1]) != str(ir.AffineMap.get_identity(rank)) or not maps[0].is_permutation:
         return None
-    return [int(str(d).lstrip("d")) for d in maps[0].results]
+    return [ir.AffineDimExpr(d).position for d in maps[0].results]
 
 
 def _transposed_type(t, perm: list[int]) -> "ir.Type":

@@ -14,7 +14,7 @@ from ..mlir import ir, scf
 from ..plan.planner import FusionPlan, Group
 from .cpu_library_calls import (LOOPS, fold_transposed_operands, hoist_whole_contractions, linalg_ops,
                                 loops_script, mark_library_calls)
-from .script import ANY, GROUP, TAG, Step, apply_script, i64, run_passes, script_text, tag_of
+from .script import ANY, GROUP, MEMREF_VIEWS, TAG, Step, apply_script, i64, run_passes, script_text, tag_of
 from .gemm_kernels import MARKS as GEMM_MARKS
 from .gemm_kernels import mark_gemm_kernels
 from .attention_kernels import MARKS as ATTENTION_MARKS
@@ -155,15 +155,14 @@ def _block_buffers(ops, moving) -> list:
         if id(op) in inside or not op.results:
             continue
         shared = op.name == "memref.alloc" and "workgroup" in str(ir.MemRefType(op.results[0].type).memory_space)
-        view_of_shared = op.name in VIEWS and any(v.owner.operation in out for v in op.operands
+        view_of_shared = op.name in MEMREF_VIEWS and any(v.owner.operation in out for v in op.operands
                                                   if not isinstance(v.owner, ir.Block))
         if (shared or view_of_shared) and any(r in used for r in op.results):
             out.append(op)
     return out
 
 
-VIEWS = ("memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast", "memref.reinterpret_cast")
-_STAY_ON_HOST = ("memref.alloc", "memref.alloca") + VIEWS + ("arith.constant", "scf.forall", "scf.execute_region")
+_STAY_ON_HOST = ("memref.alloc", "memref.alloca") + MEMREF_VIEWS + ("arith.constant", "scf.forall", "scf.execute_region")
 
 
 def _wrap_serial(body, g: Group, gpu: bool, blocks: tuple[int, int] | None = None) -> None:
