@@ -141,3 +141,13 @@ def test_gpu_script_runs_from_artifacts_on_the_simulator(tmp_path):
     [w] = doc["workloads"]
     assert doc["target"] == "cuda" and w["name"] == "softmax"
     assert w["impls"]["fusec fused"]["agreement"]["ok"] and "cupy" in w["skipped"]
+
+
+def test_transposed_weights_script_writes_its_json(tmp_path):
+    from bench import transposed_weights
+    assert transposed_weights.main(["--sizes", "16,8,24", "--seconds", "0.01", "--out", str(tmp_path)]) == 0
+    (path,) = tmp_path.glob("transposed-weights-*.json")
+    r = json.loads(path.read_text())
+    assert r["transposed_in_place"] is True                 # w read through BLAS's transpose flag
+    assert set(r["impls"]) == {"fusec fused", "numpy x @ w.T", "numpy layer"}
+    assert all(i["runs"] >= 10 and i["min_ms"] <= i["median_ms"] for i in r["impls"].values())
