@@ -29,6 +29,7 @@ import numpy as np
 from .. import mathfns
 from ..mlir import ir
 from ..transforms.cpu_library_calls import ATTR
+from .conv import conv_call
 from .values import add, mul
 
 IMPORTS = ("from llvmlite import ir as llvmir", "from numba.core import types as nbtypes",
@@ -250,9 +251,9 @@ def is_cpu_helper(name: str) -> bool:
 def library_call(body, op) -> None:
     """A contraction marked by transforms/cpu_library_calls.py: CBLAS ?gemm calls from the
     compiled function itself (BLAS_PRELUDE), each operand passed as it lies where its memref
-    layout allows (a unit stride along one axis), else as a contiguous copy; conv is im2col by
-    blocks of output rows plus one ?gemm per block. Loops where a view has no array expression
-    or an extent is 0."""
+    layout allows (a unit stride along one axis), else as a contiguous copy; a conv by the
+    algorithm the plan chose (emit/conv.py). Loops where a view has no array expression or an
+    extent is 0."""
     zero = str(op.attributes[ATTR]).strip('"') == "zero"
     views = [body.view(v) for v in op.operands]
     conv = op.name == "linalg.conv_2d_nchw_fchw"
@@ -261,7 +262,7 @@ def library_call(body, op) -> None:
     if all(v.host is not None for v in views) and 0 not in [n for sh in shapes for n in sh]:
         body.ctx.helpers.blas = True
         if conv:
-            _conv_call(body, op, views, extra, zero)
+            conv_call(body, op, views, extra, zero, blas_fn(views[2].array.elem), BLAS_MARK)
         else:
             _gemm_call(body, op, views, zero)
         return
@@ -352,81 +353,6 @@ def _gemm_call(body, op, views, zero: bool) -> None:
     w.depth = depth
     if staged:
         w(f"{views[2].host}[{full}] = {out}[{full}]")
-
-
-def _conv_call(body, op, views, extra, zero: bool) -> None:
-    """y (+)= conv(x, w) for padded x by blocks of output rows: the block's im2col columns
-    (C*KH*KW rows of R*OW; R rows make about 512 KiB, a core's L2) in a buffer, then one ?gemm
-    of the weights by them into y's block itself when y's rows lie with unit stride, else into a
-    buffer added or copied into y."""
-    w, names, consts = body.w, body.names, body.ctx.consts
-    x, wt, y = views
-    elem = y.array.elem
-    xv, wv, yv = op.operands
-    nb, ch = ir.MemRefType(xv.type).shape[:2]
-    nf, _, kh, kw = ir.MemRefType(wv.type).shape
-    oh, ow = ir.MemRefType(yv.type).shape[2:]
-    (sh, sw), (dh, dw) = (tuple(int(t) for t in p.strip("()").split(", ")) for p in extra)
-    ckk = ch * kh * kw
-    size = np.dtype(elem.compute).itemsize
-    rb = max(1, min(oh, (512 << 10) // (ckk * ow * size)))
-    f = f"np.{elem.compute}"
-    if _strides(wv) == [ckk, kh * kw, kw, 1]:
-        wptr = f"{wt.host}.ctypes.data"
-    else:
-        wc = names.temp("blas")
-        w(f"{wc} = np.ascontiguousarray({wt.host})")
-        wptr = f"{wc}.ctypes.data"
-    ys = _strides(yv)
-    direct = ys[3] == 1 and ys[2] == ow and ys[1] is not None and ys[1] >= oh * ow
-    cols = names.temp("cols")
-    out = names.temp("blas") if not direct else None
-    depth = w.depth
-    n, p0, r = names.temp("n"), names.temp("p"), names.temp("r")
-    # outside the parallel loops (an unfused conv): the images in a prange, buffers per image
-    per_image = body.parallel_depth == 0 and nb > 1
-    if per_image:
-        w(f"for {n} in numba.prange(0, {nb}):")
-        w.depth += 1
-    w(f"{cols} = np.empty(({ckk}, {rb * ow}), {f})")
-    if out is not None:
-        w(f"{out} = np.empty(({nf}, {rb * ow}), {f})")
-    if not per_image:
-        w(f"for {n} in range({nb}):")
-        w.depth += 1
-    w(f"for {p0} in range(0, {oh}, {rb}):")
-    w.depth += 1
-    w(f"{r} = min({rb}, {oh} - {p0})")
-    ci, i, j, p, q, row = (names.temp(t) for t in ("c", "i", "j", "p", "q", "row"))
-    for var, ext in ((ci, ch), (i, kh), (j, kw)):
-        w(f"for {var} in range({ext}):")
-        w.depth += 1
-    w(f"{row} = ({ci} * {kh} + {i}) * {kw} + {j}")
-    w(f"for {p} in range({r}):")
-    w.depth += 1
-    w(f"for {q} in range({ow}):")
-    w.depth += 1
-    src = x.at([n, ci, add(mul(f"({p0} + {p})", str(sh)), mul(i, str(dh))), add(mul(q, str(sw)), mul(j, str(dw)))])
-    w(f"{cols}[{row}, {p} * {ow} + {q}] = {src}")
-    w.depth -= 5
-    one = consts.float(1.0, elem)
-    beta = consts.zero(elem) if zero else one
-    if direct:                                  # into y's block of rows
-        cbeta, cptr, ldc = beta, f"{y.host}[{n}, :, {p0}:, :].ctypes.data", ys[1]
-    else:                                       # into the buffer, then added or copied into y
-        cbeta, cptr, ldc = consts.zero(elem), f"{out}.ctypes.data", rb * ow
-    w(f"{blas_fn(elem)}(101, {NO_TRANS}, {NO_TRANS}, {nf}, {r} * {ow}, {ckk}, {one}, {wptr}, {ckk}, "
-      f"{cols}.ctypes.data, {rb * ow}, {cbeta}, {cptr}, {ldc})  {BLAS_MARK} {op.name}")
-    if not direct:
-        fi, pp, qq = names.temp("f"), names.temp("p"), names.temp("q")
-        for var, ext in ((fi, str(nf)), (pp, r), (qq, str(ow))):
-            w(f"for {var} in range({ext}):")
-            w.depth += 1
-        val = f"{out}[{fi}, {pp} * {ow} + {qq}]"
-        at = y.at([n, fi, f"{p0} + {pp}", qq])
-        w(f"{at} = {val}" if zero else f"{at} = {at} + {val}")
-        w.depth -= 3
-    w.depth = depth
 
 
 def _pair(op, name: str) -> str:

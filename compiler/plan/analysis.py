@@ -59,6 +59,7 @@ class OpInfo:
     indirect: tuple[tuple[str, int, int | None], ...] = ()
     scan: str = ""                              # a running sum/product (lowering's `fusec.scan`): cumsum, cumprod
     scan_axis: int = -1                         # its axis: the output dim it runs along (loop `len(loops)-1` is j)
+    window: tuple[int, ...] = ()                # convs: (stride h, stride w, dilation h, dilation w)
 
     @property
     def points(self) -> int:
@@ -245,7 +246,7 @@ def _info(i: int, orig, gen, index: dict) -> OpInfo:
                   note=ir.StringAttr(orig.attributes["fusec.note"]).value if "fusec.note" in orig.attributes else "",
                   scan=ir.StringAttr(orig.attributes[SCAN]).value if SCAN in orig.attributes else "",
                   scan_axis=ir.IntegerAttr(orig.attributes[SCAN_AXIS]).value if SCAN_AXIS in orig.attributes else -1,
-                  body_expr=body_tree(gen, n_in), **extra)
+                  body_expr=body_tree(gen, n_in), window=_window(orig), **extra)
 
 
 BODY_TREE_OPS = 32      # longer bodies (a fused elementwise chain of hundreds of ops) get no tree
@@ -352,6 +353,15 @@ def _view_dims(op, source: tuple[int, ...], result: tuple[int, ...]) -> tuple[in
             else:
                 out[k] = big[0]
     return tuple(out)
+
+
+def _window(op) -> tuple[int, ...]:
+    """A conv's (stride h, stride w, dilation h, dilation w); () for other ops."""
+    if op.name != "linalg.conv_2d_nchw_fchw":
+        return ()
+    pairs = [[int(x) for x in ir.DenseIntElementsAttr(op.attributes[a])] if a in op.attributes else [1, 1]
+             for a in ("strides", "dilations")]
+    return tuple(pairs[0] + pairs[1])
 
 
 def _fill_value(op) -> float | None:

@@ -27,6 +27,7 @@ from .measured import Measured
 from .attention import THREADS_X, THREADS_Y, attention_kernel, attention_registers, shared_bytes
 from .gemm import MMA_K, gemm_kernel, gemm_registers, gemm_shape, mma_kind
 from .rows import RowKernel, row_kernel
+from .conv import choose as choose_conv
 from .hardware import HardwareProfile
 
 CHEAP = ("fill", "pad")
@@ -54,6 +55,7 @@ class Tiling:
     gemm: tuple[int, ...] = ()        # gpu contraction kernels: (bk, tq, tp[, double-buffered 0|1]) (plan/gemm.py); (): none
     attention: tuple[int, ...] = ()   # attention kernels: (queries per block, keys per step) (plan/attention.py)
     scan: int = 0                     # scan kernels (cumsum): threads per row on the gpu (1 on the cpu); 0: none
+    conv: str = ""                    # cpu kernels with a conv: its algorithm (plan/conv.py); "": the model's pick
 
 
 @dataclass(frozen=True)
@@ -755,11 +757,15 @@ def _cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, 
     per_core = hw.peak(eb) / cores
     hoist = _hoisted_matmuls(info, members, root, tiling)
     hoisted = sum(op_flops(info.op(m), hw) for m in hoist)
-    library = sum(op_flops(info.op(m), hw) for m in members if info.op(m).kind == "contraction" and m not in hoist)
+    conv = choose_conv(info, members, root, tiling.block, tiling.mapped, hw, tiling.conv)
+    conv_flops = op_flops(info.op(conv.op), hw) if conv else 0.0
+    conv_s = dict(conv.predicted)[conv.algorithm] if conv else 0.0       # its algorithm's own model
+    library = sum(op_flops(info.op(m), hw) for m in members if info.op(m).kind == "contraction" and m not in hoist
+                  and not (conv and m == conv.op))
     blas = max(1, hw.blas_threads)
-    compute_s = ((common["flops"] - hoisted - library) / peak
+    compute_s = ((common["flops"] - hoisted - library - conv_flops) / peak
                  + library * rounds * busy / (chunks * per_core * min(cores, busy * blas))
-                 + hoisted / (per_core * min(cores, blas)) + rounds * hw.chunk_s)
+                 + hoisted / (per_core * min(cores, blas)) + conv_s + rounds * hw.chunk_s)
     recompute_s = common["recompute_flops"] / peak
     spill_s = spill / spill_bw
     # chunks run in rounds of one per core; a last, partial round has fewer cores streaming

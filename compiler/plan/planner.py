@@ -38,6 +38,7 @@ from .describe import bytes_text, format_plan, time_text
 from .cost import KernelCost, Tiling, big_transfers, op_flops, total_time, unfused_kernels, with_cheap_producers
 from .gemm import gemm_kernel, gemm_shape, gemm_tiling_error, mma_error, mma_kind
 from .rows import row_tiling_error
+from .conv import choose as choose_conv, library_conv, not_applicable as conv_not_applicable, op_shape as conv_op_shape
 from .tilechoice import TileChooser, group_signature
 from ..errors import CompilerInternalError
 from ..mlir import ir
@@ -66,6 +67,7 @@ class Group:
     # the root's tiles over the loops of its position (analysis.sibling_tiles)
     siblings: tuple[int, ...] = ()
     scan: int = 0                        # scan kernels (cumsum): threads per row on the gpu, 1 on the cpu
+    conv: str = ""                       # cpu kernels with a conv: its algorithm (plan/conv.py)
 
     @property
     def serial(self) -> bool:
@@ -89,7 +91,7 @@ class Group:
     def tiling(self) -> Tiling:
         gemm = self.gemm[:3] + ((1,) if self.prefetch else ())
         return Tiling(self.block_tiles, self.thread_tiles, self.mapped, self.row_threads, gemm, self.attention,
-                      self.scan)
+                      self.scan, self.conv)
 
 
 @dataclass(frozen=True)
@@ -137,7 +139,7 @@ class FusionPlan:
                 "threads": list(g.threads()), "row_threads": g.row_threads, "gemm": list(g.gemm[:3]),
                 "tensor_cores": g.mma, "double_buffered": g.prefetch, "attention": list(g.attention),
                 "recomputed": list(g.recomputed), "siblings": list(g.siblings), "scan": g.scan,
-                "scan_axis": self.info.op(g.root).scan_axis,
+                "scan_axis": self.info.op(g.root).scan_axis, "conv": g.conv,
                 "ops": [{"id": op, "label": self.info.op(op).label, "role": role,
                          "loc": _loc(self.info.op(op).loc)} for op, role in g.roles],
             } for g in self.groups],
@@ -210,6 +212,7 @@ def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool 
                   for g in groups if _best(chooser, g).tuned]
     if target == "gpu":
         decisions += [d for g in groups for d in _contraction_note(info, g, chooser)]
+    decisions += _conv_notes(info, groups, chooser.hw)
     return _with_costs(FusionPlan(info.func, target, fuse, tuple(groups), tuple(decisions), info), chooser)
 
 
@@ -592,6 +595,26 @@ def _contraction_note(info: ChainInfo, g: Group, chooser: TileChooser) -> list[s
             f"{tiled_name} {time_text(best_t)}"]
 
 
+def _conv_notes(info: ChainInfo, groups, hw: HardwareProfile, given=frozenset()) -> list[str]:
+    """How each cpu kernel's conv is computed and why (plan/conv.py), with every algorithm's
+    prediction; `given`: the roots of kernels whose algorithm a hand plan gave."""
+    out = []
+    for g in groups:
+        if g.conv:
+            forced = g.conv if g.root in given else ""
+            choice = choose_conv(info, g.ops, g.root, g.block_tiles, g.mapped, hw, forced)
+            out.append(f"kernel {g.id}: {choice.reason()}")
+    return out
+
+
+def _conv_of(info: ChainInfo, members, root: int, t: Tiling, hw: HardwareProfile) -> str:
+    """The algorithm of a cpu kernel's conv at tiling t ("" when it has none)."""
+    if t.gemm or t.attention or t.scan or t.row_threads or any(t.thread):
+        return ""
+    choice = choose_conv(info, members, root, t.block, t.mapped, hw, t.conv)
+    return choice.algorithm if choice else ""
+
+
 def _with_costs(plan: FusionPlan, chooser: TileChooser) -> FusionPlan:
     info = plan.info
     costs = tuple(_cost(chooser, g) for g in plan.groups)
@@ -828,7 +851,8 @@ def _make_group(info: ChainInfo, gid: int, members: set[int], chooser: TileChoos
                                         "row-kernel tiling")
     return Group(gid, root, ops, roles, t.block, t.thread, t.mapped, t.row_threads, _gemm_dims(info, members, root, t),
                  _gemm_mma(info, members, root, t, chooser.hw), len(t.gemm) > 3 and bool(t.gemm[3]),
-                 tuple(t.attention), tuple(sorted(unwritten)), siblings(info, members), t.scan)
+                 tuple(t.attention), tuple(sorted(unwritten)), siblings(info, members), t.scan,
+                 _conv_of(info, members, root, t, chooser.hw) if chooser.target == "cpu" else "")
 
 
 def _gemm_dims(info: ChainInfo, members, root: int, t: Tiling) -> tuple[int, ...]:
@@ -897,10 +921,12 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
     Fills and pads may be omitted: they join the group of their consumer. A group whose ops are
     not all read by its root has siblings (ops no member reads, tiled with the root's tiles:
     horizontal fusion); it needs block tiles. The model prices it (predicted times) but decides
-    nothing."""
+    nothing. On the cpu, "conv" names a kernel's conv algorithm (plan/conv.py: gemm, im2col,
+    winograd, direct); without it the model picks one."""
     groups = []
     seen: set[int] = set()
     roots: dict[int, int] = {}
+    given_conv: set[int] = set()          # roots of groups whose conv algorithm the plan gives
     for gid, g in enumerate(spec["groups"]):
         members = set(g["ops"])
         for m in list(members):
@@ -965,7 +991,23 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
             scan = TileChooser(info, target, hw).best(frozenset(members)).tiling.scan
         elif any(info.op(m).scan for m in compute):
             raise PlanError(f"group {gid}: a scan is the root of a group of its own")
-        t = Tiling(block, thread, mapped, row_threads, gemm, att, scan)
+        conv = g.get("conv", "")
+        if conv:
+            if target != "cpu":
+                raise PlanError(f"group {gid}: conv {conv!r}: conv algorithms are the cpu target's (the gpu's "
+                                "conv is a tiled contraction: \"gemm\")")
+            convs = [m for m in compute if library_conv(info.op(m))]
+            if len(convs) != 1:
+                raise PlanError(f"group {gid}: conv {conv!r}: the group has no conv the cpu target computes "
+                                "with BLAS (a float conv, f32 or f64)")
+            why = conv_not_applicable(conv_op_shape(info.op(convs[0])), conv)
+            if why:
+                raise PlanError(f"group {gid}: conv {conv!r} {why} (%{convs[0]} is "
+                                f"{conv_op_shape(info.op(convs[0])).text()})")
+            given_conv.add(root)
+        t = Tiling(block, thread, mapped, row_threads, gemm, att, scan, conv)
+        if target == "cpu":
+            conv = _conv_of(info, members, root, t, hw)
         recomputed = frozenset(int(x) for x in g.get("recomputed", ()))
         if recomputed - (set(compute) - {root}):
             raise PlanError(f"group {gid}: recomputed {sorted(recomputed)}: only the group's compute ops other than "
@@ -974,12 +1016,13 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
                             tuple((m, _role(info, m, root, members, recomputed)) for m in sorted(members)),
                             block, thread, mapped, row_threads, _gemm_dims(info, members, root, t),
                             _gemm_mma(info, members, root, t, hw), prefetch, att, tuple(sorted(recomputed)),
-                            siblings(info, members), scan))
+                            siblings(info, members), scan, conv))
     missing = [o.id for o in info.ops if o.is_compute and o.id not in seen]
     if missing:
         raise PlanError(f"ops {missing} are in no group")
     _check_writers(info, groups, target)
     groups.sort(key=lambda g: g.root)
     groups = [replace(g, id=i) for i, g in enumerate(groups)]
-    plan = FusionPlan(info.func, target, True, tuple(groups), ("plan given by hand",), info)
+    plan = FusionPlan(info.func, target, True, tuple(groups), ("plan given by hand",) + tuple(_conv_notes(info, groups, hw, given_conv)),
+                      info)
     return _with_costs(plan, TileChooser(info, target, hw))

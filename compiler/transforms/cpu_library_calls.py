@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import math
 
+from ..errors import CompilerInternalError
 from ..mlir import ir, memref
-from .script import MEMREF_VIEWS
+from ..plan.conv import NAME as CONV, library_conv
+from .script import MEMREF_VIEWS, TAG, tag_of
 
 NAME = "cpu-library-calls"
 ATTR = "fusec.cpu_call"
+CONV_ALGORITHM = "fusec.conv_algorithm"      # the plan's algorithm for a conv (emit/conv.py)
 # ops an emitter template writes itself (transforms/attention_kernels.py): neither calls nor loops
 TEMPLATE_MARKS = ("fusec.block_attention", "fusec.attention_role", "fusec.absorbed", "fusec.scan")
 LOOPS = "fusec.to_loops"
@@ -290,6 +293,29 @@ def _transposed_type(t, perm: list[int]) -> "ir.Type":
     shape = [mt.shape[p] for p in perm]
     layout = ir.StridedLayoutAttr.get(offset, [strides[p] for p in perm])
     return ir.MemRefType.get(shape, mt.element_type, layout, mt.memory_space)
+
+
+def mark_conv_algorithms(module: ir.Module, plans: dict) -> int:
+    """Give each conv of a cpu kernel its group's algorithm (plan/conv.py) as CONV_ALGORITHM;
+    returns how many."""
+    tagged: dict[int, list] = {}
+    for op in linalg_ops(module):
+        if op.name == CONV and TAG in op.attributes:
+            tagged.setdefault(ir.IntegerAttr(op.attributes[TAG]).value, []).append(op)
+    count = 0
+    for plan in plans.values():
+        for g in plan.groups:
+            if not g.conv:
+                continue
+            convs = [m for m in g.ops if library_conv(plan.info.op(m))]
+            found = [op for m in convs for op in tagged.get(tag_of(g.id, m), [])]
+            if len(convs) != 1 or not found:
+                raise CompilerInternalError("cpu", f"kernel {g.id} of {plan.chain}: its conv ({g.conv}) is not "
+                                           "in the module")
+            for op in found:
+                op.attributes[CONV_ALGORITHM] = ir.StringAttr.get(g.conv)
+                count += 1
+    return count
 
 
 def mark_library_calls(module: ir.Module) -> int:

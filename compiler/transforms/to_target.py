@@ -13,7 +13,7 @@ from ..errors import CompilerInternalError
 from ..mlir import ir, scf
 from ..plan.planner import FusionPlan, Group
 from .cpu_library_calls import (LOOPS, fold_transposed_operands, hoist_whole_contractions, linalg_ops,
-                                loops_script, mark_library_calls)
+                                loops_script, mark_conv_algorithms, mark_library_calls)
 from .script import ANY, GROUP, MEMREF_VIEWS, TAG, Step, apply_script, i64, run_passes, script_text, tag_of
 from .gemm_kernels import MARKS as GEMM_MARKS
 from .gemm_kernels import mark_gemm_kernels
@@ -123,6 +123,8 @@ def to_cpu(module: ir.Module, plans: dict[str, FusionPlan] | None = None) -> Non
             fold_transposed_operands(module)
             hoist_whole_contractions(module)
             mark_library_calls(module)
+            if plans:
+                mark_conv_algorithms(module, plans)
             apply_script(module, loops_script(), "cpu")
         run_passes(module, GPU_CLEANUP[1:], "cpu")
 

@@ -1,0 +1,230 @@
+"""How the cpu target computes a convolution (linalg.conv_2d_nchw_fchw), and why.
+
+Four algorithms, each an emitter template (compiler/emit/conv.py):
+
+  gemm      1x1, stride 1: an image's input already is the GEMM's right operand, [C, H*W];
+            one ?gemm per image, nothing copied.
+  im2col    any shape: blocks of output rows gathered into [C*KH*KW, rows*OW] (about
+            512 KiB, in a core's L2), one ?gemm per block. Never the whole tensor.
+  winograd  3x3, stride 1, dilation 1: Winograd's minimal filtering F(2x2, 3x3) (Lavin and
+            Gray, "Fast Algorithms for Convolutional Neural Networks", 2016). Per block of tile
+            rows, the input tiles' transforms (16 values per 4x4 tile), 16 ?gemm of [F, C] by
+            [C, tiles], the output transform: 16 multiplies per 2x2 outputs where im2col has 36,
+            paid for by the three transforms.
+  direct    stride 1: loops over (filter, channel, window position), the output row innermost,
+            which LLVM vectorises (contiguous loads; with a stride > 1 it does not). For a few
+            channels and filters, where a GEMM's small sides leave BLAS mostly idle.
+
+The model prices each for a kernel's chunk (one prange iteration, the tile of the conv that
+chunk computes, on one core with single-threaded BLAS: transforms/cpu_library_calls.py) and
+the planner takes the fastest. The constants below were measured on a 2-core AMD EPYC (Zen 4)
+with the emitted templates (`python -m bench.conv_algorithms` times every algorithm on a set
+of shapes against these predictions); the BLAS rate itself is the profile's (its `mac` weight).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .analysis import ChainInfo, OpInfo, loop_correspondence
+from .hardware import HardwareProfile
+
+NAME = "linalg.conv_2d_nchw_fchw"
+ALGORITHMS = ("gemm", "im2col", "winograd", "direct")
+TITLES = {"gemm": "one GEMM per image (1x1)", "im2col": "im2col + GEMM", "winograd": "Winograd F(2x2, 3x3)",
+          "direct": "direct convolution"}
+FLOATS = ("f32", "f64")
+
+CALL_S = 1.5e-6            # one ?gemm call's fixed cost (packing set-up, dispatch)
+GEMM_SIDES = (8, 16, 8)    # GEMM efficiency m/(m+8) * n/(n+16) * k/(k+8): small sides idle the kernel
+COPY_SLOWDOWN = 2.5        # im2col's gather: this many times one core's share of the LLC bandwidth
+WINOGRAD_SLOWDOWN = 3.0    # Winograd's input and output transforms: likewise, per value moved
+DIRECT_SLOWDOWN = 3.0      # a vectorised multiply-add loop against BLAS's rate per core
+IM2COL_BLOCK = 512 << 10   # im2col gathers about this many bytes per block
+WINOGRAD_BLOCK = 2 << 20   # Winograd's transformed input and products per block of tile rows
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    """One conv (or its tile): batch, channels, input (padded) rows and columns, filters,
+    window, output rows and columns, strides, dilations, element bytes."""
+    n: int
+    c: int
+    xh: int
+    xw: int
+    f: int
+    kh: int
+    kw: int
+    oh: int
+    ow: int
+    sh: int = 1
+    sw: int = 1
+    dh: int = 1
+    dw: int = 1
+    elem_bytes: int = 4
+
+    @property
+    def macs(self) -> int:
+        return self.n * self.f * self.oh * self.ow * self.c * self.kh * self.kw
+
+    @property
+    def ckk(self) -> int:
+        return self.c * self.kh * self.kw
+
+    def text(self) -> str:
+        s = f"{self.kh}x{self.kw}"
+        if (self.sh, self.sw) != (1, 1):
+            s += f" stride {self.sh}" if self.sh == self.sw else f" stride {self.sh}x{self.sw}"
+        if (self.dh, self.dw) != (1, 1):
+            s += f" dilation {self.dh}" if self.dh == self.dw else f" dilation {self.dh}x{self.dw}"
+        return f"{s}, {self.c} -> {self.f} channels"
+
+
+def op_shape(op: OpInfo) -> ConvShape:
+    """The whole conv of an op."""
+    n, f, oh, ow, c, kh, kw = op.loops
+    xh, xw = op.operand_shapes[0][2:]
+    sh, sw, dh, dw = op.window or (1, 1, 1, 1)
+    return ConvShape(n, c, xh, xw, f, kh, kw, oh, ow, sh, sw, dh, dw, op.operand_elem_bytes[0])
+
+
+def tile_shape(s: ConvShape, tiles: dict[int, int]) -> ConvShape:
+    """The conv one chunk computes when its loops (0 n, 1 f, 2 oh, 3 ow) are cut to `tiles`."""
+    n, f, oh, ow = (tiles.get(k) or ext for k, ext in enumerate((s.n, s.f, s.oh, s.ow)))
+    return ConvShape(n, s.c, (oh - 1) * s.sh + (s.kh - 1) * s.dh + 1, (ow - 1) * s.sw + (s.kw - 1) * s.dw + 1,
+                     f, s.kh, s.kw, oh, ow, s.sh, s.sw, s.dh, s.dw, s.elem_bytes)
+
+
+def not_applicable(s: ConvShape, algo: str) -> str | None:
+    """Why `algo` cannot compute `s`, or None."""
+    if algo == "gemm" and ((s.kh, s.kw) != (1, 1) or (s.sh, s.sw) != (1, 1)):
+        return "needs a 1x1 window with stride 1"
+    if algo == "winograd" and ((s.kh, s.kw) != (3, 3) or (s.sh, s.sw, s.dh, s.dw) != (1, 1, 1, 1)):
+        return "needs a 3x3 window with stride 1 and no dilation"
+    if algo == "direct" and (s.sh, s.sw) != (1, 1):
+        return "needs stride 1 (strided loads keep its loop scalar)"
+    if algo not in ALGORITHMS:
+        return f"is not one of {', '.join(ALGORITHMS)}"
+    return None
+
+
+def im2col_rows(s: ConvShape) -> int:
+    """Output rows per im2col block (the emitter's and the model's)."""
+    return max(1, min(s.oh, IM2COL_BLOCK // max(1, s.ckk * s.ow * s.elem_bytes)))
+
+
+def winograd_tiles(s: ConvShape) -> tuple[int, int]:
+    """(tile rows, tiles per row) of an image: 2x2 outputs per tile."""
+    return -(-s.oh // 2), -(-s.ow // 2)
+
+
+def winograd_rows(s: ConvShape) -> int:
+    """Tile rows per Winograd block: its transformed input [16, C, tiles] and products
+    [16, F, tiles] together about WINOGRAD_BLOCK bytes."""
+    th, tw = winograd_tiles(s)
+    return max(1, min(th, WINOGRAD_BLOCK // max(1, 16 * (s.c + s.f) * tw * s.elem_bytes)))
+
+
+def _efficiency(m: int, n: int, k: int) -> float:
+    a, b, c = GEMM_SIDES
+    return m / (m + a) * n / (n + b) * k / (k + c)
+
+
+def seconds(s: ConvShape, algo: str, hw: HardwareProfile) -> float:
+    """Predicted time of `algo` computing `s` on one core with single-threaded BLAS."""
+    eb = s.elem_bytes
+    rate = hw.peak(eb) / max(1, hw.units) / max(1.0, hw.weight("mac"))     # one core's BLAS MACs per second
+    cache = max(hw.cache_bandwidth, hw.bandwidth) / max(1, hw.units)        # one core's share of the LLC
+    if algo == "gemm":
+        return s.n * (CALL_S + s.f * s.c * s.oh * s.ow / (rate * _efficiency(s.f, s.oh * s.ow, s.c)))
+    if algo == "im2col":
+        rows = im2col_rows(s)
+        blocks = -(-s.oh // rows)
+        gemm = s.f * s.ckk * s.oh * s.ow / (rate * _efficiency(s.f, rows * s.ow, s.ckk))
+        copy = s.ckk * s.oh * s.ow * eb * 2 / cache * COPY_SLOWDOWN
+        return s.n * (blocks * CALL_S + gemm + copy)
+    if algo == "winograd":
+        th, tw = winograd_tiles(s)
+        rows = winograd_rows(s)
+        blocks = -(-th // rows)
+        gemm = 16 * s.f * s.c * th * tw / (rate * _efficiency(s.f, rows * tw, s.c))
+        moved = (16 * (s.c + s.f) * th * tw + s.c * s.xh * s.xw + s.f * s.oh * s.ow) * eb * 2
+        weights = 16 * s.f * s.c * eb * 2 / cache * WINOGRAD_SLOWDOWN * 4
+        return s.n * (blocks * 16 * CALL_S + gemm + moved / cache * WINOGRAD_SLOWDOWN) + weights
+    if algo == "direct":
+        return s.macs / rate * DIRECT_SLOWDOWN
+    raise ValueError(algo)
+
+
+@dataclass(frozen=True)
+class ConvChoice:
+    op: int                                   # the conv op
+    algorithm: str
+    predicted: tuple[tuple[str, float], ...]  # per applicable algorithm: whole-kernel seconds
+    shape: ConvShape                          # the whole conv
+    chunk: ConvShape                          # what one chunk computes
+    forced: bool = False                      # given by a hand plan
+
+    def reason(self) -> str:
+        """Why this algorithm, for --explain."""
+        own = dict(self.predicted)[self.algorithm]
+        others = [f"{TITLES[a]} {_ms(t)}" for a, t in self.predicted if a != self.algorithm]
+        skipped = [f"{TITLES[a]} {why}" for a in ALGORITHMS
+                   if (why := not_applicable(self.shape, a)) and a != self.algorithm]
+        text = (f"%{self.op} conv {self.shape.text()} as {TITLES[self.algorithm]}"
+                f"{' (the plan says so)' if self.forced else ''}: predicted {_ms(own)}")
+        if others:
+            text += "; " + ", ".join(others)
+        if skipped:
+            text += "; not: " + ", ".join(skipped)
+        return text
+
+
+def _ms(t: float) -> str:
+    return f"{t * 1e3:.3f} ms" if t >= 1e-4 else f"{t * 1e6:.1f} us"
+
+
+def library_conv(op: OpInfo) -> bool:
+    """A conv the cpu target hands to BLAS (floats of one type; others are loops)."""
+    return op.name == NAME and len(set(op.operand_dtypes)) == 1 and op.operand_dtypes[0] in FLOATS
+
+
+def chunk_tiles(info: ChainInfo, members, root: int, conv: int, block: tuple[int, ...],
+                mapped: tuple[int, ...]) -> tuple[dict[int, int], int]:
+    """(the conv's loop tiles in one chunk, the chunks) for a cpu kernel tiled `block`; a kernel
+    with no chunk loop runs the conv's images in a prange (emit/conv.py)."""
+    op = info.op(conv)
+    if not mapped:
+        return {0: 1}, op.loops[0]
+    corr = loop_correspondence(info, root, members).get(conv, {})
+    tiles: dict[int, int] = {}
+    chunks = 1
+    r = info.op(root)
+    for l in mapped:
+        b = block[l]
+        if not b:
+            continue
+        chunks *= r.loops[l] // b
+        for k in corr.get(l, ()):
+            if k < 4:
+                tiles[k] = b
+    return tiles, chunks
+
+
+def choose(info: ChainInfo, members, root: int, block: tuple[int, ...], mapped: tuple[int, ...],
+           hw: HardwareProfile, forced: str = "") -> ConvChoice | None:
+    """The algorithm of the kernel's conv (the fastest predicted, or `forced`); None when the
+    kernel has no conv the cpu target hands to BLAS."""
+    convs = [m for m in sorted(members) if library_conv(info.op(m))]
+    if len(convs) != 1:
+        return None
+    conv = convs[0]
+    whole = op_shape(info.op(conv))
+    tiles, chunks = chunk_tiles(info, members, root, conv, block, mapped)
+    chunk = tile_shape(whole, tiles)
+    rounds = math.ceil(chunks / max(1, hw.units))
+    predicted = tuple((a, rounds * seconds(chunk, a, hw)) for a in ALGORITHMS if not_applicable(whole, a) is None)
+    if forced:
+        return ConvChoice(conv, forced, predicted, whole, chunk, forced=True)
+    best = min(predicted, key=lambda p: p[1])[0]
+    return ConvChoice(conv, best, predicted, whole, chunk)

@@ -1,0 +1,172 @@
+"""cpu convolution algorithms (plan/conv.py chooses, emit/conv.py writes): one GEMM per image for
+1x1, im2col + GEMM, Winograd F(2x2, 3x3), direct loops. The model's choice is pinned for the
+shapes a user meets (1x1, 3x3 stride 1, 3x3 stride 2, 7x7), and every algorithm, forced, matches
+the reference with odd sizes, padding, dilation, a strided output and an accumulating one."""
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+import fusec
+from fusec.compiler.emit import emit
+from fusec.compiler.mlir import ir
+from fusec.compiler.plan.conv import ConvShape, not_applicable, seconds
+from fusec.compiler.plan.planner import PlanError
+from fusec.compiler.transforms.to_target import to_cpu
+from helpers import options, stages
+
+
+def _conv_chain(c, f, k, h, w, stride=1, padding=0, dilation=1):
+    pad = padding if isinstance(padding, list) else [padding] * 2
+    dil = dilation if isinstance(dilation, list) else [dilation] * 2
+    st = stride if isinstance(stride, list) else [stride] * 2
+    oh = (h + 2 * pad[0] - dil[0] * (k - 1) - 1) // st[0] + 1
+    ow = (w + 2 * pad[1] - dil[1] * (k - 1) - 1) // st[1] + 1
+    return (f"chain c(x: f32[B, {c}, {h}, {w}], w: f32[{f}, {c}, {k}, {k}], g: f32[{f}]) -> f32[B, {f}, {oh}, {ow}] {{\n"
+            f"    return relu(conv2d(x, w, stride={stride}, padding={padding}, dilation={dilation}) + "
+            f"reshape(g, [{f}, 1, 1]))\n}}\n")
+
+
+# the algorithm the model picks for shapes of a ResNet and of a small filter bank (the suite's
+# fixed cpu profile, tests/data/cpu-profile.json)
+PINNED = [
+    ("1x1", (64, 64, 1, 28, 28), {}, 8, "gemm"),
+    ("3x3 stride 1", (64, 64, 3, 56, 56), {"padding": 1}, 8, "winograd"),
+    ("3x3 stride 2", (64, 128, 3, 56, 56), {"padding": 1, "stride": 2}, 8, "im2col"),
+    ("7x7 stride 2 stem", (3, 64, 7, 224, 224), {"padding": 3, "stride": 2}, 2, "im2col"),
+    ("7x7 filter bank", (1, 4, 7, 64, 64), {"padding": 3}, 4, "direct"),
+    ("3x3 few channels", (4, 4, 3, 56, 56), {"padding": 1}, 8, "direct"),
+]
+
+
+@pytest.mark.parametrize("what, dims, kw, batch, algo", PINNED, ids=[p[0] for p in PINNED])
+def test_the_model_picks_the_algorithm_per_shape(what, dims, kw, batch, algo):
+    plan = stages(_conv_chain(*dims, **kw), {"B": batch}, target="cpu").plan
+    (g,) = [g for g in plan.groups if g.conv]
+    assert g.conv == algo
+    (note,) = [d for d in plan.decisions if " conv " in d]
+    assert f"kernel {g.id}: %" in note and "predicted" in note      # --explain says why, with the other predictions
+    assert plan.summary()["groups"][g.id]["conv"] == algo
+
+
+def test_the_model_prices_what_it_chooses():
+    """The kernel's predicted time carries the chosen algorithm's own prediction: Winograd's
+    fewer multiplies make the 3x3 kernel cheaper than the same kernel forced to im2col."""
+    src = _conv_chain(64, 64, 3, 56, 56, padding=1)
+    auto = stages(src, {"B": 8}, target="cpu").plan
+    ops = [o.id for o in auto.info.ops if o.is_compute]
+    forced = stages(src, {"B": 8}, target="cpu", plan={"groups": [
+        {"ops": ops, "block_tiles": list(auto.groups[0].block_tiles), "conv": "im2col"}]}).plan
+    assert forced.groups[0].conv == "im2col"
+    assert auto.predicted_s < 0.8 * forced.predicted_s
+    assert any("(the plan says so)" in d for d in forced.decisions)
+    assert not any("(the plan says so)" in d for d in auto.decisions)
+
+
+def test_winograd_is_cheaper_only_with_enough_channels():
+    wide = ConvShape(1, 64, 58, 58, 64, 3, 3, 56, 56)
+    narrow = ConvShape(1, 2, 58, 58, 2, 3, 3, 56, 56)
+    hw = options("cpu").hardware
+    assert seconds(wide, "winograd", hw) < seconds(wide, "im2col", hw)
+    assert seconds(narrow, "direct", hw) < min(seconds(narrow, a, hw) for a in ("winograd", "im2col"))
+
+
+@pytest.mark.parametrize("algo, kw, why", [
+    ("winograd", {"stride": 2}, "needs a 3x3 window with stride 1"),
+    ("gemm", {}, "needs a 1x1 window"),
+    ("direct", {"stride": 2}, "needs stride 1"),
+    ("fft", {}, "is not one of gemm, im2col, winograd, direct"),
+])
+def test_a_hand_plan_cannot_force_an_algorithm_that_does_not_fit(algo, kw, why):
+    src = _conv_chain(8, 8, 3, 12, 12, padding=1, **kw)
+    ops = [o.id for o in stages(src, {"B": 2}, target="cpu").plan.info.ops if o.is_compute]
+    with pytest.raises(PlanError, match=why):
+        stages(src, {"B": 2}, target="cpu", plan={"groups": [{"ops": ops, "block_tiles": [1, 0, 0, 0], "conv": algo}]})
+    assert not_applicable(ConvShape(1, 8, 12, 12, 8, 3, 3, 10, 10), "winograd") is None
+
+
+def test_conv_algorithms_are_the_cpu_targets():
+    src = _conv_chain(8, 8, 3, 12, 12, padding=1)
+    ops = [o.id for o in stages(src, {"B": 2}, target="cpu").plan.info.ops if o.is_compute]
+    with pytest.raises(PlanError, match="the cpu target's"):
+        stages(src, {"B": 2}, target="gpu", plan={"groups": [{"ops": ops, "block_tiles": [0, 1, 1, 1],
+                                                             "thread_tiles": [0, 1, 1, 1], "conv": "winograd"}]})
+
+
+# ---- numerics: every algorithm, forced by a hand plan, against the reference -----------------
+
+CHUNKS, WHOLE = [1, 0, 0, 0], [0, 0, 0, 0]   # conv + epilogue a chunk per image; the conv alone, images in a prange
+ODD = (5, 6, 3, 9, 11, 1, 1, 1)              # (c, f, k, h, w, stride, padding, dilation): Winograd's tails
+ONE = (6, 7, 1, 7, 9, 1, 0, 1)
+RUNS = [(ODD, "im2col", CHUNKS), (ODD, "winograd", CHUNKS), (ODD, "winograd", WHOLE), (ODD, "direct", CHUNKS),
+        (ODD, "direct", WHOLE),
+        ((3, 5, 3, 8, 10, 1, 0, 1), "winograd", CHUNKS),                  # even sizes, no padding
+        ((4, 3, 3, 13, 9, 1, [2, 1], [2, 1]), "direct", CHUNKS),          # dilation, uneven padding
+        ((4, 3, 3, 13, 9, 1, [2, 1], [2, 1]), "im2col", CHUNKS),
+        (ONE, "gemm", CHUNKS), (ONE, "gemm", WHOLE),
+        ((6, 7, 1, 7, 9, 1, 1, 1), "gemm", CHUNKS),                       # 1x1 over a padded input
+        ((3, 4, 7, 15, 12, 1, 3, 1), "direct", CHUNKS),                   # 7x7
+        ((3, 4, 3, 11, 12, 2, 1, 1), "im2col", CHUNKS)]                   # stride 2
+
+
+@pytest.mark.parametrize("case, algo, tiles", RUNS,
+                         ids=[f"{'x'.join(map(str, c[:5]))}-s{c[5]}-p{c[6]}-d{c[7]}-{a}-{'chunks' if t[0] else 'whole'}"
+                              for c, a, t in RUNS])
+def test_every_algorithm_matches_the_reference(case, algo, tiles):
+    c, f, k, h, w, stride, padding, dilation = case
+    src = _conv_chain(c, f, k, h, w, stride, padding, dilation)
+    ops = [o.id for o in stages(src, {"B": 3}, target="cpu").plan.info.ops if o.is_compute]
+    if tiles[0]:          # conv + epilogue in one kernel, a chunk per image
+        groups = [{"ops": ops, "block_tiles": tiles, "conv": algo}]
+    else:                 # the conv a kernel of its own, untiled: its images in a prange
+        info = stages(src, {"B": 3}, target="cpu").plan.info
+        conv = [o.id for o in info.ops if o.name.endswith("conv_2d_nchw_fchw")]
+        rest = [o.id for o in info.ops if o.kind == "elementwise"]
+        groups = [{"ops": conv, "conv": algo}, {"ops": rest, "block_tiles": [1, 0, 0, 0]}]
+    prog = fusec.compile(src, target="cpu", options={"baseline": False, "plans": {"c": {"groups": groups}}})
+    compiled = prog.c.compiled({"B": 3})
+    assert [g["conv"] for g in compiled.plan["groups"] if g["conv"]] == [algo]
+    kernels = prog.c.stages({"B": 3})["kernels"]
+    if algo != "direct":
+        assert "# cblas: linalg.conv_2d_nchw_fchw" in kernels
+    assert ("_winograd_input" in kernels) == (algo == "winograd")
+    assert ("_conv_direct" in kernels) == (algo == "direct")
+    (check,) = prog.c.check(binding={"B": 3})
+    assert check.ok, check.describe()
+
+
+# ---- memref level: a strided, accumulating output ---------------------------------------------
+
+CONV_ACC = """
+func.func @cv(%x: memref<2x5x8x11xf32>, %w: memref<4x5x3x3xf32>, %y: memref<2x4x6x18xf32>) {
+  %ys = memref.subview %y[0, 0, 0, 0] [2, 4, 6, 9] [1, 1, 1, 2] : memref<2x4x6x18xf32> to memref<2x4x6x9xf32, strided<[432, 108, 18, 2]>>
+  linalg.conv_2d_nchw_fchw {fusec.conv_algorithm = "ALGO", dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>}
+    ins(%x, %w : memref<2x5x8x11xf32>, memref<4x5x3x3xf32>) outs(%ys : memref<2x4x6x9xf32, strided<[432, 108, 18, 2]>>)
+  return
+}
+"""
+
+
+@pytest.mark.parametrize("algo", ["im2col", "winograd", "direct"])
+def test_an_accumulating_conv_into_a_strided_output(tmp_path, algo):
+    """No zero fill before the conv: y += conv(x, w), into every other column of y."""
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(CONV_ACC.replace("ALGO", algo))
+        to_cpu(module)
+        src = emit(module, "cpu").source
+    path = tmp_path / f"cv_{algo}.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location(f"fusec_conv_{algo}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 5, 8, 11)).astype(np.float32)
+    w = rng.standard_normal((4, 5, 3, 3)).astype(np.float32)
+    y = rng.standard_normal((2, 4, 6, 18)).astype(np.float32)
+    want = y.astype(np.float64)
+    for p in range(3):
+        for q in range(3):
+            want[..., ::2] += np.einsum("nchw,fc->nfhw", x[:, :, p:p + 6, q:q + 9], w[:, :, p, q])
+    mod.run_cv(x, w, y)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
