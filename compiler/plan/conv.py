@@ -17,9 +17,11 @@ Four algorithms, each an emitter template (compiler/emit/conv.py):
 
 The model prices each for a kernel's chunk (one prange iteration, the tile of the conv that
 chunk computes, on one core with single-threaded BLAS: transforms/cpu_library_calls.py) and
-the planner takes the fastest. The constants below were measured on a 2-core AMD EPYC (Zen 4)
-with the emitted templates (`python -m bench.conv_algorithms` times every algorithm on a set
-of shapes against these predictions); the BLAS rate itself is the profile's (its `mac` weight).
+the planner takes the fastest. The constants below were fitted (least squares on the log of
+measured / predicted) to `python -m bench.conv_algorithms` on a 2-core AMD EPYC (Zen 4), which
+times every algorithm on nine shapes with the emitted templates; the BLAS rate itself is the
+profile's (its `mac` weight). Not modelled: direct convolution's slowdown with many channels
+over short rows (128 channels at 28x28 measured 2.6x its prediction; it is never the pick there).
 """
 from __future__ import annotations
 
@@ -35,11 +37,11 @@ TITLES = {"gemm": "one GEMM per image (1x1)", "im2col": "im2col + GEMM", "winogr
           "direct": "direct convolution"}
 FLOATS = ("f32", "f64")
 
-CALL_S = 1.5e-6            # one ?gemm call's fixed cost (packing set-up, dispatch)
-GEMM_SIDES = (8, 16, 8)    # GEMM efficiency m/(m+8) * n/(n+16) * k/(k+8): small sides idle the kernel
+CALL_S = 0.5e-6            # one ?gemm call's fixed cost (dispatch, packing set-up)
+GEMM_SIDES = (2, 32, 16)   # GEMM efficiency m/(m+2) * n/(n+32) * k/(k+16): small sides idle the kernel
 COPY_SLOWDOWN = 2.5        # im2col's gather: this many times one core's share of the LLC bandwidth
-WINOGRAD_SLOWDOWN = 3.0    # Winograd's input and output transforms: likewise, per value moved
-DIRECT_SLOWDOWN = 3.0      # a vectorised multiply-add loop against BLAS's rate per core
+WINOGRAD_SLOWDOWN = 2.0    # Winograd's input and output transforms: likewise, per value moved
+DIRECT_SLOWDOWN = 4.0      # a vectorised multiply-add loop against BLAS's rate per core
 IM2COL_BLOCK = 512 << 10   # im2col gathers about this many bytes per block
 WINOGRAD_BLOCK = 2 << 20   # Winograd's transformed input and products per block of tile rows
 
