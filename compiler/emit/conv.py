@@ -5,9 +5,10 @@ the op's `fusec.conv_algorithm`):
   gemm      1x1 stride 1: per image, ?gemm of w [F, C] by x[n] [C, H*W] into y[n] [F, H*W].
   im2col    per block of output rows, the rows' windows gathered into [C*KH*KW, rows*OW], then
             one ?gemm of w [F, C*KH*KW] by them.
-  winograd  F(2x2, 3x3): the weights transformed once, [16, F, C]; per block of tile rows the
-            input tiles transformed, [16, C, tiles], 16 ?gemm into [16, F, tiles], and the
-            output transform into y.
+  winograd  F(2x2, 3x3) (winograd4: F(4x4, 3x3), A = 6): the weights transformed once,
+            [A^2, F, C] (A = 4); per block of tile rows the input tiles transformed, [A^2, C,
+            tiles], A^2 ?gemm into [A^2, F, tiles], and the output transform into y. The
+            transforms are generated from Lavin and Gray's matrices (MATRICES).
   direct    stride 1: per output row and four filters, accumulator rows added into along
             whole rows (vectorised), then stored.
 
@@ -18,10 +19,12 @@ input as a C-contiguous array, so LLVM sees unit strides; typed constants come a
 """
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 
 from ..mlir import ir
-from ..plan.conv import ConvShape, im2col_rows, winograd_rows, winograd_tiles
+from ..plan.conv import WINOGRAD, ConvShape, im2col_rows, winograd_rows, winograd_tiles
 from .values import add, mul
 
 from ..transforms.cpu_library_calls import CONV_ALGORITHM as ALGORITHM
@@ -55,7 +58,8 @@ def conv_call(body, op, views, extra, zero: bool, gemm_fn: str, mark: str) -> No
     ends a line calling it (emit/cpu.py)."""
     s = shape(op, extra)
     algo = algorithm(op)
-    template = {"gemm": _gemm_1x1, "im2col": _im2col, "winograd": _winograd, "direct": _direct}[algo]
+    template = {"gemm": _gemm_1x1, "im2col": _im2col, "winograd": _winograd, "winograd4": _winograd,
+                "direct": _direct}[algo]
     template(body, op, views, s, zero, _Blas(gemm_fn, mark))
 
 
@@ -218,43 +222,45 @@ def _im2col(body, op, views, s: ConvShape, zero: bool, gemm: "_Blas") -> None:
 
 
 def _winograd(body, op, views, s: ConvShape, zero: bool, gemm: "_Blas") -> None:
-    """Winograd F(2x2, 3x3): u = the weights' transform once per call; per block of tile rows
-    of an image, v = its input tiles' transform, 16 ?gemm m[k] = u[k] @ v[k], and the output
-    transform of m into y."""
-    w, names, helpers = body.w, body.names, body.ctx.helpers
+    """Winograd F(mxm, 3x3), m = 2 or 4: u = the weights' transform once per call; per block of
+    tile rows of an image, v = its input tiles' transform, (m+2)^2 ?gemm p[k] = u[k] @ v[k], and
+    the output transform of p into y."""
+    w, names, helpers, consts = body.w, body.names, body.ctx.helpers, body.ctx.consts
     x, wt, y = views
     elem = y.array.elem
     f = f"np.{elem.compute}"
+    m = WINOGRAD[algorithm(op)]
+    a2 = (m + 2) ** 2
     one, _ = _consts(body, elem, True)
-    zero_c = body.ctx.consts.zero(elem)
-    half = body.ctx.consts.float(0.5, elem)
-    th, tw = winograd_tiles(s)
-    rows = winograd_rows(s)
+    zero_c = consts.zero(elem)
+    ks = ", ".join(consts.float(float(v), elem) for v in _constants(m))
+    th, tw = winograd_tiles(s, m)
+    rows = winograd_rows(s, m)
     ld = rows * tw
-    wt_key = helpers.use_text("_winograd_weights", _winograd_weights_text("_winograd_weights"))
-    in_key = helpers.use_text("_winograd_input", _winograd_input_text("_winograd_input"))
-    out_key = f"_winograd_output_{'set' if zero else 'add'}"
-    helpers.use_text(out_key, _winograd_output_text(out_key, zero))
-    u, v, m, a, xc = (names.temp(t) for t in ("u", "v", "m", "a", "x"))
+    wt_key = helpers.use_text(f"_winograd{m}_weights", _weights_text(f"_winograd{m}_weights", m))
+    in_key = helpers.use_text(f"_winograd{m}_input", _input_text(f"_winograd{m}_input", m))
+    out_key = f"_winograd{m}_output_{'set' if zero else 'add'}"
+    helpers.use_text(out_key, _output_text(out_key, m, zero))
+    u, v, p, a, xc = (names.temp(t) for t in ("u", "v", "p", "a", "x"))
     images = _Images(body, s)
-    images.before(f"{u} = np.empty((16, {s.f}, {s.c}), {f})")
-    images.before(f"{wt_key}({wt.host}, {u}, {half})")
-    images.buffer(f"{v} = np.empty((16, {s.c}, {ld}), {f})")
-    images.buffer(f"{m} = np.empty((16, {s.f}, {ld}), {f})")
-    images.buffer(f"{a} = np.empty((4, {s.xw + 1}), {f})")
+    images.before(f"{u} = np.empty(({a2}, {s.f}, {s.c}), {f})")
+    images.before(f"{wt_key}({wt.host}, {u}, {ks})")
+    images.buffer(f"{v} = np.empty(({a2}, {s.c}, {ld}), {f})")
+    images.buffer(f"{p} = np.empty(({a2}, {s.f}, {ld}), {f})")
+    images.buffer(f"{a} = np.empty(({m + 2}, {s.xw + m}), {f})")
     n = images.open()
     t0, tb, k = names.temp("t"), names.temp("tb"), names.temp("k")
     w(f"{xc} = np.ascontiguousarray({x.host}[{n}])")
     w(f"for {t0} in range(0, {th}, {rows}):")
     w.depth += 1
     w(f"{tb} = min({rows}, {th} - {t0})")
-    w(f"{in_key}({xc}, {t0}, {tb}, {tw}, {v}, {a})")
-    w(f"for {k} in range(16):")
+    w(f"{in_key}({xc}, {t0}, {tb}, {tw}, {v}, {a}, {zero_c}, {ks})")
+    w(f"for {k} in range({a2}):")
     w.depth += 1
     w(f"{gemm.fn}(101, {NO_TRANS}, {NO_TRANS}, {s.f}, {tb} * {tw}, {s.c}, {one}, {u}[{k}].ctypes.data, {s.c}, "
-      f"{v}[{k}].ctypes.data, {ld}, {zero_c}, {m}[{k}].ctypes.data, {ld})  {gemm.mark} {op.name} (Winograd)")
+      f"{v}[{k}].ctypes.data, {ld}, {zero_c}, {p}[{k}].ctypes.data, {ld})  {gemm.mark} {op.name} (Winograd)")
     w.depth -= 1
-    w(f"{out_key}({m}, {y.host}, {n}, {t0}, {tb}, {tw})")
+    w(f"{out_key}({p}, {y.host}, {n}, {t0}, {tb}, {tw}, {ks})")
     images.close()
 
 
@@ -277,98 +283,161 @@ def _direct(body, op, views, s: ConvShape, zero: bool, gemm: "_Blas") -> None:
 
 # ---- the templates' module-level functions ---------------------------------------------------
 
-_G = (("{0}",), ("({0} + {1} + {2}) * half",), ("({0} - {1} + {2}) * half",), ("{2}",))
+# Lavin and Gray's F(mxm, 3x3) matrices per m: B^T (input tiles), G (filters), A^T (outputs)
+_H = Fraction(1, 2)
+MATRICES = {
+    2: {"BT": ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1)),
+        "G": ((1, 0, 0), (_H, _H, _H), (_H, -_H, _H), (0, 0, 1)),
+        "AT": ((1, 1, 1, 0), (0, 1, -1, -1))},
+    4: {"BT": ((4, 0, -5, 0, 1, 0), (0, -4, -4, 1, 1, 0), (0, 4, -4, -1, 1, 0), (0, -2, -1, 2, 1, 0),
+               (0, 2, -1, -2, 1, 0), (0, 4, 0, -5, 0, 1)),
+        "G": ((Fraction(1, 4), 0, 0), (Fraction(-1, 6),) * 3, (Fraction(-1, 6), Fraction(1, 6), Fraction(-1, 6)),
+              (Fraction(1, 24), Fraction(1, 12), Fraction(1, 6)), (Fraction(1, 24), Fraction(-1, 12), Fraction(1, 6)),
+              (0, 0, 1)),
+        "AT": ((1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0), (0, 1, 1, 4, 4, 0), (0, 1, -1, 8, -8, 1))},
+}
 
 
-def _winograd_weights_text(key: str) -> list[str]:
-    """u[4 i + j, f, c] = (G g G^T)[i, j] for each filter g = w[f, c] (straight-line code)."""
-    lines = [_JIT, f"def {key}(w, u, half):",
-             '    """Winograd F(2x2, 3x3)\'s weight transform: u[4 i + j, f, c] = (G g G^T)[i, j] for each 3x3',
-             '    filter g = w[f, c], G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]."""',
-             "    for f in range(w.shape[0]):",
-             "        for c in range(w.shape[1]):"]
-    ind = " " * 12
-    for r in range(3):
-        lines.append(ind + "; ".join(f"g{r}{j} = w[f, c, {r}, {j}]" for j in range(3)))
-    for i, (row,) in enumerate(_G):          # (G g)[i, j] over the columns j
+def _constants(m: int) -> list[Fraction]:
+    """The magnitudes other than 0 and 1 in F(mxm, 3x3)'s matrices: typed arguments of the
+    helpers (no float literal in the generated arithmetic)."""
+    found = {abs(Fraction(c)) for mat in MATRICES[m].values() for row in mat for c in row}
+    return sorted(found - {Fraction(0), Fraction(1)})
+
+
+def _kname(v: Fraction) -> str:
+    return f"k{v.numerator}" if v.denominator == 1 else f"k{v.numerator}_{v.denominator}"
+
+
+def _combo(row, names) -> str:
+    """sum(row[i] * names[i]) as text, zero coefficients left out."""
+    out = ""
+    for coef, name in zip(row, names):
+        c = Fraction(coef)
+        if c == 0:
+            continue
+        term = name if abs(c) == 1 else f"{_kname(abs(c))} * {name}"
+        out += (" - " if c < 0 else " + ") + term if out else ("-" if c < 0 else "") + term
+    return out
+
+
+def _params(m: int) -> str:
+    return ", ".join(_kname(v) for v in _constants(m))
+
+
+def _weights_text(key: str, m: int) -> list[str]:
+    """u[A i + l, f, c] = (G g G^T)[i, l] for each filter g = w[f, c], A = m + 2: the filters'
+    nine taps gathered into planes taps[3 r + j, f * C + c], then G applied plane by plane, down
+    the columns (h) and along the rows (u): every loop runs along contiguous planes (vectorised)."""
+    g, size = MATRICES[m]["G"], m + 2
+    lines = [_JIT, f"def {key}(w, u, {_params(m)}):",
+             f'    """Winograd F({m}x{m}, 3x3)\'s weight transform: u[{size} i + l, f, c] = (G g G^T)[i, l] for each',
+             f'    3x3 filter g = w[f, c], G = {[[str(Fraction(c)) for c in row] for row in g]}."""'.replace("'", ""),
+             "    nf, nc = w.shape[0], w.shape[1]",
+             "    n = nf * nc",
+             "    taps = np.empty((9, n), u.dtype)",
+             "    for f in range(nf):",
+             "        for c in range(nc):",
+             "            for r in range(3):",
+             "                for j in range(3):",
+             "                    taps[3 * r + j, f * nc + c] = w[f, c, r, j]",
+             f"    h = np.empty(({3 * size}, n), u.dtype)",
+             f"    planes = u.reshape(({size * size}, n))"]
+    for i in range(size):                    # h[3 i + j] = (G g)[i, j]
         for j in range(3):
-            lines.append(ind + f"h{i}{j} = " + row.format(f"g0{j}", f"g1{j}", f"g2{j}"))
-    for i in range(4):                       # ((G g) G^T)[i, l]
-        for l, (col,) in enumerate(_G):
-            lines.append(ind + f"u[{4 * i + l}, f, c] = " + col.format(f"h{i}0", f"h{i}1", f"h{i}2"))
+            lines += ["    for q in range(n):",
+                      f"        h[{3 * i + j}, q] = " + _combo(g[i], [f"taps[{3 * r + j}, q]" for r in range(3)])]
+    for i in range(size):                    # u[A i + l] = ((G g) G^T)[i, l]
+        for l in range(size):
+            lines += ["    for q in range(n):",
+                      f"        planes[{size * i + l}, q] = " + _combo(g[l], [f"h[{3 * i + j}, q]" for j in range(3)])]
     return lines
 
 
-def _winograd_input_text(key: str) -> list[str]:
-    lines = [_JIT, f"def {key}(x, t0, tb, tw, v, a):",
-             '    """Winograd F(2x2, 3x3)\'s input transform of tile rows t0 .. t0 + tb - 1 of an image x',
-             "    [C, H, W]: v[4 k + l, c, t] = (B^T d B)[k, l] for the 4x4 input tile d of tile t (numbered",
-             "    along rows from t0), B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]:",
-             "    first down the tile row's four input rows (a[k], contiguous), then along each tile. A row",
-             "    or column past the input (odd output sizes) repeats the last one: only outputs that are",
-             '    not stored read it."""',
+def _input_text(key: str, m: int) -> list[str]:
+    bt, size = MATRICES[m]["BT"], m + 2
+    ds = [f"d{j}" for j in range(size)]
+    es = [f"e{j}" for j in range(size)]
+
+    def column_pass(ind: str, tail: bool) -> list[str]:
+        out = [ind + "for q in range(xw):"]
+        for j in range(size):
+            load = f"x[c, r + {j}, q]"
+            out.append(ind + f"    d{j} = " + (f"{load} if r + {j} < xh else zero" if tail and j else load))
+        out += [ind + f"    a[{k}, q] = " + _combo(bt[k], ds) for k in range(size)]
+        return out
+    lines = [_JIT, f"def {key}(x, t0, tb, tw, v, a, zero, {_params(m)}):",
+             f'    """Winograd F({m}x{m}, 3x3)\'s input transform of tile rows t0 .. t0 + tb - 1 of an image x [C, H, W]:',
+             f"    v[{size} k + l, c, t] = (B^T d B)[k, l] for the {size}x{size} input tile d of tile t (numbered along",
+             f"    rows from t0), B^T = {[list(r) for r in bt]}: first down the tile row's",
+             f"    {size} input rows (a[k], contiguous), then along each tile. Rows and columns past the input are",
+             '    zeros (exact: they reach only outputs that are not stored, and add nothing to the others)."""',
              "    xh, xw = x.shape[1], x.shape[2]",
+             f"    for k in range({size}):",
+             "        for q in range(xw, a.shape[1]):",
+             "            a[k, q] = zero",
              "    for c in range(x.shape[0]):",
              "        for ti in range(tb):",
-             "            r = 2 * (t0 + ti)",
-             "            r3 = min(r + 3, xh - 1)",
-             "            for q in range(xw):",
-             "                d0 = x[c, r, q]",
-             "                d1 = x[c, r + 1, q]",
-             "                d2 = x[c, r + 2, q]",
-             "                d3 = x[c, r3, q]",
-             "                a[0, q] = d0 - d2",
-             "                a[1, q] = d1 + d2",
-             "                a[2, q] = d2 - d1",
-             "                a[3, q] = d1 - d3",
-             "            for k in range(4):",
-             "                a[k, xw] = a[k, xw - 1]",
-             "            base = ti * tw",
-             "            for k in range(4):",
-             "                for tj in range(tw):",
-             "                    s = 2 * tj",
-             "                    v[4 * k, c, base + tj] = a[k, s] - a[k, s + 2]",
-             "                    v[4 * k + 1, c, base + tj] = a[k, s + 1] + a[k, s + 2]",
-             "                    v[4 * k + 2, c, base + tj] = a[k, s + 2] - a[k, s + 1]",
-             "                    v[4 * k + 3, c, base + tj] = a[k, s + 1] - a[k, s + 3]"]
+             f"            r = {m} * (t0 + ti)",
+             f"            if r + {size} <= xh:"]
+    lines += column_pass(" " * 16, False)
+    lines.append("            else:")
+    lines += column_pass(" " * 16, True)
+    lines += ["            base = ti * tw",
+              f"            for k in range({size}):",
+              "                for tj in range(tw):",
+              f"                    s = {m} * tj"]
+    lines += [" " * 20 + f"e{j} = a[k, s + {j}]" for j in range(size)]
+    lines += [" " * 20 + f"v[{size} * k + {l}, c, base + tj] = " + _combo(bt[l], es) for l in range(size)]
     return lines
 
 
-def _winograd_output_text(key: str, zero: bool) -> list[str]:
-    def store(at: str, val: str) -> str:
-        return f"{at} = {val}" if zero else f"{at} = {at} + {val}"
-    head = [_JIT, f"def {key}(m, y, n, t0, tb, tw):",
-            f'    """Winograd F(2x2, 3x3)\'s output transform: y[n, f, 2 ti + i, 2 tj + j] {"=" if zero else "+="} '
-            "(A^T m A)[i, j]",
-            "    for the 4x4 products m[:, f, t] of tile t, A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]; the second row",
-            '    or column of a tile past the output (odd sizes) is not stored."""',
-            "    oh, ow = y.shape[2], y.shape[3]",
-            "    full = ow // 2",
-            "    for f in range(y.shape[1]):",
-            "        for ti in range(tb):",
-            "            o = 2 * (t0 + ti)",
-            "            base = ti * tw",
-            "            two = o + 1 < oh"]
+def _output_text(key: str, m: int, zero: bool) -> list[str]:
+    at, size = MATRICES[m]["AT"], m + 2
+
+    def store(at_: str, val: str) -> str:
+        return f"{at_} = {val}" if zero else f"{at_} = {at_} + ({val})"
 
     def tile(ind: str, tail: bool) -> list[str]:
-        out = [ind + "; ".join(f"m{i} = m[{i}, f, t]" for i in range(4 * r, 4 * r + 4)) for r in range(4)]
-        out += [ind + f"c{l} = m{l} + m{4 + l} + m{8 + l}" for l in range(4)]
-        out += [ind + f"e{l} = m{4 + l} - m{8 + l} - m{12 + l}" for l in range(4)]
-        out.append(ind + store("y[n, f, o, q]", "c0 + c1 + c2"))
-        if not tail:
-            out.append(ind + store("y[n, f, o, q + 1]", "c1 - c2 - c3"))
-        out.append(ind + "if two:")
-        out.append(ind + "    " + store("y[n, f, o + 1, q]", "e0 + e1 + e2"))
-        if not tail:
-            out.append(ind + "    " + store("y[n, f, o + 1, q + 1]", "e1 - e2 - e3"))
+        out = [ind + "; ".join(f"m{i} = p[{i}, f, t]" for i in range(size * k, size * k + size)) for k in range(size)]
+        for i in range(m):                  # A^T down the columns
+            for l in range(size):
+                out.append(ind + f"c{i}_{l} = " + _combo(at[i], [f"m{size * k + l}" for k in range(size)]))
+        for i in range(m):                  # then along the rows
+            rind = ind if i == 0 else ind + "    "
+            if i:
+                out.append(ind + f"if nr > {i}:")
+            for j in range(m):
+                val = _combo(at[j], [f"c{i}_{l}" for l in range(size)])
+                line = store(f"y[n, f, o + {i}, q + {j}]", val)
+                if tail and j:
+                    out.append(rind + f"if rest > {j}:")
+                    out.append(rind + "    " + line)
+                else:
+                    out.append(rind + line)
         return out
-    body = ["            for tj in range(full):",
-            "                t = base + tj",
-            "                q = 2 * tj"] + tile(" " * 16, False)
-    body += ["            if ow % 2 == 1:",
-             "                t = base + tw - 1",
-             "                q = ow - 1"] + tile(" " * 16, True)
-    return head + body
+    lines = [_JIT, f"def {key}(p, y, n, t0, tb, tw, {_params(m)}):",
+             f'    """Winograd F({m}x{m}, 3x3)\'s output transform: y[n, f, {m} ti + i, {m} tj + j] {"=" if zero else "+="} '
+             "(A^T P A)[i, j]",
+             f"    for the {size}x{size} products P = p[:, f, t] of tile t, A^T = {[list(r) for r in at]};",
+             '    rows and columns of a tile past the output are not stored."""',
+             "    oh, ow = y.shape[2], y.shape[3]",
+             f"    full = ow // {m}",
+             f"    rest = ow - full * {m}",
+             "    for f in range(y.shape[1]):",
+             "        for ti in range(tb):",
+             f"            o = {m} * (t0 + ti)",
+             f"            nr = min({m}, oh - o)",
+             "            base = ti * tw",
+             "            for tj in range(full):",
+             "                t = base + tj",
+             f"                q = {m} * tj"]
+    lines += tile(" " * 16, False)
+    lines += ["            if rest:",
+              "                t = base + full",
+              f"                q = {m} * full"]
+    lines += tile(" " * 16, True)
+    return lines
 
 
 def _direct_text(key: str, zero: bool) -> list[str]:

@@ -11,6 +11,11 @@ Four algorithms, each an emitter template (compiler/emit/conv.py):
             rows, the input tiles' transforms (16 values per 4x4 tile), 16 ?gemm of [F, C] by
             [C, tiles], the output transform: 16 multiplies per 2x2 outputs where im2col has 36,
             paid for by the three transforms.
+  winograd4 the same with F(4x4, 3x3): 6x6 input tiles, 36 ?gemm, 36 multiplies per 4x4
+            outputs (4x fewer than im2col), heavier transforms, and an error about ten times
+            F(2x2, 3x3)'s (its points 0, +-1, +-2 and infinity): in f32, 40-90% of the numerics
+            check's tolerance on normal data at 64 to 512 channels (F(2x2, 3x3): 3-9%, im2col
+            4-7%). So the model picks it for f64 only; in f32 a hand plan can ask for it.
   direct    stride 1: loops over (filter, channel, window position), the output row innermost,
             which LLVM vectorises (contiguous loads; with a stride > 1 it does not). For a few
             channels and filters, where a GEMM's small sides leave BLAS mostly idle.
@@ -32,18 +37,20 @@ from .analysis import ChainInfo, OpInfo, loop_correspondence
 from .hardware import HardwareProfile
 
 NAME = "linalg.conv_2d_nchw_fchw"
-ALGORITHMS = ("gemm", "im2col", "winograd", "direct")
+ALGORITHMS = ("gemm", "im2col", "winograd", "winograd4", "direct")
 TITLES = {"gemm": "one GEMM per image (1x1)", "im2col": "im2col + GEMM", "winograd": "Winograd F(2x2, 3x3)",
-          "direct": "direct convolution"}
+          "winograd4": "Winograd F(4x4, 3x3)", "direct": "direct convolution"}
+WINOGRAD = {"winograd": 2, "winograd4": 4}     # outputs per tile side
 FLOATS = ("f32", "f64")
 
 CALL_S = 0.5e-6            # one ?gemm call's fixed cost (dispatch, packing set-up)
 GEMM_SIDES = (2, 32, 16)   # GEMM efficiency m/(m+2) * n/(n+32) * k/(k+16): small sides idle the kernel
 COPY_SLOWDOWN = 2.5        # im2col's gather: this many times one core's share of the LLC bandwidth
 WINOGRAD_SLOWDOWN = 2.0    # Winograd's input and output transforms: likewise, per value moved
+WINOGRAD4_ARITHMETIC = 1.5  # F(4x4, 3x3)'s transforms: more arithmetic per value moved than F(2x2, 3x3)'s
 DIRECT_SLOWDOWN = 4.0      # a vectorised multiply-add loop against BLAS's rate per core
 IM2COL_BLOCK = 512 << 10   # im2col gathers about this many bytes per block
-WINOGRAD_BLOCK = 2 << 20   # Winograd's transformed input and products per block of tile rows
+WINOGRAD_BLOCK = 4 << 20   # Winograd's transformed input and products per block of tile rows
 
 
 @dataclass(frozen=True)
@@ -101,7 +108,7 @@ def not_applicable(s: ConvShape, algo: str) -> str | None:
     """Why `algo` cannot compute `s`, or None."""
     if algo == "gemm" and ((s.kh, s.kw) != (1, 1) or (s.sh, s.sw) != (1, 1)):
         return "needs a 1x1 window with stride 1"
-    if algo == "winograd" and ((s.kh, s.kw) != (3, 3) or (s.sh, s.sw, s.dh, s.dw) != (1, 1, 1, 1)):
+    if algo in WINOGRAD and ((s.kh, s.kw) != (3, 3) or (s.sh, s.sw, s.dh, s.dw) != (1, 1, 1, 1)):
         return "needs a 3x3 window with stride 1 and no dilation"
     if algo == "direct" and (s.sh, s.sw) != (1, 1):
         return "needs stride 1 (strided loads keep its loop scalar)"
@@ -110,21 +117,28 @@ def not_applicable(s: ConvShape, algo: str) -> str | None:
     return None
 
 
+def not_picked(s: ConvShape, algo: str) -> str | None:
+    """Why the model does not pick an algorithm that applies (a hand plan still can), or None."""
+    if algo == "winograd4" and s.elem_bytes < 8:
+        return "its f32 error takes up to 90% of the numerics check's tolerance (f64 only)"
+    return None
+
+
 def im2col_rows(s: ConvShape) -> int:
     """Output rows per im2col block (the emitter's and the model's)."""
     return max(1, min(s.oh, IM2COL_BLOCK // max(1, s.ckk * s.ow * s.elem_bytes)))
 
 
-def winograd_tiles(s: ConvShape) -> tuple[int, int]:
-    """(tile rows, tiles per row) of an image: 2x2 outputs per tile."""
-    return -(-s.oh // 2), -(-s.ow // 2)
+def winograd_tiles(s: ConvShape, m: int) -> tuple[int, int]:
+    """(tile rows, tiles per row) of an image: m x m outputs per tile."""
+    return -(-s.oh // m), -(-s.ow // m)
 
 
-def winograd_rows(s: ConvShape) -> int:
-    """Tile rows per Winograd block: its transformed input [16, C, tiles] and products
-    [16, F, tiles] together about WINOGRAD_BLOCK bytes."""
-    th, tw = winograd_tiles(s)
-    return max(1, min(th, WINOGRAD_BLOCK // max(1, 16 * (s.c + s.f) * tw * s.elem_bytes)))
+def winograd_rows(s: ConvShape, m: int) -> int:
+    """Tile rows per Winograd block: its transformed input [(m+2)^2, C, tiles] and products
+    [(m+2)^2, F, tiles] together about WINOGRAD_BLOCK bytes."""
+    th, tw = winograd_tiles(s, m)
+    return max(1, min(th, WINOGRAD_BLOCK // max(1, (m + 2) ** 2 * (s.c + s.f) * tw * s.elem_bytes)))
 
 
 def _efficiency(m: int, n: int, k: int) -> float:
@@ -145,14 +159,17 @@ def seconds(s: ConvShape, algo: str, hw: HardwareProfile) -> float:
         gemm = s.f * s.ckk * s.oh * s.ow / (rate * _efficiency(s.f, rows * s.ow, s.ckk))
         copy = s.ckk * s.oh * s.ow * eb * 2 / cache * COPY_SLOWDOWN
         return s.n * (blocks * CALL_S + gemm + copy)
-    if algo == "winograd":
-        th, tw = winograd_tiles(s)
-        rows = winograd_rows(s)
+    if algo in WINOGRAD:
+        m = WINOGRAD[algo]
+        a2 = (m + 2) ** 2                   # transformed values per tile, ?gemm calls per block
+        th, tw = winograd_tiles(s, m)
+        rows = winograd_rows(s, m)
         blocks = -(-th // rows)
-        gemm = 16 * s.f * s.c * th * tw / (rate * _efficiency(s.f, rows * tw, s.c))
-        moved = (16 * (s.c + s.f) * th * tw + s.c * s.xh * s.xw + s.f * s.oh * s.ow) * eb * 2
-        weights = 16 * s.f * s.c * eb * 2 / cache * WINOGRAD_SLOWDOWN * 4
-        return s.n * (blocks * 16 * CALL_S + gemm + moved / cache * WINOGRAD_SLOWDOWN) + weights
+        slow = WINOGRAD_SLOWDOWN * (WINOGRAD4_ARITHMETIC if m == 4 else 1.0)
+        gemm = a2 * s.f * s.c * th * tw / (rate * _efficiency(s.f, rows * tw, s.c))
+        moved = (a2 * (s.c + s.f) * th * tw + s.c * s.xh * s.xw + s.f * s.oh * s.ow) * eb * 2
+        weights = a2 * s.f * s.c * eb * 2 / cache * slow * 4
+        return s.n * (blocks * a2 * CALL_S + gemm + moved / cache * slow) + weights
     if algo == "direct":
         return s.macs / rate * DIRECT_SLOWDOWN
     raise ValueError(algo)
@@ -170,7 +187,8 @@ class ConvChoice:
     def reason(self) -> str:
         """Why this algorithm, for --explain."""
         own = dict(self.predicted)[self.algorithm]
-        others = [f"{TITLES[a]} {_ms(t)}" for a, t in self.predicted if a != self.algorithm]
+        others = [f"{TITLES[a]} {_ms(t)}" + (f" ({why})" if (why := not_picked(self.shape, a)) else "")
+                  for a, t in self.predicted if a != self.algorithm]
         skipped = [f"{TITLES[a]} {why}" for a in ALGORITHMS
                    if (why := not_applicable(self.shape, a)) and a != self.algorithm]
         text = (f"%{self.op} conv {self.shape.text()} as {TITLES[self.algorithm]}"
@@ -228,5 +246,5 @@ def choose(info: ChainInfo, members, root: int, block: tuple[int, ...], mapped: 
     predicted = tuple((a, rounds * seconds(chunk, a, hw)) for a in ALGORITHMS if not_applicable(whole, a) is None)
     if forced:
         return ConvChoice(conv, forced, predicted, whole, chunk, forced=True)
-    best = min(predicted, key=lambda p: p[1])[0]
+    best = min((p for p in predicted if not_picked(whole, p[0]) is None), key=lambda p: p[1])[0]
     return ConvChoice(conv, best, predicted, whole, chunk)
