@@ -244,7 +244,7 @@ def _winograd(body, op, views, s: ConvShape, zero: bool, gemm: "_Blas") -> None:
     u, v, p, a, xc = (names.temp(t) for t in ("u", "v", "p", "a", "x"))
     images = _Images(body, s)
     images.before(f"{u} = np.empty(({a2}, {s.f}, {s.c}), {f})")
-    images.before(f"{wt_key}({wt.host}, {u}, {ks})")
+    images.before(f"{wt_key}({wt.host}, {u}, {zero_c}, {one}, {ks})")
     images.buffer(f"{v} = np.empty(({a2}, {s.c}, {ld}), {f})")
     images.buffer(f"{p} = np.empty(({a2}, {s.f}, {ld}), {f})")
     images.buffer(f"{a} = np.empty(({m + 2}, {s.xw + m}), {f})")
@@ -328,9 +328,10 @@ def _params(m: int) -> str:
 def _weights_text(key: str, m: int) -> list[str]:
     """u[A i + l, f, c] = (G g G^T)[i, l] for each filter g = w[f, c], A = m + 2: the filters'
     nine taps gathered into planes taps[3 r + j, f * C + c], then G applied plane by plane, down
-    the columns (h) and along the rows (u): every loop runs along contiguous planes (vectorised)."""
+    the columns (h) and along the rows (u): each step one loop along contiguous planes
+    (vectorised), G's nonzero entries from the typed constants."""
     g, size = MATRICES[m]["G"], m + 2
-    lines = [_JIT, f"def {key}(w, u, {_params(m)}):",
+    lines = [_JIT, f"def {key}(w, u, zero, one, {_params(m)}):",
              f'    """Winograd F({m}x{m}, 3x3)\'s weight transform: u[{size} i + l, f, c] = (G g G^T)[i, l] for each',
              f'    3x3 filter g = w[f, c], G = {[[str(Fraction(c)) for c in row] for row in g]}."""'.replace("'", ""),
              "    nf, nc = w.shape[0], w.shape[1]",
@@ -341,16 +342,28 @@ def _weights_text(key: str, m: int) -> list[str]:
              "            for r in range(3):",
              "                for j in range(3):",
              "                    taps[3 * r + j, f * nc + c] = w[f, c, r, j]",
-             f"    h = np.empty(({3 * size}, n), u.dtype)",
-             f"    planes = u.reshape(({size * size}, n))"]
-    for i in range(size):                    # h[3 i + j] = (G g)[i, j]
-        for j in range(3):
-            lines += ["    for q in range(n):",
-                      f"        h[{3 * i + j}, q] = " + _combo(g[i], [f"taps[{3 * r + j}, q]" for r in range(3)])]
-    for i in range(size):                    # u[A i + l] = ((G g) G^T)[i, l]
-        for l in range(size):
-            lines += ["    for q in range(n):",
-                      f"        planes[{size * i + l}, q] = " + _combo(g[l], [f"h[{3 * i + j}, q]" for j in range(3)])]
+             f"    g = np.zeros(({size}, 3), u.dtype)"]
+    for i, row in enumerate(g):
+        for j, c in enumerate(map(Fraction, row)):
+            if c:
+                lines.append(f"    g[{i}, {j}] = {'-' if c < 0 else ''}{'one' if abs(c) == 1 else _kname(abs(c))}")
+    lines += [f"    h = np.zeros(({3 * size}, n), u.dtype)",
+              f"    planes = u.reshape(({size * size}, n))",
+              "    planes[:, :] = zero",
+              f"    for i in range({size}):                  # h[3 i + j] = (G g)[i, j]",
+              "        for j in range(3):",
+              "            for r in range(3):",
+              "                k = g[i, r]",
+              "                if k != zero:",
+              "                    for q in range(n):",
+              "                        h[3 * i + j, q] += k * taps[3 * r + j, q]",
+              f"    for i in range({size}):                  # u[A i + l] = ((G g) G^T)[i, l]",
+              f"        for l in range({size}):",
+              "            for j in range(3):",
+              "                k = g[l, j]",
+              "                if k != zero:",
+              "                    for q in range(n):",
+              f"                        planes[{size} * i + l, q] += k * h[3 * i + j, q]"]
     return lines
 
 

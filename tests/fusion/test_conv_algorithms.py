@@ -113,10 +113,10 @@ def test_conv_algorithms_are_the_cpu_targets():
 CHUNKS, WHOLE = [1, 0, 0, 0], [0, 0, 0, 0]   # conv + epilogue a chunk per image; the conv alone, images in a prange
 ODD = (5, 6, 3, 9, 11, 1, 1, 1)              # (c, f, k, h, w, stride, padding, dilation): Winograd's tails
 ONE = (6, 7, 1, 7, 9, 1, 0, 1)
+# (Winograd's builds take Numba 8-17 s each: its even sizes, whole tiles only, are the
+# accumulating test's rows below)
 RUNS = [(ODD, "im2col", CHUNKS), (ODD, "winograd", CHUNKS), (ODD, "winograd", WHOLE), (ODD, "winograd4", CHUNKS),
-        (ODD, "winograd4", WHOLE), (ODD, "direct", CHUNKS), (ODD, "direct", WHOLE),
-        ((3, 5, 3, 8, 10, 1, 0, 1), "winograd", CHUNKS),                  # even sizes, no padding
-        ((3, 5, 3, 8, 10, 1, 0, 1), "winograd4", CHUNKS),                 # 6 x 8: a tile row of 2
+        (ODD, "direct", CHUNKS), (ODD, "direct", WHOLE),
         ((4, 3, 3, 13, 9, 1, [2, 1], [2, 1]), "direct", CHUNKS),          # dilation, uneven padding
         ((4, 3, 3, 13, 9, 1, [2, 1], [2, 1]), "im2col", CHUNKS),
         (ONE, "gemm", CHUNKS), (ONE, "gemm", WHOLE),
