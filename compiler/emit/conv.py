@@ -64,6 +64,8 @@ def conv_call(body, op, views, extra, zero: bool, gemm_fn: str, mark: str) -> No
 
 
 class _Blas:
+    """The CBLAS ?gemm a template calls and the comment ending each line that calls it."""
+
     def __init__(self, fn: str, mark: str):
         self.fn, self.mark = fn, mark
 
@@ -109,9 +111,10 @@ def _consts(body, elem, zero: bool) -> tuple[str, str]:
     return one, (consts.zero(elem) if zero else one)
 
 
-def _contiguous_weights(body, wt, wv, rows: int, cols: int) -> str:
-    """A pointer to w as a row-major [rows, cols] matrix (a contiguous copy when it is not one)."""
-    if strides(wv)[-1] == 1 and all(x is not None for x in strides(wv)) and _dense(wv):
+def _contiguous_weights(body, wt, wv) -> str:
+    """A pointer to w [F, C, KH, KW] as a row-major [F, C*KH*KW] matrix (a contiguous copy when
+    it does not lie so)."""
+    if _dense(wv):
         return f"{wt.host}.ctypes.data"
     wc = body.names.temp("blas")
     body.w(f"{wc} = np.ascontiguousarray({wt.host})")
@@ -119,6 +122,7 @@ def _contiguous_weights(body, wt, wv, rows: int, cols: int) -> str:
 
 
 def _dense(value) -> bool:
+    """The memref's elements lie row-major with no gaps (unit dims aside)."""
     shape, st = ir.MemRefType(value.type).shape, strides(value)
     expect = 1
     for n, x in zip(reversed(shape), reversed(st)):
@@ -136,7 +140,7 @@ def _gemm_1x1(body, op, views, s: ConvShape, zero: bool, gemm: "_Blas") -> None:
     elem = y.array.elem
     one, beta = _consts(body, elem, zero)
     hw = s.oh * s.ow
-    wptr = _contiguous_weights(body, wt, wv, s.f, s.c)
+    wptr = _contiguous_weights(body, wt, wv)
     xs, ys = strides(xv), strides(yv)
     x_whole = xs[3] == 1 and xs[2] == s.xw and xs[1] is not None and xs[1] >= hw
     y_whole = ys[3] == 1 and ys[2] == s.ow and ys[1] is not None and ys[1] >= hw
@@ -176,7 +180,7 @@ def _im2col(body, op, views, s: ConvShape, zero: bool, gemm: "_Blas") -> None:
     ckk, ow, oh = s.ckk, s.ow, s.oh
     rb = im2col_rows(s)
     f = f"np.{elem.compute}"
-    wptr = _contiguous_weights(body, wt, wv, s.f, ckk)
+    wptr = _contiguous_weights(body, wt, wv)
     ys = strides(yv)
     direct = ys[3] == 1 and ys[2] == ow and ys[1] is not None and ys[1] >= oh * ow
     cols = names.temp("cols")
