@@ -7,9 +7,25 @@ results. `python -m bench.gpu` does the same on a GPU from artifacts compiled el
 """
 
 import atexit
+import datetime as dt
+import json
 import os
 import shutil
 import tempfile
+
+
+def utc_stamp() -> str:
+    """Now, UTC, as results record it: 2026-12-02T12:40:05Z."""
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def write_result(out_dir: str, stem: str, result: dict) -> str:
+    """out_dir/<stem>-<result["date"] to the minute>.json (one file per run); its path."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"{stem}-{result['date'][:16].replace(':', '')}.json")
+    with open(path, "w") as fh:
+        json.dump(result, fh, indent=2)
+    return path
 
 
 def scratch_dir(prefix: str) -> str:

@@ -14,12 +14,11 @@ conv-algorithms-<date>.json.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
 
 import numpy as np
 
+from . import utc_stamp, write_result
 from .timing import Budget, measure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -104,17 +103,13 @@ def main(argv=None) -> int:
         results.append(r)
         cells = "  ".join(f"{a} {v['median_ms']:.2f} ms (model {v['predicted_ms']:.2f})" for a, v in r["algorithms"].items())
         print(f"{name:34} pick {r['pick']:8} fastest {r['fastest']:8} x{r['pick_over_best']:.2f}   {cells}", flush=True)
-    result = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "machine": describe(),
+    result = {"date": utc_stamp(), "machine": describe(),
               "shapes": results,
               "picked_fastest": sum(r["pick"] == r["fastest"] for r in results), "of": len(results),
               "geomean_pick_over_best": round(float(np.exp(np.mean([np.log(r["pick_over_best"]) for r in results]))), 3)}
     print(f"the model picked the fastest on {result['picked_fastest']} of {result['of']} shapes; "
           f"its picks took x{result['geomean_pick_over_best']} the fastest's time (geomean)")
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"conv-algorithms-{result['date'][:16].replace(':', '')}.json")
-    with open(path, "w") as fh:
-        json.dump(result, fh, indent=2)
-    print(f"wrote {path}")
+    print(f"wrote {write_result(args.out, 'conv-algorithms', result)}")
     return 0
 
 

@@ -11,12 +11,11 @@ about its matmul's time.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
 
 import numpy as np
 
+from . import utc_stamp, write_result
 from .timing import Budget, measure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,17 +45,13 @@ def main(argv=None) -> int:
              "numpy layer": lambda: _gelu(x @ w.T + b)}
     samples = measure(calls, Budget(seconds=args.seconds, min_runs=10, max_runs=200, warmup=2))
     text = lin.stages({"M": m, "K": k, "N": n})["kernels"]
-    result = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    result = {"date": utc_stamp(),
               "chain": SOURCE, "binding": {"M": m, "K": k, "N": n},
               "transposed_in_place": "_sgemm(101, 111, 112," in text,
               "impls": {name: s.as_dict() for name, s in samples.items()}}
     for name, s in samples.items():
         print(f"{name:15} median {s.median_ms:8.2f} ms  min {s.min_ms:8.2f} ms  ({len(s.seconds)} runs)")
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"transposed-weights-{result['date'][:16].replace(':', '')}.json")
-    with open(path, "w") as fh:
-        json.dump(result, fh, indent=2)
-    print(f"wrote {path}")
+    print(f"wrote {write_result(args.out, 'transposed-weights', result)}")
     return 0
 
 
