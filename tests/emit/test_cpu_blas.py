@@ -148,6 +148,30 @@ def test_conv_into_a_strided_output_goes_through_a_block_buffer(tmp_path):
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
+CONV_ACC = """
+func.func @cv(%x: memref<2x5x8x11xf32>, %w: memref<4x5x3x3xf32>, %y: memref<2x4x6x18xf32>) {
+  %ys = memref.subview %y[0, 0, 0, 0] [2, 4, 6, 9] [1, 1, 1, 2] : memref<2x4x6x18xf32> to memref<2x4x6x9xf32, strided<[432, 108, 18, 2]>>
+  linalg.conv_2d_nchw_fchw {fusec.conv_algorithm = "ALGO", dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>}
+    ins(%x, %w : memref<2x5x8x11xf32>, memref<4x5x3x3xf32>) outs(%ys : memref<2x4x6x9xf32, strided<[432, 108, 18, 2]>>)
+  return
+}
+"""
+
+
+@pytest.mark.parametrize("algo", ["im2col", "winograd", "winograd4", "direct"])
+def test_an_accumulating_conv_into_a_strided_output(tmp_path, algo):
+    """No zero fill before the conv: y += conv(x, w), into every other column of y."""
+    mod, _ = _module(tmp_path, CONV_ACC.replace("ALGO", algo), f"cv_{algo}")
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 5, 8, 11)).astype(np.float32)
+    w = rng.standard_normal((4, 5, 3, 3)).astype(np.float32)
+    y = rng.standard_normal((2, 4, 6, 18)).astype(np.float32)
+    want = y.astype(np.float64)
+    want[..., ::2] += _conv_ref(x, w, (1, 1), (1, 1), 6, 9)
+    mod.run_cv(x, w, y)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("hw, stride, padding, dilation", [
     ((9, 11), 1, 1, 1), ((9, 11), 2, [1, 0], [1, 2]), ((40, 33), 1, 1, 1)])   # the last: several row blocks
 def test_conv_chains_match_the_reference(hw, stride, padding, dilation):

@@ -1,19 +1,13 @@
 """cpu convolution algorithms (plan/conv.py chooses, emit/conv.py writes): one GEMM per image for
 1x1, im2col + GEMM, Winograd F(2x2, 3x3), direct loops. The model's choice is pinned for the
 shapes a user meets (1x1, 3x3 stride 1, 3x3 stride 2, 7x7), and every algorithm, forced, matches
-the reference with odd sizes, padding, dilation, a strided output and an accumulating one."""
-import importlib.util
-import json
-
-import numpy as np
+the reference with odd sizes, padding and dilation (an accumulating conv into a strided output:
+tests/emit/test_cpu_blas.py)."""
 import pytest
 
 import fusec
-from fusec.compiler.emit import emit
-from fusec.compiler.mlir import ir
 from fusec.compiler.plan.conv import ConvShape, not_applicable, seconds
 from fusec.compiler.plan.planner import PlanError
-from fusec.compiler.transforms.to_target import to_cpu
 from helpers import options, stages
 
 
@@ -150,39 +144,3 @@ def test_every_algorithm_matches_the_reference(case, algo, tiles):
     assert ("_conv_direct" in kernels) == (algo == "direct")
     (check,) = prog.c.check(binding={"B": 3})
     assert check.ok, check.describe()
-
-
-# ---- memref level: a strided, accumulating output ---------------------------------------------
-
-CONV_ACC = """
-func.func @cv(%x: memref<2x5x8x11xf32>, %w: memref<4x5x3x3xf32>, %y: memref<2x4x6x18xf32>) {
-  %ys = memref.subview %y[0, 0, 0, 0] [2, 4, 6, 9] [1, 1, 1, 2] : memref<2x4x6x18xf32> to memref<2x4x6x9xf32, strided<[432, 108, 18, 2]>>
-  linalg.conv_2d_nchw_fchw {fusec.conv_algorithm = "ALGO", dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>}
-    ins(%x, %w : memref<2x5x8x11xf32>, memref<4x5x3x3xf32>) outs(%ys : memref<2x4x6x9xf32, strided<[432, 108, 18, 2]>>)
-  return
-}
-"""
-
-
-@pytest.mark.parametrize("algo", ["im2col", "winograd", "winograd4", "direct"])
-def test_an_accumulating_conv_into_a_strided_output(tmp_path, algo):
-    """No zero fill before the conv: y += conv(x, w), into every other column of y."""
-    with ir.Context(), ir.Location.unknown():
-        module = ir.Module.parse(CONV_ACC.replace("ALGO", algo))
-        to_cpu(module)
-        src = emit(module, "cpu").source
-    path = tmp_path / f"cv_{algo}.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location(f"fusec_conv_{algo}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    rng = np.random.default_rng(7)
-    x = rng.standard_normal((2, 5, 8, 11)).astype(np.float32)
-    w = rng.standard_normal((4, 5, 3, 3)).astype(np.float32)
-    y = rng.standard_normal((2, 4, 6, 18)).astype(np.float32)
-    want = y.astype(np.float64)
-    for p in range(3):
-        for q in range(3):
-            want[..., ::2] += np.einsum("nchw,fc->nfhw", x[:, :, p:p + 6, q:q + 9], w[:, :, p, q])
-    mod.run_cv(x, w, y)
-    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
