@@ -21,13 +21,12 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-import numpy as np
-
 from ..mlir import ir
+from ..plan.analysis import conv_window
 from ..plan.conv import WINOGRAD, ConvShape, im2col_rows, winograd_rows, winograd_tiles
+from ..transforms.cpu_library_calls import CONV_ALGORITHM as ALGORITHM
 from .values import add, mul
 
-from ..transforms.cpu_library_calls import CONV_ALGORITHM as ALGORITHM
 NO_TRANS = 111
 _JIT = '@numba.njit(nogil=True, fastmath={"contract", "reassoc"}, error_model="numpy")'
 
@@ -36,14 +35,13 @@ def algorithm(op) -> str:
     return ir.StringAttr(op.attributes[ALGORITHM]).value if ALGORITHM in op.attributes else "im2col"
 
 
-def shape(op, extra) -> ConvShape:
+def shape(op) -> ConvShape:
     xv, wv, yv = op.operands
     nb, ch, xh, xw = ir.MemRefType(xv.type).shape
     nf, _, kh, kw = ir.MemRefType(wv.type).shape
     oh, ow = ir.MemRefType(yv.type).shape[2:]
-    (sh, sw), (dh, dw) = (tuple(int(t) for t in p.strip("()").split(", ")) for p in extra)
-    eb = np.dtype(str(ir.MemRefType(yv.type).element_type).replace("f", "float")).itemsize
-    return ConvShape(nb, ch, xh, xw, nf, kh, kw, oh, ow, sh, sw, dh, dw, eb)
+    eb = ir.FloatType(ir.MemRefType(yv.type).element_type).width // 8        # f32 or f64 (library_conv)
+    return ConvShape(nb, ch, xh, xw, nf, kh, kw, oh, ow, *conv_window(op), eb)
 
 
 def strides(value) -> list[int | None]:
@@ -53,10 +51,10 @@ def strides(value) -> list[int | None]:
     return [None if x == dyn else x for x in st]
 
 
-def conv_call(body, op, views, extra, zero: bool, gemm_fn: str, mark: str) -> None:
+def conv_call(body, op, views, zero: bool, gemm_fn: str, mark: str) -> None:
     """The conv by its algorithm; `gemm_fn` is the CBLAS ?gemm to call, `mark` the comment that
     ends a line calling it (emit/cpu.py)."""
-    s = shape(op, extra)
+    s = shape(op)
     algo = algorithm(op)
     template = {"gemm": _gemm_1x1, "im2col": _im2col, "winograd": _winograd, "winograd4": _winograd,
                 "direct": _direct}[algo]

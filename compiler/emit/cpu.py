@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
-
 from .. import mathfns
 from ..mlir import ir
 from ..transforms.cpu_library_calls import ATTR
-from .conv import conv_call
+from ..plan.analysis import conv_window
+from .conv import conv_call, strides
 from .values import add, mul
 
 IMPORTS = ("from llvmlite import ir as llvmir", "from numba.core import types as nbtypes",
@@ -257,17 +256,16 @@ def library_call(body, op) -> None:
     zero = str(op.attributes[ATTR]).strip('"') == "zero"
     views = [body.view(v) for v in op.operands]
     conv = op.name == "linalg.conv_2d_nchw_fchw"
-    extra = [_pair(op, "strides"), _pair(op, "dilations")] if conv else []
     shapes = [ir.MemRefType(v.type).shape for v in op.operands]
     if all(v.host is not None for v in views) and 0 not in [n for sh in shapes for n in sh]:
         body.ctx.helpers.blas = True
         if conv:
-            conv_call(body, op, views, extra, zero, blas_fn(views[2].array.elem), BLAS_MARK)
+            conv_call(body, op, views, zero, blas_fn(views[2].array.elem), BLAS_MARK)
         else:
             _gemm_call(body, op, views, zero)
         return
     if conv:
-        _conv_loops(body, *views, extra, zero)
+        _conv_loops(body, *views, conv_window(op), zero)
     else:
         _matmul_loops(body, *views, zero)
 
@@ -275,19 +273,12 @@ def library_call(body, op) -> None:
 NO_TRANS, TRANS = 111, 112
 
 
-def _strides(value) -> list[int | None]:
-    """A memref's strides in elements, None where dynamic."""
-    strides, _ = ir.MemRefType(value.type).get_strides_and_offset()
-    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
-    return [None if x == dyn else x for x in strides]
-
-
 def _blas_layout(value) -> tuple[int, int] | None:
     """(CBLAS transpose flag, leading dimension) of a memref's last two axes as a ?gemm operand:
     NO_TRANS and its row stride when a row's elements are adjacent, TRANS and its column stride
     when a column's are, None when neither (or a stride is dynamic)."""
     rows, cols = ir.MemRefType(value.type).shape[-2:]
-    rs, cs = _strides(value)[-2:]
+    rs, cs = strides(value)[-2:]
     if cs == 1 or cols == 1:
         ld = cols if rows == 1 else rs
         if ld is not None and ld >= cols:
@@ -355,11 +346,6 @@ def _gemm_call(body, op, views, zero: bool) -> None:
         w(f"{views[2].host}[{full}] = {out}[{full}]")
 
 
-def _pair(op, name: str) -> str:
-    values = [int(x) for x in ir.DenseIntElementsAttr(op.attributes[name])] if name in op.attributes else [1, 1]
-    return f"({values[0]}, {values[1]})"
-
-
 def _loops(body, sizes) -> list[str]:
     names = []
     for n in sizes:
@@ -387,9 +373,9 @@ def _matmul_loops(body, a, b, c, zero: bool) -> None:
     body.w.depth = depth
 
 
-def _conv_loops(body, x, w, y, extra, zero: bool) -> None:
-    """y (+)= conv(x, w) with the output row innermost."""
-    (sh, sw), (dh, dw) = (tuple(p.strip("()").split(", ")) for p in extra)
+def _conv_loops(body, x, w, y, window, zero: bool) -> None:
+    """y (+)= conv(x, w) with the output row innermost; window: (sh, sw, dh, dw)."""
+    sh, sw, dh, dw = (str(v) for v in window)
     depth = body.w.depth
     if zero:
         idx = _loops(body, y.shape)

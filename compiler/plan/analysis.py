@@ -246,7 +246,7 @@ def _info(i: int, orig, gen, index: dict) -> OpInfo:
                   note=ir.StringAttr(orig.attributes["fusec.note"]).value if "fusec.note" in orig.attributes else "",
                   scan=ir.StringAttr(orig.attributes[SCAN]).value if SCAN in orig.attributes else "",
                   scan_axis=ir.IntegerAttr(orig.attributes[SCAN_AXIS]).value if SCAN_AXIS in orig.attributes else -1,
-                  body_expr=body_tree(gen, n_in), window=_window(orig), **extra)
+                  body_expr=body_tree(gen, n_in), window=conv_window(orig), **extra)
 
 
 BODY_TREE_OPS = 32      # longer bodies (a fused elementwise chain of hundreds of ops) get no tree
@@ -355,7 +355,7 @@ def _view_dims(op, source: tuple[int, ...], result: tuple[int, ...]) -> tuple[in
     return tuple(out)
 
 
-def _window(op) -> tuple[int, ...]:
+def conv_window(op) -> tuple[int, ...]:
     """A conv's (stride h, stride w, dilation h, dilation w); () for other ops."""
     if op.name != "linalg.conv_2d_nchw_fchw":
         return ()
