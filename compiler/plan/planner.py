@@ -922,7 +922,7 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
     not all read by its root has siblings (ops no member reads, tiled with the root's tiles:
     horizontal fusion); it needs block tiles. The model prices it (predicted times) but decides
     nothing. On the cpu, "conv" names a kernel's conv algorithm (plan/conv.py: gemm, im2col,
-    winograd, direct); without it the model picks one."""
+    winograd, winograd4, direct); without it the model picks one."""
     groups = []
     seen: set[int] = set()
     roots: dict[int, int] = {}
@@ -1000,10 +1000,10 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
             if len(convs) != 1:
                 raise PlanError(f"group {gid}: conv {conv!r}: the group has no conv the cpu target computes "
                                 "with BLAS (a float conv, f32 or f64)")
-            why = conv_not_applicable(conv_op_shape(info.op(convs[0])), conv)
+            shape = conv_op_shape(info.op(convs[0]))
+            why = conv_not_applicable(shape, conv)
             if why:
-                raise PlanError(f"group {gid}: conv {conv!r} {why} (%{convs[0]} is "
-                                f"{conv_op_shape(info.op(convs[0])).text()})")
+                raise PlanError(f"group {gid}: conv {conv!r} {why} (%{convs[0]} is {shape.text()})")
             given_conv.add(root)
         t = Tiling(block, thread, mapped, row_threads, gemm, att, scan, conv)
         if target == "cpu":
