@@ -17,6 +17,9 @@ cache key).
     locations    print loc(...) in the stages' IR text
     kernel_report  measure every GPU kernel (compiler/report: ptxas resources, occupancy,
                  coalescing) and price the plan with the measured resources
+    dynamic      symbols whose extent the kernels take at run time (cpu target): a build is
+                 planned for a size class of each (its power-of-two bucket, compiler/dynamic.py)
+                 and runs any extent
 """
 from __future__ import annotations
 
@@ -45,12 +48,19 @@ class CompileOptions:
     tuned: str | None = None
     locations: bool = False
     kernel_report: bool = False
+    dynamic: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.target not in TARGETS:
             raise OptionsError(f"unknown compile target {self.target!r}; expected one of {', '.join(TARGETS)}")
         if not isinstance(self.disabled_passes, frozenset):
             object.__setattr__(self, "disabled_passes", frozenset(self.disabled_passes))
+        if isinstance(self.dynamic, str):
+            object.__setattr__(self, "dynamic", tuple(s.strip() for s in self.dynamic.split(",") if s.strip()))
+        object.__setattr__(self, "dynamic", tuple(sorted(set(self.dynamic))))
+        bad = [s for s in self.dynamic if not isinstance(s, str) or not s.isidentifier()]
+        if bad:
+            raise OptionsError(f"dynamic: {', '.join(map(repr, bad))} {'is not a symbol name' if len(bad) == 1 else 'are not symbol names'}")
 
     @classmethod
     def make(cls, options: "CompileOptions | dict | None" = None, **overrides) -> "CompileOptions":
@@ -81,6 +91,9 @@ class CompileOptions:
         d["hardware"] = self.hardware.as_dict() if self.hardware else None
         d["disabled_passes"] = sorted(self.disabled_passes)
         d["plans"] = [list(p) for p in self.plans]
+        d["dynamic"] = list(self.dynamic)
+        if not self.dynamic:
+            del d["dynamic"]            # keys of options without it stay what they were
         return d
 
     def key(self) -> str:

@@ -29,6 +29,7 @@ from typing import Callable, Iterable
 
 from fusec.dsl import ast as A
 from fusec.dsl.checker import check
+from fusec.dsl.diagnostics import Diagnostic, FdslError
 from fusec.dsl.parser import format_ast, parse
 from fusec.dsl.typed import TypedChain, TypedModule
 
@@ -38,7 +39,8 @@ from .lowering.lower import lower_chain
 from .mlir import ir, print_ir, verify
 from .options import CompileOptions
 from .plan import autotune
-from .plan.analysis import analyze, tag_ops
+from .dynamic import chain_dynamic
+from .plan.analysis import analyze, payload_ops, tag_ops
 from .plan.hardware import DEFAULT_GPU, GPUS, HardwareProfile, cache_dir
 from .plan.planner import FusionPlan, plan_chain, plan_from_dict, with_eager_transfers, with_measured
 from .report import report_kernels
@@ -89,7 +91,8 @@ def _typed(job: Job, st: ChainStages) -> None:
 
 
 def _linalg(job: Job, st: ChainStages) -> None:
-    st.module = lower_chain(st.typed, dict(job.binding), verify_ir=False)
+    st.module = lower_chain(st.typed, dict(job.binding), verify_ir=False,
+                            dynamic=chain_dynamic(st.typed.symbols, job.options.dynamic))
 
 
 def _graph(job: Job, st: ChainStages) -> None:
@@ -108,15 +111,49 @@ def planning_profile(options: CompileOptions) -> HardwareProfile:
 
 
 def _plan(job: Job, st: ChainStages) -> None:
+    o = job.options
+    dynamic = chain_dynamic(st.typed.symbols, o.dynamic)
     with st.module.context:
         tag_ops(st.module)
-        info = analyze(st.module)[job.chain]
-    o = job.options
+        planned_module, planned_at = _static_twin(job, st, dynamic) if dynamic else (st.module, dict(job.binding))
+        info = analyze(planned_module)[job.chain]
     hw = planning_profile(o)
     hand = o.plan_for(job.chain) if o.fuse else None
     plan = (plan_from_dict(info, o.target, hand, hw=hw) if hand is not None
-            else plan_chain(info, o.target, fuse=o.fuse, hw=hw, tuned=json.loads(o.tuned) if o.tuned else None))
+            else plan_chain(info, o.target, fuse=o.fuse, hw=hw, tuned=json.loads(o.tuned) if o.tuned else None,
+                            dynamic=dynamic))
+    if dynamic:
+        plan = replace(plan, dynamic=tuple((d, planned_at[d]) for d in dynamic))
     st.plan = _with_eager(plan, st.texts.get("linalg"), st.module.context)
+
+
+def _static_twin(job: Job, st: ChainStages, dynamic: tuple[str, ...]) -> tuple[ir.Module, dict[str, int]]:
+    """The chain lowered and graph-passed with every extent a number, tagged like the dynamic
+    module, whose ops it must match one for one (the plan made on it is applied to the dynamic
+    module); and the binding it was made at. That is the job's binding (the dynamic symbols at
+    their size class: compiler/dynamic.py), else, when a static extent let the graph passes
+    merge ops that stay apart with a run-time one (CSE of two fills alike only at that extent),
+    one less, which is in the same class."""
+    o = job.options
+    ours = [op.name for op in payload_ops(_func(st.module, job.chain))]
+    binding = dict(job.binding)
+    tries = [binding] + [{s: v - 1 if s in dynamic else v for s, v in binding.items()}] * (
+        all(binding[d] > 2 for d in dynamic))
+    for at in tries:
+        twin = lower_chain(st.typed, at, st.module.context, verify_ir=False)
+        run_graph_passes(twin, o.disabled_passes, planning_profile(o) if o.target == "gpu" else None)
+        tag_ops(twin)
+        theirs = [op.name for op in payload_ops(_func(twin, job.chain))]
+        if ours == theirs:
+            return twin, at
+    raise CompilerInternalError("plan", f"the chain lowered with run-time extents has other ops than with static "
+                                        f"ones ({len(ours)} ops against {len(theirs)}), so the plan made for the "
+                                        "static extents does not apply to it")
+
+
+def _func(module: ir.Module, name: str):
+    return next(op for op in module.body.operations
+                if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == name)
 
 
 _EAGER: dict[tuple[str, str], tuple] = {}       # (chain, hash of its linalg text) -> the "eager" transfers
@@ -246,9 +283,28 @@ def _run_stage(stage: Stage, job: Job, st: ChainStages, dump_dir) -> None:
         if stage.verifies:
             verify(st.module, stage.name)
     except CompilerInternalError as e:
+        dynamic = chain_dynamic(st.typed.symbols, job.options.dynamic) if st.typed is not None else ()
+        if dynamic and stage.name in DYNAMIC_LIMITED:
+            raise _not_dynamic(st.typed, dynamic, stage.name, e) from None
         if st.module is None or e.dump_path:
             raise
         raise e.with_dump(str(_dump_failure(st.module, job.chain, stage.name, dump_dir))) from None
+
+
+# the stages past lowering that handle run-time extents only for some kernels: the GPU mapping
+# (static grids), the attention template (a static number of queries), tile-and-fuse of some
+# producers, and graph passes that fold a static chain into fewer ops than a dynamic one
+DYNAMIC_LIMITED = ("plan", "tiled", "gpu", "kernels")
+
+
+def _not_dynamic(chain: TypedChain, dynamic: tuple[str, ...], stage: str, e: CompilerInternalError) -> FdslError:
+    """A build with run-time extents that a stage could not make: a user error at the chain,
+    saying what stopped it, so the user binds the symbols statically instead."""
+    names = ",".join(dynamic)
+    return FdslError([Diagnostic(chain.span, f"chain '{chain.name}' cannot be built with {names} taken at run time "
+                                             f"(--dynamic {names}): stage '{stage}': {e.message.splitlines()[0]}; "
+                                             f"bind {names} statically (leave {'it' if len(dynamic) == 1 else 'them'} "
+                                             "out of --dynamic)")])
 
 
 def _dump_failure(module: ir.Module, chain: str, stage: str, dump_dir) -> Path:

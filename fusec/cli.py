@@ -137,6 +137,10 @@ def _main_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true",
                    help="compile every chain again rather than load it from the compile cache "
                         "($FUSEC_CACHE_DIR/compiled; also FUSEC_NO_CACHE=1), and store nothing there")
+    p.add_argument("--dynamic", metavar="SYMS", type=_symbols, default=(),
+                   help="cpu: kernels that read these symbols' extents from their inputs at run time (e.g. M,S), "
+                        "so one build runs any extent; tiles are chosen for the bound extent's size class (its "
+                        "power-of-two bucket) and the plan says which")
     _kernel_report_flag(p)
     _memory_flag(p)
     _quiet_flag(p)
@@ -261,6 +265,7 @@ def _cmd_main(args: argparse.Namespace) -> int:
                           choose="; run only the chains it holds with --chain NAME")
              if args.inputs else None)
     name = args.target or _default_target()
+    _check_dynamic(args.dynamic, typed, name)
     plans = [_plan(c, given, bind, args.max_memory, name) for c in chains]     # refused before anything else
     if (args.explain or args.plot or args.autotune) and name not in COMPILED:
         raise UsageError(f"--explain, --plot and --autotune need a compiled target (cuda, cuda-sim, cpu), "
@@ -287,6 +292,33 @@ def _cmd_main(args: argparse.Namespace) -> int:
         reports.append(rep)
         saved[chain.name] = _entry(chain, inputs, outs)
     return _finish(args, reports, saved)
+
+
+def _symbols(text: str) -> tuple[str, ...]:
+    """--dynamic's value: symbol names separated by commas."""
+    names = tuple(n.strip() for n in text.split(","))
+    bad = [n for n in names if not n.isidentifier()]
+    if bad:
+        raise argparse.ArgumentTypeError(f"{', '.join(map(repr, bad))}: expected symbol names separated by commas, "
+                                         "e.g. --dynamic M,S")
+    return names
+
+
+def _check_dynamic(dynamic: tuple[str, ...], typed, target: str) -> None:
+    """--dynamic names symbols of the file's chains, on the cpu target (UsageError otherwise)."""
+    if not dynamic:
+        return
+    symbols = sorted({s for c in typed.chains for s in c.symbols})
+    unknown = [s for s in dynamic if s not in symbols]
+    if unknown:
+        raise UsageError(f"--dynamic {','.join(dynamic)}: no chain of this file has the symbol"
+                         f"{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+                         f"(its symbols: {', '.join(symbols) or 'none'})")
+    if target != "cpu":
+        raise UsageError(f"--dynamic works on the cpu target only, not {target}: "
+                         + ("the GPU kernels' grids are mapped at compile time (MLIR's map_forall_to_blocks needs "
+                            "a static grid)" if target in ("cuda", "cuda-sim") else
+                            "the reference targets run every extent without compiling for one"))
 
 
 def _check_output_dir(flag: str, value: str | None) -> None:
@@ -423,7 +455,7 @@ def _user_options(args, baseline: bool = True) -> dict:
     return {"fuse": not getattr(args, "no_fuse", False), "baseline": baseline,
             "disabled_passes": tuple(getattr(args, "disable_pass", ())), "hw": getattr(args, "hw", None),
             "autotune": getattr(args, "autotune", False), "locations": getattr(args, "locations", False),
-            "kernel_report": getattr(args, "kernel_report", False)}
+            "kernel_report": getattr(args, "kernel_report", False), "dynamic": tuple(getattr(args, "dynamic", ()))}
 
 
 def _program(text: str, path: str, target: str | None, args, baseline: bool = True):
@@ -578,8 +610,10 @@ def _stage_texts(text: str, path: str, plans, args, target: Target) -> dict[str,
         for chain, _, _ in plans:
             check_supported(chain, target)
     options = compile_options(target, _user_options(args), plans=planned)
-    return run_source_stages(text, path, [c.name for c, _, _ in plans], {c.name: b for c, _, b in plans},
-                      options=options, until=args.emit, dump_dir=args.dump_dir)
+    from fusec.compiler.dynamic import chain_dynamic, planning_binding
+    bindings = {c.name: planning_binding(b, chain_dynamic(c.symbols, options.dynamic)) for c, _, b in plans}
+    return run_source_stages(text, path, [c.name for c, _, _ in plans], bindings,
+                             options=options, until=args.emit, dump_dir=args.dump_dir)
 
 
 # ---- fusec test ------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fusec.compiler.options import CompileOptions
+from fusec.compiler.dynamic import chain_dynamic, planning_binding
+from fusec.compiler.options import CompileOptions, OptionsError
 from fusec.dsl.binding import check_binding
 from fusec.dsl.diagnostics import Diagnostic, FdslError
 from fusec.dsl.typed import TypedChain, TypedModule
@@ -60,6 +61,10 @@ def compile_options(target: Target, options: CompileOptions | dict | None = None
         opts = replace(opts, fuse=False)
     kind = target.kind if target.compiled else "cpu"
     opts = replace(opts, target=kind)
+    if opts.dynamic and (not target.compiled or kind != "cpu"):
+        raise OptionsError(f"dynamic={list(opts.dynamic)}: shape-polymorphic builds are made for the cpu target only, "
+                           f"not {target.name}" + (" (the GPU kernels' grids are mapped at compile time)"
+                                                    if target.compiled else " (it runs every extent without compiling)"))
     if (quick and plans and kind == "cpu" and target.compiled and opts.hardware is None and hw is None
             and "fusec.compiler.calibrate" not in sys.modules):
         from fusec.compiler.plan.hardware import cached_cpu_profile
@@ -163,15 +168,29 @@ class Chain:
         params = self.typed.param_nodes
         return f"input '{params[i].name}' of chain '{self.name}'" if i < len(params) else f"input {i}"
 
+    @property
+    def dynamic(self) -> tuple[str, ...]:
+        """The chain's symbols its builds take at run time (options.dynamic on a compiled target)."""
+        if not self.program.target.compiled:
+            return ()
+        return chain_dynamic(self.typed.symbols, self.program.options.dynamic)
+
+    def build_binding(self, binding: dict[str, int]) -> dict[str, int]:
+        """The binding a build for `binding` is made for: itself, with each dynamic symbol at its
+        size class (one build serves every extent of the class: compiler/dynamic.py)."""
+        return planning_binding(binding, self.dynamic)
+
     def compiled(self, binding: dict[str, int]) -> CompiledChain:
-        """The chain built for `binding` (once per binding). A binding that makes a slice misfit,
-        or whose buffers would not fit the program's memory limit, is refused first (an FdslError
-        at the slice, or at the largest tensor)."""
-        key = tuple(sorted(binding.items()))
+        """The chain built for `binding` (once per binding; with dynamic symbols, once per size
+        class of them). A binding that makes a slice misfit, or whose buffers would not fit the
+        program's memory limit, is refused first (an FdslError at the slice, or at the largest
+        tensor)."""
+        check_binding(self.typed, dict(binding))
+        check_memory(self.typed, dict(binding), self.program.max_memory, "max_memory=BYTES")
+        planned = self.build_binding(binding)
+        key = tuple(sorted(planned.items()))
         if key not in self._builds:
-            check_binding(self.typed, dict(binding))
-            check_memory(self.typed, dict(binding), self.program.max_memory, "max_memory=BYTES")
-            self._builds[key] = self.program._build(self.typed, dict(binding))
+            self._builds[key] = self.program._build(self.typed, planned)
         return self._builds[key]
 
     def __call__(self, *arrays):
@@ -525,6 +544,11 @@ def compile_source(text: str, path: str, target: str | None = None, options=None
     tgt = select(target or best_available())
     persistent = (cache_enabled() if cache is None else bool(cache)) and tgt.compiled
     opts = compile_options(tgt, options, quick=persistent)
+    symbols = sorted({s for c in typed.chains for s in c.symbols})
+    unknown = [s for s in opts.dynamic if s not in symbols]
+    if unknown:
+        raise OptionsError(f"dynamic={list(opts.dynamic)}: no chain of {path} has the symbol"
+                           f"{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} (its symbols: {', '.join(symbols) or 'none'})")
     root = Path(cache_dir) if cache_dir else (compile_cache_dir() if persistent else None)
     if persistent:
         CompileCache(root).check()

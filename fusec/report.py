@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fusec.compiler.plan.describe import ms as _ms
-from fusec.compiler.plan.describe import tiles_text, transfers_line
+from fusec.compiler.plan.describe import dynamic_text, tiles_text, transfers_line
 from fusec.compiler.report import KernelReport, format_report
 from fusec.runtime import reference
 from fusec.runtime.compare import Comparison, compare, compare_to_truth
@@ -165,7 +165,9 @@ def memory_line(memory: dict, running: str) -> str:
     for build in sorted(memory, key=lambda b: b != running):
         m = memory[build]
         parts.append(f"{build} {format_bytes(m['planned_bytes'])} ({m['intermediates']} buffer"
-                     f"{'s' if m['intermediates'] != 1 else ''}, {format_bytes(m['intermediate_bytes'])} unplanned)")
+                     f"{'s' if m['intermediates'] != 1 else ''}, {format_bytes(m['intermediate_bytes'])} unplanned"
+                     + (f"; {m['runtime_sized']} more sized at run time, allocated per call" if m.get("runtime_sized")
+                        else "") + ")")
     return "peak intermediate memory: " + ", ".join(parts)
 
 
@@ -277,6 +279,8 @@ def plan_lines(chain: str, binding: dict[str, int], target: str, plan: dict, bui
         ops = ", ".join(f"%{o['id']} {o['label']}" + (" [root]" if o["role"] == "root" else "")
                         for o in g["ops"] if o["role"] != "init")
         lines.append(f"    kernel {g['kernel']}: {ops}; {tiles_text(g)}")
+    if plan.get("dynamic"):
+        lines.append("  " + dynamic_text(plan["dynamic"]))
     return lines
 
 
@@ -296,16 +300,20 @@ def run_and_check(compiled: CompiledChain, inputs: list[np.ndarray], timing: boo
     """Run the chain's build, time it and its unfused baseline, compare with the reference.
     On a target whose times mean nothing (cuda-sim) each build runs once, untimed."""
     chain = compiled.chain
+    # a build with run-time extents (--dynamic) was planned for a size class: the run's own
+    # extents come from its inputs
+    binding = (reference.bind_symbols(chain, inputs) if (compiled.plan or {}).get("dynamic")
+               else compiled.binding)
     outs = compiled.fused(*inputs)
-    want = reference.run_chain(chain, inputs, compiled.binding)
+    want = reference.run_chain(chain, inputs, binding)
     comps = [compare(g, w, t.dtype.name) for g, w, t in zip(outs, want, chain.output_types)]
     if not all(c.ok for c in comps):          # let the float64 truth decide (runtime/compare.py)
-        truth = reference.run_chain(chain, inputs, compiled.binding, compute_f64=True)
+        truth = reference.run_chain(chain, inputs, binding, compute_f64=True)
         comps = [compare_to_truth(g, w, t64, t.dtype.name)
                  for g, w, t64, t in zip(outs, want, truth, chain.output_types)]
-    types = [str(t.with_shape(t.concrete(compiled.binding))) for t in chain.output_types]
+    types = [str(t.with_shape(t.concrete(binding))) for t in chain.output_types]
     unfused = compiled.unfused        # made now when it is made lazily: its memory and kernel counts too
-    rep = ChainReport(chain.name, compiled.target.name, dict(compiled.binding), compiled.plan, outs, comps, types,
+    rep = ChainReport(chain.name, compiled.target.name, dict(binding), compiled.plan, outs, comps, types,
                       compile_seconds=dict(compiled.compile_seconds), running=running)
     rep.memory = dict(compiled.memory)
     if running == "unfused" and "unfused" not in rep.memory and "fused" in rep.memory:   # --no-fuse: the one build

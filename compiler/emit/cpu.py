@@ -276,16 +276,18 @@ NO_TRANS, TRANS = 111, 112
 def _blas_layout(value) -> tuple[int, int] | None:
     """(CBLAS transpose flag, leading dimension) of a memref's last two axes as a ?gemm operand:
     NO_TRANS and its row stride when a row's elements are adjacent, TRANS and its column stride
-    when a column's are, None when neither (or a stride is dynamic)."""
-    rows, cols = ir.MemRefType(value.type).shape[-2:]
+    when a column's are, None when neither (or a stride is dynamic). An extent known only at run
+    time (options.dynamic) is not compared: the layout then rests on the strides alone, which a
+    view of a row-major array keeps at least as long as its rows."""
+    rows, cols = (None if n == ir.ShapedType.get_dynamic_size() else n for n in ir.MemRefType(value.type).shape[-2:])
     rs, cs = strides(value)[-2:]
     if cs == 1 or cols == 1:
         ld = cols if rows == 1 else rs
-        if ld is not None and ld >= cols:
+        if ld is not None and (cols is None or ld >= cols):
             return NO_TRANS, ld
     if rs == 1 or rows == 1:
         ld = rows if cols == 1 else cs
-        if ld is not None and ld >= rows:
+        if ld is not None and (rows is None or ld >= rows):
             return TRANS, ld
     return None
 
@@ -296,30 +298,31 @@ def blas_fn(elem) -> str:
 
 
 def _gemm_call(body, op, views, zero: bool) -> None:
-    """C (+)= A B, batched over a leading axis for linalg.batch_matmul: one ?gemm per matrix."""
+    """C (+)= A B, batched over a leading axis for linalg.batch_matmul: one ?gemm per matrix.
+    Extents are the views' (Python expressions: numbers, or read at run time)."""
     w, names, consts = body.w, body.names, body.ctx.consts
     elem = views[2].array.elem
     a, b, c = op.operands
-    m, k = ir.MemRefType(a.type).shape[-2:]
-    n = ir.MemRefType(c.type).shape[-1]
-    batch = ir.MemRefType(c.type).shape[:-2]
+    m, k = views[0].shape[-2:]
+    n = views[2].shape[-1]
+    batch = list(views[2].shape[:-2])
     exprs, flags = [], []
     for value, view in ((a, views[0]), (b, views[1])):
         layout = _blas_layout(value)
         if layout is None:                      # no unit stride: a contiguous copy
             tmp = names.temp("blas")
             w(f"{tmp} = np.ascontiguousarray({view.host})")
-            layout = (NO_TRANS, ir.MemRefType(value.type).shape[-1])
+            layout = (NO_TRANS, view.shape[-1])
             exprs.append(tmp)
         else:
             exprs.append(view.host)
         flags.append(layout)
     out, c_layout = views[2].host, _blas_layout(c)
     staged = c_layout is None                   # the result through a contiguous buffer
-    full = ", ".join([":"] * len(ir.MemRefType(c.type).shape))
+    full = ", ".join([":"] * len(views[2].shape))
     if staged:
         out = names.temp("blas")
-        w(f"{out} = np.empty({tuple(batch) + (m, n)}, np.{elem.compute})")
+        w(f"{out} = np.empty(({', '.join(batch + [m, n])}), np.{elem.compute})")
         if not zero:
             w(f"{out}[{full}] = {views[2].host}[{full}]")
         c_layout = (NO_TRANS, n)

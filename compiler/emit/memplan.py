@@ -49,11 +49,15 @@ class MemoryPlan:
     outputs: list = field(default_factory=list)           # [(shape, dtype)] in index order
     intermediate_bytes: int = 0           # the intermediates' sum: what a build holds without planning
     arena_bytes: int = 0                  # what they hold planned (the arenas)
+    runtime_sized: int = 0                # top-level buffers sized at run time (--dynamic): allocated per call
 
     def as_dict(self) -> dict:
-        return {"intermediate_bytes": self.intermediate_bytes, "planned_bytes": self.arena_bytes,
-                "intermediates": sum(1 for s in self.slots.values() if s.kind == "arena"),
-                "outputs": len(self.outputs)}
+        d = {"intermediate_bytes": self.intermediate_bytes, "planned_bytes": self.arena_bytes,
+             "intermediates": sum(1 for s in self.slots.values() if s.kind == "arena"),
+             "outputs": len(self.outputs)}
+        if self.runtime_sized:
+            d["runtime_sized"] = self.runtime_sized
+        return d
 
 
 def plan_memory(block, dtype_of, skip=lambda op: False) -> MemoryPlan:
@@ -62,10 +66,13 @@ def plan_memory(block, dtype_of, skip=lambda op: False) -> MemoryPlan:
     ops = [o.operation for o in block.operations]
     owner: dict = {}                      # value -> the alloc (its result) it is or views
     allocs = []
+    runtime_sized = 0
     for o in ops:
         if o.name == "memref.alloc" and not skip(o) and not list(o.operands):
             owner[o.results[0]] = o.results[0]
             allocs.append(o)
+        elif o.name == "memref.alloc" and not skip(o):
+            runtime_sized += 1
         elif o.name in MEMREF_VIEWS and o.operands and o.operands[0] in owner:
             owner[o.results[0]] = owner[o.operands[0]]
     first: dict = {}
@@ -82,7 +89,7 @@ def plan_memory(block, dtype_of, skip=lambda op: False) -> MemoryPlan:
             if a is not None:
                 first.setdefault(a, i)
                 last[a] = i
-    plan = MemoryPlan()
+    plan = MemoryPlan(runtime_sized=runtime_sized)
     items = []
     for o in allocs:
         a = o.results[0]

@@ -246,15 +246,14 @@ class _FuncEmitter:
             return name
         elem = elem_of(arg.type, self.op)
         shape = memref_shape(arg.type)
-        if any(d is None for d in shape):
-            raise EmitError("the emitter needs static shapes on func arguments", self.op)
         storage = elem.storage if mode == "host" else elem.compute
         carried = name
         if not shape:  # rank-0: carried as a 1-element 1-D array
             carried = self.ctx.names.fresh(f"{name}_1d")
             w(f"{carried} = {name}.reshape(1)")
         array = Array(carried, elem, max(len(shape), 1), storage)
-        self.ctx.views[arg] = whole(array, tuple(str(d) for d in shape), host=carried)
+        self.ctx.views[arg] = whole(array, tuple(f"{carried}.shape[{i}]" if d is None else str(d)
+                                                 for i, d in enumerate(shape)), host=carried)
         return name
 
     def _result(self, v: "ir.Value", term) -> str:

@@ -6,14 +6,78 @@ Every helper builds at the current insertion point and location (set by the call
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from fusec.dsl.types import DType
 
 from ..mlir import arith, ir, linalg, tensor
 
 Shape = tuple[int, ...]
+DYNAMIC = ir.ShapedType.get_dynamic_size()
+
+
+class DynamicUnsupported(Exception):
+    """A lowering rule needed a run-time extent as a number (a count, a reshape's product, a
+    pad): the op cannot take that symbol at run time."""
+
+
+class Dyn(int):
+    """The extent of a symbol taken at run time (options.dynamic): MLIR's dynamic size, naming
+    its symbol. It compares by symbol; arithmetic on it raises DynamicUnsupported, so a rule
+    that would bake a run-time extent into a constant refuses instead."""
+    symbol: str
+
+    def __new__(cls, symbol: str) -> "Dyn":
+        d = super().__new__(cls, DYNAMIC)
+        d.symbol = symbol
+        return d
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Dyn) and other.symbol == self.symbol
+
+    def __ne__(self, other) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(("dyn", self.symbol))
+
+    def __repr__(self) -> str:
+        return self.symbol
+
+    def _refuse(self, *_):
+        raise DynamicUnsupported(self.symbol)
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __floordiv__ = __rfloordiv__ = _refuse
+    __mod__ = __rmod__ = __truediv__ = __rtruediv__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
+    __neg__ = __float__ = _refuse
+
+
+def is_dynamic(d: int) -> bool:
+    return isinstance(d, Dyn) or d == DYNAMIC
+
+
+class _Dims:
+    """While a chain with run-time extents lowers: each symbol's extent as an index value (a
+    tensor.dim of the first parameter that carries it), and what each func argument's shape is."""
+    def __init__(self):
+        self.values: dict[str, ir.Value] = {}
+        self.symbols: dict[ir.Value, str] = {}
+        self.args: dict[ir.Value, Shape] = {}
+
+
+_DIMS: list[_Dims] = []
+
+
+@contextlib.contextmanager
+def dynamic_dims() -> Iterator[_Dims]:
+    """The run-time extents of the chain lowering inside the block (see _Dims)."""
+    _DIMS.append(_Dims())
+    try:
+        yield _DIMS[-1]
+    finally:
+        _DIMS.pop()
 
 
 @dataclass(frozen=True)
@@ -36,12 +100,94 @@ def element_type(dtype: DType) -> ir.Type:
     return ir.IntegerType.get_signless(dtype.bits)
 
 
+@dataclass(frozen=True)
+class RunTimeCount:
+    """How many elements some axes hold when a run-time extent is among them: a static factor
+    times the symbols' extents (read in the body from their tensor.dim values)."""
+    static: int
+    symbols: tuple[str, ...]
+
+
+def count(space: Shape, axes: Sequence[int]) -> "int | RunTimeCount":
+    """The number of elements of `space` along `axes` (a mean's or a norm's divisor)."""
+    n, symbols = 1, []
+    for a in axes:
+        if isinstance(space[a], Dyn):
+            symbols.append(space[a].symbol)
+        else:
+            n *= space[a]
+    return RunTimeCount(n, tuple(symbols)) if symbols else n
+
+
+def count_value(n: "int | RunTimeCount", like: ir.Value) -> ir.Value:
+    """A count (`count`) as a scalar of `like`'s type, built where the caller builds (a body)."""
+    if not isinstance(n, RunTimeCount):
+        return scalar(n, like.type)
+    index = ir.IndexType.get()
+    v = None
+    for s in n.symbols:
+        d = _DIMS[-1].values[s]
+        v = d if v is None else arith.muli(v, d)
+    if n.static != 1:
+        v = arith.muli(v, arith.constant(index, n.static))
+    if is_float(like.type):
+        return arith.sitofp(like.type, arith.index_cast(ir.IntegerType.get_signless(64), v))
+    return arith.index_cast(like.type, v)
+
+
 def tensor_type(shape: Sequence[int], elem: ir.Type) -> ir.RankedTensorType:
     return ir.RankedTensorType.get(list(shape), elem)
 
 
 def shape_of(value: ir.Value) -> Shape:
-    return tuple(ir.RankedTensorType(value.type).shape)
+    """A tensor's shape; a run-time extent as the Dyn of its symbol, found from the IR that made
+    the value (a parameter, a tensor.empty's size operands, a linalg op's init, a reshape that
+    keeps the dim alone)."""
+    shape = tuple(ir.RankedTensorType(value.type).shape)
+    if not any(map(is_dynamic, shape)):
+        return shape
+    return tuple(Dyn(s) if isinstance(s, str) else s for s in _symbolic(value))
+
+
+def _symbolic(value: ir.Value) -> tuple:
+    shape = tuple(ir.RankedTensorType(value.type).shape)
+    if DYNAMIC not in shape:
+        return shape
+    dims = _DIMS[-1] if _DIMS else None
+    if dims is None:
+        raise DynamicUnsupported("?")
+    if isinstance(value, ir.BlockArgument):
+        if value not in dims.args:
+            raise DynamicUnsupported("?")
+        return tuple(d.symbol if isinstance(d, Dyn) else d for d in dims.args[value])
+    op = value.owner
+    name = op.name
+    if name == "tensor.empty":
+        sizes = iter(op.operands)
+        return tuple(dims.symbols.get(next(sizes)) if d == DYNAMIC else d for d in shape)
+    if name.startswith("linalg."):
+        n = len(op.results)
+        return _symbolic(op.operands[len(op.operands) - n + ir.OpResult(value).result_number])
+    if name in ("tensor.collapse_shape", "tensor.expand_shape"):
+        src = _symbolic(op.operands[0])
+        groups = [[ir.IntegerAttr(i).value for i in g] for g in ir.ArrayAttr(op.attributes["reassociation"])]
+        out = list(shape)
+        long, short = (src, out) if name == "tensor.collapse_shape" else (out, src)
+        for j, g in enumerate(groups):
+            kept = [long[i] for i in g if long[i] != 1]
+            if name == "tensor.collapse_shape":
+                if shape[j] == DYNAMIC:
+                    if len(kept) != 1 or not isinstance(kept[0], str):
+                        raise DynamicUnsupported("?")
+                    out[j] = kept[0]
+            else:
+                for i in g:
+                    if shape[i] == DYNAMIC:
+                        if len(g) - sum(1 for k in g if shape[k] == 1) != 1 or not isinstance(short[j], str):
+                            raise DynamicUnsupported("?")
+                        out[i] = short[j]
+        return tuple(out)
+    raise DynamicUnsupported("?")
 
 
 def elem_of(value: ir.Value) -> ir.Type:
@@ -92,7 +238,12 @@ def rank0_tensor(c: ScalarConst) -> ir.Value:
 
 
 def empty(shape: Sequence[int], elem: ir.Type) -> ir.Value:
-    return tensor.empty(list(shape), elem)
+    """tensor.empty; a Dyn extent takes its symbol's run-time value."""
+    if not any(map(is_dynamic, shape)):
+        return tensor.empty(list(shape), elem)
+    if not _DIMS or any(is_dynamic(d) and not (isinstance(d, Dyn) and d.symbol in _DIMS[-1].values) for d in shape):
+        raise DynamicUnsupported("?")
+    return tensor.empty([_DIMS[-1].values[d.symbol] if isinstance(d, Dyn) else d for d in shape], elem)
 
 
 def fill(value: float | int, shape: Sequence[int], elem: ir.Type) -> ir.Value:
@@ -230,8 +381,12 @@ def collapse(value: ir.Value, shape: Shape, groups: list[list[int]]) -> ir.Value
 
 
 def expand(value: ir.Value, shape: Shape, groups: list[list[int]]) -> ir.Value:
+    dynamic = [d for d in shape if is_dynamic(d)]
+    if dynamic and (not _DIMS or not all(isinstance(d, Dyn) and d.symbol in _DIMS[-1].values for d in dynamic)):
+        raise DynamicUnsupported("?")
+    sizes = [_DIMS[-1].values[d.symbol] for d in dynamic]
     return tensor.ExpandShapeOp(tensor_type(shape, elem_of(value)), value, _reassoc_attr(groups),
-                                [], list(shape)).result
+                                sizes, list(shape)).result
 
 
 def reshape(value: ir.Value, shape: Shape) -> ir.Value:

@@ -26,6 +26,8 @@ from .registry import LoweringContext, rule
 
 
 def _prod(xs) -> int:
+    if len(xs) == 1:
+        return xs[0]          # (a run-time extent stays itself)
     n = 1
     for x in xs:
         n *= x

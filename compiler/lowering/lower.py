@@ -1,21 +1,38 @@
 """Typed chain -> MLIR on tensors: one public func.func per chain, static shapes for a binding.
 
+With `dynamic` symbols (options.dynamic), their extents are `?` in every type and come from a
+tensor.dim of the first parameter that carries each; an op whose lowering would need such an
+extent as a number, or whose kernels need it at compile time, is a user error at the op.
+
 Each node is lowered by the rule registered for its op (the other modules of this package), at an MLIR location
 built from the node's FDSL span, so `print_ir(module, locations=True)` points every op at the
 user's file:line:col.
 """
 from __future__ import annotations
 
+from fusec.dsl.diagnostics import Diagnostic, FdslError
 from fusec.dsl.source import Span
-from fusec.dsl.typed import TypedChain, TypedModule
+from fusec.dsl.typed import Node, TypedChain, TypedModule
 
 from ..errors import CompilerInternalError
-from ..mlir import func, ir, new_context, verify
+from ..mlir import arith, func, ir, new_context, tensor, verify
 from . import contraction, elementwise, indexing, norm, reduction, shape  # noqa: F401  (each registers its rules)
-from .builder import ScalarConst, element_type, shape_of, elem_of, tensor_type
+from .builder import DynamicUnsupported, ScalarConst, dynamic_dims, element_type, shape_of, elem_of, tensor_type
 from .registry import RULES, LoweringContext
 
 STAGE = "linalg"
+# ops whose cpu kernels, or whose lowering, need every extent of their operands at compile time
+STATIC_ONLY = {
+    "conv2d": "its convolution algorithms are chosen and laid out for the image's extents",
+    "batchnorm": "it folds into a convolution's weights",
+    "slice": "its bounds are checked against the extent when the chain is bound",
+    "concat": "its parts are placed at offsets computed at compile time",
+    "gather": "its index clamping is compiled for the axis's extent",
+    "embedding": "its index clamping is compiled for the table's extent",
+    "cumsum": "its scan kernel is laid out for the row's extent",
+    "cumprod": "its scan kernel is laid out for the row's extent",
+    "broadcast_to": "its target shape is fixed at compile time",
+}
 
 
 def location_of(span: Span | None) -> ir.Location:
@@ -36,26 +53,74 @@ def check_binding(chain: TypedChain, binding: dict[str, int] | None) -> dict[str
     return {s: binding[s] for s in chain.symbols}
 
 
-def _lower_chain_into(block: ir.Block, chain: TypedChain, binding: dict[str, int]) -> None:
+def _lower_chain_into(block: ir.Block, chain: TypedChain, binding: dict[str, int],
+                      dynamic: frozenset[str] = frozenset()) -> None:
     binding = check_binding(chain, binding)
-    ctx = LoweringContext(chain, binding)
+    dynamic = frozenset(dynamic) & set(chain.symbols)
+    ctx = LoweringContext(chain, binding, dynamic=dynamic)
     params = chain.param_nodes
+    if dynamic:
+        check_dynamic(chain, dynamic)
     arg_types = [tensor_type(ctx.shape(p), ctx.elem(p)) for p in params]
-    result_types = [tensor_type(t.concrete(binding), element_type(t.dtype)) for t in chain.output_types]
+    result_types = [tensor_type(ctx.shape(chain.node(i)), element_type(t.dtype))
+                    for i, t in zip(chain.outputs, chain.output_types)]
     with ir.InsertionPoint(block), location_of(chain.span):
         f = func.FuncOp(chain.name, (arg_types, result_types))
         f.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
         entry = f.add_entry_block(arg_locs=[location_of(p.span or chain.span) for p in params])
     for p, arg in zip(params, entry.arguments):
         ctx.values[p.id] = arg
-    with ir.InsertionPoint(entry):
+    with ir.InsertionPoint(entry), dynamic_dims() as dims:
+        for p, arg in zip(params, entry.arguments):
+            dims.args[arg] = ctx.shape(p)
+            for axis, d in enumerate(p.type.shape):
+                if d in dynamic and d not in dims.values:
+                    with location_of(p.span or chain.span):
+                        dims.values[d] = tensor.dim(arg, arith.constant(ir.IndexType.get(), axis))
+                    dims.symbols[dims.values[d]] = d
         for node in chain.nodes:
             if node.op == "param":
                 continue
             with location_of(node.span):
-                ctx.values[node.id] = _lower_node(ctx, node)
+                ctx.values[node.id] = _lower_dynamic_node(ctx, node) if dynamic else _lower_node(ctx, node)
         with location_of(chain.span):
             func.ReturnOp([ctx.tensor(i) for i in chain.outputs])
+
+
+def check_dynamic(chain: TypedChain, dynamic: frozenset[str]) -> None:
+    """User errors, at the op, for what cannot take a symbol's extent at run time: a symbol no
+    parameter carries, and ops whose kernels need it at compile time (STATIC_ONLY)."""
+    carried = {d for p in chain.param_nodes for d in p.type.shape if isinstance(d, str)}
+    errors = []
+    for s in sorted(dynamic - carried):
+        errors.append(Diagnostic(chain.span, f"--dynamic {s}: no parameter of chain '{chain.name}' has {s} in its "
+                                             "shape, so its extent cannot be read from the inputs at run time"))
+    for node in chain.nodes:
+        if node.op not in STATIC_ONLY:
+            continue
+        touched = sorted({d for n in [node] + [chain.node(i) for i in node.inputs]
+                          for d in n.type.shape if d in dynamic})
+        if touched:
+            errors.append(_dynamic_error(node, touched, STATIC_ONLY[node.op]))
+    if errors:
+        raise FdslError(errors)
+
+
+def _dynamic_error(node: Node, symbols: list[str], why: str) -> Diagnostic:
+    names = ", ".join(symbols)
+    return Diagnostic(node.span, f"{node.op} cannot take {names} at run time (--dynamic {names}): {why}; "
+                                 f"bind {names} statically (leave {'it' if len(symbols) == 1 else 'them'} "
+                                 "out of --dynamic)")
+
+
+def _lower_dynamic_node(ctx: LoweringContext, node: Node):
+    try:
+        return _lower_node(ctx, node)
+    except DynamicUnsupported:
+        touched = sorted({d for n in [node] + [ctx.chain.node(i) for i in node.inputs]
+                          for d in n.type.shape if d in ctx.dynamic}) or sorted(ctx.dynamic)
+        raise FdslError([_dynamic_error(node, touched, "its lowering needs the extent as a number "
+                                                        "(a count or a regrouping of dims)")]) from None
 
 
 def _lower_node(ctx: LoweringContext, node):
@@ -76,9 +141,11 @@ def _lower_node(ctx: LoweringContext, node):
 
 
 def lower_chain(chain: TypedChain, binding: dict[str, int] | None = None,
-                context: ir.Context | None = None, verify_ir: bool = True) -> ir.Module:
-    """A module holding one public func.func for `chain`, every shape static under `binding`."""
-    return _lower([(chain, binding or {})], context, verify_ir)
+                context: ir.Context | None = None, verify_ir: bool = True,
+                dynamic: frozenset[str] | tuple[str, ...] = ()) -> ir.Module:
+    """A module holding one public func.func for `chain`, every shape static under `binding`
+    except the extents of the `dynamic` symbols, which the func reads from its arguments."""
+    return _lower([(chain, binding or {})], context, verify_ir, frozenset(dynamic))
 
 
 def lower(typed_module: TypedModule, bindings: dict[str, dict[str, int]] | None = None,
@@ -89,11 +156,11 @@ def lower(typed_module: TypedModule, bindings: dict[str, dict[str, int]] | None 
 
 
 def _lower(chains: list[tuple[TypedChain, dict[str, int]]], context: ir.Context | None,
-           verify_ir: bool = True) -> ir.Module:
+           verify_ir: bool = True, dynamic: frozenset[str] = frozenset()) -> ir.Module:
     with context or new_context(), ir.Location.unknown():
         module = ir.Module.create()
         for chain, binding in chains:
-            _lower_chain_into(module.body, chain, binding)
+            _lower_chain_into(module.body, chain, binding, dynamic)
         if verify_ir:
             verify(module, STAGE)
     return module

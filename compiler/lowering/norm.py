@@ -16,19 +16,12 @@ from fusec.dsl.typed import Node
 
 from ..mlir import ir, math
 from . import scalar as S
-from .builder import (compute_type, dims_map, elem_of, empty, generic, identity_map, kept_map, narrow,
-                      parallel, reduction, shape_of, widen)
+from .builder import (compute_type, count, count_value, dims_map, elem_of, empty, generic, identity_map, kept_map,
+                      narrow, parallel, reduction, shape_of, widen)
 from .reduction import extreme
 from .registry import LoweringContext, rule
 
 BATCHNORM_TAG = "fusec.batchnorm"
-
-
-def _count(space, axes) -> int:
-    n = 1
-    for a in axes:
-        n *= space[a]
-    return n
 
 
 def _sum(xs, acc):
@@ -61,11 +54,11 @@ def lower_layernorm(ctx: LoweringContext, node: Node):
     space, elem = shape_of(x), ctx.elem(node)
     wide = compute_type(elem)
     axes, eps = tuple(node.attr("axis")), node.attr("eps")
-    rank, n = len(space), _count(space, axes)
+    rank, n = len(space), count(space, axes)
     ident, red = identity_map(rank), kept_map(rank, axes)
 
     def centred(xv, sv):
-        return S.sub(widen(xv), S.div(sv, S.c(n, sv)))
+        return S.sub(widen(xv), S.div(sv, count_value(n, sv)))
 
     def squares(xs, acc):
         d = centred(xs[0], xs[1])
@@ -73,7 +66,7 @@ def lower_layernorm(ctx: LoweringContext, node: Node):
 
     def epilogue(xs):
         xv, sv, vv, g, b = xs
-        var = S.div(vv, S.c(n, vv))
+        var = S.div(vv, count_value(n, vv))
         y = S.div(centred(xv, sv), math.sqrt(S.add(var, S.c(eps, vv))))
         return narrow(S.add(S.mul(y, widen(g)), widen(b)), elem)
 
@@ -89,7 +82,7 @@ def lower_rmsnorm(ctx: LoweringContext, node: Node):
     space, elem = shape_of(x), ctx.elem(node)
     wide = compute_type(elem)
     axes, eps = tuple(node.attr("axis")), node.attr("eps")
-    rank, n = len(space), _count(space, axes)
+    rank, n = len(space), count(space, axes)
     ident, red = identity_map(rank), kept_map(rank, axes)
 
     def squares(xs, acc):
@@ -98,7 +91,7 @@ def lower_rmsnorm(ctx: LoweringContext, node: Node):
 
     def epilogue(xs):
         xv, sv, g = xs
-        ms = S.div(sv, S.c(n, sv))
+        ms = S.div(sv, count_value(n, sv))
         return narrow(S.mul(S.mul(widen(xv), S.recip(math.sqrt(S.add(ms, S.c(eps, sv))))), widen(g)), elem)
 
     ss = reduction([(x, ident)], space, axes, 0, wide, squares)

@@ -11,7 +11,7 @@ from fusec.dsl.typed import Node
 
 from ..mlir import arith, ir, linalg
 from . import scalar as S
-from .builder import (compute_type, dims_map, expand, fill, generic, identity_map, is_float, kept_map, narrow,
+from .builder import (compute_type, count, count_value, dims_map, expand, fill, generic, identity_map, is_float, kept_map, narrow,
                       parallel, reassociation, reduction, shape_of, widen)
 from .registry import LoweringContext, rule
 
@@ -44,10 +44,8 @@ def lower_reduction(ctx: LoweringContext, node: Node):
     out = reduction([(x, identity_map(len(space)))], space, axes, _init(node.op, acc), acc,
                     lambda xs, a: combine(widen(xs[0]), a))
     if node.op == "mean":
-        count = 1
-        for a in axes:
-            count *= space[a]
-        out = parallel([out], shape_of(out), elem, lambda xs: narrow(S.div(xs[0], S.c(count, xs[0])), elem))
+        n = count(space, axes)
+        out = parallel([out], shape_of(out), elem, lambda xs: narrow(S.div(xs[0], count_value(n, xs[0])), elem))
     elif acc != elem:
         out = parallel([out], shape_of(out), elem, lambda xs: narrow(xs[0], elem))
     return keepdims(out, ctx.shape(node))

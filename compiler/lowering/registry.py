@@ -12,7 +12,7 @@ from typing import Callable
 from fusec.dsl.typed import Node, TypedChain
 
 from ..mlir import ir
-from .builder import ScalarConst, Shape, element_type, rank0_tensor
+from .builder import Dyn, ScalarConst, Shape, element_type, rank0_tensor
 
 Rule = Callable[["LoweringContext", Node], "ir.Value | ScalarConst"]
 RULES: dict[str, Rule] = {}
@@ -31,9 +31,12 @@ class LoweringContext:
     chain: TypedChain
     binding: dict[str, int]
     values: dict[int, "ir.Value | ScalarConst"] = field(default_factory=dict)
+    dynamic: frozenset[str] = frozenset()        # symbols whose extent is taken at run time
 
     def shape(self, node: Node) -> Shape:
-        return node.type.concrete(self.binding)
+        """The node's shape under the binding; a dynamic symbol's extent as its Dyn."""
+        return tuple(Dyn(d) if isinstance(d, str) and d in self.dynamic else self.binding[d] if isinstance(d, str)
+                     else d for d in node.type.shape)
 
     def elem(self, node: Node) -> ir.Type:
         return element_type(node.type.dtype)

@@ -17,7 +17,7 @@ ID_ATTR = "fusec.id"
 SCAN = "fusec.scan"                # a running sum/product (compiler/lowering/reduction.py), run as a scan
 SCAN_AXIS = "fusec.scan_axis"
 VIEW_OPS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape")
-IGNORED = ("tensor.empty", "arith.constant", "func.return")
+IGNORED = ("tensor.empty", "arith.constant", "func.return", "tensor.dim")
 CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.conv_2d_nchw_fchw", "linalg.batch_matmul_transpose_b",
                 "linalg.matmul_transpose_b", "linalg.batch_reduce_matmul", "linalg.contract")
 # body ops that cost nothing at run time (constants, casts between index and integers, compares

@@ -26,6 +26,8 @@ def _plan(p: dict) -> str:
             lines.append(f"    %{o['id']:<3} {o['label']:<34} {o['role']:<9} {o['loc']}")
         if "cost" in g:
             lines.append("    model: " + cost_line(g["cost"]))
+    if p.get("dynamic"):
+        lines.append("  " + dynamic_text(p["dynamic"]))
     m = p.get("model")
     if m:
         lines.append(f"  predicted on {m['hardware']}: {time_text(m['predicted_s'])} in {m['launches']} "
@@ -36,6 +38,14 @@ def _plan(p: dict) -> str:
         lines.append("  decisions:")
         lines += [f"    {d}" for d in p["decisions"]]
     return "\n".join(lines)
+
+
+def dynamic_text(dynamic: dict) -> str:
+    """What a shape-polymorphic build takes at run time and what it was planned for."""
+    from fusec.compiler.dynamic import size_class
+    parts = [f"{s} (tiles chosen for the size class {s} in {size_class(n)}, planned at {s} = {n})"
+             for s, n in dynamic.items()]
+    return "dynamic: the kernels read " + "; ".join(parts) + " from the inputs at run time; any extent runs"
 
 
 def tiles_text(g: dict) -> str:
@@ -89,6 +99,8 @@ def _explain(plan: dict, binding: dict[str, int] | None) -> str:
     lines = [f"explain {plan['chain']}{f' [{bound}]' if bound else ''} on {plan['target']}, "
              f"hardware {model.get('hardware', '?')}: {plan['ops']} ops -> {plan['kernels']} "
              f"kernel{'s' if plan['kernels'] != 1 else ''}"]
+    if plan.get("dynamic"):
+        lines.append("  " + dynamic_text(plan["dynamic"]))
     for g in plan["groups"]:
         c = g.get("cost")
         ops = ", ".join(f"%{o['id']} {o['label']}" + (" [root]" if o["role"] == "root" else "")

@@ -30,7 +30,7 @@ import heapq
 import re
 from dataclasses import asdict, dataclass, field, replace
 
-from .attention import THREADS_X, THREADS_Y, attention_kernel, find_attention
+from .attention import THREADS_X, THREADS_Y, Attention, attention_kernel, find_attention
 from .analysis import ChainInfo, OpInfo, analyze, sibling_tiles, siblings, sinks, tag_ops, tileable_loops
 from .hardware import HardwareProfile
 from .measured import Measured
@@ -109,6 +109,7 @@ class FusionPlan:
     candidates: tuple[tuple[tuple[Tiling, float], ...], ...] = field(default=(), compare=False, repr=False)
     transfers: tuple[tuple[str, int], ...] = field(default=(), compare=False)        # big tensors moved
     measured: tuple[tuple[int, Measured], ...] = field(default=(), compare=False)    # group -> kernel report
+    dynamic: tuple[tuple[str, int], ...] = ()      # symbols taken at run time -> the extent planned for
 
     @property
     def kernel_count(self) -> int:
@@ -145,6 +146,8 @@ class FusionPlan:
             } for g in self.groups],
             "decisions": list(self.decisions),
         }
+        if self.dynamic:
+            out["dynamic"] = dict(self.dynamic)
         if self.costs:
             measured = dict(self.measured)
             for g, c, cands in zip(out["groups"], self.costs, self.candidates or [()] * len(self.costs)):
@@ -177,9 +180,10 @@ def _loc(loc: str) -> str:
 # ---- the planner -----------------------------------------------------------------------------
 
 def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool = True, cores: int | None = None,
-               tuned: dict | None = None) -> FusionPlan:
+               tuned: dict | None = None, dynamic: tuple[str, ...] = ()) -> FusionPlan:
     """Partition a chain's ops into kernels and pick tiles for `target` ('gpu' or 'cpu') on `hw`.
-    `tuned` maps group signatures to measured tiles."""
+    `tuned` maps group signatures to measured tiles. `dynamic`: symbols the build takes at run
+    time (no attention template then: it is laid out for a static number of queries)."""
     if cores and hw.kind == "cpu":
         hw = replace(hw, units=cores)
     chooser = TileChooser(info, target, hw, tuned)
@@ -198,7 +202,12 @@ def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool 
         members_list.append(members)
     unwritten: list[set[int]] = [set() for _ in members_list]     # per kernel: members it computes, never writes
     if fuse:
-        members_list = _attention_kernels(info, chooser, members_list, decisions)
+        if not dynamic:
+            members_list = _attention_kernels(info, chooser, members_list, decisions)
+        elif any(isinstance(find_attention(info, op.id), Attention) for op in info.ops if op.kind == "contraction"):
+            decisions.append(f"not attention: the online-softmax template is laid out for a static number of "
+                             f"queries and keys, and {', '.join(dynamic)} {'is' if len(dynamic) == 1 else 'are'} "
+                             "taken at run time")
         members_list, unwritten = _recompute(info, chooser, members_list, decisions)
         members_list, unwritten = _horizontal(info, chooser, target, members_list, unwritten, decisions)
     # kernel numbers follow program order; decisions were written with provisional numbers

@@ -20,7 +20,8 @@ def test_the_key_is_stable_and_changes_with_every_field():
     assert base.key() == CompileOptions(hardware=GPUS["h200"]).key()
     variants = [dict(target="cpu"), dict(hardware=GPUS["h100"]), dict(fuse=False), dict(baseline=False),
                 dict(disabled_passes=frozenset({"cse"})), dict(plans=(("f", "{}"),)), dict(autotune=True),
-                dict(tuned="{}"), dict(locations=True), dict(kernel_report=True)]
+                dict(tuned="{}"), dict(locations=True), dict(kernel_report=True),
+                dict(dynamic=("M",))]
     keys = {dataclasses.replace(base, **v).key() for v in variants}
     assert len(keys) == len(variants) and base.key() not in keys
     names = {k for v in variants for k in v}
@@ -36,3 +37,10 @@ def test_make_takes_a_dict_with_plans_by_chain_and_refuses_unknown_keys():
         CompileOptions.make({"fusion": False})
     with pytest.raises(OptionsError, match="unknown compile target 'cuda'"):
         CompileOptions(target="cuda")
+
+
+def test_dynamic_symbols_are_sorted_names_and_a_comma_list_is_split():
+    assert CompileOptions.make({"dynamic": "S, M"}).dynamic == ("M", "S")
+    assert CompileOptions.make({"dynamic": ["M", "M"]}).dynamic == ("M",)
+    with pytest.raises(OptionsError, match="'2x' is not a symbol name"):
+        CompileOptions.make({"dynamic": ["2x"]})

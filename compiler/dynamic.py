@@ -1,0 +1,33 @@
+"""Shape-polymorphic builds (options.dynamic, `--dynamic M,S`): the kernels read a symbol's
+extent from their inputs at run time, so one build runs any extent of it.
+
+A build is still *planned* for numbers. Each dynamic symbol's extent is rounded up to its size
+class, the next power of two (`bucket`): 600, 700 and 1000 all plan as 1024, and a build made for
+the class 513..1024 serves every extent in it. The plan is made on the chain lowered with those
+extents (static shapes, so the cost model sees real sizes) and applied, op for op, to the same
+chain lowered with the dynamic extents as `?` (compiler/lowering/lower.py). Tiles never depend
+on the extent for correctness: the tile loops clamp at the edges (affine.min), so any extent
+runs, in or out of the class; another class only plans again because its best tiles differ.
+"""
+from __future__ import annotations
+
+
+def bucket(n: int) -> int:
+    """The size class of an extent: the smallest power of two >= n (n >= 1)."""
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def size_class(n: int) -> str:
+    """The extents a bucket serves, as text: '513..1024' (1 for the bucket 1)."""
+    b = bucket(n)
+    return "1" if b == 1 else f"{b // 2 + 1}..{b}"
+
+
+def planning_binding(binding: dict[str, int], dynamic) -> dict[str, int]:
+    """The binding a build is planned for: each dynamic symbol at its bucket."""
+    return {s: bucket(v) if s in dynamic else v for s, v in binding.items()}
+
+
+def chain_dynamic(symbols, dynamic) -> tuple[str, ...]:
+    """The dynamic symbols one chain has (options.dynamic may name symbols of other chains)."""
+    return tuple(s for s in symbols if s in set(dynamic))

@@ -1,0 +1,172 @@
+"""Shape-polymorphic builds (--dynamic, options.dynamic): one build runs every extent of a
+symbol, checked against the reference each time; the plan says which size class it was made
+for; what cannot take an extent at run time is a user error at the op."""
+import os
+import textwrap
+
+import numpy as np
+import pytest
+
+import fusec
+from fusec.cli import main
+from fusec.compiler.dynamic import bucket, size_class
+from fusec.compiler.lowering.builder import Dyn, DynamicUnsupported
+from fusec.compiler.options import OptionsError
+from fusec.dsl.diagnostics import FdslError
+from fusec.runtime import reference
+from fusec.runtime.compare import compare
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLES = os.path.join(ROOT, "examples")
+
+ROWS = """\
+chain rows(x: f32[M, N], g: f32[N]) -> f32[M, N] {
+    return softmax(x * g, axis=-1) + x
+}
+"""
+MLP = """\
+chain mlp(x: f32[M, D], w1: f32[D, H], b1: f32[H], w2: f32[H, D]) -> f32[M, D] {
+    return gelu(x @ w1 + b1) @ w2 + x
+}
+"""
+
+
+def write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return str(p)
+
+
+def checked(chain, binding, seed=0):
+    """Run the chain on seeded inputs at `binding`; every output matches the reference."""
+    inputs = reference.random_inputs(chain.typed, binding, seed)
+    got = chain(*inputs)
+    got = got if isinstance(got, tuple) else (got,)
+    want = reference.run_chain(chain.typed, inputs, binding)
+    for g, w, t in zip(got, want, chain.typed.output_types):
+        assert g.shape == w.shape
+        assert compare(g, w, t.dtype.name).ok
+
+
+def test_size_classes_are_power_of_two_buckets():
+    assert [bucket(n) for n in (1, 2, 3, 33, 64, 65, 1000, 1024, 1025)] == [1, 2, 4, 64, 64, 128, 1024, 1024, 2048]
+    assert size_class(600) == "513..1024" and size_class(1) == "1" and size_class(2) == "2..2"
+
+
+@pytest.mark.parametrize("source, name, fixed", [(ROWS, "rows", {"N": 48}), (MLP, "mlp", {"D": 24, "H": 40})],
+                         ids=["row-kernel", "blas"])
+def test_three_extents_run_from_one_build(tmp_path, source, name, fixed):
+    prog = fusec.compile(write(tmp_path, "c.fdsl", source), target="cpu", options={"dynamic": ["M"]}, cache=False)
+    chain = prog.chains[name]
+    for m in (40, 51, 64):                       # one size class: 33..64
+        checked(chain, dict(fixed, M=m))
+    assert len(chain._builds) == 1
+    (build,) = chain._builds.values()
+    assert build.binding["M"] == 64
+    assert build.plan["dynamic"] == {"M": 64}
+    assert build.fused.jit_s is not None         # Numba compiled it once, for the first extent
+    checked(chain, dict(fixed, M=7))             # another class: planned again, for 5..8
+    assert sorted(b.binding["M"] for b in chain._builds.values()) == [8, 64]
+
+
+def test_the_kernels_read_the_extent_and_the_plan_says_the_class(tmp_path, capsys):
+    f = write(tmp_path, "c.fdsl", ROWS)
+    assert main([f, "--target", "cpu", "--dynamic", "M", "--bind", "M=600,N=32", "--emit", "kernels"]) == 0
+    src = capsys.readouterr().out
+    assert "arg0.shape[0]" in src and "1024" not in src
+    assert main([f, "--target", "cpu", "--dynamic", "M", "--bind", "M=600,N=32", "--emit", "plan"]) == 0
+    plan = capsys.readouterr().out
+    assert "dynamic: the kernels read M (tiles chosen for the size class M in 513..1024, planned at M = 1024)" in plan
+    assert main([f, "--target", "cpu", "--bind", "M=600,N=32", "--emit", "plan"]) == 0
+    assert "dynamic" not in capsys.readouterr().out        # static stays the default
+
+
+def test_the_main_job_checks_a_dynamic_build_at_the_bound_extent(tmp_path, capsys):
+    f = write(tmp_path, "c.fdsl", MLP)
+    assert main([f, "--target", "cpu", "--dynamic", "M", "--bind", "M=37,D=16,H=24"]) == 0
+    out = capsys.readouterr().out
+    assert "chain mlp [M=37, D=16, H=24] on cpu" in out
+    assert "dynamic: the kernels read M (tiles chosen for the size class M in 33..64" in out
+    assert "out 0 f32[37, 16]" in out and "-> ok" in out
+
+
+def test_a_second_program_loads_the_class_from_the_compile_cache(tmp_path, monkeypatch):
+    monkeypatch.delenv("FUSEC_NO_CACHE", raising=False)
+    root = tmp_path / "cache"
+    f = write(tmp_path, "c.fdsl", ROWS)
+    first = fusec.compile(f, target="cpu", options={"dynamic": ["M"]}, cache_dir=str(root)).chains["rows"]
+    checked(first, {"M": 40, "N": 16})
+    second = fusec.compile(f, target="cpu", options={"dynamic": ["M"]}, cache_dir=str(root)).chains["rows"]
+    checked(second, {"M": 60, "N": 16})
+    assert [b.cache for b in first._builds.values()] == ["miss"]
+    assert [b.cache for b in second._builds.values()] == ["hit"]
+
+
+@pytest.mark.parametrize("source, where, what", [
+    ("chain f(x: f32[M, N]) -> f32[N, M] {\n    return reshape(x, [N, M]) * 2.0\n}\n", "2:12",
+     "reshape cannot take M at run time (--dynamic M): its lowering needs the extent as a number"),
+    ("chain f(x: f32[M, N]) -> f32[M, 4] {\n    return x[:, :4] * 2.0\n}\n", "2:12",
+     "slice cannot take M at run time (--dynamic M)"),
+    ("chain f(x: f32[M, 3, 8, 8], w: f32[4, 3, 3, 3]) -> f32[M, 4, 6, 6] {\n    return relu(conv2d(x, w))\n}\n",
+     "2:17", "conv2d cannot take M at run time (--dynamic M): its convolution algorithms are chosen"),
+])
+def test_an_op_that_needs_the_extent_is_a_user_error_at_the_op(tmp_path, capsys, source, where, what):
+    f = write(tmp_path, "c.fdsl", source)
+    assert main([f, "--target", "cpu", "--dynamic", "M", "--bind", "M=8,N=8" if "N" in source else "M=8"]) == 1
+    err = capsys.readouterr().err
+    assert f"{f}:{where}: error: {what}" in err and "bind M statically" in err
+    assert "Traceback" not in err and "internal error" not in err
+
+
+def test_dynamic_options_that_name_nothing_or_another_target_are_refused(tmp_path, capsys):
+    f = write(tmp_path, "c.fdsl", ROWS)
+    assert main([f, "--target", "cpu", "--dynamic", "Q"]) == 1
+    assert "--dynamic Q: no chain of this file has the symbol Q (its symbols: M, N)" in capsys.readouterr().err
+    assert main([f, "--target", "cuda-sim", "--dynamic", "M"]) == 1
+    assert "--dynamic works on the cpu target only, not cuda-sim" in capsys.readouterr().err
+    assert main([f, "--target", "reference", "--dynamic", "M"]) == 1
+    assert "not reference" in capsys.readouterr().err
+    assert main([f, "--dynamic", "M,2x"]) == 1
+    assert "expected symbol names separated by commas" in capsys.readouterr().err
+    with pytest.raises(OptionsError, match="cpu target only, not cuda-sim"):
+        fusec.compile(f, target="cuda-sim", options={"dynamic": ["M"]})
+    with pytest.raises(OptionsError, match="has the symbol Q"):
+        fusec.compile(f, target="cpu", options={"dynamic": ["Q"]})
+
+
+def test_a_run_time_extent_refuses_arithmetic_and_compares_by_symbol():
+    m, s = Dyn("M"), Dyn("S")
+    assert m == Dyn("M") and m != s and m != 1 and m != 64
+    for op in (lambda: m * 2, lambda: 2 * m, lambda: m + 1, lambda: 1 - m, lambda: m // 2, lambda: m < 4):
+        with pytest.raises(DynamicUnsupported):
+            op()
+
+
+def test_the_examples_that_take_their_rows_at_run_time(capsys):
+    """The row chains of the examples run with their row symbol dynamic, at an extent off the class."""
+    for f, chain, bind in [("layernorm.fdsl", "layernorm_builtin", "T=45"),
+                           ("attention.fdsl", "attention", "B=3,S=50")]:
+        sym = bind.split("=")[0]
+        assert main([os.path.join(EXAMPLES, f), "--chain", chain, "--target", "cpu", "--dynamic", sym,
+                     "--bind", bind]) == 0, capsys.readouterr().err
+        out = capsys.readouterr().out
+        assert f"dynamic: the kernels read {sym}" in out and "-> ok" in out and "FAIL" not in out
+
+
+def test_a_mean_and_a_norm_over_the_run_time_axis_divide_by_its_extent(tmp_path):
+    """The divisor of a mean (and of layernorm's statistics) along a dynamic axis is read at run time."""
+    src = ("chain f(x: f32[M, N], g: f32[M], b: f32[M]) -> f32[N, M] {\n"
+           "    return transpose(x - mean(x, axis=0, keepdims=true)) + layernorm(transpose(x), g, b)\n}\n")
+    chain = fusec.compile(write(tmp_path, "c.fdsl", src), target="cpu", options={"dynamic": ["M"]}, cache=False).f
+    for m in (20, 27, 32):
+        checked(chain, {"M": m, "N": 8})
+    assert len(chain._builds) == 1
+
+
+def test_a_reshape_that_keeps_the_run_time_dim_alone_runs(tmp_path):
+    src = ("chain f(x: f32[S, 32], w: f32[32, 32]) -> f32[4, S, 8] {\n"
+           "    return permute(reshape(x @ w, [S, 4, 8]), [1, 0, 2]) * 0.5\n}\n")
+    chain = fusec.compile(write(tmp_path, "c.fdsl", src), target="cpu", options={"dynamic": ["S"]}, cache=False).f
+    for s_ in (9, 13, 16):
+        checked(chain, {"S": s_})
+    assert len(chain._builds) == 1
