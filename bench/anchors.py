@@ -88,6 +88,37 @@ def fusec_impls(w: Workload, binding: dict, inputs: list[np.ndarray], target: st
     return impls
 
 
+def fusec_dynamic_impl(w: Workload, binding: dict, inputs: list[np.ndarray], target: str) -> Impl:
+    """fusec's fused build with the workload's DYNAMIC_SYMBOL taken at run time (--dynamic),
+    planned for its size class; raises Skip with the user error when the chain cannot take it."""
+    import fusec
+    from fusec.dsl.diagnostics import FdslError
+    from .workloads import DYNAMIC_SYMBOL
+    sym = DYNAMIC_SYMBOL[w.name]
+    t0 = time.perf_counter()
+    prog = fusec.compile(str(w.fdsl), target=target, options={"dynamic": [sym], "baseline": False})
+    chain = prog.chains[w.chain]
+    try:
+        built = chain.compiled(binding)
+    except FdslError as e:
+        raise Skip("refused: " + e.diagnostics[0].message) from None
+    exe = built.fused
+    args = exe.prepare(inputs)
+    holder: dict = {}
+
+    def call():
+        holder["out"] = exe.run_prepared(args)
+        exe.target.synchronize()
+        return holder["out"]
+
+    _, jit_s = _timed_first(call)
+    impl = Impl("fusec dynamic", call, lambda: np.asarray(exe.target.to_host(holder["out"][0])),
+                cold_s=time.perf_counter() - t0)
+    impl.detail = {"symbol": sym, "planned_at": built.plan["dynamic"][sym], "kernels": built.kernel_counts.get("fused"),
+                   "jit_s": round(jit_s, 4)}
+    return impl
+
+
 def _fusec_cached(directory: Path, typed, target, inputs, load_chain, art) -> float:
     """A later process's start from the persistent cache: the artifact loaded with no MLIR and
     Numba's machine code loaded from the artifact's own cache (cpu; a cuda module compiles its

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
-COLUMNS = ("fusec fused", "fusec unfused", "numpy", "cupy", "torch", "torch.compile", "jax.jit")
+COLUMNS = ("fusec fused", "fusec unfused", "fusec dynamic", "numpy", "cupy", "torch", "torch.compile", "jax.jit")
 COMPILED = ("torch.compile", "jax.jit")
 
 
@@ -52,7 +52,8 @@ def _ratio(x: float | None) -> str:
 
 def render_result(r: dict) -> str:
     present = [c for c in COLUMNS if any(c in w["impls"] for w in r["workloads"])]
-    head = ["workload"] + present + ["floor", "fused / best compiled", "fused / floor"]
+    dynamic = "fusec dynamic" in present
+    head = ["workload"] + present + ["floor", "fused / best compiled", "fused / floor"] + (["dynamic / static"] if dynamic else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for w in r["workloads"]:
         cells = [w["name"]] + [_ms(w["impls"].get(c)) for c in present]
@@ -61,6 +62,9 @@ def render_result(r: dict) -> str:
         best = _best_compiled(w)
         cells.append(f"{_ratio(best[1])} vs {best[0]}" if best else "–")
         cells.append(_ratio(w["ratios"].get("floor", {}).get("median")))
+        if dynamic:
+            d, f = w["impls"].get("fusec dynamic"), w["impls"].get("fusec fused")
+            cells.append(_ratio(d["median_ms"] / f["median_ms"]) if d and f else "–")
         lines.append("| " + " | ".join(cells) + " |")
     host = r.get("host", {})
     desc = host.get("gpu") or f"{host.get('cpu', '?')}, {host.get('cores', '?')} cores"
@@ -80,7 +84,10 @@ def render_result(r: dict) -> str:
                  "fused's median over the other's (below 1: fusec is faster); best compiled is the "
                  "faster of torch.compile and jax.jit. The floor is the workload's compulsory bytes at "
                  "the measured copy bandwidth, or its flops at the measured sgemm rate, whichever is "
-                 "larger.")
+                 "larger." + (" fusec dynamic: the fused build with the workload's rows, tokens, images or "
+                              "batch taken at run time (`--dynamic`, planned for its size class; "
+                              "bench/workloads.py DYNAMIC_SYMBOL); dynamic / static is its median over fusec "
+                              "fused's." if dynamic else ""))
     notes += ["", *_compile_table(r)]
     if r.get("compile_scaling"):
         notes += ["", _scaling_line(r["compile_scaling"])]

@@ -182,3 +182,9 @@ def jax_fns(jax, jnp) -> dict[str, Callable]:
         "conv_bn_relu": conv_bn_relu,
         "attention": lambda q, k, v: nn.softmax(q @ jnp.swapaxes(k, -1, -2) / 8.0, axis=-1) @ v,
     }
+
+
+# the symbol each workload's `fusec dynamic` build takes at run time (bench/suite.py, --dynamic):
+# its rows, tokens, images or batch
+DYNAMIC_SYMBOL = {"ew_chain": "M", "bias_gelu_res": "M", "softmax": "M", "layernorm": "M", "mlp": "M",
+                  "conv_bn_relu": "B", "attention": "B"}

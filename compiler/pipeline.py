@@ -117,11 +117,14 @@ def _plan(job: Job, st: ChainStages) -> None:
         tag_ops(st.module)
         planned_module, planned_at = _static_twin(job, st, dynamic) if dynamic else (st.module, dict(job.binding))
         info = analyze(planned_module)[job.chain]
+        # each op's loops whose extent is taken at run time (the dynamic module's are `?`)
+        run_time = ({op.id: frozenset(k for k, n in enumerate(op.loops) if n == ir.ShapedType.get_dynamic_size())
+                     for op in analyze(st.module)[job.chain].ops} if dynamic else None)
     hw = planning_profile(o)
     hand = o.plan_for(job.chain) if o.fuse else None
     plan = (plan_from_dict(info, o.target, hand, hw=hw) if hand is not None
             else plan_chain(info, o.target, fuse=o.fuse, hw=hw, tuned=json.loads(o.tuned) if o.tuned else None,
-                            dynamic=dynamic))
+                            dynamic=dynamic, run_time_loops=run_time))
     if dynamic:
         plan = replace(plan, dynamic=tuple((d, planned_at[d]) for d in dynamic))
     st.plan = _with_eager(plan, st.texts.get("linalg"), st.module.context)

@@ -162,7 +162,8 @@ class Executable:
 
     def run_prepared(self, args) -> tuple:
         if self.memory is not None:
-            args = list(args) + self.memory.buffers()
+            args = list(args) + (self.memory.buffers(*args) if getattr(self.memory, "takes_inputs", False)
+                                 else self.memory.buffers())
         if self.jit_s is None:
             self._compile_for(args)
         return tuple(self.host(*args))

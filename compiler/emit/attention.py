@@ -388,16 +388,16 @@ class _Attention(_Gemm):
         BQ, BKV, D, DV = self.bq, self.bkv, self.D, self.DV
         f = f"np.{self.elem.compute}"
         ninf, zero = c.float(float("-inf"), self.elem), c.zero(self.elem)
-        nb = 1
+        nb = "1"                  # the batch's extent: a number, or read at run time (--dynamic)
         for lp in self.batch_loops:
-            nb *= int(self.ext[lp])
+            nb = mul(nb, str(self.ext[lp]))
         self.ctx.helpers.blas = True
         blas = blas_fn(self.elem)
         one = c.float(1.0, self.elem)
         w(f"# {MARK}: {BQ} queries per block, keys in steps of {BKV} (online softmax; the tile "
           f"products by BLAS)")
         blk = names.fresh("blk")
-        w(f"for {blk} in numba.prange(0, {nb * self.nq}):")      # a start: a signed index (emit/control.py)
+        w(f"for {blk} in numba.prange(0, {mul(nb, str(self.nq))}):")      # a start: a signed index (emit/control.py)
         with w.indent():
             i0, bflat = names.fresh("i0"), names.fresh("bb")
             w(f"{bflat} = {blk} // {self.nq}")

@@ -10,8 +10,10 @@ A func's top-level `memref.alloc`s are of two kinds:
   greedily by size (largest first, each at the lowest offset free for its whole lifetime). The
   arena is allocated once per compiled function and thread, so repeated calls allocate nothing.
 
-Buffers with dynamic sizes, and the buffers a template absorbed (never allocated), are left as
-they are. `plan_memory` only reads the IR.
+An output whose sizes are its inputs' extents (a `--dynamic` build: `memref.dim` of an argument)
+is passed in too, its shape recorded as (argument, axis) pairs that the pool reads from each
+call's inputs. Intermediates with dynamic sizes, and the buffers a template absorbed (never
+allocated), are left as they are. `plan_memory` only reads the IR.
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ class MemoryPlan:
     outputs: list = field(default_factory=list)           # [(shape, dtype)] in index order
     intermediate_bytes: int = 0           # the intermediates' sum: what a build holds without planning
     arena_bytes: int = 0                  # what they hold planned (the arenas)
-    runtime_sized: int = 0                # top-level buffers sized at run time (--dynamic): allocated per call
+    runtime_sized: int = 0                # top-level intermediates sized at run time (--dynamic): allocated per call
 
     def as_dict(self) -> dict:
         d = {"intermediate_bytes": self.intermediate_bytes, "planned_bytes": self.arena_bytes,
@@ -60,19 +62,35 @@ class MemoryPlan:
         return d
 
 
+def _input_extents(block, ops) -> dict:
+    """The top-level memref.dim values that read an argument's extent at a constant axis:
+    value -> (argument position, axis) (the run-time extents of a --dynamic build)."""
+    args = list(block.arguments)
+    out = {}
+    for o in ops:
+        if o.name != "memref.dim" or o.operands[0] not in args:
+            continue
+        index = o.operands[1].owner
+        if getattr(index, "name", None) == "arith.constant":
+            out[o.results[0]] = (args.index(o.operands[0]), ir.IntegerAttr(index.attributes["value"]).value)
+    return out
+
+
 def plan_memory(block, dtype_of, skip=lambda op: False) -> MemoryPlan:
     """Plan the top-level allocs of a func body `block`. `dtype_of(memref_type, op)` is the NumPy
     dtype name the emitter gives such a buffer; `skip(op)` marks allocs to leave alone."""
     ops = [o.operation for o in block.operations]
     owner: dict = {}                      # value -> the alloc (its result) it is or views
     allocs = []
-    runtime_sized = 0
+    sized = _input_extents(block, ops)    # memref.dim of a func argument -> (argument, axis)
+    runtime_sized = []                    # allocs sized at run time: an output when sized by the inputs
     for o in ops:
         if o.name == "memref.alloc" and not skip(o) and not list(o.operands):
             owner[o.results[0]] = o.results[0]
             allocs.append(o)
         elif o.name == "memref.alloc" and not skip(o):
-            runtime_sized += 1
+            owner[o.results[0]] = o.results[0]
+            runtime_sized.append(o)
         elif o.name in MEMREF_VIEWS and o.operands and o.operands[0] in owner:
             owner[o.results[0]] = owner[o.operands[0]]
     first: dict = {}
@@ -89,7 +107,17 @@ def plan_memory(block, dtype_of, skip=lambda op: False) -> MemoryPlan:
             if a is not None:
                 first.setdefault(a, i)
                 last[a] = i
-    plan = MemoryPlan(runtime_sized=runtime_sized)
+    plan = MemoryPlan()
+    for o in runtime_sized:                # an output shaped by the inputs is passed in like a static one
+        a = o.results[0]
+        extents = iter(sized.get(v) for v in o.operands)
+        shape = tuple(next(extents) if d == ir.ShapedType.get_dynamic_size() else d for d in ir.MemRefType(a.type).shape)
+        if a in escapes and all(d is not None for d in shape):
+            dtype = dtype_of(ir.MemRefType(a.type), o)
+            plan.slots[a] = Slot("output", dtype, shape, index=len(plan.outputs))
+            plan.outputs.append((shape, dtype))
+        else:
+            plan.runtime_sized += 1
     items = []
     for o in allocs:
         a = o.results[0]

@@ -117,17 +117,23 @@ MEMORY_CLASS = '''class _Memory:
     buffers (the previous call's array again when only this keeper still holds it, else a new
     one). release() gives the memory back; the next call allocates it again."""
 
+    takes_inputs = True       # buffers() is given the call's inputs (an output's extent may be theirs)
+
     def __init__(self, arenas, outputs, new):
         self.arenas, self.outputs, self.new = arenas, outputs, new
         self.local = threading.local()
 
-    def buffers(self):
+    def buffers(self, *inputs):
         held = getattr(self.local, "held", None)
         if held is None:
             held = self.local.held = [self.new((n,), d) for d, n in self.arenas] + [None] * len(self.outputs)
         k = len(self.arenas)
         for i, (shape, d) in enumerate(self.outputs):
-            if held[k + i] is None or sys.getrefcount(held[k + i]) > 2:    # the list and this call
+            if inputs:        # an extent (argument, axis) is read from this call's inputs
+                shape = tuple(inputs[e[0]].shape[e[1]] if isinstance(e, tuple) else e for e in shape)
+            old = held[k + i]
+            if old is None or sys.getrefcount(old) > 3 or old.shape != shape:    # the list, `old`, this call
+                held[k + i] = None
                 held[k + i] = self.new(shape, d)
         return held
 
@@ -225,6 +231,7 @@ class _FuncEmitter:
         new = "cuda.device_array" if self.target == "cuda" else "np.empty"
         arenas = tuple((d, n) for d, n in memory.arenas.items())
         outputs = tuple((tuple(s), d) for s, d in memory.outputs)
+        sized = any(isinstance(e, tuple) for s, _ in outputs for e in s)     # by the inputs (--dynamic)
         mem = f"_MEMORY_{self.host_name}"
         mib = memory.arena_bytes / 2**20
         return "\n".join([
@@ -234,7 +241,7 @@ class _FuncEmitter:
             f"def {self.host_name}({', '.join(params)}):",
             f'    """{planned} with its buffers: {len(memory.slots) - len(memory.outputs)} intermediates in '
             f'{mib:.3g} MiB of arena, {len(memory.outputs)} output buffers reused once the caller drops them."""',
-            f"    return {planned}({', '.join(params + ['*' + mem + '.buffers()'])})",
+            f"    return {planned}({', '.join(params + ['*' + mem + '.buffers(' + (', '.join(params) if sized else '') + ')'])})",
             "",
             "",
             f"{self.host_name}.planned, {self.host_name}.memory = {planned}, {mem}   # for the runtime's Executable"])

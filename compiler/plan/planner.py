@@ -180,10 +180,12 @@ def _loc(loc: str) -> str:
 # ---- the planner -----------------------------------------------------------------------------
 
 def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool = True, cores: int | None = None,
-               tuned: dict | None = None, dynamic: tuple[str, ...] = ()) -> FusionPlan:
+               tuned: dict | None = None, dynamic: tuple[str, ...] = (),
+               run_time_loops: dict[int, frozenset[int]] | None = None) -> FusionPlan:
     """Partition a chain's ops into kernels and pick tiles for `target` ('gpu' or 'cpu') on `hw`.
     `tuned` maps group signatures to measured tiles. `dynamic`: symbols the build takes at run
-    time (no attention template then: it is laid out for a static number of queries)."""
+    time, and `run_time_loops` each op's loops whose extent they are (no attention template
+    over run-time queries, keys or head dims: it is laid out for static ones)."""
     if cores and hw.kind == "cpu":
         hw = replace(hw, units=cores)
     chooser = TileChooser(info, target, hw, tuned)
@@ -202,12 +204,7 @@ def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool 
         members_list.append(members)
     unwritten: list[set[int]] = [set() for _ in members_list]     # per kernel: members it computes, never writes
     if fuse:
-        if not dynamic:
-            members_list = _attention_kernels(info, chooser, members_list, decisions)
-        elif any(isinstance(find_attention(info, op.id), Attention) for op in info.ops if op.kind == "contraction"):
-            decisions.append(f"not attention: the online-softmax template is laid out for a static number of "
-                             f"queries and keys, and {', '.join(dynamic)} {'is' if len(dynamic) == 1 else 'are'} "
-                             "taken at run time")
+        members_list = _attention_kernels(info, chooser, members_list, decisions, dynamic, run_time_loops or {})
         members_list, unwritten = _recompute(info, chooser, members_list, decisions)
         members_list, unwritten = _horizontal(info, chooser, target, members_list, unwritten, decisions)
     # kernel numbers follow program order; decisions were written with provisional numbers
@@ -506,9 +503,12 @@ _NOT_ATTENTION = ("not a contraction", "its body is not a multiply-add", "no ope
 
 
 def _attention_kernels(info: ChainInfo, chooser: TileChooser, members_list: list[set[int]],
-                       decisions: list[str]) -> list[set[int]]:
+                       decisions: list[str], dynamic: tuple[str, ...] = (),
+                       run_time_loops: dict[int, frozenset[int]] | None = None) -> list[set[int]]:
     """Merge the kernels an attention pattern spans (plan/attention.py) into one online-softmax
-    kernel when the model predicts it faster than the kernels the greedy planner made."""
+    kernel when the model predicts it faster than the kernels the greedy planner made. Not over
+    queries, keys or a head dim taken at run time (`run_time_loops`): the template is laid out
+    for static ones (a run-time batch is fine)."""
     for op in reversed(info.ops):
         if op.kind != "contraction":
             continue
@@ -516,6 +516,11 @@ def _attention_kernels(info: ChainInfo, chooser: TileChooser, members_list: list
         if isinstance(a, str):
             if not a.startswith(_NOT_ATTENTION):
                 decisions.append(f"not attention: %{op.id} {op.label}: {a}")
+            continue
+        if (run_time_loops or {}).get(a.scores, frozenset()) & {a.q_loop, a.k_loop, a.d_loop}:
+            decisions.append(f"not attention: %{a.scores}..%{a.out}: the online-softmax template is laid out for "
+                             f"static queries, keys and head dims, and {', '.join(dynamic)} "
+                             f"{'is' if len(dynamic) == 1 else 'are'} taken at run time")
             continue
         touched = [k for k, m in enumerate(members_list) if m & set(a.ops)]
         union = set().union(*[members_list[k] for k in touched]) | set(a.ops)

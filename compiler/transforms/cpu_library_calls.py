@@ -101,9 +101,11 @@ def _root(v: "ir.Value") -> "ir.Value":
     return v
 
 
-def _row_tile_of(v: "ir.Value", iv: "ir.Value", trips: int) -> "ir.Value | None":
+def _row_tile_of(v: "ir.Value", iv: "ir.Value", trips: "int | tuple") -> "ir.Value | None":
     """The whole buffer X if v = subview X[iv * T, 0, ...][T, full...][1, ...] and the loop's
-    `trips` tiles of T rows cover X's rows exactly; else None."""
+    `trips` tiles of T rows cover X's rows exactly; else None. With rows taken at run time
+    (--dynamic), `trips` is (T, D) from `_run_time_trips`: the loop runs D ceildiv T times, and
+    v = subview X[iv * T, 0, ...][min(D - iv * T, T), full...] of an X with D rows."""
     if isinstance(v.owner, ir.Block) or v.owner.name != "memref.subview":
         return None
     sub = v.owner
@@ -113,11 +115,51 @@ def _row_tile_of(v: "ir.Value", iv: "ir.Value", trips: int) -> "ir.Value | None"
     sizes = list(ir.DenseI64ArrayAttr(sub.attributes["static_sizes"]))
     strides = list(ir.DenseI64ArrayAttr(sub.attributes["static_strides"]))
     dynamic = list(sub.operands[1:])
-    if len(dynamic) != 1 or any(o != 0 for o in offsets[1:]) or any(x != 1 for x in strides):
+    if any(o != 0 for o in offsets[1:]) or any(x != 1 for x in strides) or ir.MemRefType(v.type).rank != len(shape):
         return None
-    if sizes[1:] != shape[1:] or sizes[0] * trips != shape[0] or ir.MemRefType(v.type).rank != len(shape):
+    if sizes[1:] != shape[1:]:
+        return None
+    if isinstance(trips, tuple):
+        tile, rows = trips
+        if (len(dynamic) != 2 or not _is_scaled_iv(dynamic[0], iv, tile) or not _is_tail(dynamic[1], iv, tile, rows)
+                or not _rows_are(src, rows)):
+            return None
+        return src
+    if len(dynamic) != 1 or sizes[0] * trips != shape[0]:
         return None
     return src if _is_scaled_iv(dynamic[0], iv, sizes[0]) else None
+
+
+def _run_time_trips(bound: "ir.Value") -> "tuple | None":
+    """(T, D) when a loop's upper bound is D ceildiv T (affine.apply), D known at run time only."""
+    op = bound.owner
+    if isinstance(op, ir.Block) or op.name != "affine.apply" or len(op.operands) != 1:
+        return None
+    text = str(ir.AffineMapAttr(op.attributes["map"]).value)
+    prefix, suffix = "()[s0] -> (s0 ceildiv ", ")"
+    if not (text.startswith(prefix) and text.endswith(suffix) and text[len(prefix):-1].isdigit()):
+        return None
+    return int(text[len(prefix):-1]), op.operands[0]
+
+
+def _is_tail(v: "ir.Value", iv: "ir.Value", tile: int, rows: "ir.Value") -> bool:
+    """v == min(rows - iv * tile, tile), as tile-and-fuse writes it (affine.min)."""
+    op = v.owner
+    if isinstance(op, ir.Block) or op.name != "affine.min" or list(op.operands) != [iv, rows]:
+        return False
+    return str(ir.AffineMapAttr(op.attributes["map"]).value) == f"(d0)[s0] -> (d0 * -{tile} + s0, {tile})"
+
+
+def _rows_are(src: "ir.Value", rows: "ir.Value") -> bool:
+    """The buffer's row extent is the value `rows`: an alloc sized by it, or an argument whose
+    memref.dim along axis 0 it is."""
+    if ir.MemRefType(src.type).shape[0] != ir.ShapedType.get_dynamic_size():
+        return False
+    if not isinstance(src.owner, ir.Block) and src.owner.name == "memref.alloc":
+        return list(src.owner.operands)[:1] == [rows]
+    op = rows.owner
+    return (not isinstance(op, ir.Block) and op.name == "memref.dim" and op.operands[0] == src
+            and _constant_index(op.operands[1]) == 0)
 
 
 def _is_scaled_iv(v: "ir.Value", iv: "ir.Value", scale: int) -> bool:
@@ -169,6 +211,8 @@ def hoist_whole_contractions(module: ir.Module) -> int:
         if len(body.arguments) != 1 or [_constant_index(v) for v in (loop.operands[0], loop.operands[2])] != [0, 1]:
             continue
         trips = _constant_index(loop.operands[1])
+        if trips is None:
+            trips = _run_time_trips(loop.operands[1])      # rows taken at run time (--dynamic)
         iv = body.arguments[0]
         for op in list(body.operations):
             op = op.operation

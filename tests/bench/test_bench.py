@@ -69,7 +69,7 @@ def test_suite_writes_the_documented_json(tmp_path):
     assert r["schema"] == 1 and r["size"] == "tiny" and r["target"] == "cpu"
     assert r["fusec_cached"] == "numba-cache"
     for entry in r["workloads"]:
-        assert set(entry["impls"]) == {"fusec fused", "fusec unfused", "numpy"}
+        assert set(entry["impls"]) == {"fusec fused", "fusec unfused", "fusec dynamic", "numpy"}
         assert entry["skipped"] == {"no-such-anchor": "unknown anchor 'no-such-anchor'"}
         for impl in entry["impls"].values():
             assert impl["agreement"]["ok"], impl
@@ -78,8 +78,11 @@ def test_suite_writes_the_documented_json(tmp_path):
         fused = entry["impls"]["fusec fused"]
         # a later process's start: the artifact and Numba's cached code loaded, nothing compiled
         assert 0 < fused["cached_s"] < fused["cold_s"] / 5
-        assert set(entry["ratios"]) == {"fusec unfused", "numpy", "floor"}
+        assert set(entry["ratios"]) == {"fusec unfused", "fusec dynamic", "numpy", "floor"}
+        assert entry["impls"]["fusec dynamic"]["detail"]["planned_at"] == 8       # M=8: its size class's top
         assert entry["floor"]["bound"] in ("memory", "compute")
+    section = table.render_result(dict(r, _file="r.json"))
+    assert "| fusec dynamic |" in section.splitlines()[2] and " dynamic / static |" in section.splitlines()[2]
     path = write_results(r, tmp_path)
     assert path.name.endswith("-tiny.json") and json.loads(path.read_text())["machine"] == r["machine"]
 

@@ -170,3 +170,37 @@ def test_a_reshape_that_keeps_the_run_time_dim_alone_runs(tmp_path):
     for s_ in (9, 13, 16):
         checked(chain, {"S": s_})
     assert len(chain._builds) == 1
+
+
+def test_the_output_buffer_is_reused_and_follows_the_extent(tmp_path):
+    """A dynamic build's output comes from the build's pool like a static one's: the same array
+    again once dropped, a new one of the new shape when the extent changes."""
+    chain = fusec.compile(write(tmp_path, "c.fdsl", ROWS), target="cpu", options={"dynamic": ["M"]}, cache=False).rows
+    small = reference.random_inputs(chain.typed, {"M": 40, "N": 16}, 0)
+    big = reference.random_inputs(chain.typed, {"M": 60, "N": 16}, 0)
+    address = chain(*small).ctypes.data                  # dropped at once
+    assert chain(*small).ctypes.data == address
+    kept = chain(*small)
+    assert chain(*small).ctypes.data != kept.ctypes.data  # a result held is never written over
+    assert chain(*big).shape == (60, 16)
+    assert chain.compiled({"M": 40, "N": 16}).memory["fused"]["outputs"] == 1
+
+
+def test_attention_keeps_its_template_over_a_run_time_batch_and_not_over_run_time_keys(capsys):
+    f = os.path.join(EXAMPLES, "attention.fdsl")
+    assert main([f, "--chain", "attention", "--target", "cpu", "--dynamic", "B", "--bind", "B=3,S=512",
+                 "--emit", "plan"]) == 0
+    plan = capsys.readouterr().out
+    assert "-> 1 kernel" in plan and "attention (online softmax)" in plan
+    assert main([f, "--chain", "attention", "--target", "cpu", "--dynamic", "S", "--bind", "B=3,S=512",
+                 "--emit", "plan"]) == 0
+    plan = capsys.readouterr().out
+    assert "the online-softmax template is laid out for static queries, keys and head dims, and S is taken" in plan
+
+
+def test_a_whole_matmul_over_run_time_rows_is_one_blas_call(tmp_path, capsys):
+    """As with static rows, the row tiles' products are hoisted into one multithreaded BLAS call."""
+    f = write(tmp_path, "c.fdsl", MLP)
+    assert main([f, "--target", "cpu", "--dynamic", "M", "--bind", "M=512,D=256,H=1024", "--emit", "kernels"]) == 0
+    src = capsys.readouterr().out
+    assert "_sgemm(101, 111, 111, arg0.shape[0], 1024, 256," in src
