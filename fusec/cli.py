@@ -137,10 +137,7 @@ def _main_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true",
                    help="compile every chain again rather than load it from the compile cache "
                         "($FUSEC_CACHE_DIR/compiled; also FUSEC_NO_CACHE=1), and store nothing there")
-    p.add_argument("--dynamic", metavar="SYMS", type=_symbols, default=(),
-                   help="cpu: kernels that read these symbols' extents from their inputs at run time (e.g. M,S), "
-                        "so one build runs any extent; tiles are chosen for the bound extent's size class (its "
-                        "power-of-two bucket) and the plan says which")
+    _dynamic_flag(p)
     _kernel_report_flag(p)
     _memory_flag(p)
     _quiet_flag(p)
@@ -292,6 +289,13 @@ def _cmd_main(args: argparse.Namespace) -> int:
         reports.append(rep)
         saved[chain.name] = _entry(chain, inputs, outs)
     return _finish(args, reports, saved)
+
+
+def _dynamic_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dynamic", metavar="SYMS", type=_symbols, default=(),
+                   help="cpu: kernels that read these symbols' extents from their inputs at run time (e.g. M,S), "
+                        "so one build runs any extent; tiles are chosen for the bound extent's size class (its "
+                        "power-of-two bucket) and the plan says which")
 
 
 def _symbols(text: str) -> tuple[str, ...]:
@@ -610,7 +614,7 @@ def _stage_texts(text: str, path: str, plans, args, target: Target) -> dict[str,
         for chain, _, _ in plans:
             check_supported(chain, target)
     options = compile_options(target, _user_options(args), plans=planned)
-    from fusec.compiler.dynamic import chain_dynamic, planning_binding
+    from fusec.compiler.dynamic import chain_dynamic, planning_binding, size_class
     bindings = {c.name: planning_binding(b, chain_dynamic(c.symbols, options.dynamic)) for c, _, b in plans}
     return run_source_stages(text, path, [c.name for c, _, _ in plans], bindings,
                              options=options, until=args.emit, dump_dir=args.dump_dir)
@@ -711,6 +715,7 @@ def _compile_parser() -> argparse.ArgumentParser:
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME", choices=_pass_names())
     p.add_argument("--hw", choices=_hw_names(), type=str.lower,
                    help="the hardware profile the cost model plans for (default: h200 for cuda, measured cpu)")
+    _dynamic_flag(p)
     _memory_flag(p)
     _quiet_flag(p)
     return p
@@ -724,6 +729,9 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--save", help="write inputs and outputs to this npz")
     p.add_argument("--report", metavar="JSON", help="write the report as JSON")
     p.add_argument("--seed", type=_seed, default=0, help="seed for random inputs (default 0)")
+    p.add_argument("--bind", action="append", default=[],
+                   help="extents of the symbols compiled --dynamic, for the random inputs (e.g. M=700; the others "
+                        "are the artifact's)")
     p.add_argument("--target", choices=("cuda", "cuda-sim", "cpu"),
                    help="override the artifact's target (cuda artifacts also run on cuda-sim)")
     _kernel_report_flag(p)
@@ -737,9 +745,13 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     text, path = api.read_file(args.file)
     typed = api.check(api.parse_text(text, path))
     chains = _select(typed, args.chain)
+    _check_dynamic(args.dynamic, typed, args.target)
     bind = _bind(args.bind, chains, path)
     bindings = {c.name: _binding(c, bind) for c in chains}
     target = Target(args.target)          # compiling needs no device: nothing is imported here
+    from fusec.compiler.dynamic import chain_dynamic, planning_binding, size_class
+    bindings = {c.name: planning_binding(b, chain_dynamic(c.symbols, args.dynamic)) for c, b in
+                ((c, bindings[c.name]) for c in chains)}
     for c in chains:
         check_memory(c, bindings[c.name], args.max_memory, MEMORY_FLAG)
         check_supported(c, target)
@@ -758,8 +770,11 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             progress.clear()
         builds.append(built)
         n = built.plan.kernel_count
+        dyn = chain_dynamic(c.symbols, args.dynamic)
         print(f"compiled {c.name} [{', '.join(f'{k}={v}' for k, v in binding.items())}]: "
-              f"{n} kernel{'s' if n != 1 else ''}")
+              f"{n} kernel{'s' if n != 1 else ''}"
+              + (f"; {', '.join(dyn)} taken at run time (planned for the size class "
+                 f"{', '.join(f'{d} in {size_class(binding[d])}' for d in dyn)})" if dyn else ""))
     out = write_artifact(args.output, target, path, text, options, builds)
     print(f"wrote {out}")
     return 0
@@ -794,9 +809,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
                          "simulator with --target cuda-sim, or compile it again with fusec compile --target cpu")
     given = (_load_inputs("--inputs", args.inputs, chains, str(a.directory), args.max_memory)
              if args.inputs else None)
+    runtime = {c.name: set((a.chains[c.name].plan or {}).get("dynamic", {})) for c in chains}
+    bind = _bind(args.bind, chains, str(a.directory)) if args.bind else {}
+    fixed = sorted(s for s in bind if not any(s in runtime[c.name] for c in chains))
+    if fixed:
+        raise UsageError(f"--bind {fixed[0]}: {args.artifact} was compiled for one extent of {fixed[0]} (only symbols "
+                         "compiled with --dynamic take another)")
     plans = []
     for chain in chains:
-        binding = {s: a.chains[chain.name].binding[s] for s in chain.symbols}
+        binding = {s: bind.get(s, a.chains[chain.name].binding[s]) if s in runtime[chain.name]
+                   else a.chains[chain.name].binding[s] for s in chain.symbols}
+        if given is not None:        # the run-time extents come from the inputs
+            binding = {s: v for s, v in binding.items() if s not in runtime[chain.name]}
         plans.append(_plan(chain, given, binding, args.max_memory, name))
     target = select(name)
     reports, saved = [], {}

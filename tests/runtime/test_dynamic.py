@@ -204,3 +204,23 @@ def test_a_whole_matmul_over_run_time_rows_is_one_blas_call(tmp_path, capsys):
     assert main([f, "--target", "cpu", "--dynamic", "M", "--bind", "M=512,D=256,H=1024", "--emit", "kernels"]) == 0
     src = capsys.readouterr().out
     assert "_sgemm(101, 111, 111, arg0.shape[0], 1024, 256," in src
+
+
+def test_an_artifact_compiled_dynamic_runs_other_extents_there(tmp_path, capsys):
+    f = write(tmp_path, "c.fdsl", ROWS)
+    out = str(tmp_path / "art")
+    assert main(["compile", f, "--target", "cpu", "--dynamic", "M", "--bind", "M=40,N=16", "-o", out]) == 0
+    assert "compiled rows [M=64, N=16]: 1 kernel; M taken at run time (planned for the size class M in 33..64)" in \
+        capsys.readouterr().out
+    assert main(["run", out, "--bind", "M=37"]) == 0
+    text = capsys.readouterr().out
+    assert "chain rows [M=37, N=16] on cpu" in text and "out 0 f32[37, 16]" in text and "-> ok" in text
+    inputs = tmp_path / "in.npz"
+    x = np.random.default_rng(1).standard_normal((90, 16), dtype=np.float32)      # another class, same build
+    np.savez(inputs, **{"rows/in/x": x, "rows/in/g": np.ones(16, np.float32)})
+    assert main(["run", out, "--inputs", str(inputs)]) == 0
+    assert "out 0 f32[90, 16]" in capsys.readouterr().out
+    assert main(["run", out, "--bind", "N=8"]) == 1
+    assert "was compiled for one extent of N" in capsys.readouterr().err
+    assert main(["compile", f, "--dynamic", "M", "-o", str(tmp_path / "gpu")]) == 1
+    assert "--dynamic works on the cpu target only, not cuda" in capsys.readouterr().err
