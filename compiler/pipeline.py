@@ -304,8 +304,10 @@ def _not_dynamic(chain: TypedChain, dynamic: tuple[str, ...], stage: str, e: Com
     """A build with run-time extents that a stage could not make: a user error at the chain,
     saying what stopped it, so the user binds the symbols statically instead."""
     names = ",".join(dynamic)
+    lines = e.message.splitlines()
+    why = next((line.split("): ", 1)[-1] for line in lines if line.startswith("Diagnostic message")), lines[0])
     return FdslError([Diagnostic(chain.span, f"chain '{chain.name}' cannot be built with {names} taken at run time "
-                                             f"(--dynamic {names}): stage '{stage}': {e.message.splitlines()[0]}; "
+                                             f"(--dynamic {names}): stage '{stage}': {why}; "
                                              f"bind {names} statically (leave {'it' if len(dynamic) == 1 else 'them'} "
                                              "out of --dynamic)")])
 

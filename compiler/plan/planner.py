@@ -206,7 +206,14 @@ def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool 
     if fuse:
         members_list = _attention_kernels(info, chooser, members_list, decisions, dynamic, run_time_loops or {})
         members_list, unwritten = _recompute(info, chooser, members_list, decisions)
-        members_list, unwritten = _horizontal(info, chooser, target, members_list, unwritten, decisions)
+        if not dynamic:
+            members_list, unwritten = _horizontal(info, chooser, target, members_list, unwritten, decisions)
+        elif len(_horizontal(info, chooser, target, [set(m) for m in members_list], [set(u) for u in unwritten],
+                             [])[0]) < len(members_list):
+            # fuse_sibling needs the two tile loops' trip counts to be one value, and with a
+            # run-time extent each tiling computes its own
+            decisions.append(f"not fused horizontally: {', '.join(dynamic)} {'is' if len(dynamic) == 1 else 'are'} "
+                             "taken at run time (the kernels' tile loops would need one run-time trip count)")
     # kernel numbers follow program order; decisions were written with provisional numbers
     n = len(members_list)
     decisions = [d.replace("{K", "{").format(*[n - 1 - k for k in range(n)]) if "{" in d else d

@@ -224,3 +224,30 @@ def test_an_artifact_compiled_dynamic_runs_other_extents_there(tmp_path, capsys)
     assert "was compiled for one extent of N" in capsys.readouterr().err
     assert main(["compile", f, "--dynamic", "M", "-o", str(tmp_path / "gpu")]) == 1
     assert "--dynamic works on the cpu target only, not cuda" in capsys.readouterr().err
+
+
+def test_siblings_stay_two_kernels_with_a_run_time_trip_count(capsys):
+    """Horizontal fusion needs one trip count for both tile loops: with M at run time the plan
+    keeps softmax and its logsumexp apart, says why, and both outputs check."""
+    f = os.path.join(EXAMPLES, "by_hand.fdsl")
+    assert main([f, "--chain", "softmax_and_logsumexp", "--target", "cpu", "--dynamic", "M",
+                 "--bind", "M=45,N=64", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "5 ops -> 2 kernels" in out and "out 1 f32[45, 1]" in out and out.count("-> ok") == 2
+    assert "not fused horizontally: M is taken at run time" in out
+
+
+def test_a_stage_that_cannot_take_a_run_time_extent_is_a_user_error_at_the_chain(tmp_path, monkeypatch, capsys):
+    from fusec.compiler import pipeline
+    from fusec.compiler.errors import CompilerInternalError
+
+    def refuse(module, plans):
+        raise CompilerInternalError("tiled", "transform script failed: Failed to apply named transform sequence.\n"
+                                             "Diagnostic message at loc(\"f\":1:1): operations cannot be fused")
+    monkeypatch.setattr(pipeline, "tile_and_fuse", refuse)
+    f = write(tmp_path, "c.fdsl", ROWS)
+    assert main([f, "--target", "cpu", "--dynamic", "M", "--bind", "M=8,N=8", "--emit", "tiled"]) == 1
+    err = capsys.readouterr().err
+    assert (f"{f}:1:1: error: chain 'rows' cannot be built with M taken at run time (--dynamic M): stage 'tiled': "
+            "operations cannot be fused; bind M statically") in err
+    assert main([f, "--target", "cpu", "--bind", "M=8,N=8", "--emit", "tiled"]) == 2      # static: still a bug
