@@ -25,10 +25,6 @@ STAGE = "linalg"
 STATIC_ONLY = {
     "conv2d": "its convolution algorithms are chosen and laid out for the image's extents",
     "batchnorm": "it folds into a convolution's weights",
-    "slice": "its bounds are checked against the extent when the chain is bound",
-    "concat": "its parts are placed at offsets computed at compile time",
-    "gather": "its index clamping is compiled for the axis's extent",
-    "embedding": "its index clamping is compiled for the table's extent",
     "cumsum": "its scan kernel is laid out for the row's extent",
     "cumprod": "its scan kernel is laid out for the row's extent",
     "broadcast_to": "its target shape is fixed at compile time",
@@ -96,14 +92,53 @@ def check_dynamic(chain: TypedChain, dynamic: frozenset[str]) -> None:
         errors.append(Diagnostic(chain.span, f"--dynamic {s}: no parameter of chain '{chain.name}' has {s} in its "
                                              "shape, so its extent cannot be read from the inputs at run time"))
     for node in chain.nodes:
-        if node.op not in STATIC_ONLY:
+        if node.op in AXIS_STATIC:
+            touched, why = AXIS_STATIC[node.op](chain, node, dynamic)
+        elif node.op in STATIC_ONLY:
+            touched = sorted({d for n in [node] + [chain.node(i) for i in node.inputs]
+                              for d in n.type.shape if d in dynamic})
+            why = STATIC_ONLY[node.op]
+        else:
             continue
-        touched = sorted({d for n in [node] + [chain.node(i) for i in node.inputs]
-                          for d in n.type.shape if d in dynamic})
         if touched:
-            errors.append(_dynamic_error(node, touched, STATIC_ONLY[node.op]))
+            errors.append(_dynamic_error(node, touched, why))
     if errors:
         raise FdslError(errors)
+
+
+def _sliced(chain: TypedChain, node: Node, dynamic) -> tuple[list[str], str]:
+    """A slice takes a run-time extent on the axes it keeps whole; not one it cuts (its bounds
+    are positions computed at compile time) nor a bound that names the symbol."""
+    src = chain.node(node.inputs[0]).type.shape
+    starts, steps, drop = node.attr("start"), node.attr("step"), set(node.attr("drop"))
+    kept = [a for a in range(len(src)) if a not in drop]
+    out = node.type.shape
+    bad = {p[0] for p in starts if isinstance(p, tuple) and p[0] in dynamic}
+    for a, d in enumerate(src):
+        if d in dynamic and (a in drop or starts[a] != 0 or steps[a] != 1 or out[kept.index(a)] != d):
+            bad.add(d)
+    return sorted(bad), "the axis it cuts (or a bound it names) must be static: its positions are computed at compile time"
+
+
+def _concatenated(chain: TypedChain, node: Node, dynamic) -> tuple[list[str], str]:
+    """concat takes run-time extents on every axis but the one it joins along."""
+    axis = node.attr("axis")
+    bad = {n.type.shape[axis] for n in [node] + [chain.node(i) for i in node.inputs]
+           if n.type.shape and n.type.shape[axis] in dynamic}
+    return sorted(bad), "the axis it joins along must be static: its parts are placed at offsets computed at compile time"
+
+
+def _gathered(chain: TypedChain, node: Node, dynamic) -> tuple[list[str], str]:
+    """gather/embedding take run-time extents on the indices and the table's other axes, not on
+    the axis they index (its clamp is compiled for its extent)."""
+    table = chain.node(node.inputs[0]).type.shape
+    axis = node.attr("axis")
+    bad = [table[axis]] if table[axis] in dynamic else []
+    return bad, "the table's indexed axis must be static: the index clamp is compiled for its extent"
+
+
+# ops that take a run-time extent on some axes only: (symbols refused, why)
+AXIS_STATIC = {"slice": _sliced, "concat": _concatenated, "gather": _gathered, "embedding": _gathered}
 
 
 def _dynamic_error(node: Node, symbols: list[str], why: str) -> Diagnostic:

@@ -105,8 +105,10 @@ def test_a_second_program_loads_the_class_from_the_compile_cache(tmp_path, monke
 @pytest.mark.parametrize("source, where, what", [
     ("chain f(x: f32[M, N]) -> f32[N, M] {\n    return reshape(x, [N, M]) * 2.0\n}\n", "2:12",
      "reshape cannot take M at run time (--dynamic M): its lowering needs the extent as a number"),
-    ("chain f(x: f32[M, N]) -> f32[M, 4] {\n    return x[:, :4] * 2.0\n}\n", "2:12",
-     "slice cannot take M at run time (--dynamic M)"),
+    ("chain f(x: f32[M, N]) -> f32[4, N] {\n    return x[-4:] * 2.0\n}\n", "2:12",
+     "slice cannot take M at run time (--dynamic M): the axis it cuts (or a bound it names) must be static"),
+    ("chain f(t: f32[M, 8], ids: i32[N]) -> f32[N, 8] {\n    return embedding(t, ids)\n}\n", "2:12",
+     "embedding cannot take M at run time (--dynamic M): the table's indexed axis must be static"),
     ("chain f(x: f32[M, 3, 8, 8], w: f32[4, 3, 3, 3]) -> f32[M, 4, 6, 6] {\n    return relu(conv2d(x, w))\n}\n",
      "2:17", "conv2d cannot take M at run time (--dynamic M): its convolution algorithms are chosen"),
 ])
@@ -251,3 +253,15 @@ def test_a_stage_that_cannot_take_a_run_time_extent_is_a_user_error_at_the_chain
     assert (f"{f}:1:1: error: chain 'rows' cannot be built with M taken at run time (--dynamic M): stage 'tiled': "
             "operations cannot be fused; bind M statically") in err
     assert main([f, "--target", "cpu", "--bind", "M=8,N=8", "--emit", "tiled"]) == 2      # static: still a bug
+
+
+def test_slices_concats_and_gathers_take_run_time_extents_on_the_axes_they_keep(capsys):
+    """RoPE's slices and concat cut the head dim, embedding indexes the vocabulary: with the
+    sequence (and the batch) at run time both run, at an extent off the class."""
+    for chain, dyn, bind in [("rope", "S", "B=2,H=2,S=45"), ("embed", "B,S", "V=100,B=3,S=45")]:
+        f = os.path.join(EXAMPLES, "rope.fdsl" if chain == "rope" else "embedding.fdsl")
+        assert main([f, "--chain", chain, "--target", "cpu", "--dynamic", dyn, "--bind", bind]) == 0, \
+            capsys.readouterr().err
+        out = capsys.readouterr().out
+        assert "dynamic: the kernels read" in out and "FAIL" not in out
+        assert out.count("-> ok") == (2 if chain == "rope" else 1)
