@@ -115,7 +115,8 @@ def _plan(job: Job, st: ChainStages) -> None:
     dynamic = chain_dynamic(st.typed.symbols, o.dynamic)
     with st.module.context:
         tag_ops(st.module)
-        planned_module, planned_at = _static_twin(job, st, dynamic) if dynamic else (st.module, dict(job.binding))
+        planned_module, planned_at, lowered = (_static_twin(job, st, dynamic) if dynamic
+                                               else (st.module, dict(job.binding), st.texts.get("linalg")))
         info = analyze(planned_module)[job.chain]
         # each op's loops whose extent is taken at run time (the dynamic module's are `?`)
         run_time = ({op.id: frozenset(k for k, n in enumerate(op.loops) if n == ir.ShapedType.get_dynamic_size())
@@ -127,16 +128,17 @@ def _plan(job: Job, st: ChainStages) -> None:
                             dynamic=dynamic, run_time_loops=run_time))
     if dynamic:
         plan = replace(plan, dynamic=tuple((d, planned_at[d]) for d in dynamic))
-    st.plan = _with_eager(plan, st.texts.get("linalg"), st.module.context)
+    st.plan = _with_eager(plan, lowered, st.module.context)
 
 
-def _static_twin(job: Job, st: ChainStages, dynamic: tuple[str, ...]) -> tuple[ir.Module, dict[str, int]]:
+def _static_twin(job: Job, st: ChainStages, dynamic: tuple[str, ...]) -> tuple[ir.Module, dict[str, int], str]:
     """The chain lowered and graph-passed with every extent a number, tagged like the dynamic
     module, whose ops it must match one for one (the plan made on it is applied to the dynamic
-    module); and the binding it was made at. That is the job's binding (the dynamic symbols at
-    their size class: compiler/dynamic.py), else, when a static extent let the graph passes
-    merge ops that stay apart with a run-time one (CSE of two fills alike only at that extent),
-    one less, which is in the same class."""
+    module); the binding it was made at; and its text as lowered (the op-by-op baseline of the
+    plan's transfers counts sizes, which the dynamic module's `?` hide). The binding is the
+    job's (the dynamic symbols at their size class: compiler/dynamic.py), else, when a static
+    extent let the graph passes merge ops that stay apart with a run-time one (CSE of two fills
+    alike only at that extent), one less, which is in the same class."""
     o = job.options
     ours = [op.name for op in payload_ops(_func(st.module, job.chain))]
     binding = dict(job.binding)
@@ -144,11 +146,12 @@ def _static_twin(job: Job, st: ChainStages, dynamic: tuple[str, ...]) -> tuple[i
         all(binding[d] > 2 for d in dynamic))
     for at in tries:
         twin = lower_chain(st.typed, at, st.module.context, verify_ir=False)
+        lowered = print_ir(twin, False)
         run_graph_passes(twin, o.disabled_passes, planning_profile(o) if o.target == "gpu" else None)
         tag_ops(twin)
         theirs = [op.name for op in payload_ops(_func(twin, job.chain))]
         if ours == theirs:
-            return twin, at
+            return twin, at, lowered
     raise CompilerInternalError("plan", f"the chain lowered with run-time extents has other ops than with static "
                                         f"ones ({len(ours)} ops against {len(theirs)}), so the plan made for the "
                                         "static extents does not apply to it")

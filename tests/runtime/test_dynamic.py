@@ -64,6 +64,12 @@ def test_three_extents_run_from_one_build(tmp_path, source, name, fixed):
     (build,) = chain._builds.values()
     assert build.binding["M"] == 64
     assert build.plan["dynamic"] == {"M": 64}
+    static = fusec.compile(write(tmp_path, "c.fdsl", source), target="cpu", cache=False).chains[name]
+    # the model's figures are the static build's at the class top, the op-by-op baseline too
+    # (its rejected fusions may differ: no horizontal fusion is tried over a run-time extent)
+    figures = [{k: v for k, v in p["model"].items() if k != "rejected"}
+               for p in (build.plan, static.plan(dict(fixed, M=64)))]
+    assert figures[0] == figures[1] and figures[0]["big_transfers"]["eager"] > 0
     assert build.fused.jit_s is not None         # Numba compiled it once, for the first extent
     checked(chain, dict(fixed, M=7))             # another class: planned again, for 5..8
     assert sorted(b.binding["M"] for b in chain._builds.values()) == [8, 64]
