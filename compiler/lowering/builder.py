@@ -63,8 +63,11 @@ class _Dims:
     tensor.dim of the first parameter that carries it), and what each func argument's shape is."""
     def __init__(self):
         self.values: dict[str, ir.Value] = {}
-        self.symbols: dict[ir.Value, str] = {}
         self.args: dict[ir.Value, Shape] = {}
+
+    def symbol_of(self, value: ir.Value) -> str | None:
+        """The symbol whose extent `value` is (None: no run-time extent)."""
+        return next((s for s, v in self.values.items() if v == value), None)
 
 
 _DIMS: list[_Dims] = []
@@ -164,7 +167,7 @@ def _symbolic(value: ir.Value) -> tuple:
     name = op.name
     if name == "tensor.empty":
         sizes = iter(op.operands)
-        return tuple(dims.symbols.get(next(sizes)) if d == DYNAMIC else d for d in shape)
+        return tuple(dims.symbol_of(next(sizes)) if d == DYNAMIC else d for d in shape)
     if name.startswith("linalg."):
         n = len(op.results)
         return _symbolic(op.operands[len(op.operands) - n + ir.OpResult(value).result_number])
@@ -241,9 +244,17 @@ def empty(shape: Sequence[int], elem: ir.Type) -> ir.Value:
     """tensor.empty; a Dyn extent takes its symbol's run-time value."""
     if not any(map(is_dynamic, shape)):
         return tensor.empty(list(shape), elem)
-    if not _DIMS or any(is_dynamic(d) and not (isinstance(d, Dyn) and d.symbol in _DIMS[-1].values) for d in shape):
+    sizes = iter(_run_time_sizes(shape))
+    return tensor.empty([next(sizes) if is_dynamic(d) else d for d in shape], elem)
+
+
+def _run_time_sizes(shape: Sequence[int]) -> list[ir.Value]:
+    """The values of `shape`'s run-time extents, in order (a tensor.empty's or an expand_shape's
+    size operands; none when it is static); DynamicUnsupported for one that names no symbol."""
+    dynamic = [d for d in shape if is_dynamic(d)]
+    if dynamic and (not _DIMS or not all(isinstance(d, Dyn) and d.symbol in _DIMS[-1].values for d in dynamic)):
         raise DynamicUnsupported("?")
-    return tensor.empty([_DIMS[-1].values[d.symbol] if isinstance(d, Dyn) else d for d in shape], elem)
+    return [_DIMS[-1].values[d.symbol] for d in dynamic]
 
 
 def fill(value: float | int, shape: Sequence[int], elem: ir.Type) -> ir.Value:
@@ -381,12 +392,8 @@ def collapse(value: ir.Value, shape: Shape, groups: list[list[int]]) -> ir.Value
 
 
 def expand(value: ir.Value, shape: Shape, groups: list[list[int]]) -> ir.Value:
-    dynamic = [d for d in shape if is_dynamic(d)]
-    if dynamic and (not _DIMS or not all(isinstance(d, Dyn) and d.symbol in _DIMS[-1].values for d in dynamic)):
-        raise DynamicUnsupported("?")
-    sizes = [_DIMS[-1].values[d.symbol] for d in dynamic]
     return tensor.ExpandShapeOp(tensor_type(shape, elem_of(value)), value, _reassoc_attr(groups),
-                                sizes, list(shape)).result
+                                _run_time_sizes(shape), list(shape)).result
 
 
 def reshape(value: ir.Value, shape: Shape) -> ir.Value:

@@ -73,7 +73,6 @@ def _lower_chain_into(block: ir.Block, chain: TypedChain, binding: dict[str, int
                 if d in dynamic and d not in dims.values:
                     with location_of(p.span or chain.span):
                         dims.values[d] = tensor.dim(arg, arith.constant(ir.IndexType.get(), axis))
-                    dims.symbols[dims.values[d]] = d
         for node in chain.nodes:
             if node.op == "param":
                 continue
@@ -95,15 +94,18 @@ def check_dynamic(chain: TypedChain, dynamic: frozenset[str]) -> None:
         if node.op in AXIS_STATIC:
             touched, why = AXIS_STATIC[node.op](chain, node, dynamic)
         elif node.op in STATIC_ONLY:
-            touched = sorted({d for n in [node] + [chain.node(i) for i in node.inputs]
-                              for d in n.type.shape if d in dynamic})
-            why = STATIC_ONLY[node.op]
+            touched, why = _touched(chain, node, dynamic), STATIC_ONLY[node.op]
         else:
             continue
         if touched:
             errors.append(_dynamic_error(node, touched, why))
     if errors:
         raise FdslError(errors)
+
+
+def _touched(chain: TypedChain, node: Node, dynamic) -> list[str]:
+    """The dynamic symbols in the shapes an op reads or writes."""
+    return sorted({d for n in [node] + [chain.node(i) for i in node.inputs] for d in n.type.shape if d in dynamic})
 
 
 def _sliced(chain: TypedChain, node: Node, dynamic) -> tuple[list[str], str]:
@@ -152,8 +154,7 @@ def _lower_dynamic_node(ctx: LoweringContext, node: Node):
     try:
         return _lower_node(ctx, node)
     except DynamicUnsupported:
-        touched = sorted({d for n in [node] + [ctx.chain.node(i) for i in node.inputs]
-                          for d in n.type.shape if d in ctx.dynamic}) or sorted(ctx.dynamic)
+        touched = _touched(ctx.chain, node, ctx.dynamic) or sorted(ctx.dynamic)
         raise FdslError([_dynamic_error(node, touched, "its lowering needs the extent as a number "
                                                         "(a count or a regrouping of dims)")]) from None
 
