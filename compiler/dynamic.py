@@ -31,3 +31,23 @@ def planning_binding(binding: dict[str, int], dynamic) -> dict[str, int]:
 def chain_dynamic(symbols, dynamic) -> tuple[str, ...]:
     """The dynamic symbols one chain has (options.dynamic may name symbols of other chains)."""
     return tuple(s for s in symbols if s in set(dynamic))
+
+
+def unknown_symbols(dynamic, chains, where: str = "this file") -> str | None:
+    """Why `dynamic` names a symbol no chain has (None: every one is some chain's)."""
+    symbols = sorted({s for c in chains for s in c.symbols})
+    unknown = [s for s in dynamic if s not in symbols]
+    if not unknown:
+        return None
+    return (f"no chain of {where} has the symbol{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+            f"(its symbols: {', '.join(symbols) or 'none'})")
+
+
+def wrong_target(target: str) -> str | None:
+    """Why a build for runtime target `target` cannot take extents at run time (None: cpu can)."""
+    if target == "cpu":
+        return None
+    return (f"works on the cpu target only, not {target}: "
+            + ("the GPU kernels' grids are mapped at compile time (MLIR's map_forall_to_blocks needs a static "
+               "grid)" if target in ("cuda", "cuda-sim") else
+               "the reference runs every extent as it comes, and mlir-jit compiles each binding"))

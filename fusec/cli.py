@@ -310,19 +310,13 @@ def _symbols(text: str) -> tuple[str, ...]:
 
 def _check_dynamic(dynamic: tuple[str, ...], typed, target: str) -> None:
     """--dynamic names symbols of the file's chains, on the cpu target (UsageError otherwise)."""
+    from fusec.compiler.dynamic import unknown_symbols, wrong_target
     if not dynamic:
         return
-    symbols = sorted({s for c in typed.chains for s in c.symbols})
-    unknown = [s for s in dynamic if s not in symbols]
-    if unknown:
-        raise UsageError(f"--dynamic {','.join(dynamic)}: no chain of this file has the symbol"
-                         f"{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
-                         f"(its symbols: {', '.join(symbols) or 'none'})")
-    if target != "cpu":
-        raise UsageError(f"--dynamic works on the cpu target only, not {target}: "
-                         + ("the GPU kernels' grids are mapped at compile time (MLIR's map_forall_to_blocks needs "
-                            "a static grid)" if target in ("cuda", "cuda-sim") else
-                            "the reference targets run every extent without compiling for one"))
+    if (why := unknown_symbols(dynamic, typed.chains)) is not None:
+        raise UsageError(f"--dynamic {','.join(dynamic)}: {why}")
+    if (why := wrong_target(target)) is not None:
+        raise UsageError(f"--dynamic {why}")
 
 
 def _check_output_dir(flag: str, value: str | None) -> None:

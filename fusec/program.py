@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fusec.compiler.dynamic import chain_dynamic, planning_binding
+from fusec.compiler.dynamic import chain_dynamic, planning_binding, unknown_symbols, wrong_target
 from fusec.compiler.options import CompileOptions, OptionsError
 from fusec.dsl.binding import check_binding
 from fusec.dsl.diagnostics import Diagnostic, FdslError
@@ -61,10 +61,8 @@ def compile_options(target: Target, options: CompileOptions | dict | None = None
         opts = replace(opts, fuse=False)
     kind = target.kind if target.compiled else "cpu"
     opts = replace(opts, target=kind)
-    if opts.dynamic and (not target.compiled or kind != "cpu"):
-        raise OptionsError(f"dynamic={list(opts.dynamic)}: shape-polymorphic builds are made for the cpu target only, "
-                           f"not {target.name}" + (" (the GPU kernels' grids are mapped at compile time)"
-                                                    if target.compiled else " (it runs every extent without compiling)"))
+    if opts.dynamic and (why := wrong_target(target.name)) is not None:
+        raise OptionsError(f"dynamic={list(opts.dynamic)}: {why}")
     if (quick and plans and kind == "cpu" and target.compiled and opts.hardware is None and hw is None
             and "fusec.compiler.calibrate" not in sys.modules):
         from fusec.compiler.plan.hardware import cached_cpu_profile
@@ -544,11 +542,8 @@ def compile_source(text: str, path: str, target: str | None = None, options=None
     tgt = select(target or best_available())
     persistent = (cache_enabled() if cache is None else bool(cache)) and tgt.compiled
     opts = compile_options(tgt, options, quick=persistent)
-    symbols = sorted({s for c in typed.chains for s in c.symbols})
-    unknown = [s for s in opts.dynamic if s not in symbols]
-    if unknown:
-        raise OptionsError(f"dynamic={list(opts.dynamic)}: no chain of {path} has the symbol"
-                           f"{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} (its symbols: {', '.join(symbols) or 'none'})")
+    if (why := unknown_symbols(opts.dynamic, typed.chains, path)) is not None:
+        raise OptionsError(f"dynamic={list(opts.dynamic)}: {why}")
     root = Path(cache_dir) if cache_dir else (compile_cache_dir() if persistent else None)
     if persistent:
         CompileCache(root).check()
