@@ -67,19 +67,8 @@ def fusec_impls(w: Workload, binding: dict, inputs: list[np.ndarray], target: st
     stage_s = {k: round(v, 4) for k, v in built.compile_seconds.items()}
     impls = []
     for build in ("fused", "unfused"):
-        exe = getattr(built, build)
-        args = exe.prepare(inputs)
-        holder: dict = {}
-
-        def call(exe=exe, args=args, holder=holder):
-            holder["out"] = exe.run_prepared(args)
-            exe.target.synchronize()
-            return holder["out"]
-
-        _, jit_s = _timed_first(call)
-        impl = Impl(f"fusec {build}", call,
-                    lambda exe=exe, holder=holder: np.asarray(exe.target.to_host(holder["out"][0])),
-                    cold_s=(mlir_s if build == "fused" else 0.0) + jit_s)
+        impl, jit_s = _executable_impl(f"fusec {build}", getattr(built, build), inputs)
+        impl.cold_s = (mlir_s if build == "fused" else 0.0) + jit_s
         impl.detail = {"kernels": built.kernel_counts.get(build), "jit_s": round(jit_s, 4)}
         if build == "fused":
             impl.detail.update(mlir_s=round(mlir_s, 4), stage_s=stage_s)
@@ -102,7 +91,16 @@ def fusec_dynamic_impl(w: Workload, binding: dict, inputs: list[np.ndarray], tar
         built = chain.compiled(binding)
     except FdslError as e:
         raise Skip("refused: " + e.diagnostics[0].message) from None
-    exe = built.fused
+    impl, jit_s = _executable_impl("fusec dynamic", built.fused, inputs)
+    impl.cold_s = time.perf_counter() - t0
+    impl.detail = {"symbol": sym, "planned_at": built.plan["dynamic"][sym], "kernels": built.kernel_counts.get("fused"),
+                   "jit_s": round(jit_s, 4)}
+    return impl
+
+
+def _executable_impl(name: str, exe, inputs: list[np.ndarray]) -> tuple[Impl, float]:
+    """A build's Executable as an Impl on prepared inputs (its result kept for the agreement
+    check), and the seconds of its first call (Numba's compile or cache load)."""
     args = exe.prepare(inputs)
     holder: dict = {}
 
@@ -112,11 +110,7 @@ def fusec_dynamic_impl(w: Workload, binding: dict, inputs: list[np.ndarray], tar
         return holder["out"]
 
     _, jit_s = _timed_first(call)
-    impl = Impl("fusec dynamic", call, lambda: np.asarray(exe.target.to_host(holder["out"][0])),
-                cold_s=time.perf_counter() - t0)
-    impl.detail = {"symbol": sym, "planned_at": built.plan["dynamic"][sym], "kernels": built.kernel_counts.get("fused"),
-                   "jit_s": round(jit_s, 4)}
-    return impl
+    return Impl(name, call, lambda: np.asarray(exe.target.to_host(holder["out"][0]))), jit_s
 
 
 def _fusec_cached(directory: Path, typed, target, inputs, load_chain, art) -> float:

@@ -217,20 +217,11 @@ def run(directory: Path, out: Path, only: list[str] | None = None, target_name: 
 
 
 def _fusec_gpu(built, build: str, inputs, load_s: float, compile_s: float):
-    from .anchors import Impl
-    exe = getattr(built, build)
-    args = exe.prepare(inputs)          # inputs on the device once, as the anchors have them
-    holder: dict = {}
-
-    def call():
-        holder["out"] = exe.run_prepared(args)
-        exe.target.synchronize()
-        return holder["out"]
-    t0 = time.perf_counter()
-    call()
-    jit_s = time.perf_counter() - t0
-    impl = Impl(f"fusec {build}", call, lambda: exe.target.to_host(holder["out"][0]),
-                cold_s=(compile_s if build == "fused" else 0.0) + load_s + jit_s, cached_s=load_s + jit_s)
+    from .anchors import _executable_impl
+    # inputs on the device once, as the anchors have them
+    impl, jit_s = _executable_impl(f"fusec {build}", getattr(built, build), inputs)
+    impl.cold_s = (compile_s if build == "fused" else 0.0) + load_s + jit_s
+    impl.cached_s = load_s + jit_s
     impl.detail = {"kernels": built.kernel_counts.get(build), "jit_s": round(jit_s, 3),
                    "compiled_here_s": compile_s}
     return impl
