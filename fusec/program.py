@@ -149,6 +149,7 @@ class Chain:
         self.program = program
         self.typed = typed
         self._builds: dict[tuple, CompiledChain] = {}
+        self._checked: set[tuple] = set()       # bindings already checked (a dynamic build serves many)
 
     @property
     def name(self) -> str:
@@ -183,8 +184,11 @@ class Chain:
         class of them). A binding that makes a slice misfit, or whose buffers would not fit the
         program's memory limit, is refused first (an FdslError at the slice, or at the largest
         tensor)."""
-        check_binding(self.typed, dict(binding))
-        check_memory(self.typed, dict(binding), self.program.max_memory, "max_memory=BYTES")
+        given = tuple(sorted(binding.items()))
+        if given not in self._checked:
+            check_binding(self.typed, dict(binding))
+            check_memory(self.typed, dict(binding), self.program.max_memory, "max_memory=BYTES")
+            self._checked.add(given)
         planned = self.build_binding(binding)
         key = tuple(sorted(planned.items()))
         if key not in self._builds:
