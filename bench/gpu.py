@@ -199,9 +199,9 @@ def run(directory: Path, out: Path, only: list[str] | None = None, target_name: 
                         "bound": w.bound, "bytes": w.bytes(binding), "flops": w.flops(binding),
                         "floor": floor, "impls": entries, "skipped": skipped,
                         "ratios": _ratios(samples, floor)})
-    import datetime as dt
+    from . import utc_stamp
     doc = {"schema": SCHEMA, "suite": "fusec-bench", "size": manifest["size"], "target": "cuda",
-           "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "date": utc_stamp(),
            "machine": machine.machine_id(gpu), "host": {"gpu": gpu, **_versions()},
            "fusec": {"version": fusec.__version__, "commit": git_commit()},
            "bandwidth": bandwidth, "gemm": {},

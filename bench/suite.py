@@ -2,7 +2,6 @@
 against the NumPy reference (in float64), and return the results as one JSON-able dict."""
 from __future__ import annotations
 
-import datetime as dt
 import gc
 import os
 import subprocess
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import machine
+from . import machine, utc_stamp
 from .anchors import CPU_ANCHORS, Impl, Skip, fusec_dynamic_impl, fusec_impls, prepare
 from .timing import Budget, measure, paired_ratio
 from .workloads import WORKLOADS, Workload
@@ -49,7 +48,7 @@ def run_suite(workloads: tuple[Workload, ...] = WORKLOADS, size: str = "full",
         gc.collect()
     return {
         "schema": SCHEMA, "suite": "fusec-bench", "size": size, "target": target,
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": utc_stamp(),
         "machine": info.get("machine_id") or machine.machine_id(info.get("gpu")),
         "host": info, "fusec": {"version": fusec.__version__, "commit": git_commit()},
         "bandwidth": bandwidth, "gemm": gemm,
