@@ -114,8 +114,10 @@ def _assemble(target, consts, globals_, helpers, kernels, hosts) -> str:
 # the emitted module's keeper of planned buffers (emit/memplan.py)
 MEMORY_CLASS = '''class _Memory:
     """A host function's arenas (one per element type; allocated once per thread) and its output
-    buffers (the previous call's array again when only this keeper still holds it, else a new
-    one). release() gives the memory back; the next call allocates it again."""
+    buffers, two per output: a call takes one that only this keeper holds, else a new one. So
+    `y = f(x)` in a loop (the previous result still held while the next call runs) alternates
+    between two arrays and allocates nothing. release() gives the memory back; the next call
+    allocates it again."""
 
     takes_inputs = True       # buffers() is given the call's inputs (an output's extent may be theirs)
 
@@ -124,17 +126,25 @@ MEMORY_CLASS = '''class _Memory:
         self.local = threading.local()
 
     def buffers(self, *inputs):
-        held = getattr(self.local, "held", None)
+        local = self.local
+        held = getattr(local, "held", None)
         if held is None:
-            held = self.local.held = [self.new((n,), d) for d, n in self.arenas] + [None] * len(self.outputs)
-        k = len(self.arenas)
+            held = local.held = [self.new((n,), d) for d, n in self.arenas] + [None] * len(self.outputs)
+            local.spare = [None] * len(self.outputs)
+        spare, k = local.spare, len(self.arenas)
         for i, (shape, d) in enumerate(self.outputs):
             if inputs:        # an extent (argument, axis) is read from this call's inputs
                 shape = tuple(inputs[e[0]].shape[e[1]] if isinstance(e, tuple) else e for e in shape)
-            old = held[k + i]
-            if old is None or sys.getrefcount(old) > 3 or old.shape != shape:    # the list, `old`, this call
-                held[k + i] = None
-                held[k + i] = self.new(shape, d)
+            old, other = held[k + i], spare[i]
+            # a buffer nobody else holds has 3 references: its list, the local name, getrefcount's
+            if old is not None and old.shape == shape and sys.getrefcount(old) <= 3:
+                continue
+            if other is not None and other.shape == shape and sys.getrefcount(other) <= 3:
+                held[k + i], spare[i] = other, old      # old is the caller's: free again once dropped
+                continue
+            spare[i] = old if old is not None and old.shape == shape else None
+            held[k + i] = old = other = None        # one of another shape is freed before the new one
+            held[k + i] = self.new(shape, d)
         return held
 
     def release(self):

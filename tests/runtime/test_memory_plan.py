@@ -118,6 +118,33 @@ def test_repeated_cpu_calls_allocate_nothing_new():
     assert exe.memory.buffers()[-1] is not kept
 
 
+def test_a_loop_keeping_the_last_result_alternates_between_two_buffers():
+    """`y = f(x)` in a loop: the previous result is still held while the next call runs, so a
+    one-buffer pool would allocate (and page-fault) every call; two buffers take turns."""
+    prog = fusec.compile(LAYERNORM, target="cpu", cache=False)
+    f = prog.layernorm_by_hand
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2048, 256)).astype(np.float32)
+    g, b = np.ones(256, np.float32), np.zeros(256, np.float32)
+    want = f(x, g, b).copy()
+    y = f(x, g, b)
+    y = f(x, g, b)
+    tracemalloc.start()
+    seen = []
+    for _ in range(4):
+        y = f(x, g, b)
+        seen.append(y.ctypes.data)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(set(seen)) == 2 and seen[0] == seen[2] and seen[1] == seen[3], seen
+    assert peak < x.nbytes // 100, peak                      # no output allocated in the loop
+    np.testing.assert_array_equal(y, want)
+    kept = [f(x, g, b) for _ in range(3)]                    # every result held: each a new array
+    assert len({k.ctypes.data for k in kept}) == 3
+    for k in kept:
+        np.testing.assert_array_equal(k, want)
+
+
 def test_the_fused_build_never_holds_more_than_the_unfused_one():
     for src, chain, binding in [(MLP, "mlp", dict(M=64, D=256, H=1024)), (LAYERNORM, "layernorm_by_hand", dict(T=64)),
                                 (CHAIN3, "three", dict(M=64, N=32))]:
