@@ -75,7 +75,10 @@ def _c(x: np.ndarray, v: float) -> np.ndarray:
 
 
 def _sigmoid(x):
-    return _c(x, 1) / (_c(x, 1) + np.exp(-x))
+    """1/(1+exp(-x)) in the form that never overflows: e = exp(-|x|), then 1/(1+e) for x >= 0 and
+    e/(1+e) below (the same value; NaN stays NaN). An `exp(-abs(x))` of the chain is then shared."""
+    e = np.exp(-np.abs(x))
+    return np.where(x >= _c(x, 0), _c(x, 1), e) / (_c(x, 1) + e)
 
 
 def _gelu(x, approximate):

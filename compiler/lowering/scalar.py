@@ -60,7 +60,10 @@ def recip(a):
 
 
 def sigmoid(x):
-    return div(c(1, x), add(c(1, x), math.exp(neg(x))))
+    """As dsl/ops.py: e = exp(-|x|), (x >= 0 ? 1 : e) / (1 + e): never overflows, and CSE
+    shares the exp with an `exp(-abs(x))` of the same kernel."""
+    e = math.exp(neg(math.absf(x)))
+    return div(arith.select(compare("ge", x, c(0, x)), c(1, x), e), add(c(1, x), e))
 
 
 def gelu(x, approximate: str):

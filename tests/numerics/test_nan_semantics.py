@@ -41,6 +41,8 @@ CASES = [
      [88.72, 88.73, -103.9, -103.98, -INF, NAN], None, [3.3931e38, INF, 1.4e-45, 0, 0, NAN]),
     ("sigmoid(-inf) is 0, sigmoid(inf) 1", "sigmoid(x)", [-INF, INF, NAN, 0, -1e4, 1e4], None,
      [0, 1, NAN, 0.5, 0, 1]),
+    ("sigmoid never overflows: far below 0 it is exp(x), a denormal, not 1/(1+inf) = 0", "sigmoid(x)",
+     [-90, -92, -88.5, -30, 30, -0.5], None, [8.194013e-40, 1.108939e-40, 3.672302e-39, 9.357623e-14, 1, 0.37754068]),
     ("tanh(+-inf) is +-1, -0 stays", "tanh(x)", [-INF, INF, NAN, Z, 0, 20], None, [-1, 1, NAN, Z, 0, 1]),
     ("silu(-inf) is NaN (-inf * 0)", "silu(x)", [-INF, INF, NAN, Z, -1e4, 0], None, [NAN, INF, NAN, Z, Z, 0]),
     ("gelu(-inf) is NaN in both forms, gelu(inf) inf", "gelu(x)", [-INF, INF, NAN, Z, -1e4, 0], None,
