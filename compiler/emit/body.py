@@ -81,6 +81,33 @@ class FuncCtx:
     on_host_copy: Callable | None = None          # (memref.copy op, host Body) -> None
     phantom: set = field(default_factory=set)     # arrays a template's absorbed allocs name: never allocated
     memory: "object | None" = None                # the host function's MemoryPlan (emit/memplan.py)
+    scalars: dict = field(default_factory=dict)   # one-element cpu allocs held as a Python local
+    promoted: dict = field(default_factory=dict)  # buffer -> the local holding its element in a loop
+
+
+_LOOPS_RUN_APART = ("scf.parallel", "scf.forall")      # a prange's iterations: a local is not shared
+
+
+def _held_as_local(op: "ir.Operation", shape: tuple, elem) -> bool:
+    """A one-element cpu alloc that only loads and stores touch, none of them in a parallel loop
+    the alloc is outside of (a prange's iterations would each have their own copy)."""
+    if any(d != "1" for d in shape) or not (elem.compute.startswith("float") or elem.compute.startswith("int")):
+        return False
+    home = op.parent
+    for use in op.results[0].uses:
+        user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        if user.name == "memref.dealloc":
+            continue
+        if user.name not in ("memref.load", "memref.store") or (user.name == "memref.store" and use.operand_number != 1):
+            return False
+        p = user.parent
+        while p is not None and p != home:
+            if p.name in _LOOPS_RUN_APART:
+                return False
+            p = p.parent
+        if p is None:
+            return False
+    return True
 
 
 class Body(ControlFlow):
@@ -186,6 +213,12 @@ class Body(ControlFlow):
         elif self.mode == "host":
             array = Array(name, elem, len(carried), elem.storage)
             self.w(f"{name} = cuda.device_array({shape_tuple(carried)}, np.{elem.storage})")
+        elif _held_as_local(op, shape, elem):
+            # a reduction's accumulator: as a local, LLVM keeps it in a register and vectorises the
+            # loop (through a heap array it loads and stores every element, one at a time)
+            self.ctx.scalars[result] = name
+            self.w(f"{name} = np.{elem.compute}(0)")
+            return
         else:
             array = Array(name, elem, len(carried), elem.compute)
             self.w(f"{name} = np.empty({shape_tuple(carried)}, np.{elem.compute})")
@@ -254,6 +287,10 @@ class Body(ControlFlow):
 
     def load(self, op):
         self.need(op, "kernel", "cpu")
+        held = self.ctx.scalars.get(op.operands[0]) or self.ctx.promoted.get(op.operands[0])
+        if held is not None:
+            self.assign(op.results[0], held)
+            return
         v = self.view(op.operands[0])
         e = v.at([self.val(i) for i in op.operands[1:]])
         if v.array.storage != v.array.elem.compute:  # f16 arrays: compute in float32
@@ -262,6 +299,10 @@ class Body(ControlFlow):
 
     def store(self, op):
         self.need(op, "kernel", "cpu")
+        held = self.ctx.scalars.get(op.operands[1]) or self.ctx.promoted.get(op.operands[1])
+        if held is not None:
+            self.w(f"{held} = {self.val(op.operands[0])}")
+            return
         v = self.view(op.operands[1])
         self.w(f"{v.at([self.val(i) for i in op.operands[2:]])} = {self.val(op.operands[0])}")
 

@@ -7,6 +7,33 @@ from __future__ import annotations
 from . import views
 from .values import EmitError, add, floordiv, is_int, is_memref, mod, mul
 from .views import Array
+from ..mlir import ir
+
+
+def _within(operation, loop) -> bool:
+    p = operation
+    while p is not None:
+        if p == loop:
+            return True
+        p = p.parent
+    return False
+
+
+def _defined_within(v, loop) -> bool:
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        owner = owner.owner          # a block argument: the block's parent op
+    owner = owner.operation if hasattr(owner, "operation") else owner
+    return _within(owner, loop)
+
+
+def _nested_ops(op):
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner = inner.operation
+                yield inner
+                yield from _nested_ops(inner)
 
 
 class ControlFlow:
@@ -20,12 +47,73 @@ class ControlFlow:
         self._no_memref(op, carried)
         names = self._bind_carried(carried, op.operands[3:])
         self.ctx.expr[iv] = self.names(iv)
+        kept = self._keep_in_locals(op)
         self.w(f"for {self.names(iv)} in {_range('range', lb, ub, step)}:")
         with self.w.indent():
             term = self.ops(block)
             self._yield(names, term)
+        self._write_back(kept)
         for r, n in zip(op.results, names):
             self.ctx.expr[r] = n
+
+    def _keep_in_locals(self, loop) -> list:
+        """cpu: the elements of a function-local buffer that a loop reads and writes at one place
+        (indices fixed outside it: a row tile's accumulator, `acc[r] += x[r, j]` over j) are held
+        in a Python local for the loop: loaded before, stored after. LLVM cannot do this itself,
+        since it cannot tell the buffer from the arrays the loop reads, so it would load and
+        store the element every iteration and not vectorise the reduction."""
+        if self.mode != "cpu":
+            return []
+        kept, seen = [], set()
+        for inner in _nested_ops(loop):
+            if inner.name not in ("memref.load", "memref.store"):
+                continue
+            m = inner.operands[0 if inner.name == "memref.load" else 1]
+            if m in seen or m in self.ctx.scalars or m in self.ctx.promoted:
+                continue
+            seen.add(m)
+            place = self._one_place(m, loop)
+            if place is not None:
+                index, stored = place
+                local = self.names.temp("acc")
+                self.w(f"{local} = {self.view(m).at([self.val(i) for i in index])}")
+                self.ctx.promoted[m] = local
+                kept.append((m, index, local, stored))
+        return kept
+
+    def _write_back(self, kept: list) -> None:
+        for m, index, local, stored in kept:
+            if stored:
+                self.w(f"{self.view(m).at([self.val(i) for i in index])} = {local}")
+            del self.ctx.promoted[m]
+
+    def _one_place(self, m, loop):
+        """(the indices, whether it stores) of every access of buffer `m` inside `loop`, when `m`
+        is a buffer this function allocated (no caller's array, no arena slice, no view: nothing
+        else aliases it), the loop only loads and stores it, and always at the same indices,
+        all defined outside the loop; else None."""
+        if isinstance(m.owner, ir.Block):
+            return None
+        owner = m.owner.operation if hasattr(m.owner, "operation") else m.owner
+        if owner.name not in ("memref.alloc", "memref.alloca") or (
+                self.ctx.memory is not None and m in self.ctx.memory.slots):
+            return None
+        index, stored = None, False
+        for use in m.uses:
+            user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+            if not _within(user, loop):
+                continue
+            if (user.name, use.operand_number) not in (("memref.load", 0), ("memref.store", 1)):
+                return None
+            at = tuple(user.operands[1 if user.name == "memref.load" else 2:])
+            if index is None:
+                if any(_defined_within(i, loop) for i in at):
+                    return None
+                index = at
+            elif at != index:
+                return None
+            stored = stored or user.name == "memref.store"
+        return None if index is None else (index, stored)
 
     def scf_if(self, op):
         self.need(op, "kernel", "cpu")

@@ -48,3 +48,29 @@ def test_cpu_source_uses_prange_once_per_kernel():
     s = kernels(SM, target="cpu")
     assert "@numba.njit(parallel=True" in s and s.count("numba.prange(") == 1
     assert "def run_sm(arg0):" in s
+
+
+def test_cpu_row_statistics_are_locals_not_heap_arrays():
+    """The max and the sum of a softmax row are Python locals while a loop runs over the row (LLVM
+    then keeps them in registers and vectorises the loop): a one-row tile's statistics are locals
+    outright, a row tile's accumulator elements are loaded before each row's loop and stored
+    after it, never inside."""
+    one_row = kernels(SM.replace("64, 128", "8192, 128"), target="cpu")
+    planned = one_row[one_row.index("def _run_sm_planned("):]
+    assert "for arg1 in numba.prange(0, 8192):" in planned, planned
+    assert "np.empty(" not in planned, planned
+    assert len(re.findall(r"^        (alloc_\d+) = np\.float32\(0\)$", planned, re.M)) == 2, planned
+    tile = kernels(SM, target="cpu")
+    planned = tile[tile.index("def _run_sm_planned("):]
+    assert "np.empty((8,), np.float32)" in planned, planned                  # 8 rows a tile
+    inner = [ln for ln in planned.splitlines() if ln.startswith(" " * 16)]   # the loops over a row
+    assert inner and not any(re.search(r"alloc_\d+\[", ln) for ln in inner), planned
+    assert len(re.findall(r"^            (_acc\d+) = alloc_\d+\[arg2_\d+\]$", planned, re.M)) == 4, planned
+
+
+def test_sigmoid_shares_the_chains_exp_of_minus_abs():
+    """sigmoid is exp(-|x|)-based (never overflows), so CSE merges it with the chain's own
+    exp(-abs(x)): one exp per element, not two."""
+    s = kernels(EW, target="cpu")
+    body = s[s.index("def _run_ew_planned("):]
+    assert body.count("_exp_f32(") == 1, body
