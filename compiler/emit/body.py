@@ -19,6 +19,7 @@ from .attention import block_attention
 from .reduce import block_reduce
 from .scan import MARK as SCAN_MARK
 from .scan import block_scan
+from .siblings import FusedLoops, fuse_siblings
 from .scalar import Helpers, ScalarRules
 from .values import (Constants, EmitError, Globals, Names, elem_of, is_int, is_memref,
                           memref_shape, no_rule)
@@ -138,13 +139,15 @@ class Body(ControlFlow):
     def ops(self, block: "ir.Block") -> "ir.Operation | None":
         """Emit every op of `block` but its terminator, which is returned."""
         ops = [op.operation for op in block.operations]
-        for op in ops[:-1]:
-            self.op(op)
-        last = ops[-1] if ops else None
-        if last is not None and not _is_terminator(last):
-            self.op(last)
-            return None
-        return last
+        term = ops.pop() if ops and _is_terminator(ops[-1]) else None
+        if self.mode == "cpu":
+            ops = fuse_siblings(ops, self.ctx.memory.slots if self.ctx.memory is not None else None)
+        for op in ops:
+            if isinstance(op, FusedLoops):
+                self.fused_loops(op)
+            else:
+                self.op(op)
+        return term
 
     def op(self, op: "ir.Operation") -> None:
         name = op.name

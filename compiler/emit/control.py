@@ -8,23 +8,7 @@ from . import views
 from .values import EmitError, add, floordiv, is_int, is_memref, mod, mul
 from .views import Array
 from ..mlir import ir
-
-
-def _within(operation, loop) -> bool:
-    p = operation
-    while p is not None:
-        if p == loop:
-            return True
-        p = p.parent
-    return False
-
-
-def _defined_within(v, loop) -> bool:
-    owner = v.owner
-    if isinstance(owner, ir.Block):
-        owner = owner.owner          # a block argument: the block's parent op
-    owner = owner.operation if hasattr(owner, "operation") else owner
-    return _within(owner, loop)
+from .siblings import defined_in, within
 
 
 def _nested_ops(op):
@@ -56,7 +40,24 @@ class ControlFlow:
         for r, n in zip(op.results, names):
             self.ctx.expr[r] = n
 
-    def _keep_in_locals(self, loop) -> list:
+    def fused_loops(self, group) -> None:
+        """Sibling loops over one range as one Python loop (emit/siblings.py): the ops that stood
+        between them first, then each loop's body in turn under the first loop's index."""
+        for op in group.hoisted:
+            self.op(op)
+        first = group.loops[0]
+        lb, ub, step = (self.val(v) for v in first.operands[:3])
+        iv = self.names(first.regions[0].blocks[0].arguments[0])
+        for loop in group.loops:
+            self.ctx.expr[loop.regions[0].blocks[0].arguments[0]] = iv
+        kept = self._keep_in_locals(*group.loops)
+        self.w(f"for {iv} in {_range('range', lb, ub, step)}:    # {len(group.loops)} loops over one range, fused")
+        with self.w.indent():
+            for loop in group.loops:
+                self.ops(loop.regions[0].blocks[0])
+        self._write_back(kept)
+
+    def _keep_in_locals(self, *loops) -> list:
         """cpu: the elements of a function-local buffer that a loop reads and writes at one place
         (indices fixed outside it: a row tile's accumulator, `acc[r] += x[r, j]` over j) are held
         in a Python local for the loop: loaded before, stored after. LLVM cannot do this itself,
@@ -65,14 +66,14 @@ class ControlFlow:
         if self.mode != "cpu":
             return []
         kept, seen = [], set()
-        for inner in _nested_ops(loop):
+        for inner in (o for loop in loops for o in _nested_ops(loop)):
             if inner.name not in ("memref.load", "memref.store"):
                 continue
             m = inner.operands[0 if inner.name == "memref.load" else 1]
             if m in seen or m in self.ctx.scalars or m in self.ctx.promoted:
                 continue
             seen.add(m)
-            place = self._one_place(m, loop)
+            place = self._one_place(m, loops)
             if place is not None:
                 index, stored = place
                 local = self.names.temp("acc")
@@ -87,7 +88,7 @@ class ControlFlow:
                 self.w(f"{self.view(m).at([self.val(i) for i in index])} = {local}")
             del self.ctx.promoted[m]
 
-    def _one_place(self, m, loop):
+    def _one_place(self, m, loops):
         """(the indices, whether it stores) of every access of buffer `m` inside `loop`, when `m`
         is a buffer this function allocated (no caller's array, no arena slice, no view: nothing
         else aliases it), the loop only loads and stores it, and always at the same indices,
@@ -101,13 +102,13 @@ class ControlFlow:
         index, stored = None, False
         for use in m.uses:
             user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
-            if not _within(user, loop):
+            if not any(within(user, loop) for loop in loops):
                 continue
             if (user.name, use.operand_number) not in (("memref.load", 0), ("memref.store", 1)):
                 return None
             at = tuple(user.operands[1 if user.name == "memref.load" else 2:])
             if index is None:
-                if any(_defined_within(i, loop) for i in at):
+                if any(defined_in(i, loops) for i in at):
                     return None
                 index = at
             elif at != index:
