@@ -310,7 +310,7 @@ def _softmax_ref(x, axis, log):
     m = np.max(x, axis=axis, keepdims=True)
     e = np.exp(x - m)
     s = np.sum(e, axis=axis, keepdims=True)
-    return (x - m - np.log(s)) if log else e / s
+    return (x - m - np.log(s)) if log else e * (_c(x, 1) / s)
 
 
 def _axis_infer(name: str):
@@ -357,7 +357,7 @@ def _layernorm_ref(xs, a, out=None):
     mean = np.mean(x, axis=a["axis"], keepdims=True)
     d = x - mean
     var = np.mean(d * d, axis=a["axis"], keepdims=True)
-    return d / np.sqrt(var + _c(x, a["eps"])) * gamma + beta
+    return d * (_c(x, 1) / np.sqrt(var + _c(x, a["eps"]))) * gamma + beta
 
 
 def _rmsnorm_ref(xs, a, out=None):

@@ -1,9 +1,9 @@
 """Normalisations decomposed into linalg reductions and elementwise generics, each following its
 textbook formula (the op table's NumPy reference) so later passes see every producer/consumer.
 
-  softmax      max-reduce, exp(x - m), sum-reduce, e / s     (2 reductions + 2 elementwise)
+  softmax      max-reduce, exp(x - m), sum-reduce, e * (1 / s)   (2 reductions + 2 elementwise)
   log_softmax  max-reduce, sum-reduce of exp(x - m), x - m - log(s)
-  layernorm    sum-reduce, sum-reduce of (x - mean)^2, one elementwise epilogue
+  layernorm    sum-reduce, sum-reduce of (x - mean)^2, one elementwise epilogue (times 1/std)
   rmsnorm      sum-reduce of x*x, one elementwise epilogue
   batchnorm    one elementwise generic (inference form), tagged `fusec.batchnorm = eps` so the
                fold-batchnorm pass can rewrite it into a per-channel scale-and-shift.
@@ -44,7 +44,8 @@ def lower_softmax(ctx: LoweringContext, node: Node):
                         lambda xs: narrow(S.sub(S.sub(widen(xs[0]), xs[1]), math.log(xs[2])), elem))
     e = parallel([(x, ident), (m, red)], space, wide, lambda xs: math.exp(S.sub(widen(xs[0]), xs[1])))
     s = reduction([(e, ident)], space, axes, 0, wide, _sum)
-    return parallel([(e, ident), (s, red)], space, elem, lambda xs: narrow(S.div(xs[0], xs[1]), elem))
+    # e * (1 / s): one division a row, hoisted out of the loop over it, not one an element
+    return parallel([(e, ident), (s, red)], space, elem, lambda xs: narrow(S.mul(xs[0], S.recip(xs[1])), elem))
 
 
 @rule("layernorm")
@@ -67,7 +68,7 @@ def lower_layernorm(ctx: LoweringContext, node: Node):
     def epilogue(xs):
         xv, sv, vv, g, b = xs
         var = S.div(vv, count_value(n, vv))
-        y = S.div(centred(xv, sv), math.sqrt(S.add(var, S.c(eps, vv))))
+        y = S.mul(centred(xv, sv), S.recip(math.sqrt(S.add(var, S.c(eps, vv)))))   # 1/std once a row
         return narrow(S.add(S.mul(y, widen(g)), widen(b)), elem)
 
     s = reduction([(x, ident)], space, axes, 0, wide, _sum)

@@ -269,7 +269,12 @@ def body_tree(gen, n_in: int) -> tuple:
         if isinstance(owner, ir.Block):
             k = ir.BlockArgument(v).arg_number
             return ("in", k) if k < n_in else ("out", k - n_in)
-        return trees.get(_key(owner), ("?", "outside"))
+        if _key(owner) in trees:
+            return trees[_key(owner)]
+        o = owner.operation if hasattr(owner, "operation") else owner
+        if o.name == "arith.constant":       # a constant canonicalisation moved out of the body
+            return ("const", str(o.attributes["value"]).split(" :")[0])
+        return ("?", "outside")
 
     for op in ops[:-1]:                  # program order: operands before their users
         name = op.name.split(".", 1)[-1]

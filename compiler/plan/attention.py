@@ -108,6 +108,26 @@ def _is_mac(tree) -> tuple | None:
     return prod[1], prod[2]
 
 
+def _is_one(tree) -> bool:
+    try:
+        return tree[0] == "const" and float(tree[1]) == 1.0
+    except (TypeError, ValueError):
+        return False
+
+
+def _ratio(tree) -> tuple | None:
+    """E / L as a softmax normalises: divf(E, L), or mulf(E, divf(1, L)) in either order (the
+    built-in softmax: one division a row), E and L operands: their indices, else None."""
+    t = _plain(tree)
+    if t and t[0] == "divf" and t[1][0] == "in" and t[2][0] == "in":
+        return t[1][1], t[2][1]
+    if t and t[0] == "mulf":
+        for a, b in ((t[1], t[2]), (t[2], t[1])):
+            if a[0] == "in" and b[0] == "divf" and _is_one(b[1]) and b[2][0] == "in":
+                return a[1], b[2][1]
+    return None
+
+
 def _combines(op: OpInfo, fn: str) -> bool:
     """A reduction whose body is fn(in0, out0) (either order)."""
     if op.kind != "reduction" or len(op.body_expr) != 1:
@@ -158,20 +178,22 @@ def find_attention(info: ChainInfo, out: int) -> Attention | str:
         return "its body is not a multiply-add"
     # the normalised operand: P = E / L as an op of its own, or divf(E, L) inside the body
     norm = None
-    div = next((t for t in mac if t[0] == "divf"), None)
+    div = next((t for t in mac if t[0] in ("divf", "mulf") and _ratio(t) is not None), None)
+    if div is None and any(t[0] == "divf" for t in mac):
+        return "its body divides something other than two operands"
     if div is not None:
         v_tree = mac[1] if mac[0] is div else mac[0]
-        if v_tree[0] != "in" or div[1][0] != "in" or div[2][0] != "in":
+        if v_tree[0] != "in":
             return "its body divides something other than two operands"
-        e_key, l_key, p_index = c2.operand_keys[div[1][1]], c2.operand_keys[div[2][1]], None
+        e_index, l_index = _ratio(div)
+        e_key, l_key, p_index = c2.operand_keys[e_index], c2.operand_keys[l_index], None
     else:
         if mac[0][0] != "in" or mac[1][0] != "in":
             return "its body multiplies something other than two operands"
         found = None
         for pi, vi in ((mac[0][1], mac[1][1]), (mac[1][1], mac[0][1])):
             d = _producer(info, c2.operand_keys[pi])
-            if d is not None and d.kind == "elementwise" and len(d.body_expr) == 1 and _plain(d.body_expr[0])[0] == "divf" \
-                    and all(x[0] == "in" for x in _plain(d.body_expr[0])[1:]):
+            if d is not None and d.kind == "elementwise" and len(d.body_expr) == 1 and _ratio(d.body_expr[0]) is not None:
                 found = (pi, vi, d)
                 break
         if found is None:
@@ -179,8 +201,8 @@ def find_attention(info: ChainInfo, out: int) -> Attention | str:
         p_index, vi, norm_op = found
         norm = norm_op.id
         v_tree = ("in", vi)
-        nb = _plain(norm_op.body_expr[0])
-        e_key, l_key = norm_op.operand_keys[nb[1][1]], norm_op.operand_keys[nb[2][1]]
+        e_index, l_index = _ratio(norm_op.body_expr[0])
+        e_key, l_key = norm_op.operand_keys[e_index], norm_op.operand_keys[l_index]
     v_operand = v_tree[1]
     e_op, l_op = _producer(info, e_key), _producer(info, l_key)
     if l_op is None or not _combines(l_op, "addf"):
