@@ -51,7 +51,7 @@ def test_a_wrong_fused_kernel_is_replaced_and_the_run_goes_on(wrong_when_fused, 
     report, saved = tmp_path / "r.json", tmp_path / "out.npz"
     assert main(ARGV + ["--report", str(report), "--save", str(saved)]) == FALLBACK_EXIT == 4
     out, err = capsys.readouterr()
-    assert "  fallback: kernel 0 (%1 reduce(maximumf), %2 map(subf,exp), %4 reduce(addf), %5 map(divf)) failed " \
+    assert "  fallback: kernel 0 (%1 reduce(maximumf), %2 map(subf,exp), %4 reduce(addf), %5 map(divf,mulf)) failed " \
            "the numerics check (out 0: " in out
     assert "MISMATCH" not in out and "-> ok" in out
     assert err.splitlines()[-1] == ("fusec: fallback: 1 chain ran with a fused kernel replaced by unfused ones "
@@ -61,7 +61,7 @@ def test_a_wrong_fused_kernel_is_replaced_and_the_run_goes_on(wrong_when_fused, 
     (fb,) = data["fallbacks"]
     assert fb["chain"] == "softmax_rows" and fb["narrowed"]
     assert fb["kernels"] == [{"kernel": 0, "ops": ["%1 reduce(maximumf)", "%2 map(subf,exp)", "%4 reduce(addf)",
-                                                    "%5 map(divf)"]}]
+                                                    "%5 map(divf,mulf)"]}]
     assert fb["error"].startswith("out 0: max abs err 1")
     chain = data["chains"][0]
     assert chain["fallback"]["kernels"] == fb["kernels"] and all(n["ok"] for n in chain["numerics"])
@@ -90,7 +90,7 @@ def test_only_the_wrong_kernel_is_replaced(wrong_when_fused):
     assert not np.allclose(compiled.fused(*x)[0], reference.run_chain(compiled.chain, x, compiled.binding)[0])
     fb = repair(prog, compiled, x, "out 0: wrong")
     assert fb is not None and fb.narrowed
-    assert fb.kernels == [{"kernel": 1, "ops": ["%4 reduce(addf)", "%5 map(divf)"]}]
+    assert fb.kernels == [{"kernel": 1, "ops": ["%4 reduce(addf)", "%5 map(divf,mulf)"]}]
     kept = [[o["id"] for o in g["ops"] if o["role"] != "init"] for g in fb.compiled.plan["groups"]]
     assert kept == [[1, 2], [4], [5]]                    # kernel 0 kept fused
     np.testing.assert_allclose(fb.compiled.fused(*x)[0], reference.run_chain(compiled.chain, x, compiled.binding)[0],
