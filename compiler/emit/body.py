@@ -19,7 +19,7 @@ from .attention import block_attention
 from .reduce import block_reduce
 from .scan import MARK as SCAN_MARK
 from .scan import block_scan
-from .siblings import FusedLoops, fuse_siblings
+from .siblings import FusedLoops, access, fuse_siblings, operation
 from .scalar import Helpers, ScalarRules
 from .values import (Constants, EmitError, Globals, Names, elem_of, is_int, is_memref,
                           memref_shape, no_rule)
@@ -82,8 +82,8 @@ class FuncCtx:
     on_host_copy: Callable | None = None          # (memref.copy op, host Body) -> None
     phantom: set = field(default_factory=set)     # arrays a template's absorbed allocs name: never allocated
     memory: "object | None" = None                # the host function's MemoryPlan (emit/memplan.py)
-    scalars: dict = field(default_factory=dict)   # one-element cpu allocs held as a Python local
-    promoted: dict = field(default_factory=dict)  # buffer -> the local holding its element in a loop
+    held: dict = field(default_factory=dict)      # cpu buffer -> the Python local holding its element
+                                                  # (a one-element alloc, or an element for a loop)
 
 
 _LOOPS_RUN_APART = ("scf.parallel", "scf.forall")      # a prange's iterations: a local is not shared
@@ -96,10 +96,11 @@ def _held_as_local(op: "ir.Operation", shape: tuple, elem) -> bool:
         return False
     home = op.parent
     for use in op.results[0].uses:
-        user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        user = operation(use.owner)
         if user.name == "memref.dealloc":
             continue
-        if user.name not in ("memref.load", "memref.store") or (user.name == "memref.store" and use.operand_number != 1):
+        at = access(user)
+        if at is None or at[0] != op.results[0]:
             return False
         p = user.parent
         while p is not None and p != home:
@@ -219,7 +220,7 @@ class Body(ControlFlow):
         elif _held_as_local(op, shape, elem):
             # a reduction's accumulator: as a local, LLVM keeps it in a register and vectorises the
             # loop (through a heap array it loads and stores every element, one at a time)
-            self.ctx.scalars[result] = name
+            self.ctx.held[result] = name
             self.w(f"{name} = np.{elem.compute}(0)")
             return
         else:
@@ -290,7 +291,7 @@ class Body(ControlFlow):
 
     def load(self, op):
         self.need(op, "kernel", "cpu")
-        held = self.ctx.scalars.get(op.operands[0]) or self.ctx.promoted.get(op.operands[0])
+        held = self.ctx.held.get(op.operands[0])
         if held is not None:
             self.assign(op.results[0], held)
             return
@@ -302,7 +303,7 @@ class Body(ControlFlow):
 
     def store(self, op):
         self.need(op, "kernel", "cpu")
-        held = self.ctx.scalars.get(op.operands[1]) or self.ctx.promoted.get(op.operands[1])
+        held = self.ctx.held.get(op.operands[1])
         if held is not None:
             self.w(f"{held} = {self.val(op.operands[0])}")
             return

@@ -8,16 +8,7 @@ from . import views
 from .values import EmitError, add, floordiv, is_int, is_memref, mod, mul
 from .views import Array
 from ..mlir import ir
-from .siblings import defined_in, within
-
-
-def _nested_ops(op):
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                inner = inner.operation
-                yield inner
-                yield from _nested_ops(inner)
+from .siblings import access, defined_in, nested_ops, operation, within
 
 
 class ControlFlow:
@@ -66,19 +57,18 @@ class ControlFlow:
         if self.mode != "cpu":
             return []
         kept, seen = [], set()
-        for inner in (o for loop in loops for o in _nested_ops(loop)):
-            if inner.name not in ("memref.load", "memref.store"):
+        for inner in (o for loop in loops for o in nested_ops(loop)):
+            at = access(inner)
+            if at is None or at[0] in seen or at[0] in self.ctx.held:
                 continue
-            m = inner.operands[0 if inner.name == "memref.load" else 1]
-            if m in seen or m in self.ctx.scalars or m in self.ctx.promoted:
-                continue
+            m = at[0]
             seen.add(m)
             place = self._one_place(m, loops)
             if place is not None:
                 index, stored = place
                 local = self.names.temp("acc")
                 self.w(f"{local} = {self.view(m).at([self.val(i) for i in index])}")
-                self.ctx.promoted[m] = local
+                self.ctx.held[m] = local
                 kept.append((m, index, local, stored))
         return kept
 
@@ -86,7 +76,7 @@ class ControlFlow:
         for m, index, local, stored in kept:
             if stored:
                 self.w(f"{self.view(m).at([self.val(i) for i in index])} = {local}")
-            del self.ctx.promoted[m]
+            del self.ctx.held[m]
 
     def _one_place(self, m, loops):
         """(the indices, whether it stores) of every access of buffer `m` inside `loop`, when `m`
@@ -95,25 +85,24 @@ class ControlFlow:
         all defined outside the loop; else None."""
         if isinstance(m.owner, ir.Block):
             return None
-        owner = m.owner.operation if hasattr(m.owner, "operation") else m.owner
-        if owner.name not in ("memref.alloc", "memref.alloca") or (
+        if operation(m.owner).name not in ("memref.alloc", "memref.alloca") or (
                 self.ctx.memory is not None and m in self.ctx.memory.slots):
             return None
         index, stored = None, False
         for use in m.uses:
-            user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+            user = operation(use.owner)
             if not any(within(user, loop) for loop in loops):
                 continue
-            if (user.name, use.operand_number) not in (("memref.load", 0), ("memref.store", 1)):
+            at = access(user)
+            if at is None or at[0] != m:       # m stored as a value, or used by anything else
                 return None
-            at = tuple(user.operands[1 if user.name == "memref.load" else 2:])
             if index is None:
-                if any(defined_in(i, loops) for i in at):
+                if any(defined_in(i, loops) for i in at[1]):
                     return None
-                index = at
-            elif at != index:
+                index = at[1]
+            elif at[1] != index:
                 return None
-            stored = stored or user.name == "memref.store"
+            stored = stored or at[2]
         return None if index is None else (index, stored)
 
     def scf_if(self, op):

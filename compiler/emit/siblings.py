@@ -45,14 +45,34 @@ class _Access:
     store: bool
 
 
-def _op(x):
+def operation(x):
+    """The Operation of an op view (a use's owner, a block's op) or of an Operation."""
     return x.operation if hasattr(x, "operation") else x
+
+
+def access(op) -> tuple | None:
+    """(memref, indices, whether it stores) of a memref.load or memref.store, else None."""
+    if op.name == "memref.load":
+        return op.operands[0], tuple(op.operands[1:]), False
+    if op.name == "memref.store":
+        return op.operands[1], tuple(op.operands[2:]), True
+    return None
+
+
+def nested_ops(op):
+    """Every op inside `op`'s regions, each before the ops inside its own regions."""
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                inner = operation(inner)
+                yield inner
+                yield from nested_ops(inner)
 
 
 def _defining(v):
     """The op defining `v`, or None for a block argument."""
     owner = v.owner
-    return None if isinstance(owner, ir.Block) else _op(owner)
+    return None if isinstance(owner, ir.Block) else operation(owner)
 
 
 def _root(v):
@@ -82,7 +102,7 @@ def within(operation, loop) -> bool:
 
 def defined_in(v, loops) -> bool:
     owner = v.owner
-    owner = _op(owner.owner) if isinstance(owner, ir.Block) else _op(owner)
+    owner = operation(owner.owner) if isinstance(owner, ir.Block) else operation(owner)
     return any(within(owner, loop) for loop in loops)
 
 
@@ -107,26 +127,16 @@ class _Buffers:
 def _accesses(loop) -> list | None:
     """Every load and store inside `loop`, or None when its body does anything else with memory."""
     out = []
-    stack = [loop]
-    while stack:
-        op = stack.pop()
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    inner = _op(inner)
-                    name = inner.name
-                    if name == "memref.load":
-                        m = inner.operands[0]
-                        out.append(_Access(_root(m), m, tuple(inner.operands[1:]), False))
-                    elif name == "memref.store":
-                        m = inner.operands[1]
-                        out.append(_Access(_root(m), m, tuple(inner.operands[2:]), True))
-                    elif name in _STRUCTURED:
-                        stack.append(inner)
-                    elif not (_pure(inner) or name in ("memref.alloc", "memref.alloca", "memref.dealloc")):
-                        return None
-                    elif any(_name(a).startswith("fusec.") for a in inner.attributes):
-                        return None          # an op a template emits
+    for inner in nested_ops(loop):
+        name, at = inner.name, access(inner)
+        if at is not None:
+            out.append(_Access(_root(at[0]), *at))
+        elif name in _STRUCTURED:
+            continue                 # the ops inside come next
+        elif not (_pure(inner) or name in ("memref.alloc", "memref.alloca", "memref.dealloc")):
+            return None              # a region of its own (a linalg op) is never walked into
+        elif any(_name(a).startswith("fusec.") for a in inner.attributes):
+            return None              # an op a template emits
     return out
 
 
@@ -171,10 +181,10 @@ class _Group:
         """Whether `op`, standing after the group's loops, may run before them."""
         if _pure(op) or op.name in ("memref.alloc", "memref.alloca"):
             return True
-        if op.name not in ("memref.load", "memref.store"):
+        at = access(op)
+        if at is None:
             return False
-        m = op.operands[0 if op.name == "memref.load" else 1]
-        root, store = _root(m), op.name == "memref.store"
+        root, store = _root(at[0]), at[2]
         return all(self.buffers.apart(root, a.root) or not (store or a.store)
                    for theirs in self.accesses for a in theirs)
 

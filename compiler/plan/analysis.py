@@ -252,6 +252,10 @@ def _info(i: int, orig, gen, index: dict) -> OpInfo:
 BODY_TREE_OPS = 32      # longer bodies (a fused elementwise chain of hundreds of ops) get no tree
 
 
+def _constant(op) -> tuple:
+    return ("const", str(op.attributes["value"]).split(" :")[0])
+
+
 def body_tree(gen, n_in: int) -> tuple:
     """Each value a generic's body yields, as nested tuples: ("in", k) / ("out", k) for its
     block arguments, ("const", text), ("index", dim), else (short op name, *operands); a compare
@@ -269,17 +273,16 @@ def body_tree(gen, n_in: int) -> tuple:
         if isinstance(owner, ir.Block):
             k = ir.BlockArgument(v).arg_number
             return ("in", k) if k < n_in else ("out", k - n_in)
-        if _key(owner) in trees:
-            return trees[_key(owner)]
+        key = _key(owner)
+        if key in trees:
+            return trees[key]
         o = owner.operation if hasattr(owner, "operation") else owner
-        if o.name == "arith.constant":       # a constant canonicalisation moved out of the body
-            return ("const", str(o.attributes["value"]).split(" :")[0])
-        return ("?", "outside")
+        return _constant(o) if o.name == "arith.constant" else ("?", "outside")   # (one moved out of the body)
 
     for op in ops[:-1]:                  # program order: operands before their users
         name = op.name.split(".", 1)[-1]
         if name == "constant":
-            out = ("const", str(op.attributes["value"]).split(" :")[0])
+            out = _constant(op)
         elif name == "index":
             out = ("index", ir.IntegerAttr(op.attributes["dim"]).value)
         elif op.regions:

@@ -178,7 +178,7 @@ def find_attention(info: ChainInfo, out: int) -> Attention | str:
         return "its body is not a multiply-add"
     # the normalised operand: P = E / L as an op of its own, or divf(E, L) inside the body
     norm = None
-    div = next((t for t in mac if t[0] in ("divf", "mulf") and _ratio(t) is not None), None)
+    div = next((t for t in mac if _ratio(t) is not None), None)
     if div is None and any(t[0] == "divf" for t in mac):
         return "its body divides something other than two operands"
     if div is not None:
