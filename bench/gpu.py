@@ -10,7 +10,7 @@ through the device tool with carry=["build/gpu-bench"]:
 
 `run` installs the carried lark and ml_dtypes wheels if missing, loads each artifact with fusec's
 runtime only, measures the device's copy bandwidth (a device-to-device copy timed with CUDA
-events), times fusec fused/unfused, CuPy, PyTorch eager and torch.compile interleaved, checks
+events), times fusec fused/unfused/dynamic (the workload's rows or batch taken at run time), CuPy, PyTorch eager and torch.compile interleaved, checks
 every output against the NumPy reference (on the host, in float64) and writes
 `$OUT/<machine>-<date>.json`, which `python -m bench table` turns into the README table once
 copied into bench/results/.
@@ -54,8 +54,9 @@ def prepare(out: Path, only: list[str] | None = None, size: str = "full") -> Non
         options = compile_options(target)          # without a GPU here: planned for the H200
         built = build_chain(chain, binding, options)
         write_artifact(out / w.name, target, f"bench/fdsl/{w.fdsl.name}", text, options, [built])
-        manifest["workloads"][w.name] = {"binding": binding, "compile_s": round(time.perf_counter() - t0, 3)}
-        print(f"compiled {w.name} {binding} for cuda in {manifest['workloads'][w.name]['compile_s']} s", flush=True)
+        meta = manifest["workloads"][w.name] = {"binding": binding, "compile_s": round(time.perf_counter() - t0, 3)}
+        print(f"compiled {w.name} {binding} for cuda in {meta['compile_s']} s", flush=True)
+        meta["dynamic"] = _prepare_dynamic(out / f"{w.name}.dynamic", w, chain, binding, text)
     wheels = out / "wheels"
     wheels.mkdir(exist_ok=True)
     if not list(wheels.glob("lark-*.whl")):
@@ -68,6 +69,30 @@ def prepare(out: Path, only: list[str] | None = None, size: str = "full") -> Non
                             "--platform", "manylinux2014_x86_64", "ml_dtypes"], check=False)
     (out / "gpu-manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     print(f"wrote {out}: carry it to the GPU and run `python -m bench.gpu run {out} --out $OUT`")
+
+
+def _prepare_dynamic(out: Path, w, chain, binding: dict, text: str) -> dict:
+    """The workload's `fusec dynamic` build for cuda (its DYNAMIC_SYMBOL taken at run time,
+    planned for the size class), as the cpu suite has it: {"symbol", "planned_at"}, or
+    {"symbol", "skipped"} with the user error when the chain cannot take the symbol."""
+    from fusec.compiler.dynamic import planning_binding
+    from fusec.compiler.pipeline import build_chain
+    from fusec.dsl.diagnostics import FdslError
+    from fusec.program import compile_options, write_artifact
+    from fusec.runtime.targets import Target
+
+    from .workloads import DYNAMIC_SYMBOL
+    sym = DYNAMIC_SYMBOL[w.name]
+    target = Target("cuda")
+    options = compile_options(target, {"dynamic": [sym], "baseline": False})
+    planned = planning_binding(binding, (sym,))
+    try:
+        built = build_chain(chain, planned, options)
+    except FdslError as e:
+        print(f"  {w.name}: no dynamic build: {e.diagnostics[0].message}", flush=True)
+        return {"symbol": sym, "skipped": "refused: " + e.diagnostics[0].message}
+    write_artifact(out, target, f"bench/fdsl/{w.fdsl.name}", text, options, [built])
+    return {"symbol": sym, "planned_at": planned[sym]}
 
 
 def _ensure_lark(directory: Path) -> None:
@@ -177,6 +202,21 @@ def run(directory: Path, out: Path, only: list[str] | None = None, target_name: 
             impls += [_fusec_gpu(built, build, inputs, load_s, meta["compile_s"]) for build in ("fused", "unfused")]
         except Exception as e:
             skipped["fusec fused"] = skipped["fusec unfused"] = _failure(e)
+        dynamic = meta.get("dynamic", {"skipped": "not prepared (an older `prepare`)"})
+        if "skipped" in dynamic:
+            skipped["fusec dynamic"] = dynamic["skipped"]
+        else:
+            try:
+                a = art.load(directory / f"{name}.dynamic")
+                chain = next(c for c in fusec.check(a.source()).chains if c.name == w.chain)
+                t0 = time.perf_counter()
+                built = load_chain(a, chain, target)
+                impl = _fusec_gpu(built, "fused", inputs, time.perf_counter() - t0, 0.0)
+                impl.name = "fusec dynamic"
+                impl.detail.update(symbol=dynamic["symbol"], planned_at=dynamic["planned_at"])
+                impls.append(impl)
+            except Exception as e:
+                skipped["fusec dynamic"] = _failure(e)
         for anchor in ("cupy", "torch.cuda", "torch.compile.cuda"):
             try:
                 impls.append(prepare_anchor(anchor, w, inputs))

@@ -74,14 +74,13 @@ def run_workload(w: Workload, size: str, anchors, budget: Budget, target: str,
         impls += fusec_impls(w, binding, inputs, target)
     except Exception as e:          # a compiler failure is a result, not the end of the suite
         skipped["fusec fused"] = skipped["fusec unfused"] = _failure(e)
-    if target == "cpu":             # shape-polymorphic builds are a cpu feature (--dynamic)
-        status("compiling fusec's dynamic build")
-        try:
-            impls.append(fusec_dynamic_impl(w, binding, inputs, target))
-        except Skip as e:
-            skipped["fusec dynamic"] = str(e)
-        except Exception as e:
-            skipped["fusec dynamic"] = _failure(e)
+    status("compiling fusec's dynamic build")      # the rows or batch taken at run time (--dynamic)
+    try:
+        impls.append(fusec_dynamic_impl(w, binding, inputs, target))
+    except Skip as e:
+        skipped["fusec dynamic"] = str(e)
+    except Exception as e:
+        skipped["fusec dynamic"] = _failure(e)
     for a in anchors:
         status(f"preparing {a}")
         try:

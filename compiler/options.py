@@ -17,7 +17,7 @@ cache key).
     locations    print loc(...) in the stages' IR text
     kernel_report  measure every GPU kernel (compiler/report: ptxas resources, occupancy,
                  coalescing) and price the plan with the measured resources
-    dynamic      symbols whose extent the kernels take at run time (cpu target): a build is
+    dynamic      symbols whose extent the kernels take at run time (cpu, cuda): a build is
                  planned for a size class of each (its power-of-two bucket, compiler/dynamic.py)
                  and runs any extent
 """

@@ -97,7 +97,17 @@ def _linalg(job: Job, st: ChainStages) -> None:
 
 def _graph(job: Job, st: ChainStages) -> None:
     o = job.options
-    run_graph_passes(st.module, o.disabled_passes, planning_profile(o) if o.target == "gpu" else None)
+    run_graph_passes(st.module, _disabled(job, st), planning_profile(o) if o.target == "gpu" else None)
+
+
+def _disabled(job: Job, st: ChainStages) -> tuple[str, ...]:
+    """The graph passes a build leaves out: the options', and with run-time extents on a GPU
+    split-reductions (it counts a reduction's chunks at compile time, and the dynamic module and
+    its static twin must keep the same ops)."""
+    o = job.options
+    if o.target == "gpu" and chain_dynamic(st.typed.symbols, o.dynamic):
+        return tuple(o.disabled_passes) + ("split-reductions",)
+    return tuple(o.disabled_passes)
 
 
 def planning_profile(options: CompileOptions) -> HardwareProfile:
@@ -128,6 +138,11 @@ def _plan(job: Job, st: ChainStages) -> None:
                             dynamic=dynamic, run_time_loops=run_time))
     if dynamic:
         plan = replace(plan, dynamic=tuple((d, planned_at[d]) for d in dynamic))
+        if o.target == "gpu" and "split-reductions" not in o.disabled_passes and \
+                any(op.kind == "reduction" for op in info.ops):
+            plan = replace(plan, decisions=plan.decisions + (
+                f"split-reductions not run: {', '.join(dynamic)} {'is' if len(dynamic) == 1 else 'are'} taken at "
+                "run time, and a reduction's split into chunks is counted at compile time",))
     st.plan = _with_eager(plan, lowered, st.module.context)
 
 
@@ -147,7 +162,7 @@ def _static_twin(job: Job, st: ChainStages, dynamic: tuple[str, ...]) -> tuple[i
     for at in tries:
         twin = lower_chain(st.typed, at, st.module.context, verify_ir=False)
         lowered = print_ir(twin, False)
-        run_graph_passes(twin, o.disabled_passes, planning_profile(o) if o.target == "gpu" else None)
+        run_graph_passes(twin, _disabled(job, st), planning_profile(o) if o.target == "gpu" else None)
         tag_ops(twin)
         theirs = [op.name for op in payload_ops(_func(twin, job.chain))]
         if ours == theirs:
@@ -413,14 +428,23 @@ def build_chain(chain: TypedChain, binding: dict[str, int], options: CompileOpti
         builds["unfused"] = compile_typed(chain, binding, options=plain, progress=told("unfused"))
     if progress is not None and options.kernel_report and options.target == "gpu":
         progress("kernel report")
-    reports = _measured(builds["fused"], options) if options.kernel_report and options.target == "gpu" else ()
+    reports = (_measured(builds["fused"], options, binding) if options.kernel_report and options.target == "gpu"
+               else ())
     return ChainBuild(chain, dict(binding), options, builds, reports)
 
 
-def _measured(st: ChainStages, options: CompileOptions) -> tuple:
-    """The kernel report of a build, and its plan priced again with the measured resources."""
+def _measured(st: ChainStages, options: CompileOptions, binding: dict[str, int]) -> tuple:
+    """The kernel report of a build, and its plan priced again with the measured resources. A
+    build with run-time extents is measured at `binding` (its size class's top)."""
     hw = planning_profile(options)
-    reports = tuple(report_kernels(st.emitted.source, st.emitted.entries[st.chain], hw))
+    entry = st.emitted.entries[st.chain]
+    if st.plan.dynamic:
+        params = st.typed.param_nodes
+        if len(params) != len(entry.arg_types):
+            raise CompilerInternalError("kernels", f"{len(entry.arg_types)} arguments for {len(params)} parameters")
+        entry = replace(entry, arg_types=tuple(f"{t.split('[')[0]}[{','.join(map(str, p.type.concrete(binding)))}]"
+                                               for t, p in zip(entry.arg_types, params)))
+    reports = tuple(report_kernels(st.emitted.source, entry, hw))
     measured = {r.group: m for r in reports if r.kind == "launch" and (m := r.measured()) is not None}
     st.plan = with_measured(st.plan, hw, measured)
     st.texts["plan"] = st.plan.format() + "\n"

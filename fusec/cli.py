@@ -293,7 +293,8 @@ def _cmd_main(args: argparse.Namespace) -> int:
 
 def _dynamic_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dynamic", metavar="SYMS", type=_symbols, default=(),
-                   help="cpu: kernels that read these symbols' extents from their inputs at run time (e.g. M,S), "
+                   help="kernels (cpu, cuda, cuda-sim) that read these symbols' extents from their inputs at run "
+                        "time (e.g. M,S), "
                         "so one build runs any extent; tiles are chosen for the bound extent's size class (its "
                         "power-of-two bucket) and the plan says which")
 
@@ -309,7 +310,7 @@ def _symbols(text: str) -> tuple[str, ...]:
 
 
 def _check_dynamic(dynamic: tuple[str, ...], typed, target: str) -> None:
-    """--dynamic names symbols of the file's chains, on the cpu target (UsageError otherwise)."""
+    """--dynamic names symbols of the file's chains, on a compiled target (UsageError otherwise)."""
     from fusec.compiler.dynamic import unknown_symbols, wrong_target
     if not dynamic:
         return

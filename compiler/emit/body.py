@@ -226,7 +226,8 @@ class Body(ControlFlow):
         else:
             array = Array(name, elem, len(carried), elem.compute)
             self.w(f"{name} = np.empty({shape_tuple(carried)}, np.{elem.compute})")
-        self.ctx.views[result] = views.whole(array, shape, host=name)
+        # a run-time size is in the view's shape, which a kernel's index math may read
+        self.ctx.views[result] = _with_free(views.whole(array, shape, host=name), self._free(list(op.operands)))
 
     def get_global(self, op):
         g = self.ctx.globals.lookup(ir.FlatSymbolRefAttr(op.attributes["name"]).value, op)
@@ -287,7 +288,11 @@ class Body(ControlFlow):
         index = op.operands[1]
         if index not in self.ctx.constant:
             raise EmitError("the emitter needs a constant index for memref.dim", op)
-        self.ctx.expr[op.results[0]] = self.view(op.operands[0]).shape[int(self.val(index))]
+        extent = self.view(op.operands[0]).shape[int(self.val(index))]
+        if self.mode == "host" and not extent.isdigit():
+            self.assign(op.results[0], extent)     # a run-time extent a kernel may take as a parameter
+        else:
+            self.ctx.expr[op.results[0]] = extent
 
     def load(self, op):
         self.need(op, "kernel", "cpu")

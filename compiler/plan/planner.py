@@ -188,7 +188,7 @@ def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool 
     over run-time queries, keys or head dims: it is laid out for static ones)."""
     if cores and hw.kind == "cpu":
         hw = replace(hw, units=cores)
-    chooser = TileChooser(info, target, hw, tuned)
+    chooser = TileChooser(info, target, hw, tuned, run_time_loops if target == "gpu" else None)
     assigned: dict[int, int] = {}
     decisions: list[str] = []
     members_list: list[set[int]] = []

@@ -62,9 +62,15 @@ def group_signature(info: ChainInfo, members) -> str:
 class TileChooser:
     """Best tiles per kernel (memoised), for one chain, target and profile."""
 
-    def __init__(self, info: ChainInfo, target: str, hw: HardwareProfile, tuned: dict | None = None):
+    def __init__(self, info: ChainInfo, target: str, hw: HardwareProfile, tuned: dict | None = None,
+                 run_time_loops: dict[int, frozenset[int]] | None = None):
         self.info, self.target, self.hw = info, target, hw
         self.tuned = tuned or {}
+        # per op, the loops whose extent is taken at run time (--dynamic): on the gpu a block's
+        # tile along one is clamped at the edge, so its threads each take one point of it (a
+        # thread loop's count must be the tile's at most) and a row kernel's block one row of it
+        # (the row split needs the block's rows as a number)
+        self.run_time = run_time_loops or {}
         self.memo: dict[tuple, Choice] = {}
         self.seeds: dict[int, list[Tiling]] = {}          # good tilings found per root
         self.unwritten: frozenset[int] = frozenset()      # ops no kernel priced now writes (writing_none_of)
@@ -241,6 +247,8 @@ class TileChooser:
         rk = row_kernel(self.info, members, root)
         if isinstance(rk, str) or (not rk.coalesced and tile):
             return None           # strided rows: threads along the contiguous axis instead
+        if any(loop is not None and loop in self.run_time.get(m, ()) for m, loop in rk.op_loops):
+            return None           # a run-time row: its split over threads is counted at compile time
         r = self.info.op(root)
         n = len(r.loops)
         # the rows' loop (threads y) and up to two outer loops, one block each along them (the
@@ -254,6 +262,8 @@ class TileChooser:
         counts = warp_multiples or [t for t in counts if t >= 2]
         inner = r.loops[mapped[-1]] if mapped else 1
         row_options = [d for d in divisors(inner) if d <= 64]
+        if mapped and mapped[-1] in self.run_time.get(root, ()):
+            row_options = [1]
 
         def tiling(T, R):
             block, thread = [0] * n, [0] * n
@@ -380,13 +390,14 @@ class TileChooser:
         seen: dict[Tiling, KernelCost] = {start: self.cost(members, start)}
         best = start
         for seed in self.seeds.get(root, []):
-            if not seed.row_threads and not seed.gemm and seed not in seen and self._valid(members, seed):
+            if (not seed.row_threads and not seed.gemm and seed not in seen and self._valid(members, seed)
+                    and self._one_point(seed, root)):
                 seen[seed] = self.cost(members, seed)
                 if seen[seed].time_s < seen[best].time_s * (1 - MARGIN):
                     best = seed
         while True:
             improved = False
-            for cand in self._neighbours(best, r.loops):
+            for cand in self._neighbours(best, r.loops, root):
                 if cand not in seen:
                     seen[cand] = self.cost(members, cand)
                 if seen[cand].time_s < seen[best].time_s * (1 - MARGIN):
@@ -397,7 +408,7 @@ class TileChooser:
         ranked = tuple(sorted(((t, c.time_s) for t, c in seen.items()), key=lambda x: (x[1], x[0] != best)))
         return Choice(best, seen[best], ranked)
 
-    def _neighbours(self, t: Tiling, loops) -> list[Tiling]:
+    def _neighbours(self, t: Tiling, loops, root: int) -> list[Tiling]:
         out = []
         for loop in t.mapped:
             ds = divisors(loops[loop])
@@ -422,7 +433,11 @@ class TileChooser:
                 b[loop], th[loop] = int(b[loop] * f), int(th[loop] * f)
                 if th[loop] >= 1 and b[loop] >= 1 and loops[loop] % b[loop] == 0 and b[loop] % th[loop] == 0:
                     out.append(Tiling(tuple(b), tuple(th), t.mapped))
-        return [c for c in out if 1 <= _threads(c) <= self.hw.max_threads_per_block]
+        return [c for c in out if 1 <= _threads(c) <= self.hw.max_threads_per_block and self._one_point(c, root)]
+
+    def _one_point(self, t: Tiling, root: int) -> bool:
+        """Each thread takes one point along every run-time loop (see `run_time`)."""
+        return all(t.thread[loop] == 1 for loop in self.run_time.get(root, ()) if loop in t.mapped)
 
 
 def _prefer(first: Choice, other: Choice) -> Choice:

@@ -162,6 +162,8 @@ def _dims(dims: tuple[str, ...]) -> tuple[int, ...] | None:
 def _report(launch: "Launch", res: ptxmod.Resources | str, record: dict | str, hw: HardwareProfile) -> KernelReport:
     unmeasured = []
     grid, block = _dims(launch.grid), _dims(launch.block)
+    if grid is None and isinstance(record, dict) and "grid" in record:
+        grid = tuple(int(n) for n in record["grid"])    # a run-time grid (--dynamic): as the traced call launched it
     threads = blocks = None
     if grid is None or block is None:
         unmeasured.append(("launch", f"the launch's grid {launch.grid} and block {launch.block} are not all constants"))

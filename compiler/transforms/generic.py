@@ -2,9 +2,19 @@
 share (split_rows.py, split_reductions.py)."""
 from __future__ import annotations
 
-from ..mlir import ir, linalg
+from ..mlir import arith, ir, linalg, tensor
 
 RESHAPES = ("tensor.collapse_shape", "tensor.expand_shape")
+
+
+def empty_like(value: ir.Value) -> ir.Value:
+    """A tensor.empty of `value`'s type, its run-time extents read from `value` (tensor.dim), at
+    the insertion point (where `value` must dominate)."""
+    t = ir.RankedTensorType(value.type)
+    index = ir.IndexType.get()
+    sizes = [tensor.DimOp(value, arith.ConstantOp(index, d).result).result if t.is_dynamic_dim(d) else n
+             for d, n in enumerate(t.shape)]
+    return tensor.EmptyOp(sizes, t.element_type).result
 
 
 def maps(op) -> list:

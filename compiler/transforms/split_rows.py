@@ -31,7 +31,7 @@ from ..mlir import arith, bufferization, ir, linalg, tensor
 from ..plan.analysis import ChainInfo, loop_correspondence
 from ..plan.planner import Group
 from ..plan.rows import RowKernel, row_kernel
-from .generic import elem_of, is_dim, iterator_attr, iterators, map_attr, maps, rebuild, shape_of, split_groups
+from .generic import elem_of, empty_like, is_dim, iterator_attr, iterators, map_attr, maps, rebuild, shape_of, split_groups
 from .script import GROUP, TAG, tag_of
 
 PART = "fusec.part"
@@ -157,6 +157,9 @@ class _Splitter:
             shape = shape_of(v)
             if shape[dim] != self.rk.extent:
                 raise CompilerInternalError("tiled", f"a row dim of {shape[dim]} elements, not {self.rk.extent}")
+            if any(n == ir.ShapedType.get_dynamic_size() for n in shape):
+                raise CompilerInternalError("tiled", f"kernel {self.g.id}'s block holds a run-time number of rows; "
+                                                     "a row kernel over a run-time extent takes one row per block")
             with ir.InsertionPoint(at), at.location:
                 self.expanded[key] = expand(v, tuple(shape[:dim] + [self.J, self.T] + shape[dim + 1:]),
                                             split_groups(len(shape), dim))
@@ -204,7 +207,7 @@ class _Splitter:
                     for i, (_, a) in enumerate(zip(gen.outputs, amaps[n_in:]))]
         if m not in self.roots and not reads_outs:   # a fresh destination: per thread, a register
             with ir.InsertionPoint(old), old.location:
-                outs = [(tensor.EmptyOp(shape_of(v), elem_of(v)).result, a) for v, a in outs]
+                outs = [(empty_like(v), a) for v, a in outs]
         new = self._rebuild(old, ins, outs, iterators(old) + ["parallel"], "op", loop)
         writer = None
         if written:

@@ -12,9 +12,10 @@ they tile and fuse into conv tiles.
 from __future__ import annotations
 
 from ..errors import CompilerInternalError
-from ..mlir import ir, tensor
+from ..mlir import ir
 from ..plan.analysis import ID_ATTR, loop_correspondence, payload_ops, sibling_tiles
 from ..plan.planner import FusionPlan, Group
+from .generic import empty_like
 from .in_place import write_in_place
 from .pad_to_generic import pad_to_generic
 from .script import ANY, GROUP, TAG, Step, apply_script, i64, match_tag, script_text, tag_of
@@ -110,8 +111,7 @@ def own_inits(func_op, plan: FusionPlan) -> None:
             fill = fill.operation if hasattr(fill, "operation") else fill
             dest = fill.operands[1]
             with ir.InsertionPoint(op), op.location:
-                empty = tensor.EmptyOp(list(ir.RankedTensorType(dest.type).shape),
-                                       ir.RankedTensorType(dest.type).element_type).result
+                empty = empty_like(dest)
             clone = fill.clone(ip=ir.InsertionPoint(op))
             clone.operands[1] = empty
             op.operands[k] = clone.results[0]
@@ -295,8 +295,7 @@ def _scan_without_init(func_op, g: Group) -> None:
         if TAG in op.attributes and ir.IntegerAttr(op.attributes[TAG]).value == tag_of(g.id, g.root):
             init = op.operands[len(op.operands) - 1]
             with ir.InsertionPoint(op), op.location:
-                op.operands[len(op.operands) - 1] = tensor.EmptyOp(list(ir.RankedTensorType(init.type).shape),
-                                                                   ir.RankedTensorType(init.type).element_type).result
+                op.operands[len(op.operands) - 1] = empty_like(init)
             return
 
 

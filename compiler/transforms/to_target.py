@@ -10,7 +10,7 @@ prange), float contractions stay linalg ops the emitter hands to BLAS
 from __future__ import annotations
 
 from ..errors import CompilerInternalError
-from ..mlir import ir, scf
+from ..mlir import arith, ir, memref, scf
 from ..plan.planner import FusionPlan, Group
 from .cpu_library_calls import (LOOPS, fold_transposed_operands, hoist_whole_contractions, linalg_ops,
                                 loops_script, mark_conv_algorithms, mark_library_calls)
@@ -60,6 +60,7 @@ def to_gpu(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
                 if op.operation.name == "scf.forall" and GROUP in op.attributes:
                     gid = ir.IntegerAttr(op.attributes[GROUP]).value
                     _wrap_in_region(op, gid)
+            grids = [_static_grid(op) for op in body.operations if op.operation.name == "scf.execute_region"]
             for g in plan.groups:
                 threads = block_dims(g)
                 steps.append(Step(f'%e{g.id} = transform.structured.match ops{{["scf.execute_region"]}} '
@@ -71,6 +72,7 @@ def to_gpu(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
             if len(module.body.operations) > 1:
                 raise CompilerInternalError("gpu", "one chain per module is expected at the gpu stage")
         apply_script(module, script_text(steps), "gpu")
+        _run_time_grids(module, grids)
         if any(g.row_threads or g.gemm or g.attention or g.scan for plan in plans.values() for g in plan.groups):
             mark_gemm_kernels(module, plans)
             mark_attention_kernels(module, plans, "gpu")
@@ -78,6 +80,104 @@ def to_gpu(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
             run_passes(module, GPU_CLEANUP[1:], "gpu")
         else:
             run_passes(module, GPU_CLEANUP, "gpu")
+
+
+def _static_grid(region) -> list:
+    """Give a kernel's block forall static trip counts, returning the run-time ones it had.
+
+    With an extent taken at run time (--dynamic) the block loop's trip counts are values, and
+    map_forall_to_blocks needs numbers. A trip count only sizes the grid: the body indexes with
+    the block id and clamps its tile with the extent itself (affine.min), never with the count.
+    So each run-time count is replaced by a stand-in constant, mapped, and put back as the
+    gpu.launch's grid size (`_run_time_grids`), which the host computes before the launch."""
+    loop = region.regions[0].blocks[0].operations[0].operation
+    if loop.name != "scf.forall":
+        return []
+    _guard_thread_loops(loop)
+    static = list(ir.DenseI64ArrayAttr(loop.attributes["staticUpperBound"]))
+    seg = list(ir.DenseI32ArrayAttr(loop.attributes["operandSegmentSizes"]))
+    mapping = [str(m) for m in ir.ArrayAttr(loop.attributes["mapping"])]
+    found, k = [], seg[0]
+    for n, m in zip(static, mapping):
+        if n == ir.ShapedType.get_dynamic_size():
+            if m not in _GRID_AXES:
+                raise CompilerInternalError("gpu", f"a run-time trip count on a loop mapped to {m}")
+            found.append((_GRID_AXES[m], loop.operands[k]))
+            with ir.InsertionPoint(region), loop.location:
+                loop.operands[k] = arith.ConstantOp(ir.IndexType.get(), _STAND_IN).result
+            k += 1
+    return found
+
+
+_STAND_IN = 2
+
+
+def _guard_thread_loops(block_loop) -> None:
+    """Give each thread forall with a run-time trip count its tile's count and a guard.
+
+    A block's tile at the edge of a run-time extent is clamped (`affine.min(tile, M - i*tile)`),
+    and its thread loop runs that many iterations; map_nested_forall_to_threads needs a number.
+    The loop runs the tile's count (the affine.min's constant term, the most it can be) and each
+    iteration past the clamped count does nothing."""
+    loops = []
+    block_loop.walk(lambda op: (loops.append(op) if op.name == "scf.forall" and op != block_loop else None,
+                                ir.WalkResult.ADVANCE)[1])
+    for loop in loops:
+        static = list(ir.DenseI64ArrayAttr(loop.attributes["staticUpperBound"]))
+        seg = list(ir.DenseI32ArrayAttr(loop.attributes["operandSegmentSizes"]))
+        if all(n != ir.ShapedType.get_dynamic_size() for n in static):
+            continue
+        body = loop.regions[0].blocks[0]
+        ivs, ops = list(body.arguments), list(body.operations)
+        conds, k = [], seg[0]
+        with loop.location:
+            for pos, n in enumerate(static):
+                if n != ir.ShapedType.get_dynamic_size():
+                    continue
+                count = loop.operands[k]
+                with ir.InsertionPoint(loop):
+                    loop.operands[k] = arith.ConstantOp(ir.IndexType.get(), _most(count)).result
+                with ir.InsertionPoint.at_block_begin(body):
+                    conds.append(arith.CmpIOp(arith.CmpIPredicate.ult, ivs[pos], count).result)
+                k += 1
+            with ir.InsertionPoint(ops[-1]):
+                cond = conds[0]
+                for c in conds[1:]:
+                    cond = arith.AndIOp(cond, c).result
+                guard = scf.IfOp(cond)
+                with ir.InsertionPoint(guard.then_block):
+                    end = scf.YieldOp([])
+            for op in ops[:-1]:
+                op.move_before(end)
+
+
+def _most(count) -> int:
+    """The largest value a thread loop's run-time trip count takes: the constant term of the
+    affine.min that clamps its tile (tile_using_forall writes min(tile, extent - offset))."""
+    owner = count.owner
+    if isinstance(owner, ir.Block) or owner.name != "affine.min":
+        raise CompilerInternalError("gpu", "a thread loop's run-time trip count is not a clamped tile")
+    terms = [e.value for e in ir.AffineMapAttr(owner.attributes["map"]).value.results
+             if isinstance(e, ir.AffineConstantExpr)]
+    if not terms:
+        raise CompilerInternalError("gpu", "a thread loop's run-time trip count has no largest value")
+    return min(terms)
+_GRID_AXES = {"#gpu.block<x>": 0, "#gpu.block<y>": 1, "#gpu.block<z>": 2}
+
+
+def _run_time_grids(module: ir.Module, grids: list[list]) -> None:
+    """Put each kernel's run-time trip counts back as its gpu.launch's grid sizes (`_static_grid`)."""
+    if not any(grids):
+        return
+    launches = []
+    module.operation.walk(lambda op: (launches.append(op.opview) if op.name == "gpu.launch" else None,
+                                      ir.WalkResult.ADVANCE)[1])
+    if len(launches) != len(grids):
+        raise CompilerInternalError("gpu", f"{len(grids)} kernels became {len(launches)} gpu.launch ops")
+    for launch, counts in zip(launches, grids):
+        first = list(ir.DenseI32ArrayAttr(launch.attributes["operandSegmentSizes"]))[0]
+        for axis, value in counts:
+            launch.operands[first + axis] = value
 
 
 def block_dims(g: Group) -> list[int]:
@@ -167,6 +267,24 @@ def _block_buffers(ops, moving) -> list:
 _STAY_ON_HOST = ("memref.alloc", "memref.alloca") + MEMREF_VIEWS + ("arith.constant", "scf.forall", "scf.execute_region")
 
 
+def _batch(ops, g: Group, planned: int):
+    """An attention kernel's batch (the grid's y): the product of its output's leading dims (all
+    but queries and values), read at run time when one is taken at run time (--dynamic)."""
+    root = [op for op in ops if TAG in op.attributes and ir.IntegerAttr(op.attributes[TAG]).value == tag_of(g.id, g.root)]
+    if len(root) != 1:
+        raise CompilerInternalError("gpu", f"attention kernel {g.id}: its root was not found after bufferization")
+    out = root[0].operation.operands[len(root[0].operation.operands) - 1]
+    t = ir.MemRefType(out.type)
+    lead = range(t.rank - 2)
+    if not any(t.is_dynamic_dim(d) for d in lead):
+        return planned
+    index = ir.IndexType.get()
+    total = arith.ConstantOp(index, 1).result
+    for d in lead:
+        total = arith.MulIOp(total, memref.DimOp(out, arith.ConstantOp(index, d).result).result).result
+    return total
+
+
 def _wrap_serial(body, g: Group, gpu: bool, blocks: tuple[int, int] | None = None) -> None:
     """Move a serial kernel's (bufferized) ops into a one-iteration forall mapped to one block.
 
@@ -190,7 +308,7 @@ def _wrap_serial(body, g: Group, gpu: bool, blocks: tuple[int, int] | None = Non
             loop = scf.ForallOp([0], [1], [1], mapping=mapping)
         else:             # a grid the kernel's template indexes itself (attention: query blocks x batch)
             mapping = ir.ArrayAttr.get([ir.Attribute.parse("#gpu.block<y>"), ir.Attribute.parse("#gpu.block<x>")])
-            loop = scf.ForallOp([0, 0], [blocks[1], blocks[0]], [1, 1], mapping=mapping)
+            loop = scf.ForallOp([0, 0], [_batch(moving, g, blocks[1]), blocks[0]], [1, 1], mapping=mapping)
         loop.attributes[GROUP] = i64(g.id)
         block = loop.regions[0].blocks[0]
         with ir.InsertionPoint(block):

@@ -144,6 +144,9 @@ def test_gpu_script_runs_from_artifacts_on_the_simulator(tmp_path):
     [w] = doc["workloads"]
     assert doc["target"] == "cuda" and w["name"] == "softmax"
     assert w["impls"]["fusec fused"]["agreement"]["ok"] and "cupy" in w["skipped"]
+    dynamic = w["impls"]["fusec dynamic"]             # M taken at run time, planned for its class
+    assert dynamic["agreement"]["ok"] and dynamic["detail"]["symbol"] == "M"
+    assert w["ratios"]["fusec dynamic"]["median"] > 0          # the table's dynamic / static is its inverse
 
 
 def test_transposed_weights_script_writes_its_json(tmp_path):
