@@ -133,16 +133,25 @@ def _plan(job: Job, st: ChainStages) -> None:
                      for op in analyze(st.module)[job.chain].ops} if dynamic else None)
     hw = planning_profile(o)
     hand = o.plan_for(job.chain) if o.fuse else None
-    plan = (plan_from_dict(info, o.target, hand, hw=hw) if hand is not None
-            else plan_chain(info, o.target, fuse=o.fuse, hw=hw, tuned=json.loads(o.tuned) if o.tuned else None,
-                            dynamic=dynamic, run_time_loops=run_time))
-    if dynamic:
-        plan = replace(plan, dynamic=tuple((d, planned_at[d]) for d in dynamic))
-        if o.target == "gpu" and "split-reductions" not in o.disabled_passes and \
-                any(op.kind == "reduction" for op in info.ops):
-            plan = replace(plan, decisions=plan.decisions + (
-                f"split-reductions not run: {', '.join(dynamic)} {'is' if len(dynamic) == 1 else 'are'} taken at "
-                "run time, and a reduction's split into chunks is counted at compile time",))
+
+    def planned(horizontal: str = "") -> FusionPlan:
+        plan = (plan_from_dict(info, o.target, hand, hw=hw) if hand is not None
+                else plan_chain(info, o.target, fuse=o.fuse, hw=hw, tuned=json.loads(o.tuned) if o.tuned else None,
+                                dynamic=dynamic, run_time_loops=run_time, horizontal=horizontal))
+        return replace(plan, dynamic=tuple((d, planned_at[d]) for d in dynamic)) if dynamic else plan
+    plan = planned()
+    if dynamic and hand is None and any(g.siblings for g in plan.groups):
+        # fuse_sibling needs the kernels' tile loops to take one trip count; over a run-time
+        # extent tiling reads it from each op's own input (q's S and k's S): tried on a copy
+        why = _tiles_apart(st.module, job.chain, plan)
+        if why:
+            plan = planned(f"{', '.join(dynamic)} {'is' if len(dynamic) == 1 else 'are'} taken at run time, and "
+                           f"the kernels' tile loops would not take one trip count ({why})")
+    if dynamic and o.target == "gpu" and "split-reductions" not in o.disabled_passes and \
+            any(op.kind == "reduction" for op in info.ops):
+        plan = replace(plan, decisions=plan.decisions + (
+            f"split-reductions not run: {', '.join(dynamic)} {'is' if len(dynamic) == 1 else 'are'} taken at "
+            "run time, and a reduction's split into chunks is counted at compile time",))
     st.plan = _with_eager(plan, lowered, st.module.context)
 
 
@@ -170,6 +179,17 @@ def _static_twin(job: Job, st: ChainStages, dynamic: tuple[str, ...]) -> tuple[i
     raise CompilerInternalError("plan", f"the chain lowered with run-time extents has other ops than with static "
                                         f"ones ({len(ours)} ops against {len(theirs)}), so the plan made for the "
                                         "static extents does not apply to it")
+
+
+def _tiles_apart(module: ir.Module, chain: str, plan: FusionPlan) -> str:
+    """Why `plan`'s kernels cannot be tiled and fused on `module` ("": they can), tried on a copy."""
+    copy = ir.Module.parse(module.operation.get_asm(enable_debug_info=True), context=module.context)
+    try:
+        tile_and_fuse(copy, {chain: plan})
+    except CompilerInternalError as e:
+        lines = e.message.splitlines()
+        return next((line.split("): ", 1)[-1] for line in lines if line.startswith("Diagnostic message")), lines[0])
+    return ""
 
 
 def _func(module: ir.Module, name: str):

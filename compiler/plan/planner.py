@@ -181,8 +181,9 @@ def _loc(loc: str) -> str:
 
 def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool = True, cores: int | None = None,
                tuned: dict | None = None, dynamic: tuple[str, ...] = (),
-               run_time_loops: dict[int, frozenset[int]] | None = None) -> FusionPlan:
+               run_time_loops: dict[int, frozenset[int]] | None = None, horizontal: str = "") -> FusionPlan:
     """Partition a chain's ops into kernels and pick tiles for `target` ('gpu' or 'cpu') on `hw`.
+    `horizontal`: why no kernels are fused horizontally ("": they may be).
     `tuned` maps group signatures to measured tiles. `dynamic`: symbols the build takes at run
     time, and `run_time_loops` each op's loops whose extent they are (no attention template
     over run-time queries, keys or head dims: it is laid out for static ones)."""
@@ -206,14 +207,10 @@ def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool 
     if fuse:
         members_list = _attention_kernels(info, chooser, members_list, decisions, dynamic, run_time_loops or {})
         members_list, unwritten = _recompute(info, chooser, members_list, decisions)
-        if not dynamic:
+        if not horizontal:
             members_list, unwritten = _horizontal(info, chooser, target, members_list, unwritten, decisions)
-        elif len(_horizontal(info, chooser, target, [set(m) for m in members_list], [set(u) for u in unwritten],
-                             [])[0]) < len(members_list):
-            # fuse_sibling needs the two tile loops' trip counts to be one value, and with a
-            # run-time extent each tiling computes its own
-            decisions.append(f"not fused horizontally: {', '.join(dynamic)} {'is' if len(dynamic) == 1 else 'are'} "
-                             "taken at run time (the kernels' tile loops would need one run-time trip count)")
+        else:
+            decisions.append(f"not fused horizontally: {horizontal}")
     # kernel numbers follow program order; decisions were written with provisional numbers
     n = len(members_list)
     decisions = [d.replace("{K", "{").format(*[n - 1 - k for k in range(n)]) if "{" in d else d

@@ -201,6 +201,12 @@ def _fuse_siblings(steps: list[Step], plan: FusionPlan, g: Group, root_tiles, ma
                           f"in %{scope} : ({ANY}) -> {ANY}"))
         steps.append(Step(f"%ts{name}, %fs{name} = transform.structured.tile_using_forall %s{name} tile_sizes "
                           f"{tiles}{mapping} : ({ANY}) -> ({ANY}, {ANY})"))
+        if plan.dynamic:
+            steps.append(Step(f'%fn{name} = transform.structured.match ops{{["func.func"]}} in %root : ({ANY}) -> {ANY}'))
+            steps.append(Step(f"transform.apply_patterns to %fn{name} {{ "
+                              "transform.apply_patterns.memref.resolve_ranked_shaped_type_result_dims "
+                              f"transform.apply_patterns.canonicalization }} : {ANY}"))
+            steps.append(Step(f"transform.apply_cse to %fn{name} : {ANY}"))
         steps.append(Step(f"%fz{name} = transform.loop.fuse_sibling %fs{name} into %{loop} : ({ANY}, {ANY}) -> {ANY}"))
         loop = f"fz{name}"
     return loop

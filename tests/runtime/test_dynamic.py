@@ -66,7 +66,7 @@ def test_three_extents_run_from_one_build(tmp_path, source, name, fixed):
     assert build.plan["dynamic"] == {"M": 64}
     static = fusec.compile(write(tmp_path, "c.fdsl", source), target="cpu", cache=False).chains[name]
     # the model's figures are the static build's at the class top, the op-by-op baseline too
-    # (its rejected fusions may differ: no horizontal fusion is tried over a run-time extent)
+    # (its rejected fusions may differ)
     figures = [{k: v for k, v in p["model"].items() if k != "rejected"}
                for p in (build.plan, static.plan(dict(fixed, M=64)))]
     assert figures[0] == figures[1] and figures[0]["big_transfers"]["eager"] > 0
@@ -230,15 +230,33 @@ def test_an_artifact_compiled_dynamic_runs_other_extents_there(tmp_path, capsys)
     assert "was compiled for one extent of N" in capsys.readouterr().err
 
 
-def test_siblings_stay_two_kernels_with_a_run_time_trip_count(capsys):
-    """Horizontal fusion needs one trip count for both tile loops: with M at run time the plan
-    keeps softmax and its logsumexp apart, says why, and both outputs check."""
+def test_siblings_fuse_horizontally_over_a_run_time_trip_count(capsys):
+    """softmax and its logsumexp read one x: with M at run time their tile loops' trip counts
+    resolve to the one extent the chain read, and they are one kernel, as with static M."""
     f = os.path.join(EXAMPLES, "by_hand.fdsl")
-    assert main([f, "--chain", "softmax_and_logsumexp", "--target", "cpu", "--dynamic", "M",
-                 "--bind", "M=45,N=64", "--explain"]) == 0
+    assert main([f, "--chain", "softmax_and_logsumexp", "--target", "cuda-sim", "--dynamic", "M",
+                 "--bind", "M=5,N=64", "--explain"]) == 0
     out = capsys.readouterr().out
-    assert "5 ops -> 2 kernels" in out and "out 1 f32[45, 1]" in out and out.count("-> ok") == 2
-    assert "not fused horizontally: M is taken at run time" in out
+    assert "5 ops -> 1 kernel" in out and "out 1 f32[5, 1]" in out and out.count("-> ok") == 2
+    assert "fused horizontally: the kernels of" in out and "not fused horizontally" not in out
+
+
+def test_siblings_whose_trip_counts_stay_two_values_are_planned_apart(capsys):
+    """RoPE's q and k tiled along a run-time S on the GPU: tiling reads S from q for one and
+    from k for the other, so the sibling fusion cannot be made; the plan, tried on a copy,
+    keeps two kernels and says why, and both outputs check."""
+    f = os.path.join(EXAMPLES, "rope.fdsl")
+    args = [f, "--chain", "rope", "--target", "cuda-sim", "--dynamic", "S", "--bind", "B=1,H=2,S=5"]
+    assert main(args + ["--emit", "plan"]) == 0
+    plan = capsys.readouterr().out
+    assert "-> 2 kernels" in plan
+    assert "not fused horizontally: S is taken at run time, and the kernels' tile loops would not take one " \
+           "trip count (operations cannot be fused)" in plan
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "2 ops -> 2 kernels" in out and out.count("-> ok") == 2
+    assert main([f, "--chain", "rope", "--target", "cuda-sim", "--bind", "B=1,H=2,S=5", "--emit", "plan"]) == 0
+    assert "-> 1 kernel" in capsys.readouterr().out            # static S: one kernel
 
 
 def test_a_stage_that_cannot_take_a_run_time_extent_is_a_user_error_at_the_chain(tmp_path, monkeypatch, capsys):
