@@ -3,15 +3,13 @@ the run-time trip count of its block loop, computed by the host before the launc
 tile at the edge of a run-time extent is clamped, and its threads past the clamp do nothing.
 Run here under the simulator, at a few rows (the simulator runs about 12k threads/s)."""
 import os
-import textwrap
 
 import numpy as np
 import pytest
 
 import fusec
 from fusec.cli import main
-from fusec.runtime import reference
-from fusec.runtime.compare import compare
+from test_dynamic import checked, write     # the same helpers as the cpu target's dynamic tests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(ROOT, "examples")
@@ -31,22 +29,6 @@ chain loss(x: f32[B, C]) -> f32 {
     return mean(log_softmax(x, axis=-1))
 }
 """
-
-
-def write(tmp_path, name, text):
-    p = tmp_path / name
-    p.write_text(textwrap.dedent(text))
-    return str(p)
-
-
-def checked(chain, binding, seed=0):
-    inputs = reference.random_inputs(chain.typed, binding, seed)
-    got = chain(*inputs)
-    got = got if isinstance(got, tuple) else (got,)
-    want = reference.run_chain(chain.typed, inputs, binding)
-    for g, w, t in zip(got, want, chain.typed.output_types):
-        assert g.shape == w.shape
-        assert compare(g, w, t.dtype.name).ok
 
 
 @pytest.mark.parametrize("source, name, fixed", [(EW, "ew", {"N": 64}), (ROWS, "rows", {"N": 32})],
