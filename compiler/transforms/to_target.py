@@ -109,7 +109,8 @@ def _static_grid(region) -> list:
     return found
 
 
-_STAND_IN = 2
+_STAND_IN = 2                                # any count above 1: MLIR maps the loop, the grid is reset after
+_GRID_AXES = {"#gpu.block<x>": 0, "#gpu.block<y>": 1, "#gpu.block<z>": 2}
 
 
 def _guard_thread_loops(block_loop) -> None:
@@ -162,7 +163,6 @@ def _most(count) -> int:
     if not terms:
         raise CompilerInternalError("gpu", "a thread loop's run-time trip count has no largest value")
     return min(terms)
-_GRID_AXES = {"#gpu.block<x>": 0, "#gpu.block<y>": 1, "#gpu.block<z>": 2}
 
 
 def _run_time_grids(module: ir.Module, grids: list[list]) -> None:
