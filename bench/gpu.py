@@ -167,8 +167,6 @@ def run(directory: Path, out: Path, only: list[str] | None = None, target_name: 
     import numpy as np
 
     import fusec
-    from fusec.program import load_chain
-    from fusec.runtime import artifact as art
     from fusec.runtime.targets import select
 
     from . import machine
@@ -193,12 +191,7 @@ def run(directory: Path, out: Path, only: list[str] | None = None, target_name: 
         impls: list[Impl] = []
         skipped: dict[str, str] = {}
         try:
-            a = art.load(directory / name)
-            typed = fusec.check(a.source())
-            chain = next(c for c in typed.chains if c.name == w.chain)
-            t0 = time.perf_counter()
-            built = load_chain(a, chain, target)
-            load_s = time.perf_counter() - t0
+            built, load_s = _load(directory / name, w.chain, target)
             impls += [_fusec_gpu(built, build, inputs, load_s, meta["compile_s"]) for build in ("fused", "unfused")]
         except Exception as e:
             skipped["fusec fused"] = skipped["fusec unfused"] = _failure(e)
@@ -207,11 +200,8 @@ def run(directory: Path, out: Path, only: list[str] | None = None, target_name: 
             skipped["fusec dynamic"] = dynamic["skipped"]
         else:
             try:
-                a = art.load(directory / f"{name}.dynamic")
-                chain = next(c for c in fusec.check(a.source()).chains if c.name == w.chain)
-                t0 = time.perf_counter()
-                built = load_chain(a, chain, target)
-                impl = _fusec_gpu(built, "fused", inputs, time.perf_counter() - t0, 0.0)
+                built, load_s = _load(directory / f"{name}.dynamic", w.chain, target)
+                impl = _fusec_gpu(built, "fused", inputs, load_s, 0.0)
                 impl.name = "fusec dynamic"
                 impl.detail.update(symbol=dynamic["symbol"], planned_at=dynamic["planned_at"])
                 impls.append(impl)
@@ -254,6 +244,18 @@ def run(directory: Path, out: Path, only: list[str] | None = None, target_name: 
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {path}")
     return path
+
+
+def _load(directory: Path, chain_name: str, target):
+    """A chain's builds from its artifact with fusec's runtime only, and the seconds that took."""
+    import fusec
+    from fusec.program import load_chain
+    from fusec.runtime import artifact as art
+    a = art.load(directory)
+    chain = next(c for c in fusec.check(a.source()).chains if c.name == chain_name)
+    t0 = time.perf_counter()
+    built = load_chain(a, chain, target)
+    return built, time.perf_counter() - t0
 
 
 def _fusec_gpu(built, build: str, inputs, load_s: float, compile_s: float):

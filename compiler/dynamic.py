@@ -33,6 +33,11 @@ def chain_dynamic(symbols, dynamic) -> tuple[str, ...]:
     return tuple(s for s in symbols if s in set(dynamic))
 
 
+def taken_at_run_time(dynamic) -> str:
+    """'M is taken at run time' / 'M, S are taken at run time': the reason plan decisions give."""
+    return f"{', '.join(dynamic)} {'is' if len(dynamic) == 1 else 'are'} taken at run time"
+
+
 def unknown_symbols(dynamic, chains, where: str = "this file") -> str | None:
     """Why `dynamic` names a symbol no chain has (None: every one is some chain's)."""
     symbols = sorted({s for c in chains for s in c.symbols})

@@ -39,7 +39,7 @@ from .lowering.lower import lower_chain
 from .mlir import ir, print_ir, verify
 from .options import CompileOptions
 from .plan import autotune
-from .dynamic import chain_dynamic
+from .dynamic import chain_dynamic, taken_at_run_time
 from .plan.analysis import analyze, payload_ops, tag_ops
 from .plan.hardware import DEFAULT_GPU, GPUS, HardwareProfile, cache_dir
 from .plan.planner import FusionPlan, plan_chain, plan_from_dict, with_eager_transfers, with_measured
@@ -145,13 +145,13 @@ def _plan(job: Job, st: ChainStages) -> None:
         # extent tiling reads it from each op's own input (q's S and k's S): tried on a copy
         why = _tiles_apart(st.module, job.chain, plan)
         if why:
-            plan = planned(f"{', '.join(dynamic)} {'is' if len(dynamic) == 1 else 'are'} taken at run time, and "
-                           f"the kernels' tile loops would not take one trip count ({why})")
+            plan = planned(f"{taken_at_run_time(dynamic)}, and the kernels' tile loops would not take one trip "
+                           f"count ({why})")
     if dynamic and o.target == "gpu" and "split-reductions" not in o.disabled_passes and \
             any(op.kind == "reduction" for op in info.ops):
         plan = replace(plan, decisions=plan.decisions + (
-            f"split-reductions not run: {', '.join(dynamic)} {'is' if len(dynamic) == 1 else 'are'} taken at "
-            "run time, and a reduction's split into chunks is counted at compile time",))
+            f"split-reductions not run: {taken_at_run_time(dynamic)}, and a reduction's split into chunks is "
+            "counted at compile time",))
     st.plan = _with_eager(plan, lowered, st.module.context)
 
 
@@ -187,9 +187,14 @@ def _tiles_apart(module: ir.Module, chain: str, plan: FusionPlan) -> str:
     try:
         tile_and_fuse(copy, {chain: plan})
     except CompilerInternalError as e:
-        lines = e.message.splitlines()
-        return next((line.split("): ", 1)[-1] for line in lines if line.startswith("Diagnostic message")), lines[0])
+        return _diagnostic(e)
     return ""
+
+
+def _diagnostic(e: CompilerInternalError) -> str:
+    """What MLIR said stopped a stage (its first diagnostic), else the error's first line."""
+    lines = e.message.splitlines()
+    return next((line.split("): ", 1)[-1] for line in lines if line.startswith("Diagnostic message")), lines[0])
 
 
 def _func(module: ir.Module, name: str):
@@ -333,7 +338,7 @@ def _run_stage(stage: Stage, job: Job, st: ChainStages, dump_dir) -> None:
 
 
 # the stages past lowering that handle run-time extents only for some kernels: the GPU mapping
-# (static grids), the attention template (a static number of queries), tile-and-fuse of some
+# (a thread loop's run-time count must be a clamped tile's), the attention template (a static number of queries), tile-and-fuse of some
 # producers, and graph passes that fold a static chain into fewer ops than a dynamic one
 DYNAMIC_LIMITED = ("plan", "tiled", "gpu", "kernels")
 
@@ -342,10 +347,8 @@ def _not_dynamic(chain: TypedChain, dynamic: tuple[str, ...], stage: str, e: Com
     """A build with run-time extents that a stage could not make: a user error at the chain,
     saying what stopped it, so the user binds the symbols statically instead."""
     names = ",".join(dynamic)
-    lines = e.message.splitlines()
-    why = next((line.split("): ", 1)[-1] for line in lines if line.startswith("Diagnostic message")), lines[0])
     return FdslError([Diagnostic(chain.span, f"chain '{chain.name}' cannot be built with {names} taken at run time "
-                                             f"(--dynamic {names}): stage '{stage}': {why}; "
+                                             f"(--dynamic {names}): stage '{stage}': {_diagnostic(e)}; "
                                              f"bind {names} statically (leave {'it' if len(dynamic) == 1 else 'them'} "
                                              "out of --dynamic)")])
 

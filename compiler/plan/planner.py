@@ -40,6 +40,7 @@ from .gemm import gemm_kernel, gemm_shape, gemm_tiling_error, mma_error, mma_kin
 from .rows import row_tiling_error
 from .conv import choose as choose_conv, library_conv, not_applicable as conv_not_applicable, op_shape as conv_op_shape
 from .tilechoice import TileChooser, group_signature
+from ..dynamic import taken_at_run_time
 from ..errors import CompilerInternalError
 from ..mlir import ir
 
@@ -523,8 +524,7 @@ def _attention_kernels(info: ChainInfo, chooser: TileChooser, members_list: list
             continue
         if (run_time_loops or {}).get(a.scores, frozenset()) & {a.q_loop, a.k_loop, a.d_loop}:
             decisions.append(f"not attention: %{a.scores}..%{a.out}: the online-softmax template is laid out for "
-                             f"static queries, keys and head dims, and {', '.join(dynamic)} "
-                             f"{'is' if len(dynamic) == 1 else 'are'} taken at run time")
+                             f"static queries, keys and head dims, and {taken_at_run_time(dynamic)}")
             continue
         touched = [k for k, m in enumerate(members_list) if m & set(a.ops)]
         union = set().union(*[members_list[k] for k in touched]) | set(a.ops)

@@ -94,19 +94,27 @@ def _static_grid(region) -> list:
     if loop.name != "scf.forall":
         return []
     _guard_thread_loops(loop)
-    static = list(ir.DenseI64ArrayAttr(loop.attributes["staticUpperBound"]))
-    seg = list(ir.DenseI32ArrayAttr(loop.attributes["operandSegmentSizes"]))
     mapping = [str(m) for m in ir.ArrayAttr(loop.attributes["mapping"])]
-    found, k = [], seg[0]
-    for n, m in zip(static, mapping):
-        if n == ir.ShapedType.get_dynamic_size():
-            if m not in _GRID_AXES:
-                raise CompilerInternalError("gpu", f"a run-time trip count on a loop mapped to {m}")
-            found.append((_GRID_AXES[m], loop.operands[k]))
-            with ir.InsertionPoint(region), loop.location:
-                loop.operands[k] = arith.ConstantOp(ir.IndexType.get(), _STAND_IN).result
-            k += 1
+    found = []
+    for pos, k in _run_time_counts(loop):
+        if mapping[pos] not in _GRID_AXES:
+            raise CompilerInternalError("gpu", f"a run-time trip count on a loop mapped to {mapping[pos]}")
+        found.append((_GRID_AXES[mapping[pos]], loop.operands[k]))
+        with ir.InsertionPoint(region), loop.location:
+            loop.operands[k] = arith.ConstantOp(ir.IndexType.get(), _STAND_IN).result
     return found
+
+
+def _run_time_counts(loop) -> list[tuple[int, int]]:
+    """(dim, operand index) of each of a forall's upper bounds that is a value, not a number."""
+    static = list(ir.DenseI64ArrayAttr(loop.attributes["staticUpperBound"]))
+    k = list(ir.DenseI32ArrayAttr(loop.attributes["operandSegmentSizes"]))[0]     # after the lower bounds
+    out = []
+    for pos, n in enumerate(static):
+        if n == ir.ShapedType.get_dynamic_size():
+            out.append((pos, k))
+            k += 1
+    return out
 
 
 _STAND_IN = 2                                # any count above 1: MLIR maps the loop, the grid is reset after
@@ -124,23 +132,19 @@ def _guard_thread_loops(block_loop) -> None:
     block_loop.walk(lambda op: (loops.append(op) if op.name == "scf.forall" and op != block_loop else None,
                                 ir.WalkResult.ADVANCE)[1])
     for loop in loops:
-        static = list(ir.DenseI64ArrayAttr(loop.attributes["staticUpperBound"]))
-        seg = list(ir.DenseI32ArrayAttr(loop.attributes["operandSegmentSizes"]))
-        if all(n != ir.ShapedType.get_dynamic_size() for n in static):
+        counts = _run_time_counts(loop)
+        if not counts:
             continue
         body = loop.regions[0].blocks[0]
         ivs, ops = list(body.arguments), list(body.operations)
-        conds, k = [], seg[0]
+        conds = []
         with loop.location:
-            for pos, n in enumerate(static):
-                if n != ir.ShapedType.get_dynamic_size():
-                    continue
+            for pos, k in counts:
                 count = loop.operands[k]
                 with ir.InsertionPoint(loop):
                     loop.operands[k] = arith.ConstantOp(ir.IndexType.get(), _most(count)).result
                 with ir.InsertionPoint.at_block_begin(body):
                     conds.append(arith.CmpIOp(arith.CmpIPredicate.ult, ivs[pos], count).result)
-                k += 1
             with ir.InsertionPoint(ops[-1]):
                 cond = conds[0]
                 for c in conds[1:]:
