@@ -115,10 +115,10 @@ def _executable_impl(name: str, exe, inputs: list[np.ndarray]) -> tuple[Impl, fl
 
 def _fusec_cached(directory: Path, typed, target, inputs, load_chain, art) -> float:
     """A later process's start from the persistent cache: the artifact loaded with no MLIR and
-    Numba's machine code loaded from the artifact's own cache (cpu; a cuda module compiles its
-    kernels when imported). One copy is loaded and run first, to fill that cache, as the first
-    process did; a copy of the copy (a new path: imported afresh, the cache files with it) is
-    then loaded and run, timed."""
+    Numba's machine code loaded from the artifact's own cache (cpu functions, cuda kernels).
+    One copy is loaded and run first, to fill that cache, as the first process did; a copy of
+    the copy (a new path: imported afresh, the cache files with it) is then loaded and run,
+    timed."""
     root = Path(tempfile.mkdtemp(prefix="fusec-bench-cached-"))
     try:
         first = root / "first" / directory.name

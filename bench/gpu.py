@@ -10,8 +10,10 @@ through the device tool with carry=["build/gpu-bench"]:
 
 `run` installs the carried lark and ml_dtypes wheels if missing, loads each artifact with fusec's
 runtime only, measures the device's copy bandwidth (a device-to-device copy timed with CUDA
-events), times fusec fused/unfused/dynamic (the workload's rows or batch taken at run time), CuPy, PyTorch eager and torch.compile interleaved, checks
-every output against the NumPy reference (on the host, in float64) and writes
+events), times fusec fused/unfused/dynamic (the workload's rows or batch taken at run time), CuPy,
+PyTorch eager and torch.compile interleaved, checks every output against the NumPy reference (on
+the host, in float64), starts each workload's artifact in two fresh processes one after the
+other (the second loads the kernels from Numba's cache, which the first filled) and writes
 `$OUT/<machine>-<date>.json`, which `python -m bench table` turns into the README table once
 copied into bench/results/.
 """
@@ -225,10 +227,17 @@ def run(directory: Path, out: Path, only: list[str] | None = None, target_name: 
                 e["detail"] = impl.detail
             entries[impl.name] = e
             print(f"  {name:14s} {impl.name:15s} {e['median_ms']:9.4f} ms (min {e['min_ms']:.4f})", flush=True)
+        started = _start_twice(directory / name, w.chain, target_name)
+        if "first" in started:
+            first, second = started["first"], started["second"]
+            if "fusec fused" in entries:        # a later process's start, as the cpu suite's cached_s
+                entries["fusec fused"]["cached_s"] = round(second["load_s"] + second["call_s"], 4)
+            print(f"  {name:14s} start: first process {first['load_s']:.3f} s, second {second['load_s']:.3f} s; "
+                  f"Numba's cache gave {second['numba_cache']['hits']} of {second['kernels']} kernels", flush=True)
         results.append({"name": name, "chain": w.chain, "fdsl": f"bench/fdsl/{w.fdsl.name}", "binding": binding,
                         "bound": w.bound, "bytes": w.bytes(binding), "flops": w.flops(binding),
                         "floor": floor, "impls": entries, "skipped": skipped,
-                        "ratios": _ratios(samples, floor)})
+                        "ratios": _ratios(samples, floor), "start": started})
     from . import utc_stamp
     doc = {"schema": SCHEMA, "suite": "fusec-bench", "size": manifest["size"], "target": "cuda",
            "date": utc_stamp(),
@@ -256,6 +265,57 @@ def _load(directory: Path, chain_name: str, target):
     t0 = time.perf_counter()
     built = load_chain(a, chain, target)
     return built, time.perf_counter() - t0
+
+
+def start(directory: Path, chain_name: str, target_name: str) -> dict:
+    """One process's start from an artifact, as a compile-cache hit has it: the chain loaded with
+    Numba's cache in the artifact (numba_cache=True: the first process compiles the kernels and
+    fills it, a later one loads them) and its fused build run once. {"load_s", "call_s",
+    "kernels", "numba_cache": {"hits", "misses"}}, counted over the module's kernels (the
+    simulator caches nothing: both 0)."""
+    _ensure_fusec()
+    import fusec
+    from fusec.program import load_chain
+    from fusec.runtime import artifact as art
+    from fusec.runtime.reference import random_inputs
+    from fusec.runtime.targets import select
+    a = art.load(directory)
+    chain = next(c for c in fusec.check(a.source()).chains if c.name == chain_name)
+    t0 = time.perf_counter()
+    built = load_chain(a, chain, select(target_name), numba_cache=True)
+    load_s = time.perf_counter() - t0
+    inputs = random_inputs(chain, a.chains[chain_name].binding, 0)
+    t0 = time.perf_counter()
+    built.fused(*inputs)
+    call_s = time.perf_counter() - t0
+    module = sys.modules[built.fused.host.__module__]
+    kernels = [getattr(module, name) for name in a.chains[chain_name].builds["fused"]["kernels"]]
+    counts = {what: sum(sum(getattr(k, f"_cache_{what}", {}).values()) for k in kernels) for what in ("hits", "misses")}
+    return {"load_s": round(load_s, 4), "call_s": round(call_s, 4), "kernels": len(kernels),
+            "numba_cache": counts}
+
+
+def _start_twice(directory: Path, chain_name: str, target_name: str) -> dict:
+    """`start` in two processes, one after the other, on a fresh copy of the artifact (no Numba
+    cache in it yet): {"first": ..., "second": ...}, or {"failed": why}."""
+    import shutil
+    import tempfile
+    root = Path(tempfile.mkdtemp(prefix="fusec-gpu-start-"))
+    try:
+        copy = root / directory.name
+        shutil.copytree(directory, copy, ignore=shutil.ignore_patterns("__pycache__"))
+        out = {}
+        for which in ("first", "second"):
+            done = subprocess.run([sys.executable, "-m", "bench.gpu", "start", str(copy), "--chain", chain_name,
+                                   "--target", target_name], cwd=ROOT, capture_output=True, text=True)
+            if done.returncode != 0:
+                return {"failed": f"{which} process: exit {done.returncode}: {done.stderr.strip()[-400:]}"}
+            out[which] = json.loads(done.stdout.strip().splitlines()[-1])
+            if done.stderr.strip():
+                out[which]["stderr"] = done.stderr.strip()[-400:]
+        return out
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _fusec_gpu(built, build: str, inputs, load_s: float, compile_s: float):
@@ -291,7 +351,10 @@ def _versions() -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", choices=("prepare", "run"))
+    p.add_argument("command", choices=("prepare", "run", "start"),
+                   help="start: one process's start from an artifact DIRECTORY (--chain; JSON on stdout), "
+                        "which `run` times twice per workload")
+    p.add_argument("--chain", default=None, help="start: the chain")
     p.add_argument("directory")
     p.add_argument("--out", default=None, help="run: where the JSON goes (default: $OUT or .)")
     p.add_argument("--only", default="")
@@ -302,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     only = [s for s in args.only.split(",") if s] or None
     if args.command == "prepare":
         prepare(Path(args.directory), only, args.size)
+    elif args.command == "start":
+        print(json.dumps(start(Path(args.directory), args.chain, args.target)))
     else:
         run(Path(args.directory), Path(args.out or os.environ.get("OUT", ".")), only, args.target)
     return 0

@@ -11,7 +11,8 @@ A directory holding, for one FDSL file, one target and one symbol binding per ch
     <chain>.unfused.py     the same chain, one kernel per linalg op (the baseline/fallback)
     <chain>.plan.txt       the fusion plan as `--emit plan` prints it
     <chain>.stages.json    (compile cache entries, runtime/cache.py) every stage's text
-    __pycache__/           (compile cache entries, cpu) Numba's cache of the modules' functions
+    __pycache__/           (compile cache entries) Numba's cache of the modules' functions (cpu)
+                           or kernels (cuda)
 
 `write` stores one: into a new directory beside the target, which then replaces the target
 whole (a previous artifact there is removed; a directory that is not an artifact is refused).
@@ -68,30 +69,50 @@ class Artifact:
 
     def module(self, chain: str, build: str, numba_cache: bool = False):
         """Import (once) the emitted module of a chain's build; returns its host function.
-        `numba_cache`: Numba caches what it compiles of a cpu module on disk, in the artifact's
-        __pycache__, so a later process loads the machine code instead of compiling it again
-        (not for a module with an object-mode block, which Numba cannot reload from its cache:
-        an artifact emitted before 2026-12-02, when cpu contractions were NumPy calls)."""
+        `numba_cache`: Numba caches what it compiles of the module on disk, in the artifact's
+        __pycache__, so a later process loads the machine code instead of compiling it again.
+        cpu: not for a module with an object-mode block, which Numba cannot reload from its
+        cache (an artifact emitted before 2026-12-02, when cpu contractions were NumPy calls).
+        cuda: the kernels compile when the module runs, so the module is given NUMBA_CACHE
+        first (an artifact emitted before 2026-12-03 has no such flag and compiles afresh);
+        should Numba fail to cache a kernel, the module is run again without its cache and
+        that is said in one line on stderr. The simulator caches nothing."""
         b = self.chains[chain].builds[build]
         path = self.directory / b["module"]
         source = path.read_bytes()
         key = "fusec_kernels_" + hashlib.sha1(str(path.resolve()).encode() + source).hexdigest()[:16]
         mod = sys.modules.get(key)
         if mod is None:
-            spec = importlib.util.spec_from_file_location(key, path)
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[key] = mod
+            gpu_cache = numba_cache and self.target != "cpu" and b"cache=NUMBA_CACHE" in source
             try:
-                spec.loader.exec_module(mod)
-            except BaseException:
-                del sys.modules[key]
-                raise
+                mod = _import(key, path, {"NUMBA_CACHE": True} if gpu_cache else {})
+            except Exception as e:
+                if not gpu_cache:
+                    raise
+                mod = _import(key, path, {})   # the same error again when it was not the cache's
+                line = (str(e).strip().splitlines() or [""])[0]
+                print(f"fusec: Numba could not cache the CUDA kernels of {path} ({type(e).__name__}: {line}); "
+                      "they were compiled without its cache", file=sys.stderr)
             if numba_cache and self.target == "cpu" and b"numba.objmode(" not in source:
                 _enable_numba_cache(mod)
         host = getattr(mod, b["host"], None)
         if host is None:
             raise ArtifactError(f"{path} has no function {b['host']}, which manifest.json names; recompile it")
         return host
+
+
+def _import(key: str, path: Path, namespace: dict) -> types.ModuleType:
+    """Run the module file at `path` as sys.modules[key], `namespace` set in it first."""
+    spec = importlib.util.spec_from_file_location(key, path)
+    mod = importlib.util.module_from_spec(spec)
+    vars(mod).update(namespace)
+    sys.modules[key] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[key]
+        raise
+    return mod
 
 
 def _enable_numba_cache(mod: types.ModuleType) -> None:

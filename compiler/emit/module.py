@@ -1,6 +1,6 @@
 """The emitter: a total translator from lowered MLIR to a readable Python module of Numba code.
 
-Output: for target "cuda", one `@cuda.jit("<signature>")` kernel per gpu.launch (memref views
+Output: for target "cuda", one `@cuda.jit("<signature>", cache=NUMBA_CACHE)` kernel per gpu.launch (memref views
 folded into index arithmetic, constants re-materialised, only typed constants) and a host
 function `run_<func>(*args) -> tuple` per func.func that allocates with cuda.device_array,
 launches in program order and returns the results; for "cpu", `run_<func>` is one
@@ -96,6 +96,8 @@ def _assemble(target, consts, globals_, helpers, kernels, hosts) -> str:
         head.append("from numba import cuda")
     head += helpers.imports()
     parts = ["\n".join(head)]
+    if target == "cuda":
+        parts.append(CACHE_FLAG)
     if helpers.cudasim:       # Numba's simulator runs kernels as Python and has no warp shuffles
         parts.append("_CUDASIM = bool(numba.config.ENABLE_CUDASIM)")
     if consts.defs:
@@ -109,6 +111,13 @@ def _assemble(target, consts, globals_, helpers, kernels, hosts) -> str:
         parts.append(MEMORY_CLASS)
     parts += kernels + hosts
     return "\n\n\n".join(parts) + "\n"
+
+
+# A kernel with a signature compiles when the module runs, so whether Numba caches it on disk is
+# decided before then: the artifact loader (runtime/artifact.py) sets NUMBA_CACHE in the module's
+# namespace first; run any other way (exec'd text, the kernel report) the module compiles afresh.
+CACHE_FLAG = '''# Numba caches the kernels beside this file when the loader sets NUMBA_CACHE before running it
+NUMBA_CACHE = bool(globals().get("NUMBA_CACHE", False))'''
 
 
 # the emitted module's keeper of planned buffers (emit/memplan.py)
@@ -325,7 +334,7 @@ class _FuncEmitter:
         self.kernels.append("\n".join([
             f"# {name}: gpu.launch in @{self.func_name} at {format_location(op.location)}, "
             f"grid {grid_t}, block {block_t}",
-            f'@cuda.jit("void({", ".join(sigs)})")',
+            f'@cuda.jit("void({", ".join(sigs)})", cache=NUMBA_CACHE)',
             f"def {name}({', '.join(params)}):"] + w.lines))
         host.w(f"{name}[{grid_t}, {block_t}]({', '.join(params)})")
         group = sum(1 for launch in self.launches if launch.kind == "launch")
@@ -379,7 +388,7 @@ class _FuncEmitter:
         self.kernels.append("\n".join([
             f"# {name}: memref.copy in @{self.func_name} at {format_location(op.location)}, "
             f"grid {grid}, block {block}",
-            f'@cuda.jit("void({", ".join(params.values())})")',
+            f'@cuda.jit("void({", ".join(params.values())})", cache=NUMBA_CACHE)',
             f"def {name}({', '.join(params)}):"] + w.lines))
         host.w(f"{name}[{grid}, {block}]({', '.join(params)})")
         self.launches.append(Launch(name, "copy", None, tuple(map(str, grid)), tuple(map(str, block))))

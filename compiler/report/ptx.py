@@ -47,8 +47,10 @@ def _deferred_kernels(cc: tuple[int, int]):
 
     def jit(func_or_sig=None, **kw):
         if isinstance(func_or_sig, str) and not kw.get("device"):
+            options = {k: v for k, v in kw.items() if k != "cache"}    # compile_ptx caches nothing
+
             def record(f):
-                captured[f.__name__] = (f, func_or_sig, kw)
+                captured[f.__name__] = (f, func_or_sig, options)
                 return f
             return record
         return real_jit(func_or_sig, **kw)

@@ -147,6 +147,12 @@ def test_gpu_script_runs_from_artifacts_on_the_simulator(tmp_path):
     dynamic = w["impls"]["fusec dynamic"]             # M taken at run time, planned for its class
     assert dynamic["agreement"]["ok"] and dynamic["detail"]["symbol"] == "M"
     assert w["ratios"]["fusec dynamic"]["median"] > 0          # the table's dynamic / static is its inverse
+    # the artifact started in two fresh processes (the simulator compiles nothing, so caches nothing)
+    start = w["start"]
+    assert start["second"]["kernels"] == start["first"]["kernels"] == w["impls"]["fusec fused"]["detail"]["kernels"]
+    assert start["second"]["numba_cache"] == {"hits": 0, "misses": 0} and start["first"]["load_s"] > 0
+    assert w["impls"]["fusec fused"]["cached_s"] == pytest.approx(start["second"]["load_s"] + start["second"]["call_s"],
+                                                                  abs=1e-3)
 
 
 def test_transposed_weights_script_writes_its_json(tmp_path):
