@@ -755,7 +755,7 @@ def _cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, 
     # blas_threads threads (more than the cores do not help), or, for a zero-filled 2-D matmul
     # whose row tiles make the whole product, one call before the chunk loop
     per_core = hw.peak(eb) / cores
-    hoist = _hoisted_matmuls(info, members, root, tiling)
+    hoist = hoisted_matmuls(info, members, root, tiling.mapped)
     hoisted = sum(op_flops(info.op(m), hw) for m in hoist)
     conv = choose_conv(info, members, root, tiling.block, tiling.mapped, hw, tiling.conv)
     conv_flops = op_flops(info.op(conv.op), hw) if conv else 0.0
@@ -781,10 +781,12 @@ def _cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, 
                    recompute_s=recompute_s, spill_s=spill_s)
 
 
-def _hoisted_matmuls(info: ChainInfo, members, root: int, tiling: Tiling) -> list[int]:
-    """Matmuls of a cpu kernel the emitter calls once, whole, before its chunk loop: zero-filled
-    (their init a fill), both inputs from outside the kernel, rows split by the chunk loop."""
-    if not tiling.mapped:
+def hoisted_matmuls(info: ChainInfo, members, root: int, mapped) -> list[int]:
+    """Matmuls of a cpu kernel the emitter calls once, whole, before its chunk loop
+    (transforms/cpu_library_calls.py: hoist_whole_contractions): zero-filled (their init a
+    fill), both inputs from outside the kernel, rows split by the chunk loop (`mapped`, the
+    kernel's mapped root loops)."""
+    if not mapped:
         return []
     corr = loop_correspondence(info, root, members)
     out = []
@@ -793,12 +795,23 @@ def _hoisted_matmuls(info: ChainInfo, members, root: int, tiling: Tiling) -> lis
         if o.name != "linalg.matmul" or len(o.producers) < 3:
             continue
         a, b, init = o.producers[:3]
-        if (init is None or info.op(init).kind != "fill" or (a is not None and a in members)
-                or (b is not None and b in members)):
+        if (init is None or info.op(init).kind != "fill" or not _from_outside(info, a, m, members)
+                or not _from_outside(info, b, m, members)):
             continue
-        if corr.get(m, {}).get(tiling.mapped[0]) == frozenset({0}):          # its rows are the split loop
+        if corr.get(m, {}).get(mapped[0]) == frozenset({0}):          # its rows are the split loop
             out.append(m)
     return out
+
+
+def _from_outside(info: ChainInfo, p: int | None, reader: int, members) -> bool:
+    """A matmul operand that exists before the kernel's loop: made outside the kernel, or a copy
+    of such a tensor that only the matmul reads (a transpose, which the cpu emitter folds into
+    BLAS's transpose flag: cpu_library_calls.fold_transposed_operands)."""
+    if p is None or p not in members:
+        return True
+    o = info.op(p)
+    return (o.label == "copy" and o.users == (reader,) and o.n_inputs == 1
+            and (o.producers[0] is None or o.producers[0] not in members))
 
 
 def _cpu_bw(hw: HardwareProfile, busy: int, resident: bool) -> float:

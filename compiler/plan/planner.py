@@ -35,7 +35,8 @@ from .analysis import ChainInfo, OpInfo, analyze, sibling_tiles, siblings, sinks
 from .hardware import HardwareProfile
 from .measured import Measured
 from .describe import bytes_text, format_plan, time_text
-from .cost import KernelCost, Tiling, big_transfers, op_flops, total_time, unfused_kernels, with_cheap_producers
+from .cost import (KernelCost, Tiling, big_transfers, hoisted_matmuls, op_flops, total_time, unfused_kernels,
+                   with_cheap_producers)
 from .gemm import gemm_kernel, gemm_shape, gemm_tiling_error, mma_error, mma_kind
 from .rows import row_tiling_error
 from .conv import choose as choose_conv, library_conv, not_applicable as conv_not_applicable, op_shape as conv_op_shape
@@ -224,6 +225,8 @@ def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool 
     if target == "gpu":
         decisions += [d for g in groups for d in _contraction_note(info, g, chooser)]
     decisions += _conv_notes(info, groups, chooser.hw)
+    if target == "cpu":
+        decisions += _library_notes(info, groups)
     return _with_costs(FusionPlan(info.func, target, fuse, tuple(groups), tuple(decisions), info), chooser)
 
 
@@ -622,6 +625,29 @@ def _conv_notes(info: ChainInfo, groups, hw: HardwareProfile, given=frozenset())
             forced = g.conv if g.root in given else ""
             choice = choose_conv(info, g.ops, g.root, g.block_tiles, g.mapped, hw, forced)
             out.append(f"kernel {g.id}: {choice.reason()}")
+    return out
+
+
+def _library_notes(info: ChainInfo, groups) -> list[str]:
+    """Where each cpu kernel's BLAS products run and where their epilogue runs
+    (transforms/cpu_library_calls.py); a kernel without a chunk loop says nothing."""
+    out = []
+    for g in groups:
+        if not g.mapped:
+            continue
+        hoisted = set(hoisted_matmuls(info, g.ops, g.root, g.mapped))
+        for m in g.ops:
+            o = info.op(m)
+            if o.name not in ("linalg.matmul", "linalg.batch_matmul") or o.operand_dtypes[:1] not in (("f32",), ("f64",)):
+                continue
+            if m in hoisted:
+                out.append(f"kernel {g.id}: %{m} {o.label}: one BLAS call for the whole product before the chunk "
+                           "loop, on BLAS's own threads, then the rest of the kernel on each chunk (a call per chunk "
+                           "with the epilogue right after it measured slower: each on one thread per worker or on "
+                           "BLAS's threads, the two thread pools contend; python -m bench.blas_epilogue)")
+            else:
+                out.append(f"kernel {g.id}: %{m} {o.label}: one BLAS call per chunk, on one thread per worker, "
+                           "then the rest of the kernel on that chunk while it is in cache")
     return out
 
 
@@ -1041,6 +1067,7 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
     _check_writers(info, groups, target)
     groups.sort(key=lambda g: g.root)
     groups = [replace(g, id=i) for i, g in enumerate(groups)]
-    plan = FusionPlan(info.func, target, True, tuple(groups), ("plan given by hand",) + tuple(_conv_notes(info, groups, hw, given_conv)),
+    plan = FusionPlan(info.func, target, True, tuple(groups), ("plan given by hand",) + tuple(_conv_notes(info, groups, hw, given_conv))
+                      + tuple(_library_notes(info, groups) if target == "cpu" else ()),
                       info)
     return _with_costs(plan, TileChooser(info, target, hw))

@@ -155,6 +155,25 @@ def test_gpu_script_runs_from_artifacts_on_the_simulator(tmp_path):
                                                                   abs=1e-3)
 
 
+def test_blas_epilogue_script_rewrites_the_emitted_layer_and_writes_its_json(tmp_path):
+    """The per-tile and per-block forms are made from fusec's own emitted function (its
+    epilogue lines untouched) and each agrees with fusec's output before anything is timed."""
+    from bench import blas_epilogue
+    assert blas_epilogue.main(["--sizes", "64,32,128", "--rows", "16,32,48", "--seconds", "0.01",
+                               "--out", str(tmp_path)]) == 0
+    (path,) = tmp_path.glob("blas-epilogue-*.json")
+    r = json.loads(path.read_text())
+    forms = {"fusec: whole call, then epilogue", "tile 16 rows", "block 16 rows", "tile 32 rows", "block 32 rows"}
+    assert set(r["alone"]) == set(r["after_numpy_matmul"]) == forms          # 48 does not divide 64
+    assert all(i["runs"] >= 10 and i["min_ms"] <= i["median_ms"] for i in r["alone"].values())
+
+
+def test_blas_epilogue_refuses_a_function_it_cannot_rewrite():
+    from bench import blas_epilogue
+    with pytest.raises(ValueError, match="not one whole sgemm followed by a row-tile loop"):
+        blas_epilogue.forms("@numba.njit\ndef f(a):\n    return (a,)\n", "f", 4, 4, 4, [2])
+
+
 def test_transposed_weights_script_writes_its_json(tmp_path):
     from bench import transposed_weights
     assert transposed_weights.main(["--sizes", "16,8,24", "--seconds", "0.01", "--out", str(tmp_path)]) == 0

@@ -41,11 +41,33 @@ def test_fusion_refused_when_it_recomputes_an_expensive_producer():
     # on a cpu only rows are split: tanh(w) would be recomputed by every row chunk of x
     p = plan(X_TANH_W, {"M": 256}, target="cpu", hw=CPU)
     assert p.kernel_count == 2
-    (d,) = p.decisions
+    d, blas = p.decisions
     assert d.startswith("not fused: %0 map(tanh) into kernel 1: recompute ") and "x map(tanh) costs +" in d
+    assert blas.startswith("kernel 1: %2 matmul: one BLAS call for the whole product before the chunk loop")
     # the same producer is cheap enough when tanh costs no more than a multiply-add
     cheap = replace(CPU, weights=tuple((k, 1.0 if k == "tanh" else v) for k, v in CPU.weights))
     assert plan(X_TANH_W, {"M": 256}, target="cpu", hw=cheap).kernel_count == 1
+
+
+@pytest.mark.parametrize("src,binding,form", [
+    # a zero-filled product of the kernel's inputs, its rows split by the chunk loop: one call before it
+    ("chain g(x: f32[M, K], w: f32[K, N], b: f32[N]) -> f32[M, N] { return gelu(x @ w + b) }",
+     {"M": 512, "K": 256, "N": 512}, "one BLAS call for the whole product before the chunk loop"),
+    # w read transposed: the emitter folds the copy into BLAS's transpose flag, so still one call
+    ("chain g(x: f32[M, K], w: f32[N, K], b: f32[N]) -> f32[M, N] { return gelu(x @ transpose(w) + b) }",
+     {"M": 512, "K": 256, "N": 512}, "one BLAS call for the whole product before the chunk loop"),
+    # an operand the kernel computes in each chunk: a call per chunk, the epilogue right after it
+    ("chain g(x: f32[M, K], w: f32[K, N]) -> f32[M, N] { return relu(exp(x) @ w) }",
+     {"M": 512, "K": 256, "N": 512}, "one BLAS call per chunk, on one thread per worker"),
+])
+def test_the_cpu_plan_says_where_each_blas_product_and_its_epilogue_run(src, binding, form):
+    p = plan(src, binding, target="cpu", hw=CPU)
+    notes = [d for d in p.decisions if "BLAS call" in d]
+    assert len(notes) == 1 and form in notes[0], p.decisions
+    # the same build: the emitted host function makes the whole call before its prange, or in it
+    kernels = fusec.compile(src, target="cpu", options={"baseline": False}).g.stages(binding)["kernels"]
+    before = kernels.index("_sgemm(") < kernels.index("numba.prange(")
+    assert before == ("whole product" in form)
 
 
 def test_fusion_accepted_when_it_saves_traffic_with_the_numbers():
