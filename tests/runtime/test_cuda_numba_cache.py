@@ -69,13 +69,15 @@ REAL_CUDA = textwrap.dedent("""
 """)
 
 
+def _compiled(d: Path, target: str, binding: str) -> Path:
+    (d / "c.fdsl").write_text(SOURCE)
+    assert main(["compile", str(d / "c.fdsl"), "--target", target, "--bind", binding, "-o", str(d / "art")]) == 0
+    return d / "art"
+
+
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory):
-    d = tmp_path_factory.mktemp("cuda-cache")
-    (d / "c.fdsl").write_text(SOURCE)
-    assert main(["compile", str(d / "c.fdsl"), "--target", "cuda", "--bind", "M=512,N=4096,K=1024",
-                 "-o", str(d / "art")]) == 0
-    return d / "art"
+    return _compiled(tmp_path_factory.mktemp("cuda-cache"), "cuda", "M=512,N=4096,K=1024")
 
 
 def _copy(artifact: Path, tmp_path: Path) -> Path:
@@ -83,17 +85,23 @@ def _copy(artifact: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(artifact, tmp_path / "art"))
 
 
+def _real_cuda(copy: Path, numba_cache: bool) -> dict:
+    """REAL_CUDA's answer for the artifact at `copy` (skips where NVVM is missing)."""
+    done = subprocess.run([sys.executable, "-c", REAL_CUDA, str(copy), "1" if numba_cache else "0"],
+                          capture_output=True, text=True, env=REAL_ENV)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    if "skip" in out:
+        pytest.skip(out["skip"])
+    return out
+
+
 def test_every_kernel_compiles_with_numbas_cache_in_the_artifact(artifact, tmp_path):
     """The real compiler's view: each kernel's dispatcher has a CUDACache in the artifact's
     __pycache__, and what that cache would store (the kernel's code library reduced and
     pickled) is storable, tensor-core kernel included: no linked files, no global arrays."""
     copy = _copy(artifact, tmp_path)
-    done = subprocess.run([sys.executable, "-c", REAL_CUDA, str(copy), "1"], capture_output=True, text=True,
-                          env=REAL_ENV)
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    if "skip" in out:
-        pytest.skip(out["skip"])
+    out = _real_cuda(copy, True)
     assert set(out) == {"rows.k0", "t.k0"}
     for kernel in out.values():
         assert kernel["flag"] is True and kernel["cache"] == "CUDACache"
@@ -102,24 +110,14 @@ def test_every_kernel_compiles_with_numbas_cache_in_the_artifact(artifact, tmp_p
 
 
 def test_without_numba_cache_the_kernels_compile_afresh(artifact, tmp_path):
-    copy = _copy(artifact, tmp_path)
-    done = subprocess.run([sys.executable, "-c", REAL_CUDA, str(copy), "0"], capture_output=True, text=True,
-                          env=REAL_ENV)
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    if "skip" in out:
-        pytest.skip(out["skip"])
+    out = _real_cuda(_copy(artifact, tmp_path), False)
     assert {(k["flag"], k["cache"], k["path"]) for k in out.values()} == {(False, "NullCache", None)}
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
     """The row chain at a size the simulator runs in a moment."""
-    d = tmp_path_factory.mktemp("cuda-sim-cache")
-    (d / "c.fdsl").write_text(SOURCE)
-    assert main(["compile", str(d / "c.fdsl"), "--target", "cuda-sim", "--bind", "M=4,N=8,K=16",
-                 "-o", str(d / "art")]) == 0
-    return d / "art"
+    return _compiled(tmp_path_factory.mktemp("cuda-sim-cache"), "cuda-sim", "M=4,N=8,K=16")
 
 
 def test_a_kernel_numba_cannot_cache_is_compiled_without_it(small, tmp_path, monkeypatch, capsys):
