@@ -821,7 +821,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     reports, saved = [], {}
     for chain, inputs, binding in plans:
         inputs = inputs if inputs is not None else reference.random_inputs(chain, binding, args.seed)
-        rep = run_and_check(load_chain(a, chain, target), inputs)
+        rep = run_and_check(load_chain(a, chain, target, numba_cache=True), inputs)
         if args.kernel_report:
             rep.kernel_report = artifact_kernel_report(a, chain.name)
         print(rep.format())

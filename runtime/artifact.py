@@ -94,7 +94,7 @@ class Artifact:
                 print(f"fusec: Numba could not cache the CUDA kernels of {path} ({type(e).__name__}: {line}); "
                       "they were compiled without its cache", file=sys.stderr)
             if numba_cache and self.target == "cpu" and b"numba.objmode(" not in source:
-                _enable_numba_cache(mod)
+                _enable_numba_cache(mod, path)
         host = getattr(mod, b["host"], None)
         if host is None:
             raise ArtifactError(f"{path} has no function {b['host']}, which manifest.json names; recompile it")
@@ -115,13 +115,21 @@ def _import(key: str, path: Path, namespace: dict) -> types.ModuleType:
     return mod
 
 
-def _enable_numba_cache(mod: types.ModuleType) -> None:
+def _enable_numba_cache(mod: types.ModuleType, path: Path) -> None:
     """Numba's on-disk cache for every njit function the module defines (their source is a
-    real file: the cache is keyed by its path and modification time)."""
+    real file: the cache is keyed by its path and modification time). Where Numba finds no
+    place to write it (neither beside the file nor in its user-wide cache directory), the
+    functions compile in each process, and that is said in one line."""
     for value in list(vars(mod).values()):
         py = getattr(value, "py_func", None)
         if getattr(py, "__module__", None) == mod.__name__ and hasattr(value, "enable_caching"):
-            value.enable_caching()
+            try:
+                value.enable_caching()
+            except RuntimeError as e:
+                line = (str(e).strip().splitlines() or [""])[0]
+                print(f"fusec: Numba cannot cache the functions of {path} ({line}); they compile in each process",
+                      file=sys.stderr)
+                return
 
 
 def function_from_source(source: str, name: str, label: str = "fusec"):

@@ -104,6 +104,14 @@ def test_compile_then_run_an_artifact_without_mlir(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "chain layernorm_builtin [T=8] on cpu" in r.stdout and "-> ok" in r.stdout
     assert "torch_mlir" not in r.stderr
+    # Numba cached what it compiled beside the modules: a second run loads its machine code
+    assert (out / "__pycache__").is_dir()
+    r = subprocess.run(FUSEC + ["run", str(out), "--report", str(tmp_path / "r2.json")], capture_output=True,
+                       text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    first, again = (json.loads((tmp_path / n).read_text()) for n in ("r.json", "r2.json"))
+    jit = [[c["compile_seconds"]["numba.fused"] for c in rep["chains"]] for rep in (first, again)]
+    assert all(b < a / 5 for a, b in zip(*jit)), jit
 
 
 def test_api_compile_returns_callable_chains_and_exposes_plan_and_stages():

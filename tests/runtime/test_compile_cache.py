@@ -247,3 +247,25 @@ def test_a_bad_cap_or_a_cache_that_is_a_file_is_a_user_error(cache, tmp_path, ca
     assert err.startswith(f"fusec: error: the compile cache {cache / 'compiled'} cannot be a directory") and \
         err.count("\n") == 1
     assert main(["cache", "list"]) == 1
+
+
+def test_where_numba_cannot_cache_the_functions_compile_afresh_said_in_a_line(tmp_path, monkeypatch, capsys):
+    """Numba finds no writable cache directory (its RuntimeError from enable_caching): the
+    module's functions compile in this process, the loader says so once, and the chain runs."""
+    from numba.core.dispatcher import Dispatcher
+
+    from fusec.runtime import artifact as art
+
+    def refuse(self):
+        raise RuntimeError("cannot cache function 'f': no locator available for file '/x.py'")
+    monkeypatch.setattr(Dispatcher, "enable_caching", refuse)
+    (tmp_path / "f.fdsl").write_text(SOURCE)
+    assert main(["compile", str(tmp_path / "f.fdsl"), "--target", "cpu", "--bind", "M=4", "-o",
+                 str(tmp_path / "art")]) == 0
+    capsys.readouterr()
+    host = art.load(tmp_path / "art").module("f", "fused", numba_cache=True)
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"fusec: Numba cannot cache the functions of {tmp_path / 'art' / 'f.fused.py'} (cannot cache function 'f': "
+        "no locator available for file '/x.py'); they compile in each process"]
+    (y,) = host(np.ones((4, 8), np.float32))
+    np.testing.assert_allclose(y, np.full((4, 8), 2 * np.e, np.float32), rtol=1e-6)
