@@ -90,15 +90,18 @@ class Artifact:
                 if not gpu_cache:
                     raise
                 mod = _import(key, path, {})   # the same error again when it was not the cache's
-                line = (str(e).strip().splitlines() or [""])[0]
-                print(f"fusec: Numba could not cache the CUDA kernels of {path} ({type(e).__name__}: {line}); "
-                      "they were compiled without its cache", file=sys.stderr)
+                print(f"fusec: Numba could not cache the CUDA kernels of {path} ({type(e).__name__}: "
+                      f"{_first_line(e)}); they were compiled without its cache", file=sys.stderr)
             if numba_cache and self.target == "cpu" and b"numba.objmode(" not in source:
                 _enable_numba_cache(mod, path)
         host = getattr(mod, b["host"], None)
         if host is None:
             raise ArtifactError(f"{path} has no function {b['host']}, which manifest.json names; recompile it")
         return host
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0]
 
 
 def _import(key: str, path: Path, namespace: dict) -> types.ModuleType:
@@ -126,9 +129,8 @@ def _enable_numba_cache(mod: types.ModuleType, path: Path) -> None:
             try:
                 value.enable_caching()
             except RuntimeError as e:
-                line = (str(e).strip().splitlines() or [""])[0]
-                print(f"fusec: Numba cannot cache the functions of {path} ({line}); they compile in each process",
-                      file=sys.stderr)
+                print(f"fusec: Numba cannot cache the functions of {path} ({_first_line(e)}); they compile in "
+                      "each process", file=sys.stderr)
                 return
 
 
