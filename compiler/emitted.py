@@ -3,7 +3,7 @@ function, the kernels it launches and how). Plain data with no MLIR, so that the
 (artifacts, the kernel report of a compiled artifact) can rebuild it without the compiler."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -14,6 +14,14 @@ class Entry:
     result_types: tuple[str, ...]
     launches: tuple["Launch", ...] = ()   # cuda: each kernel's launch, in order
     memory: tuple[tuple[str, int], ...] = ()  # emit/memplan.py: intermediate_bytes, planned_bytes, ...
+
+    def with_arg_shapes(self, shapes) -> "Entry":
+        """The entry with its arguments at these shapes (a build with run-time extents, measured
+        at one binding: the kernel report makes its inputs from arg_types)."""
+        if len(shapes) != len(self.arg_types):
+            raise ValueError(f"{len(shapes)} shapes for {len(self.arg_types)} arguments")
+        return replace(self, arg_types=tuple(f"{t.split('[')[0]}[{','.join(map(str, s))}]"
+                                             for t, s in zip(self.arg_types, shapes)))
 
 
 @dataclass(frozen=True)

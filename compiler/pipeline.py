@@ -462,11 +462,10 @@ def _measured(st: ChainStages, options: CompileOptions, binding: dict[str, int])
     hw = planning_profile(options)
     entry = st.emitted.entries[st.chain]
     if st.plan.dynamic:
-        params = st.typed.param_nodes
-        if len(params) != len(entry.arg_types):
-            raise CompilerInternalError("kernels", f"{len(entry.arg_types)} arguments for {len(params)} parameters")
-        entry = replace(entry, arg_types=tuple(f"{t.split('[')[0]}[{','.join(map(str, p.type.concrete(binding)))}]"
-                                               for t, p in zip(entry.arg_types, params)))
+        try:
+            entry = entry.with_arg_shapes([p.type.concrete(binding) for p in st.typed.param_nodes])
+        except ValueError as e:
+            raise CompilerInternalError("kernels", str(e)) from None
     reports = tuple(report_kernels(st.emitted.source, entry, hw))
     measured = {r.group: m for r in reports if r.kind == "launch" and (m := r.measured()) is not None}
     st.plan = with_measured(st.plan, hw, measured)

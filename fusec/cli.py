@@ -823,7 +823,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         inputs = inputs if inputs is not None else reference.random_inputs(chain, binding, args.seed)
         rep = run_and_check(load_chain(a, chain, target, numba_cache=True), inputs)
         if args.kernel_report:
-            rep.kernel_report = artifact_kernel_report(a, chain.name)
+            rep.kernel_report = artifact_kernel_report(a, chain)
         print(rep.format())
         reports.append(rep)
         saved[chain.name] = _entry(chain, inputs, rep.outputs)
@@ -838,7 +838,8 @@ def _report_artifact_without_running(args, a, typed: TypedModule) -> int:
     reports = []
     for name, meta in a.chains.items():
         binding = {s: meta.binding[s] for s in typed.chain(name).symbols}
-        reports.append(UnrunReport(name, "cuda", binding, meta.plan, artifact_kernel_report(a, name), _NOT_RUN, build))
+        reports.append(UnrunReport(name, "cuda", binding, meta.plan, artifact_kernel_report(a, typed.chain(name)),
+                                   _NOT_RUN, build))
         print(reports[-1].format())
     return _finish(args, reports, {})
 

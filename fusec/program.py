@@ -304,7 +304,7 @@ class Program:
             if found is not None:
                 compiled = load_chain(found, chain, self.target, _stage_texts(found, chain.name), numba_cache=True)
                 if (options or self.options).kernel_report:
-                    compiled.kernel_report = artifact_kernel_report(found, chain.name)
+                    compiled.kernel_report = artifact_kernel_report(found, chain)
                 compiled.compile_seconds = {"load": time.perf_counter() - t0, "numba.import": imported}
                 compiled.cache = "hit"
                 return compiled
@@ -426,13 +426,14 @@ def write_artifact(directory: str | Path, target: Target, source_path: str, sour
                      chains=chains, options=as_data, options_key=options.key(), hardware=hardware, extra=extra)
 
 
-def artifact_kernel_report(artifact: art.Artifact, chain: str) -> list:
+def artifact_kernel_report(artifact: art.Artifact, typed: TypedChain) -> list:
     """The GPU kernel report of a chain's running build in an artifact (the launches its
-    manifest records), for the profile it was planned for."""
+    manifest records), for the profile it was planned for; a build with run-time extents
+    (--dynamic) is measured at the binding it was planned at, as the compile measured it."""
     from fusec.compiler.emitted import Entry, Launch
     from fusec.compiler.plan.hardware import DEFAULT_GPU, GPUS, profile_from_dict
     from fusec.compiler.report import report_kernels
-    meta = artifact.chains[chain]
+    meta = artifact.chains[typed.name]
     build = meta.builds["fused"]
     if "launches" not in build:
         raise art.ArtifactError(f"{artifact.directory} records no kernel launches (an older fusec wrote it); "
@@ -440,6 +441,9 @@ def artifact_kernel_report(artifact: art.Artifact, chain: str) -> list:
     launches = tuple(Launch(x["kernel"], x["kind"], x["group"], tuple(x["grid"]), tuple(x["block"]))
                      for x in build["launches"])
     entry = Entry(build["host"], tuple(build["kernels"]), tuple(meta.inputs), tuple(meta.outputs), launches)
+    if (meta.plan or {}).get("dynamic"):
+        binding = {**{s: meta.binding[s] for s in typed.symbols}, **meta.plan["dynamic"]}    # planned at
+        entry = entry.with_arg_shapes([p.type.concrete(binding) for p in typed.param_nodes])
     hw = profile_from_dict(artifact.hardware) if artifact.hardware else GPUS[DEFAULT_GPU]
     return report_kernels((artifact.directory / build["module"]).read_text(), entry, hw)
 

@@ -80,6 +80,22 @@ def test_fusec_run_dir_reports_the_kernels_of_a_compiled_artifact(tmp_path, caps
     assert chain["ran"] is False and chain["kernel_report"][0]["registers"] == k["registers"]
 
 
+def test_fusec_run_dir_measures_a_dynamic_artifact_at_its_planned_extent(tmp_path, capsys, monkeypatch):
+    """M taken at run time: the report makes its inputs at the binding the plan was made for
+    (as the compile's own --kernel-report does), so the grid and the coalescing are measured."""
+    art = tmp_path / "art"
+    assert main(["compile", EW, "--chain", "bias_gelu_res", "--bind", "M=8,N=64", "--dynamic", "M",
+                 "-o", str(art)]) == 0
+    assert json.loads((art / "manifest.json").read_text())["chains"]["bias_gelu_res"]["inputs"][0].startswith("f32[?")
+    monkeypatch.setattr(targets, "best_available", lambda: "cpu")
+    report = tmp_path / "r.json"
+    capsys.readouterr()
+    assert main(["run", str(art), "--kernel-report", "--report", str(report)]) == 0
+    (k,) = json.loads(report.read_text())["chains"][0]["kernel_report"]
+    assert k["coalescing"]["efficiency"] >= 0.99 and all(isinstance(n, int) for n in k["grid"]), k
+    assert "not traced" not in capsys.readouterr().out
+
+
 def test_cuda_without_a_gpu_compiles_reports_and_exits_0(tmp_path):
     """As a user without a GPU runs it: a fresh process, not the simulator, no device visible."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
