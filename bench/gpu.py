@@ -234,6 +234,8 @@ def run(directory: Path, out: Path, only: list[str] | None = None, target_name: 
                 entries["fusec fused"]["cached_s"] = round(second["load_s"] + second["call_s"], 4)
             print(f"  {name:14s} start: first process {first['load_s']:.3f} s, second {second['load_s']:.3f} s; "
                   f"Numba's cache gave {second['numba_cache']['hits']} of {second['kernels']} kernels", flush=True)
+        else:
+            print(f"  {name:14s} start: {started['failed']}", flush=True)
         results.append({"name": name, "chain": w.chain, "fdsl": f"bench/fdsl/{w.fdsl.name}", "binding": binding,
                         "bound": w.bound, "bytes": w.bytes(binding), "flops": w.flops(binding),
                         "floor": floor, "impls": entries, "skipped": skipped,
