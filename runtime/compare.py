@@ -6,6 +6,8 @@ of the other sign, fails, and the verdict names it ("3 NaN where the reference h
 values, first at [1, 2]"). The tolerance decides the positions where both are finite."""
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -78,6 +80,7 @@ class Comparison:
     note: str = ""                      # why a result outside the tolerance still passed
     specials: Specials = field(default_factory=Specials)
     rel_floor: float = 0.0              # atol / rtol: below it the absolute tolerance dominates
+    used: float = math.inf              # the largest error over its position's tolerance (1: the limit)
 
     def rel_text(self) -> str:
         """The relative error and where it means something: near zero, where the absolute
@@ -85,6 +88,11 @@ class Comparison:
         if not self.rel_floor:
             return f"max rel err {self.max_rel:.3g}"
         return f"max rel err {self.max_rel:.3g} where |ref| >= {self.rel_floor:.3g}"
+
+    def tolerance_used(self) -> float:
+        """How much of its tolerance the finite positions' error takes at most (above 1: outside
+        it; inf when the comparison failed for another reason: shapes, NaN or infinities)."""
+        return math.inf if self.reason or self.specials.mismatches else self.used
 
     def summary(self) -> str:
         """One line for a report: the errors, and the NaN and infinities on both sides."""
@@ -151,7 +159,7 @@ def compare(actual: np.ndarray, expected: np.ndarray, dtype: str) -> Comparison:
     a = a.astype(np.float64)
     e = e.astype(np.float64)
     if a.size == 0:
-        return Comparison(True, 0.0, 0.0, (), 0.0, 0.0, rtol, atol)
+        return Comparison(True, 0.0, 0.0, (), 0.0, 0.0, rtol, atol, used=0.0)
     sp = specials(a, e)
     finite = np.isfinite(a) & np.isfinite(e)
     magnitude = np.abs(e[np.isfinite(e)])
@@ -162,6 +170,7 @@ def compare(actual: np.ndarray, expected: np.ndarray, dtype: str) -> Comparison:
         excess = np.where(finite, err - (atol_eff + rtol * np.abs(e)), -np.inf)
         away = finite & (np.abs(e) >= floor) & (e != 0)
         rel = np.where(away, err / np.where(away, np.abs(e), 1.0), 0.0)
+        used = float(np.max(np.where(finite, err / (atol_eff + rtol * np.abs(e)), 0.0)))
     if finite.any():
         idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(excess)), a.shape))
     elif sp.mismatches:
@@ -170,7 +179,7 @@ def compare(actual: np.ndarray, expected: np.ndarray, dtype: str) -> Comparison:
         idx = (0,) * a.ndim
     ok = not sp.mismatches and bool(np.all(excess <= 0))
     return Comparison(ok, float(err.max()), float(rel.max()), idx, float(a[idx]), float(e[idx]), rtol, atol_eff,
-                      specials=sp, rel_floor=floor)
+                      specials=sp, rel_floor=floor, used=used)
 
 
 def compare_to_truth(actual: np.ndarray, expected: np.ndarray, truth: np.ndarray | None, dtype: str) -> Comparison:

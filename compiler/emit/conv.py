@@ -8,7 +8,7 @@ the op's `fusec.conv_algorithm`):
   winograd  F(2x2, 3x3) (winograd4: F(4x4, 3x3), A = 6): the weights transformed once,
             [A^2, F, C] (A = 4); per block of tile rows the input tiles transformed, [A^2, C,
             tiles], A^2 ?gemm into [A^2, F, tiles], and the output transform into y. The
-            transforms are generated from Lavin and Gray's matrices (MATRICES).
+            transforms are generated from the matrices of MATRICES.
   direct    stride 1: per output row and four filters, accumulator rows added into along
             whole rows (vectorised), then stored.
 
@@ -285,18 +285,26 @@ def _direct(body, op, views, s: ConvShape, zero: bool, gemm: "_Blas") -> None:
 
 # ---- the templates' module-level functions ---------------------------------------------------
 
-# Lavin and Gray's F(mxm, 3x3) matrices per m: B^T (input tiles), G (filters), A^T (outputs)
+# F(mxm, 3x3)'s matrices per m: B^T (input tiles), G (filters), A^T (outputs), so that one
+# dimension's y = A^T ((G g) * (B^T d)) is the correlation of a tile d with a filter g
+# (tests/emit/test_cpu_blas.py checks it exactly, in fractions). F(2x2): Lavin and Gray's,
+# interpolation points 0, 1, -1 and infinity. F(4x4): Toom-Cook at the points 0, 1, -1, -1/2,
+# 2 and infinity (the transpose of the linear-convolution algorithm: A^T from the Vandermonde
+# rows, B^T the transposed inverse Vandermonde, each of its rows made integer with G taking
+# the scale), which measured 3x less f32 error in the numerics check than Lavin and Gray's
+# 0, +-1, +-2 (13-32% of its tolerance against 57-99%, 16 to 512 channels; compiler/plan/
+# conv.py), for a denser B^T (26 nonzeros, not 22) that costs 0-6% of the conv's time.
 _H = Fraction(1, 2)
+_F = Fraction
 MATRICES = {
     2: {"BT": ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1)),
         "G": ((1, 0, 0), (_H, _H, _H), (_H, -_H, _H), (0, 0, 1)),
         "AT": ((1, 1, 1, 0), (0, 1, -1, -1))},
-    4: {"BT": ((4, 0, -5, 0, 1, 0), (0, -4, -4, 1, 1, 0), (0, 4, -4, -1, 1, 0), (0, -2, -1, 2, 1, 0),
-               (0, 2, -1, -2, 1, 0), (0, 4, 0, -5, 0, 1)),
-        "G": ((Fraction(1, 4), 0, 0), (Fraction(-1, 6),) * 3, (Fraction(-1, 6), Fraction(1, 6), Fraction(-1, 6)),
-              (Fraction(1, 24), Fraction(1, 12), Fraction(1, 6)), (Fraction(1, 24), Fraction(-1, 12), Fraction(1, 6)),
-              (0, 0, 1)),
-        "AT": ((1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0), (0, 1, 1, 4, 4, 0), (0, 1, -1, 8, -8, 1))},
+    4: {"BT": ((2, 3, -4, -3, 2, 0), (0, 2, 5, 1, -2, 0), (0, 2, 1, -5, 2, 0), (0, -2, 1, 2, -1, 0),
+               (0, -1, -2, 1, 2, 0), (0, 2, 3, -4, -3, 2)),
+        "G": ((_H, 0, 0), (_F(1, 6),) * 3, (_F(1, 6), _F(-1, 6), _F(1, 6)), (_F(16, 15), _F(-8, 15), _F(4, 15)),
+              (_F(1, 30), _F(1, 15), _F(2, 15)), (0, 0, _H)),
+        "AT": ((1, 1, 1, 1, 1, 0), (0, 1, -1, -_H, 2, 0), (0, 1, 1, _F(1, 4), 4, 0), (0, 1, -1, _F(-1, 8), 8, 1))},
 }
 
 

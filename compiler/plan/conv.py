@@ -12,10 +12,14 @@ Four algorithms, each an emitter template (compiler/emit/conv.py):
             [C, tiles], the output transform: 16 multiplies per 2x2 outputs where im2col has 36,
             paid for by the three transforms.
   winograd4 the same with F(4x4, 3x3): 6x6 input tiles, 36 ?gemm, 36 multiplies per 4x4
-            outputs (4x fewer than im2col), heavier transforms, and an error about ten times
-            F(2x2, 3x3)'s (its points 0, +-1, +-2 and infinity): in f32, 40-90% of the numerics
-            check's tolerance on normal data at 64 to 512 channels (F(2x2, 3x3): 3-9%, im2col
-            4-7%). So the model picks it for f64 only; in f32 a hand plan can ask for it.
+            outputs (4x fewer than im2col), heavier transforms, and more rounding error. At the
+            interpolation points 0, 1, -1, -1/2, 2 and infinity (emit/conv.py: MATRICES) its
+            f32 error takes 13-32% of the numerics check's tolerance at 16 to 512 channels
+            (bench.conv_algorithms' tolerance_used; 5-13% on all-positive or offset inputs;
+            F(2x2, 3x3): 2-6%); Lavin and Gray's points 0, +-1, +-2 took 57-99% and failed at
+            256 channels, so it was f64 only until 2026-12-03. The
+            model picks it where it is predicted fastest; a hand plan's "conv": "winograd"
+            keeps F(2x2, 3x3).
   direct    stride 1: loops over (filter, channel, window position), the output row innermost,
             which LLVM vectorises (contiguous loads; with a stride > 1 it does not). For a few
             channels and filters, where a GEMM's small sides leave BLAS mostly idle.
@@ -117,13 +121,6 @@ def not_applicable(s: ConvShape, algo: str) -> str | None:
     return None
 
 
-def not_picked(s: ConvShape, algo: str) -> str | None:
-    """Why the model does not pick an algorithm that applies (a hand plan still can), or None."""
-    if algo == "winograd4" and s.elem_bytes < 8:
-        return "its f32 error takes up to 90% of the numerics check's tolerance (f64 only)"
-    return None
-
-
 def im2col_rows(s: ConvShape) -> int:
     """Output rows per im2col block (the emitter's and the model's)."""
     return max(1, min(s.oh, IM2COL_BLOCK // max(1, s.ckk * s.ow * s.elem_bytes)))
@@ -187,8 +184,7 @@ class ConvChoice:
     def reason(self) -> str:
         """Why this algorithm, for --explain."""
         own = dict(self.predicted)[self.algorithm]
-        others = [f"{TITLES[a]} {_ms(t)}" + (f" ({why})" if (why := not_picked(self.shape, a)) else "")
-                  for a, t in self.predicted if a != self.algorithm]
+        others = [f"{TITLES[a]} {_ms(t)}" for a, t in self.predicted if a != self.algorithm]
         skipped = [f"{TITLES[a]} {why}" for a in ALGORITHMS
                    if (why := not_applicable(self.shape, a)) and a != self.algorithm]
         text = (f"%{self.op} conv {self.shape.text()} as {TITLES[self.algorithm]}"
@@ -246,5 +242,5 @@ def choose(info: ChainInfo, members, root: int, block: tuple[int, ...], mapped: 
     predicted = tuple((a, rounds * seconds(chunk, a, hw)) for a in ALGORITHMS if not_applicable(whole, a) is None)
     if forced:
         return ConvChoice(conv, forced, predicted, whole, chunk, forced=True)
-    best = min((p for p in predicted if not_picked(whole, p[0]) is None), key=lambda p: p[1])[0]
+    best = min(predicted, key=lambda p: p[1])[0]
     return ConvChoice(conv, best, predicted, whole, chunk)

@@ -158,6 +158,23 @@ func.func @cv(%x: memref<2x5x8x11xf32>, %w: memref<4x5x3x3xf32>, %y: memref<2x4x
 """
 
 
+@pytest.mark.parametrize("m", [2, 4])
+def test_winograd_matrices_compute_the_correlation_exactly(m):
+    """One dimension of F(m, 3): y = A^T ((G g) * (B^T d)) is sum_k d[i + k] g[k], in fractions."""
+    from fractions import Fraction
+    from fusec.compiler.emit.conv import MATRICES
+    mats = {k: [[Fraction(c) for c in row] for row in v] for k, v in MATRICES[m].items()}
+    assert (len(mats["AT"]), len(mats["G"]), len(mats["BT"])) == (m, m + 2, m + 2)
+    rng = np.random.default_rng(m)
+    for _ in range(5):
+        d = [Fraction(int(v)) for v in rng.integers(-9, 10, m + 2)]
+        g = [Fraction(int(v)) for v in rng.integers(-9, 10, 3)]
+        u = [sum(a * b for a, b in zip(row, g)) for row in mats["G"]]
+        v = [sum(a * b for a, b in zip(row, d)) for row in mats["BT"]]
+        y = [sum(a * p * q for a, p, q in zip(row, u, v)) for row in mats["AT"]]
+        assert y == [sum(d[i + k] * g[k] for k in range(3)) for i in range(m)]
+
+
 @pytest.mark.parametrize("algo", ["im2col", "winograd", "winograd4", "direct"])
 def test_an_accumulating_conv_into_a_strided_output(tmp_path, algo):
     """No zero fill before the conv: y += conv(x, w), into every other column of y."""

@@ -1,5 +1,6 @@
 """The numerics verdict: per-dtype tolerances, NaN/inf handling, magnitude-scaled atol, worst place."""
 import numpy as np
+import pytest
 
 from fusec.runtime.compare import compare
 
@@ -53,3 +54,13 @@ def test_the_float64_truth_decides_when_the_reference_itself_is_off():
     assert c.ok and "as close to the f64 truth as the f32 reference" in c.note
     assert not compare_to_truth(bad, ref32, truth, "f32").ok
     assert not compare_to_truth(np.array([1, 3]), np.array([1, 2]), np.array([1, 2]), "i32").ok
+
+
+def test_tolerance_used_is_the_worst_error_over_its_tolerance():
+    want = np.array([1.0, 2.0, 4.0], np.float32)
+    inside = compare(want + np.array([0, 0, 2e-4], np.float32), want, "f32")
+    outside = compare(want + np.array([0, 0, 8e-4], np.float32), want, "f32")
+    assert inside.ok and 0.3 < inside.tolerance_used() < 1 and not outside.ok and outside.tolerance_used() > 1
+    # the last position's error over atol + rtol * |expected|, as the check itself decides
+    assert inside.tolerance_used() == pytest.approx(2e-4 / (inside.atol + inside.rtol * 4.0), rel=1e-2)   # f32 rounding
+    assert compare(np.zeros(2, np.float32), np.zeros(3, np.float32), "f32").tolerance_used() == float("inf")
