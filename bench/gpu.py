@@ -23,8 +23,10 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -300,8 +302,6 @@ def start(directory: Path, chain_name: str, target_name: str) -> dict:
 def _start_twice(directory: Path, chain_name: str, target_name: str) -> dict:
     """`start` in two processes, one after the other, on a fresh copy of the artifact (no Numba
     cache in it yet): {"first": ..., "second": ...}, or {"failed": why}."""
-    import shutil
-    import tempfile
     root = Path(tempfile.mkdtemp(prefix="fusec-gpu-start-"))
     try:
         copy = root / directory.name

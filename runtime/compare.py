@@ -167,10 +167,12 @@ def compare(actual: np.ndarray, expected: np.ndarray, dtype: str) -> Comparison:
     floor = atol_eff / rtol if rtol else 0.0
     with np.errstate(all="ignore"):
         err = np.where(finite, np.abs(a - e), 0.0)
-        excess = np.where(finite, err - (atol_eff + rtol * np.abs(e)), -np.inf)
+        tol = atol_eff + rtol * np.abs(e)
+        excess = np.where(finite, err - tol, -np.inf)
         away = finite & (np.abs(e) >= floor) & (e != 0)
         rel = np.where(away, err / np.where(away, np.abs(e), 1.0), 0.0)
-        used = float(np.max(np.where(finite, err / (atol_eff + rtol * np.abs(e)), 0.0)))
+        # a zero tolerance (integers) is used up by any error at all
+        used = float(np.max(np.where(tol > 0, err / np.where(tol > 0, tol, 1.0), np.where(err > 0, np.inf, 0.0))))
     if finite.any():
         idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(excess)), a.shape))
     elif sp.mismatches:

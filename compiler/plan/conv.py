@@ -17,9 +17,8 @@ Four algorithms, each an emitter template (compiler/emit/conv.py):
             f32 error takes 13-32% of the numerics check's tolerance at 16 to 512 channels
             (bench.conv_algorithms' tolerance_used; 5-13% on all-positive or offset inputs;
             F(2x2, 3x3): 2-6%); Lavin and Gray's points 0, +-1, +-2 took 57-99% and failed at
-            256 channels, so it was f64 only until 2026-12-03. The
-            model picks it where it is predicted fastest; a hand plan's "conv": "winograd"
-            keeps F(2x2, 3x3).
+            256 channels, so it was f64 only until 2026-12-03. The model picks it where it is
+            predicted fastest; a hand plan's "conv": "winograd" keeps F(2x2, 3x3).
   direct    stride 1: loops over (filter, channel, window position), the output row innermost,
             which LLVM vectorises (contiguous loads; with a stride > 1 it does not). For a few
             channels and filters, where a GEMM's small sides leave BLAS mostly idle.

@@ -64,3 +64,7 @@ def test_tolerance_used_is_the_worst_error_over_its_tolerance():
     # the last position's error over atol + rtol * |expected|, as the check itself decides
     assert inside.tolerance_used() == pytest.approx(2e-4 / (inside.atol + inside.rtol * 4.0), rel=1e-2)   # f32 rounding
     assert compare(np.zeros(2, np.float32), np.zeros(3, np.float32), "f32").tolerance_used() == float("inf")
+    # integers: exact, so no error uses none of it and any error all of it
+    ints = np.array([1, 2, 3], np.int32)
+    assert compare(ints, ints, "i32").tolerance_used() == 0.0
+    assert compare(ints + np.array([0, 0, 1], np.int32), ints, "i32").tolerance_used() == float("inf")
