@@ -31,13 +31,13 @@ from .timing import Budget, measure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = "chain mlp(x: f32[M, K], w: f32[K, N], b: f32[N]) -> f32[M, N] {\n    return gelu(x @ w + b)\n}\n"
-_GEMM = re.compile(r"^    (_sgemm\(101, 111, 111, )(\d+)(, \d+, \d+, _f32_1, \w+\.ctypes\.data)(, \d+, \w+\.ctypes\.data, "
-                   r"\d+, _f32_0, \w+\.ctypes\.data)(, \d+\)).*$", re.M)
+_GEMM = re.compile(r"^    (_sgemm\(101, 111, 111, )(\d+)(, \d+, \d+, _f32_1, )(\w+)(, \d+, \w+, \d+, _f32_0, )(\w+)"
+                   r"(, \d+\)).*$", re.M)
 _TILES = re.compile(r"^    for (\w+) in numba\.prange\(0, (\d+)\):\n        (\w+) = \1 \* (\d+)\n"
                     r"        for (\w+) in range\(\4\):\n", re.M)
 
 
-def forms(module: str, host: str, m: int, k: int, n: int, rows: list[int]) -> dict[str, str]:
+def forms(module: str, host: str, m: int, rows: list[int]) -> dict[str, str]:
     """{form name: the name of its host function}, defined by appending them to `module`
     (returned as the "source" entry); raises ValueError when the emitted function is not the
     one whole call followed by a row-tile loop this rewrites."""
@@ -48,14 +48,13 @@ def forms(module: str, host: str, m: int, k: int, n: int, rows: list[int]) -> di
     gemm, tiles = _GEMM.search(fn), _TILES.search(fn)
     if not gemm or not tiles or gemm.start() > tiles.start() or int(gemm.group(2)) != m:
         raise ValueError(f"{host} is not one whole sgemm followed by a row-tile loop:\n{fn}")
-    lda, ldc = k, n
     out = {"source": module}
     for r in rows:
         if m % r:
             continue
         count, var, base = m // r, tiles.group(1), tiles.group(3)
-        call = (f"{gemm.group(1)}{r}{gemm.group(3)} + {base} * {lda * 4}{gemm.group(4)} + {base} * {ldc * 4}"
-                f"{gemm.group(5)}")
+        call = (f"{gemm.group(1)}{r}{gemm.group(3)}{gemm.group(4)}[{base}:]{gemm.group(5)}{gemm.group(6)}[{base}:]"
+                f"{gemm.group(7)}")
         body = fn[:gemm.start()] + fn[gemm.end() + 1:]
         tile_head = (f"    for {var} in numba.prange(0, {count}):\n        {base} = {var} * {r}\n        {call}\n"
                      f"        for {tiles.group(5)} in range({r}):\n")
@@ -95,7 +94,7 @@ def main(argv=None) -> int:
     want = mlp(x, w, b).copy()
     module = mlp.stages({"M": m, "K": k, "N": n})["kernels"]
     host = re.search(r"^def (_run_mlp_planned)\(", module, re.M).group(1)
-    made = forms(module, host, m, k, n, [int(r) for r in args.rows.split(",")])
+    made = forms(module, host, m, [int(r) for r in args.rows.split(",")])
     out = np.empty((m, n), np.float32)
     calls = {"fusec: whole call, then epilogue": function_from_source(made["source"], host, "blas-epilogue")}
     calls.update({name: function_from_source(made["source"], fn, "blas-epilogue")

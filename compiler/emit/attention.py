@@ -439,8 +439,8 @@ class _Attention(_Gemm):
                 with w.indent():
                     w(f"{kt}[:, {nc}:] = {zero}")
                     w(f"{vs}[{nc}:, :] = {zero}")
-                w(f"{blas}(101, 111, 111, {BQ}, {BKV}, {D}, {one}, {qs}.ctypes.data, {D}, {kt}.ctypes.data, {BKV}, "
-                  f"{zero}, {sc}.ctypes.data, {BKV})  {BLAS_MARK} the scores tile")
+                w(f"{blas}(101, 111, 111, {BQ}, {BKV}, {D}, {one}, {qs}, {D}, {kt}, {BKV}, "
+                  f"{zero}, {sc}, {BKV})  {BLAS_MARK} the scores tile")
                 r = names.fresh("r")
                 w(f"for {r} in range({nr}):")
                 with w.indent():
@@ -480,8 +480,8 @@ class _Attention(_Gemm):
                     with w.indent():
                         w(f"{acc}[{r}, {cc}] = {acc}[{r}, {cc}] * {alpha}")
                 w(f"{pt}[{nr}:, :] = {zero}")           # queries past the end
-                w(f"{blas}(101, 111, 111, {BQ}, {DV}, {BKV}, {one}, {pt}.ctypes.data, {BKV}, {vs}.ctypes.data, {DV}, "
-                  f"{zero}, {tmp}.ctypes.data, {DV})  {BLAS_MARK} P · V")
+                w(f"{blas}(101, 111, 111, {BQ}, {DV}, {BKV}, {one}, {pt}, {BKV}, {vs}, {DV}, "
+                  f"{zero}, {tmp}, {DV})  {BLAS_MARK} P · V")
                 w(f"{acc} += {tmp}")
             r, dv = names.fresh("r"), names.fresh("dv")
             w(f"for {r} in range({nr}):")

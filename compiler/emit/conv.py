@@ -113,10 +113,10 @@ def _contiguous_weights(body, wt, wv) -> str:
     """A pointer to w [F, C, KH, KW] as a row-major [F, C*KH*KW] matrix (a contiguous copy when
     it does not lie so)."""
     if _dense(wv):
-        return f"{wt.host}.ctypes.data"
+        return f"{wt.host}"
     wc = body.names.temp("blas")
     body.w(f"{wc} = np.ascontiguousarray({wt.host})")
-    return f"{wc}.ctypes.data"
+    return f"{wc}"
 
 
 def _dense(value) -> bool:
@@ -149,17 +149,17 @@ def _gemm_1x1(body, op, views, s: ConvShape, zero: bool, gemm: "_Blas") -> None:
     n = images.open()
     w = body.w
     if x_whole:
-        xptr, ldx = f"{x.host}[{n}].ctypes.data", xs[1]
+        xptr, ldx = f"{x.host}[{n}]", xs[1]
     else:
         xc = body.names.temp("blas")
         w(f"{xc} = np.ascontiguousarray({x.host}[{n}])")
-        xptr, ldx = f"{xc}.ctypes.data", hw
+        xptr, ldx = f"{xc}", hw
     if y_whole:
         w(f"{gemm.fn}(101, {NO_TRANS}, {NO_TRANS}, {s.f}, {hw}, {s.c}, {one}, {wptr}, {s.c}, {xptr}, {ldx}, "
-          f"{beta}, {y.host}[{n}].ctypes.data, {ys[1]})  {gemm.mark} {op.name} (1x1)")
+          f"{beta}, {y.host}[{n}], {ys[1]})  {gemm.mark} {op.name} (1x1)")
     else:
         w(f"{gemm.fn}(101, {NO_TRANS}, {NO_TRANS}, {s.f}, {hw}, {s.c}, {one}, {wptr}, {s.c}, {xptr}, {ldx}, "
-          f"{body.ctx.consts.zero(elem)}, {out}.ctypes.data, {hw})  {gemm.mark} {op.name} (1x1)")
+          f"{body.ctx.consts.zero(elem)}, {out}, {hw})  {gemm.mark} {op.name} (1x1)")
         target = f"{y.host}[{n}]"
         src = f"{out}.reshape(({s.f}, {s.oh}, {s.ow}))"
         w(f"{target}[:, :, :] = {src}" if zero else f"{target}[:, :, :] += {src}")
@@ -206,11 +206,11 @@ def _im2col(body, op, views, s: ConvShape, zero: bool, gemm: "_Blas") -> None:
     w(f"{cols}[{row}, {p} * {ow} + {q}] = {src}")
     w.depth -= 5
     if direct:                                  # into y's block of rows
-        cbeta, cptr, ldc = beta, f"{y.host}[{n}, :, {p0}:, :].ctypes.data", ys[1]
+        cbeta, cptr, ldc = beta, f"{y.host}[{n}, :, {p0}:, :]", ys[1]
     else:                                       # into the buffer, then added or copied into y
-        cbeta, cptr, ldc = body.ctx.consts.zero(elem), f"{out}.ctypes.data", rb * ow
+        cbeta, cptr, ldc = body.ctx.consts.zero(elem), f"{out}", rb * ow
     w(f"{gemm.fn}(101, {NO_TRANS}, {NO_TRANS}, {s.f}, {r} * {ow}, {ckk}, {one}, {wptr}, {ckk}, "
-      f"{cols}.ctypes.data, {rb * ow}, {cbeta}, {cptr}, {ldc})  {gemm.mark} {op.name}")
+      f"{cols}, {rb * ow}, {cbeta}, {cptr}, {ldc})  {gemm.mark} {op.name}")
     if not direct:
         fi, pp, qq = names.temp("f"), names.temp("p"), names.temp("q")
         for var, ext in ((fi, str(s.f)), (pp, r), (qq, str(ow))):
@@ -259,8 +259,8 @@ def _winograd(body, op, views, s: ConvShape, zero: bool, gemm: "_Blas") -> None:
     w(f"{in_key}({xc}, {t0}, {tb}, {tw}, {v}, {a}, {zero_c}, {ks})")
     w(f"for {k} in range({a2}):")
     w.depth += 1
-    w(f"{gemm.fn}(101, {NO_TRANS}, {NO_TRANS}, {s.f}, {tb} * {tw}, {s.c}, {one}, {u}[{k}].ctypes.data, {s.c}, "
-      f"{v}[{k}].ctypes.data, {ld}, {zero_c}, {p}[{k}].ctypes.data, {ld})  {gemm.mark} {op.name} (Winograd)")
+    w(f"{gemm.fn}(101, {NO_TRANS}, {NO_TRANS}, {s.f}, {tb} * {tw}, {s.c}, {one}, {u}[{k}], {s.c}, "
+      f"{v}[{k}], {ld}, {zero_c}, {p}[{k}], {ld})  {gemm.mark} {op.name} (Winograd)")
     w.depth -= 1
     w(f"{out_key}({p}, {y.host}, {n}, {t0}, {tb}, {tw}, {ks})")
     images.close()

@@ -42,6 +42,10 @@ BLAS_MARK = "# cblas:"
 # machine code refers to the name, not the address, so Numba's on-disk cache holds it and a
 # later process binds it to that process's library. Where no such library is found (a NumPy
 # not built with scipy-openblas64), the name is bound to a C callback doing the same by NumPy.
+# Emitted code calls _sgemm/_dgemm with the arrays themselves, not their addresses: Numba frees
+# an array after its last use, and when that use was `.ctypes.data` in the caller, a buffer
+# made in the loop (a tile of gelu(x @ w1 + b1) before its `@ w2`) was freed before BLAS read
+# it; on a machine whose allocator then handed the block to the other thread, rows came out wrong.
 BLAS_PRELUDE = (
     "import ctypes",
     "import glob",
@@ -103,10 +107,23 @@ BLAS_PRELUDE = (
     '    if not _llvm.address_of_symbol(f"fusec_cblas_{_kind}gemm64"):',
     '        _llvm.add_symbol(f"fusec_cblas_{_kind}gemm64", _cblas_gemm(_kind) or _numpy_gemm(_kind))',
     "_GEMM_INTS = (nbtypes.int32,) * 3 + (nbtypes.int64,) * 3",
-    "_sgemm = nbtypes.ExternalFunction('fusec_cblas_sgemm64', nbtypes.void(*_GEMM_INTS, nbtypes.float32, nbtypes.uintp,",
-    "                                  nbtypes.int64, nbtypes.uintp, nbtypes.int64, nbtypes.float32, nbtypes.uintp, nbtypes.int64))",
-    "_dgemm = nbtypes.ExternalFunction('fusec_cblas_dgemm64', nbtypes.void(*_GEMM_INTS, nbtypes.float64, nbtypes.uintp,",
-    "                                  nbtypes.int64, nbtypes.uintp, nbtypes.int64, nbtypes.float64, nbtypes.uintp, nbtypes.int64))")
+    "_sgemm_at = nbtypes.ExternalFunction('fusec_cblas_sgemm64', nbtypes.void(*_GEMM_INTS, nbtypes.float32, nbtypes.uintp,",
+    "                                     nbtypes.int64, nbtypes.uintp, nbtypes.int64, nbtypes.float32, nbtypes.uintp, nbtypes.int64))",
+    "_dgemm_at = nbtypes.ExternalFunction('fusec_cblas_dgemm64', nbtypes.void(*_GEMM_INTS, nbtypes.float64, nbtypes.uintp,",
+    "                                     nbtypes.int64, nbtypes.uintp, nbtypes.int64, nbtypes.float64, nbtypes.uintp, nbtypes.int64))",
+    "",
+    "",
+    "@numba.njit(nogil=True)",
+    "def _sgemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):",
+    '    """CBLAS sgemm on arrays, each held until BLAS returns. (A pointer taken in the calling',
+    "    function would let Numba free a buffer there whose last use that was, before BLAS reads it.)\"\"\"",
+    "    _sgemm_at(order, ta, tb, m, n, k, alpha, a.ctypes.data, lda, b.ctypes.data, ldb, beta, c.ctypes.data, ldc)",
+    "",
+    "",
+    "@numba.njit(nogil=True)",
+    "def _dgemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):",
+    '    """CBLAS dgemm on arrays, as _sgemm."""',
+    "    _dgemm_at(order, ta, tb, m, n, k, alpha, a.ctypes.data, lda, b.ctypes.data, ldb, beta, c.ctypes.data, ldc)")
 
 _LLVM_MINMAX = {"maximumf": "llvm.maximum", "minimumf": "llvm.minimum",
                 "maxnumf": "llvm.maxnum", "minnumf": "llvm.minnum"}
@@ -337,7 +354,7 @@ def _gemm_call(body, op, views, zero: bool) -> None:
         w(f"for {bi} in range({batch[0]}):")
         w.depth += 1
         idx = f"[{bi}]"
-    ptr = [f"{e}{idx}.ctypes.data" for e in exprs + [out]]
+    ptr = [f"{e}{idx}" for e in exprs + [out]]
     if tc == NO_TRANS:
         args = (ta, tb, m, n, k, one, ptr[0], lda, ptr[1], ldb, beta, ptr[2], ldc)
     else:                                       # C stored by columns: C^T = B^T A^T

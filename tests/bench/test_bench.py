@@ -171,7 +171,7 @@ def test_blas_epilogue_script_rewrites_the_emitted_layer_and_writes_its_json(tmp
 def test_blas_epilogue_refuses_a_function_it_cannot_rewrite():
     from bench import blas_epilogue
     with pytest.raises(ValueError, match="not one whole sgemm followed by a row-tile loop"):
-        blas_epilogue.forms("@numba.njit\ndef f(a):\n    return (a,)\n", "f", 4, 4, 4, [2])
+        blas_epilogue.forms("@numba.njit\ndef f(a):\n    return (a,)\n", "f", 4, [2])
 
 
 def test_transposed_weights_script_writes_its_json(tmp_path):

@@ -4,6 +4,9 @@ layout lies (transposed where its columns are contiguous) or copied where neithe
 stride, the result through a buffer where it must; conv as im2col by row blocks plus ?gemm; and
 the NumPy callback that stands in where no such library is found."""
 import ctypes
+import os
+import subprocess
+import sys
 import importlib.util
 
 import numpy as np
@@ -291,3 +294,35 @@ def test_a_transpose_copy_stays_when_its_source_is_written_before_the_read(tmp_p
     mod.run_mm(a, w, c)
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-6)
     assert w[0, 0] == 7.0
+
+
+_FREED = '''
+import sys
+import numpy as np
+import fusec
+from fusec.runtime import reference
+from fusec.runtime.compare import compare
+source, binding, options = sys.argv[1], eval(sys.argv[2]), eval(sys.argv[3])
+chain = next(iter(fusec.compile(source, target="cpu", options=options, cache=False).chains.values()))
+inputs = reference.random_inputs(chain.typed, binding, 0)
+got = chain(*inputs)
+want = reference.run_chain(chain.typed, inputs, binding)[0]
+print(compare(got, want, "f32").ok, float(np.abs(got - want).max()))
+'''
+
+
+# gelu(x @ w1 + b1) per row tile into a buffer allocated in the tile, read then only by sgemm
+_TILE_MLP = ("chain mlp(x: f32[M, D], w1: f32[D, H], b1: f32[H], w2: f32[H, D]) -> f32[M, D] {\n"
+             "    return gelu(x @ w1 + b1) @ w2 + x\n}\n")
+
+
+def test_a_buffer_passed_to_blas_lives_until_blas_returns():
+    """glibc writes over freed memory here (MALLOC_PERTURB_), so a buffer whose last use was
+    taking its address, freed by Numba before BLAS read it, gives wrong results at once (it
+    did on one machine with two threads, without the perturbation: issue 15's notes)."""
+    env = dict(os.environ, MALLOC_PERTURB_="165", NUMBA_NUM_THREADS="1")
+    binding, options = {"M": 40, "D": 24, "H": 40}, {"dynamic": ["M"]}
+    out = subprocess.run([sys.executable, "-c", _FREED, _TILE_MLP, repr(binding), repr(options)], env=env,
+                         capture_output=True, text=True, timeout=600, cwd=os.path.dirname(os.path.abspath(__file__)))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[0] == "True", out.stdout

@@ -126,8 +126,7 @@ def test_contractions_become_blas_calls_with_their_zero_fill_dropped():
     text = prog.mlp.stages({"M": 64, "K": 32, "N": 48})["kernels"]
     assert "objmode" not in text          # CBLAS from compiled code (emit/cpu.py: BLAS_PRELUDE)
     # the row tiles make the whole product: one call before the loop, C = A B (no fill, no +=)
-    call = ("_sgemm(101, 111, 111, 64, 48, 32, _f32_1, arg0.ctypes.data, 32, arg1.ctypes.data, 48, _f32_0, "
-            "alloc.ctypes.data, 48)  # cblas: linalg.matmul")
+    call = "_sgemm(101, 111, 111, 64, 48, 32, _f32_1, arg0, 32, arg1, 48, _f32_0, alloc, 48)  # cblas: linalg.matmul"
     assert call in text
     assert text.index(call) < text.index("numba.prange(")
     assert prog.mlp.check(binding={"M": 64, "K": 32, "N": 48})[0].ok
