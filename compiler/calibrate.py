@@ -228,11 +228,13 @@ def empty_region(x):
 
 
 
-def emitted_chain(src: str, binding: dict[str, int]):
+def emitted_chain(src: str, binding: dict[str, int], vector_bits: int = 0):
     """(host function, inputs) of an FDSL chain compiled for the cpu target, planned for the
-    fixed CALIBRATION profile; inputs are seeded uniform [0, 1) f32 arrays."""
+    fixed CALIBRATION profile (its loops vectorized `vector_bits` wide; 0: LLVM's default);
+    inputs are seeded uniform [0, 1) f32 arrays."""
     chain = check(parse(src, "<calibrate>")).chains[0]
-    st = compile_typed(chain, binding, options=CompileOptions(target="cpu", hardware=CALIBRATION))
+    hw = replace(CALIBRATION, vector_bits=vector_bits)
+    st = compile_typed(chain, binding, options=CompileOptions(target="cpu", hardware=hw))
     mod = types.ModuleType(f"fusec_calibrate_{chain.name}")
     exec(compile(st.emitted.source, f"<calibrate {chain.name}>", "exec"), mod.__dict__)
     rng = np.random.default_rng(0)
@@ -302,7 +304,8 @@ def measure_cpu(cores: int | None = None) -> HardwareProfile:
     llc_bw = max(bw, 2 * mid.nbytes / _quiet_best(lambda: copy_into(mid, mid_out)),
                  2 * mid.nbytes / _best(lambda: np.copyto(mid_out, mid), 20))
     failed: list[str] = []
-    weights, flop = _measure_ops(failed)
+    bits, vector_note = _vector_bits(failed)
+    weights, flop = _measure_ops(failed, bits)
     regions = np.zeros((cores, 1), np.float32)
     chunks = np.zeros((2048 * cores, 1), np.float32)
     t_launch = _quiet_best(lambda: empty_region(regions))
@@ -314,8 +317,9 @@ def measure_cpu(cores: int | None = None) -> HardwareProfile:
         overlap=True, weights=tuple(sorted(weights.items())), single_core_bandwidth=bw1,
         blas_threads=min(cores, blas_threads()),
         chunk_s=max(0.0, (t_chunks - t_launch) * cores / chunks.shape[0]), fault_s_per_byte=fault,
-        mmap_threshold=32 * MB,
+        mmap_threshold=32 * MB, vector_bits=bits,
         notes=(f"measured on {cpu_model()}, {cores} cores, L2 {l2 // KB} KiB/core, LLC {llc // MB} MiB",
+               vector_note,
                "bandwidth: the better of a NumPy copy and a Numba prange copy of 64 MiB (read + write)",
                "peak: an emitted chain of 32 multiply-adds; weights: each op in an emitted chain, in units "
                "of that FLOP, on one thread (minimum of several runs)",
@@ -338,34 +342,70 @@ OP_CHAINS = {
 OP_ROWS = 64
 
 
-def _measure_ops(failed: list[str]) -> tuple[dict[str, float], float]:
-    """FLOP weights of ops as emitted (in units of one vectorised FLOP), and that FLOP in seconds;
-    ops whose chain does not build keep the GPU weights and are named in `failed`."""
+# The vector width probe: the math-heavy elementwise chain (two exps, a tanh, two divisions)
+# of the bench's ew_chain, in a core's L2, where the width decides the time.
+VECTOR_CHAIN = _XY % "relu(tanh(x * 1.702 + 0.5) * sigmoid(y) - exp(-abs(x))) + 0.25 * y"
+VECTOR_GAIN = 0.9           # 512 bits where they take at most this share of the default's time
+
+
+def _per_point(src: str, points: int, vector_bits: int) -> float:
+    """Seconds per point of an emitted chain (minimum of several runs, on the calling thread's
+    Numba thread count)."""
+    host, inputs = emitted_chain(src, {"R": OP_ROWS}, vector_bits)
+    t1 = _best(lambda: host(*inputs), 3)
+    reps = max(1, int(0.003 / max(t1, 1e-7)))
+
+    def many():
+        for _ in range(reps):
+            host(*inputs)
+    return _best(many, 20, budget_s=1.0) / reps / points
+
+
+def _one_thread(fn):
     threads = numba.get_num_threads()
     numba.set_num_threads(1)
     try:
-        per_point = {}
-        for name, src in OP_CHAINS.items():
-            try:
-                host, inputs = emitted_chain(src, {"R": OP_ROWS})
-                t1 = _best(lambda: host(*inputs), 3)
-            except Exception as e:      # an emitter that cannot build this chain: a default below
-                failed.append(f"{name} ({type(e).__name__})")
-                continue
-            reps = max(1, int(0.003 / max(t1, 1e-7)))
-
-            def many():
-                for _ in range(reps):
-                    host(*inputs)
-            points = OP_ROWS * (256 * 256 if name == "mac" else 1024)
-            per_point[name] = _best(many, 20, budget_s=1.0) / reps / points
+        return fn()
     finally:
         numba.set_num_threads(threads)
+
+
+def _vector_bits(failed: list[str]) -> tuple[int, str]:
+    """(vector_bits, a note saying why): 512 where the CPU has AVX-512 and VECTOR_CHAIN runs at
+    most VECTOR_GAIN of its time at LLVM's default width (which for AVX-512 parts is 256 bits:
+    LLVM's tuning for their clocks), else 0."""
+    if _simd_lanes() < 16:
+        return 0, "vectors: LLVM's default width (no AVX-512 here)"
+    try:
+        t = _one_thread(lambda: {bits: _per_point(VECTOR_CHAIN, OP_ROWS * 1024, bits) for bits in (0, 512)})
+    except Exception as e:              # an emitter that cannot build it: the default width
+        failed.append(f"vector width ({type(e).__name__})")
+        return 0, "vectors: LLVM's default width (the width probe did not build)"
+    bits = 512 if t[512] <= VECTOR_GAIN * t[0] else 0
+    return bits, (f"vectors: {'512 bits' if bits else 'LLVM default width'}: an emitted chain of two exps and "
+                  f"a tanh took {t[512] * 1e9:.3f} ns/point at 512 bits, {t[0] * 1e9:.3f} at LLVM's default "
+                  f"(512 where it takes at most {VECTOR_GAIN:.0%})")
+
+
+def _measure_ops(failed: list[str], vector_bits: int = 0) -> tuple[dict[str, float], float]:
+    """FLOP weights of ops as emitted at `vector_bits` (in units of one vectorised FLOP), and that
+    FLOP in seconds; ops whose chain does not build keep the GPU weights and are named in `failed`."""
+    per_point = {}
+
+    def measure():
+        for name, src in OP_CHAINS.items():
+            try:
+                points = OP_ROWS * (256 * 256 if name == "mac" else 1024)
+                per_point[name] = _per_point(src, points, vector_bits)
+            except Exception as e:      # an emitter that cannot build this chain: a default below
+                failed.append(f"{name} ({type(e).__name__})")
+    _one_thread(measure)
     if "add" not in per_point or "fma32" not in per_point:
         return dict(GPU_WEIGHTS), 1e-11
     base = per_point["add"]
     flop = max(1e-13, (per_point["fma32"] - base) / 31)
-    measured = {"scalar": float(_simd_lanes())}
+    # a scalar op costs a vector's lanes of FLOPs: the lanes at the width the loops are built for
+    measured = {"scalar": float(vector_bits // 32 if vector_bits else min(_simd_lanes(), 8))}
     for name, f in mathfns.FUNCTIONS.items():
         if f.cpu_chain:
             measured[name] = (round(max(1.0, (per_point[name] - base) / flop + f.cpu_offset), 2)

@@ -237,7 +237,10 @@ def _gpu(job: Job, st: ChainStages) -> None:
 
 
 def _kernels(job: Job, st: ChainStages) -> None:
-    st.emitted = emit(st.module, "cuda" if job.options.target == "gpu" else "cpu")
+    if job.options.target == "gpu":
+        st.emitted = emit(st.module, "cuda")
+    else:
+        st.emitted = emit(st.module, "cpu", vector_bits=planning_profile(job.options).vector_bits)
 
 
 def _ast_text(st: ChainStages, o: CompileOptions) -> str:

@@ -147,6 +147,20 @@ def {key}(typingctx, x):
         return builder.bitcast(args[0], llvmir.FloatType())
     return nbtypes.float32(nbtypes.int32), codegen'''
 
+# The width LLVM's vectorizer uses for the loops of the function this is called in (X86 reads
+# the function attribute per function; with none it takes the CPU's tuning, which for AVX-512
+# parts is 256 bits). Called first in a host function and in each prange body (the body Numba
+# outlines into its own function). The calibration measures which width is faster here
+# (compiler/calibrate.py: _vector_bits); the profile's vector_bits says which one the plan uses.
+_PREFER_VECTORS = '''
+@intrinsic
+def {key}(typingctx):
+    """Vectorize the enclosing function's loops {bits} bits wide (LLVM's prefer-vector-width)."""
+    def codegen(context, builder, sig, args):
+        set.add(builder.function.attributes, '"prefer-vector-width"="{bits}"')   # a string attribute:
+        return context.get_dummy_value()        # llvmlite's add() knows only the keyword ones
+    return nbtypes.none(), codegen'''
+
 _BITCAST_F32_I32 = '''
 @intrinsic
 def {key}(typingctx, x):
@@ -245,6 +259,9 @@ def _helper_text(name: str, key: str, use) -> tuple[list[str], bool]:
         return text.strip("\n").splitlines(), True
     if name == "bitcast_i32_f32":
         return _BITCAST_I32_F32.format(key=key).strip("\n").splitlines(), True
+    if name.startswith("prefer_vectors_"):
+        bits = int(name.rsplit("_", 1)[1])
+        return _PREFER_VECTORS.format(key=key, bits=bits).strip("\n").splitlines(), True
     if name == "bitcast_f32_i32":
         return _BITCAST_F32_I32.format(key=key).strip("\n").splitlines(), True
     if name == "round_f16":
@@ -259,7 +276,21 @@ def _helper_text(name: str, key: str, use) -> tuple[list[str], bool]:
 
 def is_cpu_helper(name: str) -> bool:
     return name in _LLVM_MINMAX or name in ("bitcast_i32_f32", "bitcast_f32_i32", "exp_f32", "tanh_f32",
-                                            "round_f16")
+                                            "round_f16") or name in PREFER_VECTORS
+
+
+PREFER_VECTORS = ("prefer_vectors_256", "prefer_vectors_512")
+
+
+def prefer_vectors(lines: list[str], call: str) -> list[str]:
+    """A cpu function's body lines with `call` first in it and first in each prange body."""
+    out = [f"    {call}"]
+    for line in lines:
+        out.append(line)
+        stripped = line.lstrip()
+        if stripped.startswith("for ") and " in numba.prange(" in stripped and stripped.endswith(":"):
+            out.append(" " * (len(line) - len(stripped) + 4) + call)
+    return out
 
 
 # ---- contractions: linalg ops the CPU lowering left for a library call -------------------------

@@ -30,7 +30,7 @@ _COPY_THREADS = 256
 CPU_FASTMATH = '{"contract", "reassoc"}'
 
 
-def emit(module: "ir.Module", target: str) -> EmittedModule:
+def emit(module: "ir.Module", target: str, vector_bits: int = 0) -> EmittedModule:
     """Translate `module` to Python source for `target` ("cuda" or "cpu"); never mutates it.
 
     Requires (what the tile-and-fuse output gives after compiler/transforms/to_target.py's
@@ -54,6 +54,9 @@ def emit(module: "ir.Module", target: str) -> EmittedModule:
         mode, or as i-k-j loops where an operand view has no NumPy expression.
     Anything else raises EmitError naming the op and its location.
 
+    cpu: `vector_bits` (256 or 512; 0: LLVM's choice for the CPU) is the vector width each host
+    function and prange body asks LLVM's vectorizer for (the profile's, compiler/calibrate.py).
+
     Semantics kept: f16 is computed in f32 (rounded to half precision at truncf and at stores;
     the CPU target rounds on the bits, emit/cpu.py); bf16 is refused; NaN rules of
     maximumf/minimumf/maxnumf/minnumf and every cmpf predicate; divsi/remsi round toward zero.
@@ -64,6 +67,8 @@ def emit(module: "ir.Module", target: str) -> EmittedModule:
     """
     if target not in ("cuda", "cpu"):
         raise ValueError(f"unknown emit target {target!r}: expected 'cuda' or 'cpu'")
+    if vector_bits not in (0, 256, 512):
+        raise ValueError(f"vector_bits is {vector_bits!r}: expected 0, 256 or 512")
     consts = Constants()
     helpers = Helpers(target, consts)
     rules = ScalarRules(consts, helpers, target)
@@ -81,7 +86,7 @@ def emit(module: "ir.Module", target: str) -> EmittedModule:
         elif len(op.regions[0].blocks) > 0:  # declarations have no body
             funcs.append(op)
     for op in funcs:
-        fe = _FuncEmitter(op, target, consts, helpers, rules, globals_, len(kernels))
+        fe = _FuncEmitter(op, target, consts, helpers, rules, globals_, len(kernels), vector_bits)
         hosts.append(fe.run())
         kernels += fe.kernels
         entries[fe.func_name] = fe.entry()
@@ -164,8 +169,9 @@ MEMORY_CLASS = '''class _Memory:
 class _FuncEmitter:
     """One func.func: its host function and, for CUDA, its kernels."""
 
-    def __init__(self, func_op, target, consts, helpers, rules, globals_, first_kernel: int):
+    def __init__(self, func_op, target, consts, helpers, rules, globals_, first_kernel: int, vector_bits: int = 0):
         self.op, self.target = func_op, target
+        self.vector_bits = vector_bits
         self.func_name = ir.StringAttr(func_op.attributes["sym_name"]).value
         self.host_name = f"run_{py_ident(self.func_name)}"
         self.ctx = FuncCtx(func_op, target, Names(func_op), consts, helpers, rules,
@@ -222,6 +228,9 @@ class _FuncEmitter:
             # parallel=True only with a prange to run: else Numba warns and compiles for nothing
             parallel = any("numba.prange(" in line for line in w.lines)
             blas = _blas_only_in_prange(w.lines)
+            if self.vector_bits:
+                call = self.ctx.helpers.use(f"prefer_vectors_{self.vector_bits}")
+                w.lines[:] = emit_cpu.prefer_vectors(w.lines, f"{call}()")
             if not blas:
                 inner = outer
             head = [f'@numba.njit(parallel={parallel}, nogil=True, fastmath={CPU_FASTMATH}, cache=False, '

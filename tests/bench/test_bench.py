@@ -163,7 +163,7 @@ def test_blas_epilogue_script_rewrites_the_emitted_layer_and_writes_its_json(tmp
                                "--out", str(tmp_path)]) == 0
     (path,) = tmp_path.glob("blas-epilogue-*.json")
     r = json.loads(path.read_text())
-    forms = {"fusec: whole call, then epilogue", "tile 16 rows", "block 16 rows", "tile 32 rows", "block 32 rows"}
+    forms = {"fusec: whole call, then epilogue"} | {f"{f} {r} rows" for f in ("tile", "block", "serial") for r in (16, 32)}
     assert set(r["alone"]) == set(r["after_numpy_matmul"]) == forms          # 48 does not divide 64
     assert all(i["runs"] >= 10 and i["min_ms"] <= i["median_ms"] for i in r["alone"].values())
 

@@ -70,3 +70,26 @@ def test_the_measured_cpu_profile_is_plausible():
     assert p.peak_flops > 1e9 and 0 < p.launch_s < 1e-2
     assert p.onchip_per_unit > 0 and p.l2_bytes >= p.onchip_per_unit
     assert p.weight("exp") >= 1 and p.weight("reduce") >= 1
+    assert p.vector_bits in (0, 256, 512)
+
+
+@pytest.mark.parametrize("lanes, times, bits", [
+    (16, {0: 1.2e-9, 512: 0.9e-9}, 512),      # AVX-512, 25% faster at 512 bits: taken
+    (16, {0: 1.0e-9, 512: 0.95e-9}, 0),       # 5% faster: not worth LLVM's tuning against it
+    (8, None, 0),                             # AVX2: nothing to measure
+])
+def test_the_vector_width_is_the_measured_faster_one(monkeypatch, lanes, times, bits):
+    monkeypatch.setattr(calibrate, "_simd_lanes", lambda: lanes)
+    probed = []
+
+    def per_point(src, points, vector_bits):
+        probed.append(vector_bits)
+        return times[vector_bits]
+    monkeypatch.setattr(calibrate, "_per_point", per_point)
+    failed = []
+    got, note = calibrate._vector_bits(failed)
+    assert got == bits and not failed
+    assert sorted(probed) == ([] if times is None else [0, 512])
+    if times is not None:
+        assert f"{times[512] * 1e9:.3f} ns/point at 512 bits, {times[0] * 1e9:.3f} at LLVM's default" in note
+    assert note.startswith("vectors: 512 bits" if bits else "vectors: LLVM")

@@ -223,3 +223,38 @@ def test_row_tiles_of_a_matmul_become_one_call_unless_the_loop_writes_an_input(s
         assert "linalg.fill" not in text
     else:
         assert "linalg.fill" in text.split("scf.parallel")[1]
+
+
+def test_the_profiles_vector_width_reaches_llvm_for_every_loop():
+    """vector_bits (compiler/calibrate.py measures it) becomes a call first in the host function
+    and first in each prange body, which sets LLVM's prefer-vector-width on the function it is
+    compiled in (the prange body is its own function); the numbers do not change."""
+    from dataclasses import replace
+
+    from fusec.compiler.calibrate import cpu_profile
+    from fusec.runtime.artifact import function_from_source
+    src = "chain e(x: f32[M, N]) -> f32[M, N] { return tanh(x * 1.5) * exp(-abs(x)) }"
+    binding = {"M": 64, "N": 1024}
+    x = np.random.default_rng(4).standard_normal((64, 1024), dtype=np.float32)
+    outs, texts = {}, {}
+    for bits in (0, 512):
+        hw = replace(cpu_profile(), vector_bits=bits)
+        chain = fusec.compile(src, target="cpu", options={"baseline": False, "hardware": hw}, cache=False).e
+        texts[bits] = text = chain.stages(binding)["kernels"]
+        host = re.search(r"^def (_run_e\w*)\(", text, re.M).group(1)
+        fn = function_from_source(text, host, f"width{bits}")
+        outs[bits] = fn(x, np.empty_like(x))[0]
+        llvm = "\n".join(fn.inspect_llvm().values())
+        assert ('"prefer-vector-width"="512"' in llvm) == (bits == 512)
+    assert "_prefer_vectors" not in texts[0]
+    body = texts[512][texts[512].index("def _run_e"):].splitlines()
+    assert body[2].strip() == "_prefer_vectors_512()"                 # after the def and its docstring
+    loops = [i for i, line in enumerate(body) if "numba.prange(" in line]
+    assert loops and all(body[i + 1].strip() == "_prefer_vectors_512()" for i in loops)
+    np.testing.assert_array_equal(outs[0], outs[512])
+
+
+def test_a_vector_width_the_emitter_does_not_know_is_refused():
+    from fusec.compiler.emit import emit
+    with pytest.raises(ValueError, match="vector_bits is 384"):
+        emit(None, "cpu", vector_bits=384)
