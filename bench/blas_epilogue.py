@@ -5,13 +5,15 @@
 fusec's cpu build of `gelu(x @ w + b)` (the bench's mlp) is one host function: one CBLAS sgemm
 for the whole product, threaded by BLAS itself, then a prange over row tiles that applies the
 epilogue (transforms/cpu_library_calls.py: hoist_whole_contractions). This script rewrites that
-emitted function, its epilogue lines untouched, into the two forms that keep each output tile in
+emitted function, its epilogue lines untouched, into the three forms that keep each output tile in
 cache between its product and its epilogue:
 
     tile   a prange over row tiles; each tile one single-threaded sgemm into its rows, then its
            epilogue (BLAS limited to one thread per worker, as fusec does for calls in a prange)
     block  a loop over row blocks; each block one sgemm on BLAS's own threads, then its epilogue
            in a prange over its rows
+    serial the same loop, each block's epilogue on the calling thread alone (no prange: only
+           BLAS's threads run, and one core idles through each epilogue)
 
 for several row counts, checks every form against fusec's output, and times them interleaved
 in one process (bench/timing.py), each once as it is and once right after a NumPy matmul on
@@ -60,9 +62,12 @@ def forms(module: str, host: str, m: int, rows: list[int]) -> dict[str, str]:
                      f"        for {tiles.group(5)} in range({r}):\n")
         block_head = (f"    for {var} in range(0, {count}):\n        {base} = {var} * {r}\n        {call}\n"
                       f"        for {tiles.group(5)} in numba.prange({r}):\n")
-        for form, head in (("tile", tile_head), ("block", block_head)):
+        serial_head = block_head.replace(f"in numba.prange({r}):", f"in range({r}):")
+        for form, head in (("tile", tile_head), ("block", block_head), ("serial", serial_head)):
             name = f"_{form}{r}"
             text = _TILES.sub(lambda _: head, body, count=1).replace(f"def {host}(", f"def {name}(", 1)
+            if form == "serial":                 # no prange left
+                text = text.replace("parallel=True", "parallel=False", 1)
             out["source"] += "\n\n" + text
             if form == "tile":
                 out["source"] += (f"\n\ndef {name}_one_thread(*args):\n"
@@ -72,7 +77,7 @@ def forms(module: str, host: str, m: int, rows: list[int]) -> dict[str, str]:
                                   f"        return {name}(*args)\n")
                 out[f"tile {r} rows"] = f"{name}_one_thread"
             else:
-                out[f"block {r} rows"] = name
+                out[f"{form} {r} rows"] = name
     return out
 
 
