@@ -1,137 +1,127 @@
-"""Where a cpu contraction's epilogue runs: after one whole BLAS call, or inside each BLAS tile.
+"""Where a cpu contraction's epilogue runs: after one whole BLAS call, or inside each BLAS chunk.
 
     python -m bench.blas_epilogue [--sizes 512,1024,4096] [--rows 64,128,256] [--out bench/results]
 
-fusec's cpu build of `gelu(x @ w + b)` (the bench's mlp) is one host function: one CBLAS sgemm
-for the whole product, threaded by BLAS itself, then a prange over row tiles that applies the
-epilogue (transforms/cpu_library_calls.py: hoist_whole_contractions). This script rewrites that
-emitted function, its epilogue lines untouched, into the three forms that keep each output tile in
-cache between its product and its epilogue:
+Two forms of fusec's own cpu build of `gelu(x @ w + b)` (the bench's mlp), for several row
+chunks of its prange:
 
-    tile   a prange over row tiles; each tile one single-threaded sgemm into its rows, then its
-           epilogue (BLAS limited to one thread per worker, as fusec does for calls in a prange)
-    block  a loop over row blocks; each block one sgemm on BLAS's own threads, then its epilogue
-           in a prange over its rows
-    serial the same loop, each block's epilogue on the calling thread alone (no prange: only
-           BLAS's threads run, and one core idles through each epilogue)
+    chunk  each chunk one sgemm on its worker's one thread into its rows of the output, then
+           the epilogue on those rows while they are in cache (what fusec emits where the loop
+           has a chunk for every core: plan/cost.py hoisted_matmuls)
+    whole  one sgemm for the whole product before the loop, on BLAS's own threads, then the
+           loop applies the epilogue (what fusec emitted before; built here by planning with the
+           old rule, every hoistable matmul hoisted)
 
-for several row counts, checks every form against fusec's output, and times them interleaved
-in one process (bench/timing.py), each once as it is and once right after a NumPy matmul on
-BLAS's threads (which then spin, as after any threaded NumPy call). Writes
-blas-epilogue-<date>.json.
+Each form runs in a process of its own, as a program runs it, because the forms disturb each
+other: after a call on BLAS's threads, OpenBLAS's threads spin for a while on the cores, and a
+prange that follows (of the same form, or of the next form in an interleaved timing) waits for
+them. Timed in one process, interleaved, the chunk form looked 1.2-3x slower (the note of
+2026-12-03T0330); alone, it is the faster one. Each process times its form alone, then right
+after a NumPy matmul on BLAS's threads (as in a program that calls NumPy between fusec calls;
+the matmul's own time, measured in the same process, is taken off). Every form is checked
+against NumPy first. Writes blas-epilogue-<date>.json.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import re
+import subprocess
+import sys
 
 import numpy as np
 
 from . import utc_stamp, write_result
-from .timing import Budget, measure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = "chain mlp(x: f32[M, K], w: f32[K, N], b: f32[N]) -> f32[M, N] {\n    return gelu(x @ w + b)\n}\n"
-_GEMM = re.compile(r"^    (_sgemm\(101, 111, 111, )(\d+)(, \d+, \d+, _f32_1, )(\w+)(, \d+, \w+, \d+, _f32_0, )(\w+)"
-                   r"(, \d+\)).*$", re.M)
-_TILES = re.compile(r"^    for (\w+) in numba\.prange\(0, (\d+)\):\n        (\w+) = \1 \* (\d+)\n"
-                    r"        for (\w+) in range\(\4\):\n", re.M)
 
 
-def forms(module: str, host: str, m: int, rows: list[int]) -> dict[str, str]:
-    """{form name: the name of its host function}, defined by appending them to `module`
-    (returned as the "source" entry); raises ValueError when the emitted function is not the
-    one whole call followed by a row-tile loop this rewrites."""
-    start = module.index(f"def {host}(")
-    deco = max(0, module.rfind("@numba.njit", 0, start))
-    end = module.find("\n", module.find("\n    return (", start) + 1)
-    fn = module[deco:end + 1] if end > start else module[deco:]
-    gemm, tiles = _GEMM.search(fn), _TILES.search(fn)
-    if not gemm or not tiles or gemm.start() > tiles.start() or int(gemm.group(2)) != m:
-        raise ValueError(f"{host} is not one whole sgemm followed by a row-tile loop:\n{fn}")
-    out = {"source": module}
-    for r in rows:
-        if m % r:
-            continue
-        count, var, base = m // r, tiles.group(1), tiles.group(3)
-        call = (f"{gemm.group(1)}{r}{gemm.group(3)}{gemm.group(4)}[{base}:]{gemm.group(5)}{gemm.group(6)}[{base}:]"
-                f"{gemm.group(7)}")
-        body = fn[:gemm.start()] + fn[gemm.end() + 1:]
-        tile_head = (f"    for {var} in numba.prange(0, {count}):\n        {base} = {var} * {r}\n        {call}\n"
-                     f"        for {tiles.group(5)} in range({r}):\n")
-        block_head = (f"    for {var} in range(0, {count}):\n        {base} = {var} * {r}\n        {call}\n"
-                      f"        for {tiles.group(5)} in numba.prange({r}):\n")
-        serial_head = block_head.replace(f"in numba.prange({r}):", f"in range({r}):")
-        for form, head in (("tile", tile_head), ("block", block_head), ("serial", serial_head)):
-            name = f"_{form}{r}"
-            text = _TILES.sub(lambda _: head, body, count=1).replace(f"def {host}(", f"def {name}(", 1)
-            if form == "serial":                 # no prange left
-                text = text.replace("parallel=True", "parallel=False", 1)
-            out["source"] += "\n\n" + text
-            if form == "tile":
-                out["source"] += (f"\n\ndef {name}_one_thread(*args):\n"
-                                  "    if _BLAS_THREADS is None:\n"
-                                  f"        return {name}(*args)\n"
-                                  '    with _BLAS_THREADS.limit(limits=1, user_api="blas"):\n'
-                                  f"        return {name}(*args)\n")
-                out[f"tile {r} rows"] = f"{name}_one_thread"
-            else:
-                out[f"{form} {r} rows"] = name
-    return out
+def build(form: str, rows: int, m: int, k: int, n: int):
+    """The chain compiled in this process in `form` ('chunk' | 'whole') with `rows` rows per
+    chunk (0: the plan's own choice), and the emitted text of its kernels."""
+    import fusec
+    from fusec.compiler.plan import cost, planner
+    if form == "whole":           # the old rule: every hoistable matmul is one call before the loop
+        def old_rule(info, members, root, mapped, chunks, cores):
+            return cost.hoistable_matmuls(info, members, root, mapped)
+        cost.hoisted_matmuls = planner.hoisted_matmuls = old_rule
+    options = {"baseline": False}
+    if rows:
+        options["plans"] = {"mlp": {"groups": [{"ops": [1, 2], "block_tiles": [rows, 0]}]}}
+    chain = fusec.compile(SOURCE, target="cpu", options=options, cache=False).mlp
+    return chain, chain.stages({"M": m, "K": k, "N": n})["kernels"]
+
+
+def run_one(form: str, rows: int, m: int, k: int, n: int, runs: int) -> dict:
+    """Time one form in this process: alone, then each call right after a NumPy matmul."""
+    import time
+    chain, text = build(form, rows, m, k, n)
+    call, loop = text.index("_sgemm(101, "), text.index("numba.prange(")
+    if (call < loop) != (form == "whole"):
+        raise RuntimeError(f"the {form} form was not built: its sgemm is {'before' if call < loop else 'in'} the loop")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    w = rng.standard_normal((k, n), dtype=np.float32) / np.float32(np.sqrt(k))
+    b = rng.standard_normal(n, dtype=np.float32)
+    got = chain(x, w, b)
+    h = x.astype(np.float64) @ w.astype(np.float64) + b
+    want = 0.5 * h * (1 + np.tanh(0.7978845608 * (h + 0.044715 * h ** 3)))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=form)
+    a = rng.standard_normal((1024, 1024), dtype=np.float32)
+    spin = np.empty_like(a)
+
+    def timed(fn) -> list[float]:
+        for _ in range(3):
+            fn()
+        out = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+        return out
+
+    alone = timed(lambda: chain(x, w, b))
+    numpy_alone = timed(lambda: np.matmul(a, a, out=spin))
+    after = timed(lambda: (np.matmul(a, a, out=spin), chain(x, w, b)))
+    ms = lambda v: float(f"{v * 1e3:.4g}")          # noqa: E731
+    base = float(np.median(numpy_alone))
+    return {"alone": {"median_ms": ms(np.median(alone)), "min_ms": ms(min(alone)), "runs": runs},
+            "after_numpy_matmul": {"median_ms": ms(np.median(after) - base), "runs": runs},
+            "numpy_matmul_1024_median_ms": ms(base)}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="512,1024,4096", help="M,K,N")
-    ap.add_argument("--rows", default="64,128,256", help="rows per tile or block of the rewritten forms")
-    ap.add_argument("--seconds", type=float, default=3.0, help="timing budget per implementation")
+    ap.add_argument("--rows", default="64,128,256", help="rows per chunk of each form")
+    ap.add_argument("--runs", type=int, default=40, help="timed calls per form and case")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    ap.add_argument("--one", default="", help=argparse.SUPPRESS)          # FORM,ROWS: this process times one
     args = ap.parse_args(argv)
-    import fusec
-    from fusec.runtime.artifact import function_from_source
     m, k, n = (int(s) for s in args.sizes.split(","))
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((m, k), dtype=np.float32)
-    w = rng.standard_normal((k, n), dtype=np.float32) / np.float32(np.sqrt(k))
-    b = rng.standard_normal(n, dtype=np.float32)
-    mlp = fusec.compile(SOURCE, target="cpu", options={"baseline": False}).mlp
-    want = mlp(x, w, b).copy()
-    module = mlp.stages({"M": m, "K": k, "N": n})["kernels"]
-    host = re.search(r"^def (_run_mlp_planned)\(", module, re.M).group(1)
-    made = forms(module, host, m, [int(r) for r in args.rows.split(",")])
-    out = np.empty((m, n), np.float32)
-    calls = {"fusec: whole call, then epilogue": function_from_source(made["source"], host, "blas-epilogue")}
-    calls.update({name: function_from_source(made["source"], fn, "blas-epilogue")
-                  for name, fn in made.items() if name != "source"})
-    for name, fn in calls.items():
-        got = fn(x, w, b, out)[0]
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=name)
-    a = rng.standard_normal((1024, 1024), dtype=np.float32)
-    spin = np.empty_like(a)
-
-    def after_numpy(fn):
-        def call():
-            np.matmul(a, a, out=spin)           # timed with the call: its own time is taken off
-            return fn(x, w, b, out)
-        return call
-    timed = {name: (lambda fn: lambda: fn(x, w, b, out))(fn) for name, fn in calls.items()}
-    budget = Budget(seconds=args.seconds, min_runs=10, max_runs=200, warmup=2)
-    alone = measure(timed, budget)
-    # right after NumPy's threaded matmul: the matmul is timed with each call, so its own time
-    # (measured alone, in the same rounds) is subtracted from the medians reported
-    after = measure({"numpy matmul": lambda: np.matmul(a, a, out=spin),
-                     **{name: after_numpy(fn) for name, fn in calls.items()}}, budget)
-    base = after.pop("numpy matmul")
+    if args.one:
+        form, rows = args.one.split(",")
+        print(json.dumps(run_one(form, int(rows), m, k, n, args.runs)))
+        return 0
+    cases = [("chunk", 0)] + [(f, int(r)) for r in args.rows.split(",") if m % int(r) == 0 for f in ("chunk", "whole")]
+    results = {}
+    for form, rows in cases:
+        name = f"{form}, {rows} rows" if rows else f"{form}, the plan's rows"
+        proc = subprocess.run([sys.executable, "-m", "bench.blas_epilogue", "--one", f"{form},{rows}",
+                               "--sizes", args.sizes, "--runs", str(args.runs)], cwd=ROOT, capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{name}: {proc.stderr.strip()[-2000:]}")
+        results[name] = json.loads(proc.stdout.strip().splitlines()[-1])
     result = {"date": utc_stamp(), "chain": SOURCE, "binding": {"M": m, "K": k, "N": n},
-              "alone": {name: s.as_dict() for name, s in alone.items()},
-              "after_numpy_matmul": {name: s.as_dict() for name, s in after.items()},
-              "numpy_matmul_1024": base.as_dict(),
-              "note": "after_numpy_matmul times include the 1024x1024 matmul (numpy_matmul_1024 alone)"}
-    print(f"alone{'':34s} median      min   | after a NumPy matmul (minus its {base.median_ms:.2f} ms)")
-    for name in calls:
-        s, t = alone[name], after[name]
-        print(f"  {name:36s} {s.median_ms:7.2f} {s.min_ms:8.2f} ms | {t.median_ms - base.median_ms:7.2f} ms")
+              "forms": results,
+              "note": "each form timed in a process of its own (alone, then right after a 1024x1024 NumPy "
+                      "matmul, whose own median is taken off)"}
+    print(f"{'form':28s} alone median    min | after a NumPy matmul")
+    for name, r in results.items():
+        print(f"  {name:26s} {r['alone']['median_ms']:8.2f} {r['alone']['min_ms']:8.2f} ms | "
+              f"{r['after_numpy_matmul']['median_ms']:8.2f} ms")
     print(f"wrote {write_result(args.out, 'blas-epilogue', result)}")
     return 0
 

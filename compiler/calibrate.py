@@ -310,6 +310,7 @@ def measure_cpu(cores: int | None = None) -> HardwareProfile:
     chunks = np.zeros((2048 * cores, 1), np.float32)
     t_launch = _quiet_best(lambda: empty_region(regions))
     t_chunks = _quiet_best(lambda: empty_region(chunks))
+    switch = _pool_switch(regions)
     return HardwareProfile(
         "cpu", "cpu", bandwidth=bw, peak_flops=cores / flop, peak_flops_fp16=cores / flop,
         launch_s=t_launch, units=cores, onchip_per_unit=l2, onchip_per_block=l2, max_threads_per_block=1,
@@ -317,13 +318,15 @@ def measure_cpu(cores: int | None = None) -> HardwareProfile:
         overlap=True, weights=tuple(sorted(weights.items())), single_core_bandwidth=bw1,
         blas_threads=min(cores, blas_threads()),
         chunk_s=max(0.0, (t_chunks - t_launch) * cores / chunks.shape[0]), fault_s_per_byte=fault,
-        mmap_threshold=32 * MB, vector_bits=bits,
+        mmap_threshold=32 * MB, vector_bits=bits, pool_switch_s=switch,
         notes=(f"measured on {cpu_model()}, {cores} cores, L2 {l2 // KB} KiB/core, LLC {llc // MB} MiB",
                vector_note,
                "bandwidth: the better of a NumPy copy and a Numba prange copy of 64 MiB (read + write)",
                "peak: an emitted chain of 32 multiply-adds; weights: each op in an emitted chain, in units "
                "of that FLOP, on one thread (minimum of several runs)",
-               "mmap_threshold: glibc maps buffers of 32 MiB and more afresh on every allocation")
+               "mmap_threshold: glibc maps buffers of 32 MiB and more afresh on every allocation",
+               "pool_switch_s: a NumPy matmul on BLAS's threads, then an empty prange, less each alone "
+               "(minimum of several runs): BLAS's idle threads spin, and the prange's workers wait for the cores")
         + ((f"not measured (their chains did not build; default weights): {', '.join(failed)}",) if failed else ()),
         source="measured")
 
@@ -337,9 +340,16 @@ OP_CHAINS = {
     "fma32": _XY % ("(" * 16 + "x" + "".join(" * 1.0001 + y)" for _ in range(16))),
     **{name: _XY % f.cpu_chain for name, f in mathfns.FUNCTIONS.items() if f.cpu_chain},
     "reduce": "chain c(x: f32[R, 1024]) -> f32[R] { return sum(x, axis=1) }",
-    "mac": "chain c(x: f32[R, 256], w: f32[256, 256]) -> f32[R, 256] { return x @ w }",
+    "mac": "chain c(x: f32[R, 512], w: f32[512, 512]) -> f32[R, 512] { return x @ w }",
 }
 OP_ROWS = 64
+MAC_K = 512                 # the matmul chain's K and N: a product BLAS runs near its rate
+
+
+def _one_blas_thread():
+    """A context in which NumPy's BLAS runs on one thread."""
+    from threadpoolctl import ThreadpoolController
+    return ThreadpoolController().limit(limits=1, user_api="blas")
 
 
 # The vector width probe: the math-heavy elementwise chain (two exps, a tanh, two divisions)
@@ -370,6 +380,25 @@ def _one_thread(fn):
         numba.set_num_threads(threads)
 
 
+def _pool_switch(regions: np.ndarray, n: int = 512) -> float:
+    """Seconds a Numba prange loses when it follows a BLAS call on BLAS's own threads, as a
+    kernel's loop follows its whole BLAS call (plan/cost.py: hoisted_matmuls): OpenBLAS's
+    threads spin for a while after each call, on the cores the prange's workers need. Measured
+    as (a threaded NumPy matmul, then an empty prange) less the two alone; 0 with one core."""
+    if (os.cpu_count() or 1) < 2 or blas_threads() < 2:
+        return 0.0
+    rng = np.random.default_rng(1)
+    a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+    c = np.empty_like(a)
+    matmul = _best(lambda: np.matmul(a, b, out=c), 20, budget_s=0.5)
+    region = _quiet_best(lambda: empty_region(regions))
+
+    def both():
+        np.matmul(a, b, out=c)
+        empty_region(regions)
+    return max(0.0, _best(both, 20, budget_s=1.0) - matmul - region)
+
+
 def _vector_bits(failed: list[str]) -> tuple[int, str]:
     """(vector_bits, a note saying why): 512 where the CPU has AVX-512 and VECTOR_CHAIN runs at
     most VECTOR_GAIN of its time at LLVM's default width (which for AVX-512 parts is 256 bits:
@@ -395,8 +424,12 @@ def _measure_ops(failed: list[str], vector_bits: int = 0) -> tuple[dict[str, flo
     def measure():
         for name, src in OP_CHAINS.items():
             try:
-                points = OP_ROWS * (256 * 256 if name == "mac" else 1024)
-                per_point[name] = _per_point(src, points, vector_bits)
+                points = OP_ROWS * (MAC_K * MAC_K if name == "mac" else 1024)
+                if name == "mac":            # one BLAS thread, whether the call is whole or per chunk
+                    with _one_blas_thread():
+                        per_point[name] = _per_point(src, points, vector_bits)
+                else:
+                    per_point[name] = _per_point(src, points, vector_bits)
             except Exception as e:      # an emitter that cannot build this chain: a default below
                 failed.append(f"{name} ({type(e).__name__})")
     _one_thread(measure)
@@ -411,8 +444,8 @@ def _measure_ops(failed: list[str], vector_bits: int = 0) -> tuple[dict[str, flo
             measured[name] = (round(max(1.0, (per_point[name] - base) / flop + f.cpu_offset), 2)
                               if name in per_point else f.gpu_weight)
     measured["reduce"] = round(max(1.0, (per_point["reduce"] - base / 2) / flop), 2) if "reduce" in per_point else 1.0
-    # the matmul chain is one BLAS call using blas_threads(): its weight is per BLAS thread
-    measured["mac"] = round(max(1.0, per_point["mac"] * blas_threads() / flop), 2) if "mac" in per_point else 2.0
+    # the matmul chain ran on one BLAS thread: its weight is per BLAS thread
+    measured["mac"] = round(max(1.0, per_point["mac"] / flop), 2) if "mac" in per_point else 2.0
     return mathfns.derived_cpu_weights(measured), flop
 
 

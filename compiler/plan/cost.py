@@ -755,16 +755,23 @@ def _cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, 
     # blas_threads threads (more than the cores do not help), or, for a zero-filled 2-D matmul
     # whose row tiles make the whole product, one call before the chunk loop
     per_core = hw.peak(eb) / cores
-    hoist = hoisted_matmuls(info, members, root, tiling.mapped)
+    hoist = hoisted_matmuls(info, members, root, tiling.mapped, chunks, cores)
     hoisted = sum(op_flops(info.op(m), hw) for m in hoist)
     conv = choose_conv(info, members, root, tiling.block, tiling.mapped, hw, tiling.conv)
     conv_flops = op_flops(info.op(conv.op), hw) if conv else 0.0
     conv_s = dict(conv.predicted)[conv.algorithm] if conv else 0.0       # its algorithm's own model
-    library = sum(op_flops(info.op(m), hw) for m in members if info.op(m).kind == "contraction" and m not in hoist
-                  and not (conv and m == conv.op))
+    per_chunk = [m for m in members if info.op(m).kind == "contraction" and m not in hoist
+                 and not (conv and m == conv.op)]
+    library = sum(op_flops(info.op(m), hw) for m in per_chunk)
     blas = max(1, hw.blas_threads)
+    # a call per chunk runs on its worker's one thread (emit/module.py limits BLAS to one thread
+    # when its calls are in the prange), and packs its B operand afresh: a read of B per call
+    # (row chunks of A share it), from the LLC where B fits there
+    packed = sum(_matmul_b_bytes(info.op(m)) for m in per_chunk if tiling.mapped)
+    pack_bw = (hw.cache_bandwidth / cores if packed <= hw.l2_bytes else
+               hw.single_core_bandwidth or hw.bandwidth / cores)
     compute_s = ((common["flops"] - hoisted - library - conv_flops) / peak
-                 + library * rounds * busy / (chunks * per_core * min(cores, busy * blas))
+                 + library * rounds / (chunks * per_core) + rounds * packed / pack_bw
                  + hoisted / (per_core * min(cores, blas)) + conv_s + rounds * hw.chunk_s)
     recompute_s = common["recompute_flops"] / peak
     spill_s = spill / spill_bw
@@ -776,16 +783,34 @@ def _cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, 
     # no page faults on repeated calls: intermediates live in the memory plan's arena and outputs
     # come from its pool (compiler/emit/memplan.py), so no buffer is mapped afresh
     alloc_s = 0.0
+    # a whole call runs on BLAS's threads, which then spin where the next prange's workers run
+    launch_s = hw.launch_s + (hw.pool_switch_s if hoist else 0.0)
     return _finish(dict(common, bytes_spilled=spill, onchip_bytes=int(tile_inter)), hw, compute_s, memory_s,
-                   hw.launch_s, alloc_s, threads=chunks, blocks=chunks, occupancy=busy / cores,
+                   launch_s, alloc_s, threads=chunks, blocks=chunks, occupancy=busy / cores,
                    recompute_s=recompute_s, spill_s=spill_s)
 
 
-def hoisted_matmuls(info: ChainInfo, members, root: int, mapped) -> list[int]:
-    """Matmuls of a cpu kernel the emitter calls once, whole, before its chunk loop
-    (transforms/cpu_library_calls.py: hoist_whole_contractions): zero-filled (their init a
-    fill), both inputs from outside the kernel, rows split by the chunk loop (`mapped`, the
-    kernel's mapped root loops)."""
+def cpu_chunks(info: ChainInfo, root: int, block, mapped) -> int:
+    """Iterations of a cpu kernel's chunk loop (its prange) at these block tiles."""
+    r = info.op(root)
+    return _prod(r.loops[l] // block[l] for l in mapped if block[l]) if mapped else 1
+
+
+def hoisted_matmuls(info: ChainInfo, members, root: int, mapped, chunks: int, cores: int) -> list[int]:
+    """Matmuls of a cpu kernel the emitter calls once, whole, on BLAS's own threads, before its
+    chunk loop (transforms/cpu_library_calls.py: hoist_whole_contractions): those that could be
+    (hoistable_matmuls), where the loop has fewer chunks than cores, so that calls per chunk
+    would leave cores idle. With a chunk for every core, each chunk calls BLAS on one thread and
+    runs the rest of the kernel on its rows while they are in cache: measured 1.3-1.6x faster
+    than the whole call followed by the chunk loop, whose BLAS and Numba thread pools spin on the
+    same cores while the other works (python -m bench.blas_epilogue, each form in its own process)."""
+    return hoistable_matmuls(info, members, root, mapped) if chunks < cores else []
+
+
+def hoistable_matmuls(info: ChainInfo, members, root: int, mapped) -> list[int]:
+    """Matmuls of a cpu kernel that one whole call before its chunk loop can compute:
+    zero-filled (their init a fill), both inputs from outside the kernel, rows split by the
+    chunk loop (`mapped`, the kernel's mapped root loops)."""
     if not mapped:
         return []
     corr = loop_correspondence(info, root, members)
@@ -801,6 +826,13 @@ def hoisted_matmuls(info: ChainInfo, members, root: int, mapped) -> list[int]:
         if corr.get(m, {}).get(mapped[0]) == frozenset({0}):          # its rows are the split loop
             out.append(m)
     return out
+
+
+def _matmul_b_bytes(o) -> int:
+    """Bytes of a 2-D matmul's B operand (K x N: its loops are M, N, K); 0 for other contractions."""
+    if o.name != "linalg.matmul" or len(o.loops) != 3:
+        return 0
+    return o.loops[1] * o.loops[2] * o.elem_bytes
 
 
 def _from_outside(info: ChainInfo, p: int | None, reader: int, members) -> bool:

@@ -35,8 +35,8 @@ from .analysis import ChainInfo, OpInfo, analyze, sibling_tiles, siblings, sinks
 from .hardware import HardwareProfile
 from .measured import Measured
 from .describe import bytes_text, format_plan, time_text
-from .cost import (KernelCost, Tiling, big_transfers, hoisted_matmuls, op_flops, total_time, unfused_kernels,
-                   with_cheap_producers)
+from .cost import (KernelCost, Tiling, big_transfers, cpu_chunks, hoistable_matmuls, hoisted_matmuls, op_flops,
+                   total_time, unfused_kernels, with_cheap_producers)
 from .gemm import gemm_kernel, gemm_shape, gemm_tiling_error, mma_error, mma_kind
 from .rows import row_tiling_error
 from .conv import choose as choose_conv, library_conv, not_applicable as conv_not_applicable, op_shape as conv_op_shape
@@ -70,6 +70,7 @@ class Group:
     siblings: tuple[int, ...] = ()
     scan: int = 0                        # scan kernels (cumsum): threads per row on the gpu, 1 on the cpu
     conv: str = ""                       # cpu kernels with a conv: its algorithm (plan/conv.py)
+    whole_calls: tuple[int, ...] = ()    # cpu: matmuls called once, whole, before the chunk loop (cost.hoisted_matmuls)
 
     @property
     def serial(self) -> bool:
@@ -635,19 +636,23 @@ def _library_notes(info: ChainInfo, groups) -> list[str]:
     for g in groups:
         if not g.mapped:
             continue
-        hoisted = set(hoisted_matmuls(info, g.ops, g.root, g.mapped))
+        hoistable = set(hoistable_matmuls(info, g.ops, g.root, g.mapped))
+        chunks = cpu_chunks(info, g.root, g.block_tiles, g.mapped)
         for m in g.ops:
             o = info.op(m)
             if o.name not in ("linalg.matmul", "linalg.batch_matmul") or o.operand_dtypes[:1] not in (("f32",), ("f64",)):
                 continue
-            if m in hoisted:
+            if m in g.whole_calls:
                 out.append(f"kernel {g.id}: %{m} {o.label}: one BLAS call for the whole product before the chunk "
-                           "loop, on BLAS's own threads, then the rest of the kernel on each chunk (a call per chunk "
-                           "with the epilogue right after it measured slower: each on one thread per worker or on "
-                           "BLAS's threads, the two thread pools contend; python -m bench.blas_epilogue)")
+                           f"loop, on BLAS's own threads, then the rest of the kernel on each chunk (the loop has "
+                           f"{chunks} chunk{'s' if chunks != 1 else ''}, fewer than the cores: calls per chunk would "
+                           "leave cores idle)")
             else:
-                out.append(f"kernel {g.id}: %{m} {o.label}: one BLAS call per chunk, on one thread per worker, "
-                           "then the rest of the kernel on that chunk while it is in cache")
+                why = (" (not one whole call before the loop, followed by the loop: BLAS's and Numba's thread "
+                       "pools then spin on the same cores while the other works, measured 1.3-1.6x slower; "
+                       "python -m bench.blas_epilogue)") if m in hoistable else ""
+                out.append(f"kernel {g.id}: %{m} {o.label}: one BLAS call per chunk ({chunks} chunks), on one "
+                           f"thread per worker, then the rest of the kernel on that chunk while it is in cache{why}")
     return out
 
 
@@ -742,6 +747,12 @@ class _Grower:
             return False
         if prod.kind == "contraction" and self.contractions:
             self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: one contraction per kernel")
+            return False
+        written = sorted(m for m in self.members if m != self.root.id and info.op(m).is_compute
+                         and any(u == -1 or u not in self.members for u in info.op(m).users))
+        if prod.kind == "contraction" and written:
+            self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: the kernel also writes %{written[0]} for "
+                                  "its users outside it, and a contraction kernel writes its root only")
             return False
         if prod.note.startswith("split-reductions"):
             self.decisions.append(f"not fused: {who} into kernel {{K{gid}}}: it is the first stage of a two-stage "
@@ -896,7 +907,14 @@ def _make_group(info: ChainInfo, gid: int, members: set[int], chooser: TileChoos
     return Group(gid, root, ops, roles, t.block, t.thread, t.mapped, t.row_threads, _gemm_dims(info, members, root, t),
                  _gemm_mma(info, members, root, t, chooser.hw), len(t.gemm) > 3 and bool(t.gemm[3]),
                  tuple(t.attention), tuple(sorted(unwritten)), siblings(info, members), t.scan,
-                 _conv_of(info, members, root, t, chooser.hw) if chooser.target == "cpu" else "")
+                 _conv_of(info, members, root, t, chooser.hw) if chooser.target == "cpu" else "",
+                 _whole_calls(info, members, root, t, chooser.hw) if chooser.target == "cpu" else ())
+
+
+def _whole_calls(info: ChainInfo, members, root: int, t: Tiling, hw: HardwareProfile) -> tuple[int, ...]:
+    """The matmuls a cpu kernel calls whole before its chunk loop at tiling t (cost.hoisted_matmuls)."""
+    chunks = cpu_chunks(info, root, t.block, t.mapped)
+    return tuple(hoisted_matmuls(info, members, root, t.mapped, chunks, hw.units))
 
 
 def _gemm_dims(info: ChainInfo, members, root: int, t: Tiling) -> tuple[int, ...]:
@@ -973,6 +991,11 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
     given_conv: set[int] = set()          # roots of groups whose conv algorithm the plan gives
     for gid, g in enumerate(spec["groups"]):
         members = set(g["ops"])
+        unknown = sorted((m for m in members if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m < len(info.ops)),
+                         key=repr)
+        if unknown:
+            raise PlanError(f"group {gid}: ops {unknown} are not ops of {info.func} (its ops are 0 to "
+                            f"{len(info.ops) - 1}; --emit plan numbers them)")
         for m in list(members):
             members |= {p for p in info.op(m).producers if p is not None and info.op(p).kind in CHEAP}
         compute = [m for m in members if info.op(m).is_compute]
@@ -1060,7 +1083,8 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
                             tuple((m, _role(info, m, root, members, recomputed)) for m in sorted(members)),
                             block, thread, mapped, row_threads, _gemm_dims(info, members, root, t),
                             _gemm_mma(info, members, root, t, hw), prefetch, att, tuple(sorted(recomputed)),
-                            siblings(info, members), scan, conv))
+                            siblings(info, members), scan, conv,
+                            _whole_calls(info, members, root, t, hw) if target == "cpu" else ()))
     missing = [o.id for o in info.ops if o.is_compute and o.id not in seen]
     if missing:
         raise PlanError(f"ops {missing} are in no group")

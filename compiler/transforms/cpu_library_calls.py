@@ -12,8 +12,11 @@ iteration by its fused epilogue. The rest is lowered with transform.structured.c
 One case is taken out of the parallel loop first (`hoist_whole_contractions`): when the tiles of
 a zero-filled matmul together make the whole product of operands that exist before the loop
 (A's and C's tiles are row blocks of whole buffers, B is whole), one BLAS call before the loop
-computes it, threaded by BLAS itself, and the loop keeps only the epilogue. Many per-tile calls
-from the loop's threads (each wanting the BLAS threads too) measured 1.5x slower on 2 cores.
+can compute it, threaded by BLAS itself, and the loop keeps only the epilogue. The plan takes
+that form only where the loop has fewer chunks than cores (plan/cost.py: hoisted_matmuls; the
+group's whole_calls): with a chunk per core, a call per chunk on one thread each, followed by
+the epilogue on that chunk in cache, measured 1.3-1.6x faster (the whole call's BLAS threads
+and the loop's Numba threads spin on the same cores while the other works).
 
 Before that, a matmul operand that a transpose copy has just made becomes a memref.transpose
 view of the copy's source (`fold_transposed_operands`): BLAS reads it with its transpose flag,
@@ -202,9 +205,11 @@ def _constant_index(v: "ir.Value") -> int | None:
     return ir.IntegerAttr(v.owner.attributes["value"]).value
 
 
-def hoist_whole_contractions(module: ir.Module) -> int:
+def hoist_whole_contractions(module: ir.Module, only: "set[int] | None" = None) -> int:
     """Replace the per-tile fill + matmul of an outermost scf.parallel by one whole matmul
-    before it, where that is the same computation (see the module docstring); returns how many."""
+    before it, where that is the same computation (see the module docstring) and, given `only`
+    (the TAGs of the matmuls the plan calls whole: Group.whole_calls), the plan says so;
+    returns how many."""
     count = 0
     for loop in _outer_parallel_loops(module):
         body = loop.regions[0].blocks[0]
@@ -217,6 +222,8 @@ def hoist_whole_contractions(module: ir.Module) -> int:
         for op in list(body.operations):
             op = op.operation
             if op.name != "linalg.matmul" or not _callable(op) or trips is None:
+                continue
+            if only is not None and (TAG not in op.attributes or ir.IntegerAttr(op.attributes[TAG]).value not in only):
                 continue
             fill = _zero_fill_before(op)
             a, b, c = op.operands[0], op.operands[1], op.operands[2]

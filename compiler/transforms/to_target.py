@@ -225,7 +225,9 @@ def to_cpu(module: ir.Module, plans: dict[str, FusionPlan] | None = None) -> Non
             mark_attention_kernels(module, plans, "cpu")
         with ir.Location.unknown():
             fold_transposed_operands(module)
-            hoist_whole_contractions(module)
+            hoist_whole_contractions(module, None if not plans else
+                                     {tag_of(g.id, m) for plan in plans.values() for g in plan.groups
+                                      for m in g.whole_calls})
             mark_library_calls(module)
             if plans:
                 mark_conv_algorithms(module, plans)

@@ -155,23 +155,28 @@ def test_gpu_script_runs_from_artifacts_on_the_simulator(tmp_path):
                                                                   abs=1e-3)
 
 
-def test_blas_epilogue_script_rewrites_the_emitted_layer_and_writes_its_json(tmp_path):
-    """The per-tile and per-block forms are made from fusec's own emitted function (its
-    epilogue lines untouched) and each agrees with fusec's output before anything is timed."""
+def test_blas_epilogue_script_times_each_form_in_its_own_process_and_writes_its_json(tmp_path):
+    """Each form is fusec's own build (the whole form planned with the old rule), checked against
+    NumPy before it is timed, in a process of its own."""
     from bench import blas_epilogue
-    assert blas_epilogue.main(["--sizes", "64,32,128", "--rows", "16,32,48", "--seconds", "0.01",
+    assert blas_epilogue.main(["--sizes", "64,32,128", "--rows", "16,32,48", "--runs", "3",
                                "--out", str(tmp_path)]) == 0
     (path,) = tmp_path.glob("blas-epilogue-*.json")
     r = json.loads(path.read_text())
-    forms = {"fusec: whole call, then epilogue"} | {f"{f} {r} rows" for f in ("tile", "block", "serial") for r in (16, 32)}
-    assert set(r["alone"]) == set(r["after_numpy_matmul"]) == forms          # 48 does not divide 64
-    assert all(i["runs"] >= 10 and i["min_ms"] <= i["median_ms"] for i in r["alone"].values())
+    forms = {"chunk, the plan's rows"} | {f"{f}, {n} rows" for f in ("chunk", "whole") for n in (16, 32)}
+    assert set(r["forms"]) == forms                                  # 48 does not divide 64
+    assert all(f["alone"]["runs"] == 3 and f["alone"]["min_ms"] <= f["alone"]["median_ms"] for f in r["forms"].values())
 
 
-def test_blas_epilogue_refuses_a_function_it_cannot_rewrite():
+def test_blas_epilogue_builds_the_form_it_is_asked_for(monkeypatch):
     from bench import blas_epilogue
-    with pytest.raises(ValueError, match="not one whole sgemm followed by a row-tile loop"):
-        blas_epilogue.forms("@numba.njit\ndef f(a):\n    return (a,)\n", "f", 4, [2])
+    from fusec.compiler.plan import cost, planner
+    for module in (cost, planner):          # build("whole") replaces the rule for its process
+        monkeypatch.setattr(module, "hoisted_matmuls", module.hoisted_matmuls)
+    chunk = blas_epilogue.build("chunk", 16, 64, 32, 128)[1]
+    assert chunk.index("_sgemm(101, ") > chunk.index("numba.prange(")      # the call in the loop
+    whole = blas_epilogue.build("whole", 16, 64, 32, 128)[1]
+    assert whole.index("_sgemm(101, ") < whole.index("numba.prange(")      # one call before it
 
 
 def test_transposed_weights_script_writes_its_json(tmp_path):

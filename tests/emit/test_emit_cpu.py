@@ -125,10 +125,15 @@ def test_contractions_become_blas_calls_with_their_zero_fill_dropped():
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((64, 32), (32, 48), (48,)))
     text = prog.mlp.stages({"M": 64, "K": 32, "N": 48})["kernels"]
     assert "objmode" not in text          # CBLAS from compiled code (emit/cpu.py: BLAS_PRELUDE)
-    # the row tiles make the whole product: one call before the loop, C = A B (no fill, no +=)
-    call = "_sgemm(101, 111, 111, 64, 48, 32, _f32_1, arg0, 32, arg1, 48, _f32_0, alloc, 48)  # cblas: linalg.matmul"
-    assert call in text
-    assert text.index(call) < text.index("numba.prange(")
+    # one call per 16-row chunk, inside the loop, C = A B (no fill, no +=) into the chunk's rows
+    call = re.search(r"_sgemm\(101, 111, 111, 16, 48, 32, _f32_1, arg0\[(\w+):\1 \+ 16, 0:32\], 32, arg1, 48, _f32_0, "
+                     r"(\w+)\[\1:\1 \+ 16, 0:48\], 48\)  # cblas: linalg.matmul", text)
+    assert call and text.index(call.group(0)) > text.index("numba.prange(")
+    one = {"mlp": {"groups": [{"ops": [1, 2], "block_tiles": [64, 0]}]}}      # one chunk: the whole product
+    whole = fusec.compile(src, target="cpu", options={"baseline": False, "plans": one}).mlp
+    assert ("_sgemm(101, 111, 111, 64, 48, 32, _f32_1, arg0, 32, arg1, 48, _f32_0, alloc, 48)  # cblas: linalg.matmul"
+            in whole.stages({"M": 64, "K": 32, "N": 48})["kernels"])
+    assert whole.check(binding={"M": 64, "K": 32, "N": 48})[0].ok
     assert prog.mlp.check(binding={"M": 64, "K": 32, "N": 48})[0].ok
     assert prog.att.check(binding={"B": 3, "S": 16})[0].ok
     att = prog.att.stages({"B": 3, "S": 16})["kernels"]

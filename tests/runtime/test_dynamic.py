@@ -2,6 +2,7 @@
 symbol, checked against the reference each time; the plan says which size class it was made
 for; what cannot take an extent at run time is a user error at the op."""
 import os
+import re
 import textwrap
 
 import numpy as np
@@ -204,12 +205,15 @@ def test_attention_keeps_its_template_over_a_run_time_batch_and_not_over_run_tim
     assert "the online-softmax template is laid out for static queries, keys and head dims, and S is taken" in plan
 
 
-def test_a_whole_matmul_over_run_time_rows_is_one_blas_call(tmp_path, capsys):
-    """As with static rows, the row tiles' products are hoisted into one multithreaded BLAS call."""
+def test_a_matmul_over_run_time_rows_is_one_blas_call_per_chunk(tmp_path, capsys):
+    """As with static rows, each chunk of rows calls BLAS for its rows, however many the run
+    brings (the last chunk may be short)."""
     f = write(tmp_path, "c.fdsl", MLP)
     assert main([f, "--target", "cpu", "--dynamic", "M", "--bind", "M=512,D=256,H=1024", "--emit", "kernels"]) == 0
     src = capsys.readouterr().out
-    assert "_sgemm(101, 111, 111, arg0.shape[0], 1024, 256," in src
+    call = re.search(r"_sgemm\(101, 111, 111, (\w+), 1024, 256, _f32_1, arg0\[", src)
+    assert call and call.group(1).startswith("v") and src.index(call.group(0)) > src.index("numba.prange(")
+    assert re.search(rf"{call.group(1)} = min\(", src)                     # the chunk's rows, taken at run time
 
 
 def test_an_artifact_compiled_dynamic_runs_other_extents_there(tmp_path, capsys):
