@@ -5,6 +5,7 @@ same round (the paired ratio).
 """
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from dataclasses import dataclass
@@ -42,7 +43,11 @@ class Samples:
 def measure(calls: dict[str, Callable[[], object]], budget: Budget,
             clock: Callable[[], float] = time.perf_counter) -> dict[str, Samples]:
     """Warm up each call, then time them in rounds: round r runs every call that still wants
-    samples, in an order rotated by r. Slow calls get fewer runs (at least min_runs)."""
+    samples, in an order shuffled by a generator seeded with r (the same orders every time).
+    Shuffled, not rotated: a rotation keeps each call's predecessor, and a call timed right
+    after another library's measures that library's idle threads, which spin for a while on
+    the cores (OpenBLAS's, XLA's, an OpenMP pool's); shuffled, every call follows every other
+    alike. Slow calls get fewer runs (at least min_runs)."""
     names = list(calls)
     estimate = {}
     for name in names:
@@ -56,8 +61,9 @@ def measure(calls: dict[str, Callable[[], object]], budget: Budget,
             for n in names}
     taken: dict[str, list[tuple[int, float]]] = {n: [] for n in names}
     for r in range(max(want.values())):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
+        order = list(names)
+        random.Random(r).shuffle(order)
+        for name in order:
             if r >= want[name]:
                 continue
             t0 = clock()

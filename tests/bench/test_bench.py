@@ -48,8 +48,20 @@ def test_measure_interleaves_rounds_and_gives_slow_calls_fewer_runs():
                        timing.Budget(seconds=0.5, min_runs=3, max_runs=20, warmup=1), clock=lambda: now[0])
     assert len(s["fast"].seconds) == 20 and len(s["slow"].seconds) == 5
     timed = order[2:]                        # after one warm-up call each
-    assert timed[:4] == ["fast", "slow", "slow", "fast"]     # the order rotates round by round
     assert timing.paired_ratio(s["fast"], s["slow"]) == pytest.approx(0.01)
+    # rounds are shuffled, reproducibly: with three calls each follows each of the others
+    now[0], order[:] = 0.0, []
+    calls = {n: call(n, 0.001) for n in "abc"}
+    timing.measure(calls, timing.Budget(seconds=1.0, min_runs=30, max_runs=30, warmup=1), clock=lambda: now[0])
+    rounds = [order[3 + 3 * r: 6 + 3 * r] for r in range(30)]
+    assert all(sorted(r) == ["a", "b", "c"] for r in rounds)
+    follows = {(x, y) for r in rounds for x, y in zip(r, r[1:])}
+    assert follows == {(x, y) for x in "abc" for y in "abc" if x != y}
+    first = list(order)
+    now[0], order[:] = 0.0, []
+    timing.measure(calls, timing.Budget(seconds=1.0, min_runs=30, max_runs=30, warmup=1), clock=lambda: now[0])
+    assert order == first
+    assert timed[:2] in (["fast", "slow"], ["slow", "fast"])
 
 
 def test_missing_anchor_is_skipped_with_a_note(monkeypatch):
