@@ -10,6 +10,9 @@ START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 COLUMNS = ("fusec fused", "fusec unfused", "fusec dynamic", "numpy", "cupy", "torch", "torch.compile", "jax.jit")
 COMPILED = ("torch.compile", "jax.jit")
 
+# bench/timing.py shuffles each round's order from this run on (before, it rotated it)
+SHUFFLED_SINCE = "2026-12-03T07:29"
+
 
 def load_results(directory: Path) -> list[dict]:
     out = []
@@ -80,7 +83,9 @@ def render_result(r: dict) -> str:
              f"{r['bandwidth']['gbps']} GB/s{extra}.{mode} From `bench/results/{r['_file']}`.", ""]
     notes += lines
     notes.append("")
-    notes.append("Milliseconds, median (minimum) of interleaved runs after warm-up. Ratios are fusec "
+    order = ("rounds in a shuffled order" if r["date"] >= SHUFFLED_SINCE else
+             "rounds in a rotated order, which timed each implementation right after the same other one")
+    notes.append(f"Milliseconds, median (minimum) of interleaved runs after warm-up ({order}). Ratios are fusec "
                  "fused's median over the other's (below 1: fusec is faster); best compiled is the "
                  "faster of torch.compile and jax.jit. The floor is the workload's compulsory bytes at "
                  "the measured copy bandwidth, or its flops at the measured sgemm rate, whichever is "
