@@ -20,6 +20,7 @@ class Budget:
     min_runs: int = 5
     max_runs: int = 60
     warmup: int = 2
+    settle: float = 0.0      # seconds idle before a call that follows another implementation's
 
 
 @dataclass(frozen=True)
@@ -60,12 +61,16 @@ def measure(calls: dict[str, Callable[[], object]], budget: Budget,
     want = {n: max(budget.min_runs, min(budget.max_runs, int(budget.seconds / estimate[n])))
             for n in names}
     taken: dict[str, list[tuple[int, float]]] = {n: [] for n in names}
+    last = None
     for r in range(max(want.values())):
         order = list(names)
         random.Random(r).shuffle(order)
         for name in order:
             if r >= want[name]:
                 continue
+            if budget.settle and last not in (None, name):
+                time.sleep(budget.settle)        # the last one's idle threads stop spinning
+            last = name
             t0 = clock()
             calls[name]()
             taken[name].append((r, clock() - t0))

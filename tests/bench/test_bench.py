@@ -199,3 +199,25 @@ def test_transposed_weights_script_writes_its_json(tmp_path):
     assert r["transposed_in_place"] is True                 # w read through BLAS's transpose flag
     assert set(r["impls"]) == {"fusec fused", "numpy x @ w.T", "numpy layer"}
     assert all(i["runs"] >= 10 and i["min_ms"] <= i["median_ms"] for i in r["impls"].values())
+
+
+def test_settle_idles_only_between_different_implementations(monkeypatch):
+    slept, order = [], []
+    monkeypatch.setattr(timing.time, "sleep", slept.append)
+    calls = {n: (lambda n=n: order.append(n)) for n in "ab"}
+    timing.measure(calls, timing.Budget(seconds=1.0, min_runs=4, max_runs=4, warmup=1, settle=0.25),
+                   clock=lambda: 0.0)
+    timed = order[2:]
+    switches = sum(1 for x, y in zip(timed, timed[1:]) if x != y)
+    assert slept == [0.25] * switches and switches >= 3
+
+
+def test_a_settled_run_has_its_own_file_and_table(tmp_path):
+    fixture = json.loads((HERE / "fixture_result.json").read_text())
+    settled = dict(fixture, budget=dict(fixture.get("budget", {}), settle_s=0.2))
+    assert write_results(settled, tmp_path).name.endswith("-settle0.2.json")
+    chosen = table.newest_per_machine([dict(fixture, _file="a.json"), dict(settled, _file="b.json")],
+                                      size=fixture["size"])
+    assert [c["_file"] for c in chosen] == ["a.json", "b.json"]              # one table each
+    assert "0.2 s idle before each call that follows another implementation's" in table.render_result(
+        dict(settled, _file="b.json"))
