@@ -15,6 +15,7 @@ profile is handed down in the compile options.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -335,15 +336,15 @@ def measure_cpu(cores: int | None = None) -> HardwareProfile:
 # on one thread; `add` is the baseline (two loads, one add, one store per point). The math
 # functions bring their own chains (compiler/mathfns.py).
 _XY = "chain c(x: f32[R, 1024], y: f32[R, 1024]) -> f32[R, 1024] { return %s }"
+MAC_K = 512                 # the matmul chain's K and N: a product BLAS runs near its rate
 OP_CHAINS = {
     "add": _XY % "x + y",
     "fma32": _XY % ("(" * 16 + "x" + "".join(" * 1.0001 + y)" for _ in range(16))),
     **{name: _XY % f.cpu_chain for name, f in mathfns.FUNCTIONS.items() if f.cpu_chain},
     "reduce": "chain c(x: f32[R, 1024]) -> f32[R] { return sum(x, axis=1) }",
-    "mac": "chain c(x: f32[R, 512], w: f32[512, 512]) -> f32[R, 512] { return x @ w }",
+    "mac": f"chain c(x: f32[R, {MAC_K}], w: f32[{MAC_K}, {MAC_K}]) -> f32[R, {MAC_K}] {{ return x @ w }}",
 }
 OP_ROWS = 64
-MAC_K = 512                 # the matmul chain's K and N: a product BLAS runs near its rate
 
 
 def _one_blas_thread():
@@ -425,10 +426,8 @@ def _measure_ops(failed: list[str], vector_bits: int = 0) -> tuple[dict[str, flo
         for name, src in OP_CHAINS.items():
             try:
                 points = OP_ROWS * (MAC_K * MAC_K if name == "mac" else 1024)
-                if name == "mac":            # one BLAS thread, whether the call is whole or per chunk
-                    with _one_blas_thread():
-                        per_point[name] = _per_point(src, points, vector_bits)
-                else:
+                # the matmul on one BLAS thread, whether the plan calls it whole or per chunk
+                with _one_blas_thread() if name == "mac" else contextlib.nullcontext():
                     per_point[name] = _per_point(src, points, vector_bits)
             except Exception as e:      # an emitter that cannot build this chain: a default below
                 failed.append(f"{name} ({type(e).__name__})")

@@ -110,13 +110,13 @@ def _consts(body, elem, zero: bool) -> tuple[str, str]:
 
 
 def _contiguous_weights(body, wt, wv) -> str:
-    """A pointer to w [F, C, KH, KW] as a row-major [F, C*KH*KW] matrix (a contiguous copy when
-    it does not lie so)."""
+    """w [F, C, KH, KW], whose memory BLAS reads as a row-major [F, C*KH*KW] matrix (a
+    contiguous copy when it does not lie so)."""
     if _dense(wv):
-        return f"{wt.host}"
+        return wt.host
     wc = body.names.temp("blas")
     body.w(f"{wc} = np.ascontiguousarray({wt.host})")
-    return f"{wc}"
+    return wc
 
 
 def _dense(value) -> bool:
@@ -138,7 +138,7 @@ def _gemm_1x1(body, op, views, s: ConvShape, zero: bool, gemm: "_Blas") -> None:
     elem = y.array.elem
     one, beta = _consts(body, elem, zero)
     hw = s.oh * s.ow
-    wptr = _contiguous_weights(body, wt, wv)
+    wmat = _contiguous_weights(body, wt, wv)
     xs, ys = strides(xv), strides(yv)
     x_whole = xs[3] == 1 and xs[2] == s.xw and xs[1] is not None and xs[1] >= hw
     y_whole = ys[3] == 1 and ys[2] == s.ow and ys[1] is not None and ys[1] >= hw
@@ -149,16 +149,16 @@ def _gemm_1x1(body, op, views, s: ConvShape, zero: bool, gemm: "_Blas") -> None:
     n = images.open()
     w = body.w
     if x_whole:
-        xptr, ldx = f"{x.host}[{n}]", xs[1]
+        xmat, ldx = f"{x.host}[{n}]", xs[1]
     else:
         xc = body.names.temp("blas")
         w(f"{xc} = np.ascontiguousarray({x.host}[{n}])")
-        xptr, ldx = f"{xc}", hw
+        xmat, ldx = xc, hw
     if y_whole:
-        w(f"{gemm.fn}(101, {NO_TRANS}, {NO_TRANS}, {s.f}, {hw}, {s.c}, {one}, {wptr}, {s.c}, {xptr}, {ldx}, "
+        w(f"{gemm.fn}(101, {NO_TRANS}, {NO_TRANS}, {s.f}, {hw}, {s.c}, {one}, {wmat}, {s.c}, {xmat}, {ldx}, "
           f"{beta}, {y.host}[{n}], {ys[1]})  {gemm.mark} {op.name} (1x1)")
     else:
-        w(f"{gemm.fn}(101, {NO_TRANS}, {NO_TRANS}, {s.f}, {hw}, {s.c}, {one}, {wptr}, {s.c}, {xptr}, {ldx}, "
+        w(f"{gemm.fn}(101, {NO_TRANS}, {NO_TRANS}, {s.f}, {hw}, {s.c}, {one}, {wmat}, {s.c}, {xmat}, {ldx}, "
           f"{body.ctx.consts.zero(elem)}, {out}, {hw})  {gemm.mark} {op.name} (1x1)")
         target = f"{y.host}[{n}]"
         src = f"{out}.reshape(({s.f}, {s.oh}, {s.ow}))"
@@ -178,7 +178,7 @@ def _im2col(body, op, views, s: ConvShape, zero: bool, gemm: "_Blas") -> None:
     ckk, ow, oh = s.ckk, s.ow, s.oh
     rb = im2col_rows(s)
     f = f"np.{elem.compute}"
-    wptr = _contiguous_weights(body, wt, wv)
+    wmat = _contiguous_weights(body, wt, wv)
     ys = strides(yv)
     direct = ys[3] == 1 and ys[2] == ow and ys[1] is not None and ys[1] >= oh * ow
     cols = names.temp("cols")
@@ -206,11 +206,11 @@ def _im2col(body, op, views, s: ConvShape, zero: bool, gemm: "_Blas") -> None:
     w(f"{cols}[{row}, {p} * {ow} + {q}] = {src}")
     w.depth -= 5
     if direct:                                  # into y's block of rows
-        cbeta, cptr, ldc = beta, f"{y.host}[{n}, :, {p0}:, :]", ys[1]
+        cbeta, cmat, ldc = beta, f"{y.host}[{n}, :, {p0}:, :]", ys[1]
     else:                                       # into the buffer, then added or copied into y
-        cbeta, cptr, ldc = body.ctx.consts.zero(elem), f"{out}", rb * ow
-    w(f"{gemm.fn}(101, {NO_TRANS}, {NO_TRANS}, {s.f}, {r} * {ow}, {ckk}, {one}, {wptr}, {ckk}, "
-      f"{cols}, {rb * ow}, {cbeta}, {cptr}, {ldc})  {gemm.mark} {op.name}")
+        cbeta, cmat, ldc = body.ctx.consts.zero(elem), out, rb * ow
+    w(f"{gemm.fn}(101, {NO_TRANS}, {NO_TRANS}, {s.f}, {r} * {ow}, {ckk}, {one}, {wmat}, {ckk}, "
+      f"{cols}, {rb * ow}, {cbeta}, {cmat}, {ldc})  {gemm.mark} {op.name}")
     if not direct:
         fi, pp, qq = names.temp("f"), names.temp("p"), names.temp("q")
         for var, ext in ((fi, str(s.f)), (pp, r), (qq, str(ow))):

@@ -385,12 +385,12 @@ def _gemm_call(body, op, views, zero: bool) -> None:
         w(f"for {bi} in range({batch[0]}):")
         w.depth += 1
         idx = f"[{bi}]"
-    ptr = [f"{e}{idx}" for e in exprs + [out]]
+    mats = [f"{e}{idx}" for e in exprs + [out]]          # the arrays: the call takes their addresses
     if tc == NO_TRANS:
-        args = (ta, tb, m, n, k, one, ptr[0], lda, ptr[1], ldb, beta, ptr[2], ldc)
+        args = (ta, tb, m, n, k, one, mats[0], lda, mats[1], ldb, beta, mats[2], ldc)
     else:                                       # C stored by columns: C^T = B^T A^T
         flip = {NO_TRANS: TRANS, TRANS: NO_TRANS}
-        args = (flip[tb], flip[ta], n, m, k, one, ptr[1], ldb, ptr[0], lda, beta, ptr[2], ldc)
+        args = (flip[tb], flip[ta], n, m, k, one, mats[1], ldb, mats[0], lda, beta, mats[2], ldc)
     w(f"{blas_fn(elem)}(101, {', '.join(str(x) for x in args)})  {BLAS_MARK} {op.name}")
     w.depth = depth
     if staged:

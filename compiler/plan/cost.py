@@ -728,7 +728,7 @@ def _strided(info: ChainInfo, m: int, k: int, corr_m: dict[int, frozenset], tili
 def _cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, footprint, reads):
     r = info.op(root)
     cores = hw.units
-    chunks = _prod(r.loops[l] // tiling.block[l] for l in tiling.mapped if tiling.block[l]) if tiling.mapped else 1
+    chunks = cpu_chunks(info, root, tiling.block, tiling.mapped)
     rounds = math.ceil(chunks / cores)
     busy = min(chunks, cores)
     efficiency = chunks / (rounds * cores)
