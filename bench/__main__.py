@@ -4,8 +4,8 @@
                                          bench/results/<machine>-<date>.json and the README table
     python -m bench --only softmax,mlp   some workloads
     python -m bench --size tiny          every workload at test size (plumbing check, seconds)
-    python -m bench --settle 0.2         idle 0.2 s before each call that follows another
-                                         implementation's (its own table in the README)
+    python -m bench --quiesce 0          time without waiting for other threads to go idle
+                                         and without the untimed call before each timed one
     python -m bench table                regenerate the README section from bench/results/
     python -m bench scaling              the compile-time scaling benchmark (10/100/1000 ops)
 
@@ -38,9 +38,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--anchors", default=None,
                    help="comma-separated anchors (default: numpy,torch,torch.compile,jax.jit)")
     p.add_argument("--seconds", type=float, default=None, help="timing budget per implementation")
-    p.add_argument("--settle", type=float, default=None,
-                   help="seconds idle before each call that follows another implementation's, so that "
-                        "the other library's idle threads stop spinning (OpenBLAS's spin about 0.1 s)")
+    p.add_argument("--quiesce", type=float, default=None, metavar="SECONDS",
+                   help="before each timed call, wait up to SECONDS (default 1) for the process's other "
+                        "threads to go idle (another library's pool spinning after its call: OpenBLAS's "
+                        "spins about 0.1 s), then make one untimed call; 0: neither (its own table in the README)")
     p.add_argument("--out", default=str(RESULTS), help="results directory")
     p.add_argument("--readme", default=str(ROOT / "README.md"))
     p.add_argument("--no-readme", action="store_true", help="do not rewrite the README table")
@@ -125,7 +126,7 @@ def _run(args) -> int:
         malloc = "reuse" if reuse_freed_memory() else "default (mallopt refused)"
     budget = Budget(seconds=args.seconds if args.seconds is not None else (0.05 if tiny else 3.0),
                     min_runs=3 if tiny else 5, max_runs=10 if tiny else 60, warmup=1 if tiny else 2,
-                    settle=args.settle if args.settle is not None else 0.0)
+                    quiesce=args.quiesce if args.quiesce is not None else Budget.quiesce)
     t0 = time.perf_counter()
     from .machine import describe
     info = describe()

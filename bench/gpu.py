@@ -184,7 +184,9 @@ def run(directory: Path, out: Path, only: list[str] | None = None, target_name: 
     gpu = _gpu_name()
     bandwidth = device_bandwidth(1024 if manifest["size"] == "full" else 4)
     print(f"{gpu}: copy bandwidth {bandwidth['gbps']} GB/s", flush=True)
-    budget = budget or Budget(seconds=GPU_SECONDS, min_runs=5, max_runs=100, warmup=3)
+    # no quiesce: device time is scarce, and a driver thread that never idles would cost its cap
+    # on every sample
+    budget = budget or Budget(seconds=GPU_SECONDS, min_runs=5, max_runs=100, warmup=3, quiesce=0.0)
     results = []
     for name, meta in manifest["workloads"].items():
         if only and name not in only:

@@ -53,7 +53,7 @@ def run_suite(workloads: tuple[Workload, ...] = WORKLOADS, size: str = "full",
         "host": info, "fusec": {"version": fusec.__version__, "commit": git_commit()},
         "bandwidth": bandwidth, "gemm": gemm,
         "budget": {"seconds": budget.seconds, "min_runs": budget.min_runs,
-                   "max_runs": budget.max_runs, "warmup": budget.warmup, "settle_s": budget.settle},
+                   "max_runs": budget.max_runs, "warmup": budget.warmup, "quiesce_s": budget.quiesce},
         "ratio_convention": "fusec fused time / other time: below 1 means fusec is faster",
         "fusec_cached": "numba-cache",     # cached_s: a second load, Numba's code from its cache
         "workloads": results,
@@ -166,8 +166,13 @@ def _failure(e: BaseException) -> str:
     return f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}{where}"
 
 
+def _quiesce(results: dict) -> float | None:
+    """The run's --quiesce cap in seconds (None: a run from before it existed)."""
+    return results.get("budget", {}).get("quiesce_s")
+
+
 def write_results(results: dict, out_dir: Path) -> Path:
-    """bench/results/<machine>-<date>[-<size>][-malloc-reuse][-settle<s>].json"""
+    """bench/results/<machine>-<date>[-<size>][-malloc-reuse][-settle<s>|-noquiesce].json"""
     import json
     out_dir.mkdir(parents=True, exist_ok=True)
     day = results["date"][:16].replace(":", "")          # 2026-11-30T0145: one file per run
@@ -175,8 +180,10 @@ def write_results(results: dict, out_dir: Path) -> Path:
     if results.get("host", {}).get("malloc") == "reuse":
         suffix += "-malloc-reuse"
     settle = results.get("budget", {}).get("settle_s") or 0
-    if settle:
+    if settle:                                          # runs of 2026-12-03 with --settle
         suffix += f"-settle{settle:g}"
+    elif _quiesce(results) == 0:
+        suffix += "-noquiesce"
     path = out_dir / f"{results['machine']}-{day}{suffix}.json"
     path.write_text(json.dumps(results, indent=1, sort_keys=False) + "\n")
     return path

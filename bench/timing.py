@@ -5,8 +5,10 @@ same round (the paired ratio).
 """
 from __future__ import annotations
 
+import os
 import random
 import statistics
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -20,13 +22,16 @@ class Budget:
     min_runs: int = 5
     max_runs: int = 60
     warmup: int = 2
-    settle: float = 0.0      # seconds idle before a call that follows another implementation's
+    quiesce: float = 1.0     # before each timed call: up to this many seconds for the process's
+    #                          other threads to go idle, then one untimed call (0: neither)
 
 
 @dataclass(frozen=True)
 class Samples:
     seconds: tuple[float, ...]
     rounds: tuple[int, ...]          # the round each sample was taken in
+    waits: tuple[float, ...] = ()    # seconds quiesce() waited before each sample
+    capped: int = 0                  # of those waits, how many reached the cap (threads still busy)
 
     @property
     def median_ms(self) -> float:
@@ -37,18 +42,71 @@ class Samples:
         return min(self.seconds) * 1e3
 
     def as_dict(self) -> dict:
-        return {"median_ms": float(f"{self.median_ms:.4g}"), "min_ms": float(f"{self.min_ms:.4g}"),
-                "runs": len(self.seconds)}
+        d = {"median_ms": float(f"{self.median_ms:.4g}"), "min_ms": float(f"{self.min_ms:.4g}"),
+             "runs": len(self.seconds)}
+        if self.waits:
+            d["quiesce"] = {"median_ms": float(f"{statistics.median(self.waits) * 1e3:.3g}"),
+                            "max_ms": float(f"{max(self.waits) * 1e3:.3g}"), "capped": self.capped}
+        return d
+
+
+def other_threads_cpu_ns() -> int | None:
+    """CPU nanoseconds the process's threads other than the caller's have run, from Linux's
+    /proc/self/task/*/schedstat; None where there is no such file (other systems)."""
+    me = threading.get_native_id()
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    total, read = 0, False
+    for tid in tids:
+        if tid == str(me):
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+            read = True
+        except (OSError, ValueError, IndexError):       # a thread that ended meanwhile
+            continue
+    return total if read or len(tids) == 1 else None
+
+
+def quiesce(cap: float, window: float = 0.005, busy: float = 0.05,
+            probe: Callable[[], int | None] = other_threads_cpu_ns) -> tuple[float, bool | None]:
+    """Sleep until the process's other threads run less than `busy` of a `window` (they have
+    stopped spinning), for at most `cap` seconds. Returns the seconds waited and whether they
+    went idle (None: no way to tell here, nothing waited). After a call, a library's idle pool
+    spins on the cores for a while (OpenBLAS's for about 0.1 s); a call timed meanwhile
+    shares the cores with it."""
+    before = probe()
+    if before is None:
+        return 0.0, None
+    t0 = time.perf_counter()
+    while True:
+        time.sleep(window)
+        now = probe()
+        waited = time.perf_counter() - t0
+        if now is None or now - before < busy * window * 1e9:
+            return waited, now is not None
+        if waited >= cap:
+            return waited, False
+        before = now
 
 
 def measure(calls: dict[str, Callable[[], object]], budget: Budget,
             clock: Callable[[], float] = time.perf_counter) -> dict[str, Samples]:
     """Warm up each call, then time them in rounds: round r runs every call that still wants
-    samples, in an order shuffled by a generator seeded with r (the same orders every time).
-    Shuffled, not rotated: a rotation keeps each call's predecessor, and a call timed right
-    after another library's measures that library's idle threads, which spin for a while on
-    the cores (OpenBLAS's, XLA's, an OpenMP pool's); shuffled, every call follows every other
-    alike. Slow calls get fewer runs (at least min_runs)."""
+    samples, in an order shuffled by a generator seeded with r (the same orders every time),
+    so that every call follows every other alike. Slow calls get fewer runs (at least min_runs).
+
+    With budget.quiesce, each timed call waits first for the process's other threads to go
+    idle (quiesce()) and follows one untimed call of its own: a call is then timed in its own
+    steady state (as in a program that calls it in a loop) and not in the spinning of the
+    previous implementation's idle pool. Without it, on two cores, NumPy's OpenBLAS worker
+    spins for about 0.1 s after each matmul and takes CPU from whatever is timed next: counted
+    per thread (/proc/self/task/*/schedstat), the slow samples of every implementation, fusec's
+    and torch's alike, were the ones during which that thread ran, and a median depended on
+    how often a call happened to come soon after NumPy's."""
     names = list(calls)
     estimate = {}
     for name in names:
@@ -61,20 +119,25 @@ def measure(calls: dict[str, Callable[[], object]], budget: Budget,
     want = {n: max(budget.min_runs, min(budget.max_runs, int(budget.seconds / estimate[n])))
             for n in names}
     taken: dict[str, list[tuple[int, float]]] = {n: [] for n in names}
-    last = None
+    waits: dict[str, list[float]] = {n: [] for n in names}
+    capped = dict.fromkeys(names, 0)
     for r in range(max(want.values())):
         order = list(names)
         random.Random(r).shuffle(order)
         for name in order:
             if r >= want[name]:
                 continue
-            if budget.settle and last not in (None, name):
-                time.sleep(budget.settle)        # the last one's idle threads stop spinning
-            last = name
+            if budget.quiesce:
+                waited, idle = quiesce(budget.quiesce)
+                if idle is not None:
+                    waits[name].append(waited)
+                    capped[name] += not idle
+                calls[name]()                  # untimed: its own threads awake, its buffers warm
             t0 = clock()
             calls[name]()
             taken[name].append((r, clock() - t0))
-    return {n: Samples(tuple(s for _, s in v), tuple(r for r, _ in v)) for n, v in taken.items()}
+    return {n: Samples(tuple(s for _, s in v), tuple(r for r, _ in v), tuple(waits[n]), capped[n])
+            for n, v in taken.items()}
 
 
 def paired_ratio(a: Samples, b: Samples) -> float | None:

@@ -2,6 +2,8 @@
 loop interleaves, results have the documented shape, the README table comes from JSON, the
 scaling benchmark fits an exponent. Nothing here asserts a timing."""
 import json
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -45,21 +47,21 @@ def test_measure_interleaves_rounds_and_gives_slow_calls_fewer_runs():
             now[0] += cost
         return f
     s = timing.measure({"fast": call("fast", 0.001), "slow": call("slow", 0.1)},
-                       timing.Budget(seconds=0.5, min_runs=3, max_runs=20, warmup=1), clock=lambda: now[0])
+                       timing.Budget(seconds=0.5, min_runs=3, max_runs=20, warmup=1, quiesce=0), clock=lambda: now[0])
     assert len(s["fast"].seconds) == 20 and len(s["slow"].seconds) == 5
     timed = order[2:]                        # after one warm-up call each
     assert timing.paired_ratio(s["fast"], s["slow"]) == pytest.approx(0.01)
     # rounds are shuffled, reproducibly: with three calls each follows each of the others
     now[0], order[:] = 0.0, []
     calls = {n: call(n, 0.001) for n in "abc"}
-    timing.measure(calls, timing.Budget(seconds=1.0, min_runs=30, max_runs=30, warmup=1), clock=lambda: now[0])
+    timing.measure(calls, timing.Budget(seconds=1.0, min_runs=30, max_runs=30, warmup=1, quiesce=0), clock=lambda: now[0])
     rounds = [order[3 + 3 * r: 6 + 3 * r] for r in range(30)]
     assert all(sorted(r) == ["a", "b", "c"] for r in rounds)
     follows = {(x, y) for r in rounds for x, y in zip(r, r[1:])}
     assert follows == {(x, y) for x in "abc" for y in "abc" if x != y}
     first = list(order)
     now[0], order[:] = 0.0, []
-    timing.measure(calls, timing.Budget(seconds=1.0, min_runs=30, max_runs=30, warmup=1), clock=lambda: now[0])
+    timing.measure(calls, timing.Budget(seconds=1.0, min_runs=30, max_runs=30, warmup=1, quiesce=0), clock=lambda: now[0])
     assert order == first
     assert timed[:2] in (["fast", "slow"], ["slow", "fast"])
 
@@ -201,21 +203,63 @@ def test_transposed_weights_script_writes_its_json(tmp_path):
     assert all(i["runs"] >= 10 and i["min_ms"] <= i["median_ms"] for i in r["impls"].values())
 
 
-def test_settle_idles_only_between_different_implementations(monkeypatch):
-    slept, order = [], []
-    monkeypatch.setattr(timing.time, "sleep", slept.append)
-    calls = {n: (lambda n=n: order.append(n)) for n in "ab"}
-    timing.measure(calls, timing.Budget(seconds=1.0, min_runs=4, max_runs=4, warmup=1, settle=0.25),
-                   clock=lambda: 0.0)
-    timed = order[2:]
-    switches = sum(1 for x, y in zip(timed, timed[1:]) if x != y)
-    assert slept == [0.25] * switches and switches >= 3
+def test_quiesce_waits_for_another_thread_to_stop_spinning():
+    stop = threading.Event()
+
+    def spin(seconds):
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end and not stop.is_set():
+            pass
+    assert timing.quiesce(1.0)[1] is True                        # nothing else runs: no wait
+    t = threading.Thread(target=spin, args=(0.3,))
+    t.start()
+    t0 = time.perf_counter()
+    waited, idle = timing.quiesce(5.0)
+    assert idle is True and waited >= 0.2 and time.perf_counter() - t0 < 4.0
+    t.join()
+    t = threading.Thread(target=spin, args=(10.0,))             # one that never stops: the cap
+    t.start()
+    try:
+        waited, idle = timing.quiesce(0.2)
+        assert idle is False and 0.2 <= waited < 2.0
+    finally:
+        stop.set()
+        t.join()
+    assert timing.quiesce(1.0, probe=lambda: None) == (0.0, None)   # no /proc: nothing to wait for
+
+
+def test_quiesced_timing_makes_one_untimed_call_right_before_each_timed_one(monkeypatch):
+    now, order, waits = [0.0], [], []
+    monkeypatch.setattr(timing, "quiesce", lambda cap: (waits.append(cap), (0.01, len(waits) % 4 != 0))[1])
+
+    def call(name):
+        def f():
+            order.append(name)
+            now[0] += {"a": 0.001, "b": 0.002}[name]
+        return f
+    s = timing.measure({"a": call("a"), "b": call("b")},
+                       timing.Budget(seconds=1.0, min_runs=6, max_runs=6, warmup=1, quiesce=0.5),
+                       clock=lambda: now[0])
+    after = order[2:]                                           # after one warm-up call each
+    assert len(after) == 24 and all(after[i] == after[i + 1] for i in range(0, 24, 2))
+    assert waits == [0.5] * 12                                  # before each untimed + timed pair
+    assert s["a"].seconds == pytest.approx((0.001,) * 6) and s["b"].seconds == pytest.approx((0.002,) * 6)
+    assert s["a"].capped + s["b"].capped == 3 and len(s["a"].waits) == 6
+    assert s["a"].as_dict()["quiesce"] == {"median_ms": 10.0, "max_ms": 10.0, "capped": s["a"].capped}
+    assert "quiesce" not in timing.Samples((0.1,), (0,)).as_dict()
 
 
 def test_a_settled_run_has_its_own_file_and_table(tmp_path):
     fixture = json.loads((HERE / "fixture_result.json").read_text())
     settled = dict(fixture, budget=dict(fixture.get("budget", {}), settle_s=0.2))
     assert write_results(settled, tmp_path).name.endswith("-settle0.2.json")
+    plain = dict(fixture, budget=dict(fixture.get("budget", {}), quiesce_s=0))
+    assert write_results(plain, tmp_path).name.endswith("-noquiesce.json")
+    assert "`--quiesce 0`" in table.render_result(dict(plain, _file="c.json"))
+    quiesced = dict(fixture, budget=dict(fixture.get("budget", {}), quiesce_s=1.0))
+    assert "then one untimed call (`--quiesce`)" in table.render_result(dict(quiesced, _file="d.json"))
+    assert table.newest_per_machine([dict(fixture, _file="a.json"), dict(plain, _file="c.json"),
+                                     dict(quiesced, _file="d.json")], size=fixture["size"])[-1]["_file"] == "d.json"
     chosen = table.newest_per_machine([dict(fixture, _file="a.json"), dict(settled, _file="b.json")],
                                       size=fixture["size"])
     assert [c["_file"] for c in chosen] == ["a.json", "b.json"]              # one table each
