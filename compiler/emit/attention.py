@@ -25,10 +25,12 @@ row whose scores are all -inf gives NaN, as the unfused softmax does (0 / 0).
 from __future__ import annotations
 
 from .gemm import _Gemm, _dims_of_map, _elem as _elem_of, _maps, _n_inputs, _pure_dim, affine
-from .cpu import BLAS_MARK, blas_fn
+from .conv import strides
+from .cpu import BLAS_MARK, NO_TRANS, TRANS, blas_fn
 from .values import EmitError, floordiv, mod, mul
 from ..mlir import ir
 from ..plan.attention import THREADS_X, THREADS_Y
+from ..transforms.cpu_library_calls import _copy_permutation
 from ..transforms.attention_kernels import BATCH, BLOCK_ATTENTION, LOOPS, ROLE, V_OPERAND, Z_OPERAND
 from ..transforms.gemm_kernels import ABSORBED
 
@@ -219,6 +221,49 @@ class _Attention(_Gemm):
         # the epilogue reads the output with an identity map: its loops are the output's dims
         self._store_root([oidx[t] for t in range(len(rmaps[-1].results))])
 
+    def _as_it_lies(self, op, k: int, loops: dict[int, str], rows: int, cols: int,
+                    tile: tuple[int, str, int]) -> tuple[str, int, int] | None:
+        """Operand k of `op` passed to BLAS as it lies in its array, when it can be: (the slice,
+        CBLAS transpose flag, leading dimension) for op(X) with `rows` x `cols` loops and the
+        loop tile[0] cut to tile[1]:tile[1] + tile[2]. Read through a kernel op that only
+        permutes its input's axes (`transpose(k)`), it lies in that input. None when the
+        operand is made inside the kernel otherwise (a producer, a cast), is not a plain
+        row-major array, or its dims are not the two loops last and batch loops (`loops`: loop
+        -> index variable) before them; a copy then gathers it (_emit_cpu)."""
+        v, before = op.operands[k], op
+        dims = [_pure_dim(e) for e in _maps(op)[k].results]
+        writer = self._writer(v, before)
+        if writer is not None:
+            with writer.context:
+                perm = _copy_permutation(writer) if len(writer.operands) == 2 else None
+            if (perm is None or len(perm) != len(dims) or any(perm[perm[u]] != u for u in range(len(perm)))
+                    or ir.MemRefType(writer.operands[0].type).element_type != ir.MemRefType(v.type).element_type):
+                return None
+            v, before = writer.operands[0], writer
+            dims = [dims[perm[u]] for u in range(len(perm))]
+            if self._writer(v, before) is not None:
+                return None
+        view = self.body.view(v)
+        if (not view.whole or view.host is None or view.array.storage != view.array.elem.compute
+                or any(self.body.view(o).array.name == view.array.name
+                       for w_op in self.writers if w_op.name != "memref.copy"
+                       for o in list(w_op.operands)[_n_inputs(w_op):])):
+            return None
+        shape = ir.MemRefType(v.type).shape
+        st = strides(v)
+        if (len(dims) < 2 or None in dims or set(dims[-2:]) != {rows, cols} or st[-1] != 1
+                or shape[-1] < 0 or st[-2] != shape[-1]):
+            return None
+        index = []
+        for l in dims[:-2]:
+            if l not in loops:
+                return None
+            index.append(loops[l])
+        loop, start, size = tile
+        index += [f"{start}:{start} + {size}" if l == loop else ":" for l in dims[-2:]]
+        flag = NO_TRANS if dims[-2:] == [rows, cols] else TRANS
+        return f"{view.host}[{', '.join(index)}]", flag, shape[-1]
+
     # -- emission ------------------------------------------------------------------------------
     def emit(self) -> None:
         if self.body.mode == "cpu":
@@ -405,9 +450,22 @@ class _Attention(_Gemm):
             batch = self._batch_coords(bflat)
             qs, kt, vs, sc, pt, acc, mm, ll, tmp = (names.fresh(n) for n in
                                                      ("qs", "kt", "vs", "sc", "pt", "acc", "mrow", "lrow", "pv"))
-            w(f"{qs} = np.zeros(({BQ}, {D}), {f})")
-            w(f"{kt} = np.zeros(({D}, {BKV}), {f})")
-            w(f"{vs} = np.zeros(({BKV}, {DV}), {f})")
+            j0, nc = names.fresh("j0"), names.fresh("nc")
+            # Q, K and V as they lie in their arrays where they can be (no producer, row-major, a
+            # whole tile in every block or step), else gathered into a tile each block or step
+            o_loops = {self.o_batch[sl]: x for sl, x in batch.items()}
+            q_in = self._as_it_lies(self.s, self.q_op, batch, self.q_loop, self.d_loop, (self.q_loop, i0, BQ)) \
+                if self.SQ % BQ == 0 else None
+            k_in = self._as_it_lies(self.s, self.k_op, batch, self.d_loop, self.k_loop, (self.k_loop, j0, BKV)) \
+                if self.SK % BKV == 0 else None
+            v_in = self._as_it_lies(self.o, self.v_op, o_loops, self.o_j, self.dv_loop, (self.o_j, j0, BKV)) \
+                if self.SK % BKV == 0 else None
+            if q_in is None:
+                w(f"{qs} = np.zeros(({BQ}, {D}), {f})")
+            if k_in is None:
+                w(f"{kt} = np.zeros(({D}, {BKV}), {f})")
+            if v_in is None:
+                w(f"{vs} = np.zeros(({BKV}, {DV}), {f})")
             w(f"{sc} = np.empty(({BQ}, {BKV}), {f})")
             w(f"{pt} = np.empty(({BQ}, {BKV}), {f})")
             w(f"{tmp} = np.empty(({BQ}, {DV}), {f})")
@@ -416,30 +474,39 @@ class _Attention(_Gemm):
             w(f"{ll} = np.zeros({BQ}, {f})")
             nr = names.fresh("nr")
             w(f"{nr} = min({BQ}, {self.SQ} - {i0})")
-            r, d = names.fresh("r"), names.fresh("d")
-            w(f"for {r} in range({nr}):")
-            with w.indent():
-                w(f"for {d} in range({D}):")
+            if q_in is None:
+                r, d = names.fresh("r"), names.fresh("d")
+                w(f"for {r} in range({nr}):")
                 with w.indent():
-                    w(f"{qs}[{r}, {d}] = {self._operand(self.s, self.smaps, self.q_op, self._s_dims(batch, f'{i0} + {r}', '0', d))}")
-            j0, nc = names.fresh("j0"), names.fresh("nc")
+                    w(f"for {d} in range({D}):")
+                    with w.indent():
+                        w(f"{qs}[{r}, {d}] = {self._operand(self.s, self.smaps, self.q_op, self._s_dims(batch, f'{i0} + {r}', '0', d))}")
+                q_in = (qs, NO_TRANS, D)
             w(f"for {j0} in range(0, {self.SK}, {BKV}):")
             with w.indent():
                 w(f"{nc} = min({BKV}, {self.SK} - {j0})")
                 cc, dd = names.fresh("c"), names.fresh("d")
-                w(f"for {cc} in range({nc}):")
-                with w.indent():
-                    w(f"for {dd} in range({D}):")
+                if k_in is None or v_in is None:
+                    w(f"for {cc} in range({nc}):")
                     with w.indent():
-                        w(f"{kt}[{dd}, {cc}] = {self._operand(self.s, self.smaps, self.k_op, self._s_dims(batch, '0', f'{j0} + {cc}', dd))}")
-                    w(f"for {dd} in range({DV}):")
+                        if k_in is None:
+                            w(f"for {dd} in range({D}):")
+                            with w.indent():
+                                w(f"{kt}[{dd}, {cc}] = {self._operand(self.s, self.smaps, self.k_op, self._s_dims(batch, '0', f'{j0} + {cc}', dd))}")
+                        if v_in is None:
+                            w(f"for {dd} in range({DV}):")
+                            with w.indent():
+                                w(f"{vs}[{cc}, {dd}] = {self._operand(self.o, self.omaps, self.v_op, self._o_dims(batch, '0', f'{j0} + {cc}', dd))}")
+                    w(f"if {nc} < {BKV}:")         # the last, partial step: no stale keys or values
                     with w.indent():
-                        w(f"{vs}[{cc}, {dd}] = {self._operand(self.o, self.omaps, self.v_op, self._o_dims(batch, '0', f'{j0} + {cc}', dd))}")
-                w(f"if {nc} < {BKV}:")         # the last, partial step: no stale keys or values
-                with w.indent():
-                    w(f"{kt}[:, {nc}:] = {zero}")
-                    w(f"{vs}[{nc}:, :] = {zero}")
-                w(f"{blas}(101, 111, 111, {BQ}, {BKV}, {D}, {one}, {qs}, {D}, {kt}, {BKV}, "
+                        if k_in is None:
+                            w(f"{kt}[:, {nc}:] = {zero}")
+                        if v_in is None:
+                            w(f"{vs}[{nc}:, :] = {zero}")
+                k_in = k_in or (kt, NO_TRANS, BKV)
+                v_in = v_in or (vs, NO_TRANS, DV)
+                (qa, qf, qld), (ka, kf, kld), (va, vf, vld) = q_in, k_in, v_in
+                w(f"{blas}(101, {qf}, {kf}, {BQ}, {BKV}, {D}, {one}, {qa}, {qld}, {ka}, {kld}, "
                   f"{zero}, {sc}, {BKV})  {BLAS_MARK} the scores tile")
                 r = names.fresh("r")
                 w(f"for {r} in range({nr}):")
@@ -480,7 +547,7 @@ class _Attention(_Gemm):
                     with w.indent():
                         w(f"{acc}[{r}, {cc}] = {acc}[{r}, {cc}] * {alpha}")
                 w(f"{pt}[{nr}:, :] = {zero}")           # queries past the end
-                w(f"{blas}(101, 111, 111, {BQ}, {DV}, {BKV}, {one}, {pt}, {BKV}, {vs}, {DV}, "
+                w(f"{blas}(101, {NO_TRANS}, {vf}, {BQ}, {DV}, {BKV}, {one}, {pt}, {BKV}, {va}, {vld}, "
                   f"{zero}, {tmp}, {DV})  {BLAS_MARK} P · V")
                 w(f"{acc} += {tmp}")
             r, dv = names.fresh("r"), names.fresh("dv")
