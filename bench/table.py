@@ -174,7 +174,8 @@ def render(results: list[dict]) -> str:
              "threads have stopped running, as read from `/proc/self/task/*/schedstat`, then makes one untimed "
              "call of the same implementation: each is timed in its own steady state, as in a program calling "
              "it in a loop, and not in the spinning of the previous one's idle pool (NumPy's OpenBLAS worker "
-             "spins about 0.1 s after each matmul, and on two cores took CPU from whatever was timed next). "
+             "spins about 0.1 s after each matmul, and on two cores took CPU from whatever was timed next: "
+             "`python -m bench.threads --only mlp` counts each thread's CPU time during every timed call). "
              "Runs from before 2026-12-03T09:05, and runs with `--quiesce 0`, timed without it."]
     for r in chosen:
         parts += ["", render_result(r)]

@@ -265,3 +265,27 @@ def test_a_settled_run_has_its_own_file_and_table(tmp_path):
     assert [c["_file"] for c in chosen] == ["a.json", "b.json"]              # one table each
     assert "0.2 s idle before each call that follows another implementation's" in table.render_result(
         dict(settled, _file="b.json"))
+
+
+def test_threads_are_given_to_their_pools_and_the_spinner_shows_in_slow_samples(tmp_path):
+    from bench import threads
+    # A's pool is thread 1; S's is thread 9, which keeps spinning into some of A's calls; thread 5
+    # is a pool A and B share (as Numba and PyTorch share libgomp's)
+    samples = [{"impl": "S", "seconds": 0.01, "threads": {"9": 0.01}} for _ in range(5)]
+    samples += [{"impl": "A", "seconds": 0.02 if slow else 0.01,
+                 "threads": {"1": 0.01, "5": 0.01, **({"9": 0.015} if slow else {})}}
+                for slow in (True, False, True, False, False, True, False)]
+    samples += [{"impl": "B", "seconds": 0.01, "threads": {"5": 0.01}} for _ in range(5)]
+    own = threads.owners(samples)
+    assert own == {"1": {"A"}, "9": {"S"}, "5": {"A", "B"}}
+    rows = threads.summarise(samples)
+    assert rows["A"]["other_threads_ms_slow"] == {"S": 15.0} and rows["A"]["other_threads_ms_fast"] == {}
+    assert rows["A"]["median_ms"] == 10.0 and rows["A"]["runs"] == 7
+    # the script end to end, at test size
+    assert threads.main(["--only", "softmax", "--size", "tiny", "--rounds", "3", "--anchors", "numpy",
+                         "--out", str(tmp_path)]) == 0
+    (path,) = tmp_path.glob("threads-softmax-*.json")
+    r = json.loads(path.read_text())
+    assert set(r["impls"]) == {"fusec fused", "fusec unfused", "fusec dynamic", "numpy"}
+    assert all(i["runs"] == 3 and i["min_ms"] <= i["median_ms"] for i in r["impls"].values())
+    assert threads.main(["--only", "nope"]) == 1
