@@ -112,6 +112,9 @@ def _run(args) -> int:
     from .table import update_readme
     from .timing import Budget
     from .workloads import WORKLOADS
+    if args.quiesce is not None and args.quiesce < 0:
+        print(f"--quiesce takes seconds, 0 or more, not {args.quiesce:g}", file=sys.stderr)
+        return 1
     only = [s for s in args.only.split(",") if s]
     unknown = sorted(set(only) - {w.name for w in WORKLOADS})
     if unknown:

@@ -289,3 +289,11 @@ def test_threads_are_given_to_their_pools_and_the_spinner_shows_in_slow_samples(
     assert set(r["impls"]) == {"fusec fused", "fusec unfused", "fusec dynamic", "numpy"}
     assert all(i["runs"] == 3 and i["min_ms"] <= i["median_ms"] for i in r["impls"].values())
     assert threads.main(["--only", "nope"]) == 1
+
+
+def test_the_suite_refuses_a_negative_quiesce_and_an_unknown_workload(capsys):
+    from bench.__main__ import main
+    assert main(["--quiesce", "-1", "--no-readme"]) == 1
+    assert "--quiesce takes seconds, 0 or more, not -1" in capsys.readouterr().err
+    assert main(["--only", "nope", "--no-readme"]) == 1
+    assert "unknown workload(s): nope" in capsys.readouterr().err
