@@ -25,12 +25,11 @@ row whose scores are all -inf gives NaN, as the unfused softmax does (0 / 0).
 from __future__ import annotations
 
 from .gemm import _Gemm, _dims_of_map, _elem as _elem_of, _maps, _n_inputs, _pure_dim, affine
-from .conv import strides
-from .cpu import BLAS_MARK, NO_TRANS, TRANS, blas_fn
+from .cpu import BLAS_MARK, NO_TRANS, TRANS, blas_layout, blas_fn
 from .values import EmitError, floordiv, mod, mul
 from ..mlir import ir
 from ..plan.attention import THREADS_X, THREADS_Y
-from ..transforms.cpu_library_calls import _copy_permutation
+from ..transforms.cpu_library_calls import copy_permutation
 from ..transforms.attention_kernels import BATCH, BLOCK_ATTENTION, LOOPS, ROLE, V_OPERAND, Z_OPERAND
 from ..transforms.gemm_kernels import ABSORBED
 
@@ -227,15 +226,16 @@ class _Attention(_Gemm):
         CBLAS transpose flag, leading dimension) for op(X) with `rows` x `cols` loops and the
         loop tile[0] cut to tile[1]:tile[1] + tile[2]. Read through a kernel op that only
         permutes its input's axes (`transpose(k)`), it lies in that input. None when the
-        operand is made inside the kernel otherwise (a producer, a cast), is not a plain
-        row-major array, or its dims are not the two loops last and batch loops (`loops`: loop
-        -> index variable) before them; a copy then gathers it (_emit_cpu)."""
+        operand is made inside the kernel otherwise (a producer, a cast), is not a whole array
+        whose rows' elements are adjacent (emit/cpu.py: blas_layout), or its dims are not the two
+        loops last and batch loops (`loops`: loop -> index variable) before them; a copy then
+        gathers it (_emit_cpu)."""
         v, before = op.operands[k], op
         dims = [_pure_dim(e) for e in _maps(op)[k].results]
         writer = self._writer(v, before)
         if writer is not None:
             with writer.context:
-                perm = _copy_permutation(writer) if len(writer.operands) == 2 else None
+                perm = copy_permutation(writer) if len(writer.operands) == 2 else None
             if (perm is None or len(perm) != len(dims) or any(perm[perm[u]] != u for u in range(len(perm)))
                     or ir.MemRefType(writer.operands[0].type).element_type != ir.MemRefType(v.type).element_type):
                 return None
@@ -245,14 +245,10 @@ class _Attention(_Gemm):
                 return None
         view = self.body.view(v)
         if (not view.whole or view.host is None or view.array.storage != view.array.elem.compute
-                or any(self.body.view(o).array.name == view.array.name
-                       for w_op in self.writers if w_op.name != "memref.copy"
-                       for o in list(w_op.operands)[_n_inputs(w_op):])):
+                or self._written_through_another_view(v)):
             return None
-        shape = ir.MemRefType(v.type).shape
-        st = strides(v)
-        if (len(dims) < 2 or None in dims or set(dims[-2:]) != {rows, cols} or st[-1] != 1
-                or shape[-1] < 0 or st[-2] != shape[-1]):
+        layout = blas_layout(v)             # (NO_TRANS, the row stride): rows of adjacent elements
+        if len(dims) < 2 or None in dims or set(dims[-2:]) != {rows, cols} or layout is None or layout[0] != NO_TRANS:
             return None
         index = []
         for l in dims[:-2]:
@@ -262,7 +258,7 @@ class _Attention(_Gemm):
         loop, start, size = tile
         index += [f"{start}:{start} + {size}" if l == loop else ":" for l in dims[-2:]]
         flag = NO_TRANS if dims[-2:] == [rows, cols] else TRANS
-        return f"{view.host}[{', '.join(index)}]", flag, shape[-1]
+        return f"{view.host}[{', '.join(index)}]", flag, layout[1]
 
     # -- emission ------------------------------------------------------------------------------
     def emit(self) -> None:

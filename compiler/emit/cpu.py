@@ -321,7 +321,7 @@ def library_call(body, op) -> None:
 NO_TRANS, TRANS = 111, 112
 
 
-def _blas_layout(value) -> tuple[int, int] | None:
+def blas_layout(value) -> tuple[int, int] | None:
     """(CBLAS transpose flag, leading dimension) of a memref's last two axes as a ?gemm operand:
     NO_TRANS and its row stride when a row's elements are adjacent, TRANS and its column stride
     when a column's are, None when neither (or a stride is dynamic). An extent known only at run
@@ -356,7 +356,7 @@ def _gemm_call(body, op, views, zero: bool) -> None:
     batch = list(views[2].shape[:-2])
     exprs, flags = [], []
     for value, view in ((a, views[0]), (b, views[1])):
-        layout = _blas_layout(value)
+        layout = blas_layout(value)
         if layout is None:                      # no unit stride: a contiguous copy
             tmp = names.temp("blas")
             w(f"{tmp} = np.ascontiguousarray({view.host})")
@@ -365,7 +365,7 @@ def _gemm_call(body, op, views, zero: bool) -> None:
         else:
             exprs.append(view.host)
         flags.append(layout)
-    out, c_layout = views[2].host, _blas_layout(c)
+    out, c_layout = views[2].host, blas_layout(c)
     staged = c_layout is None                   # the result through a contiguous buffer
     full = ", ".join([":"] * len(views[2].shape))
     if staged:

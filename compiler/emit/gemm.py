@@ -611,13 +611,18 @@ class _Gemm:
                 found = op
         return found
 
+    def _written_through_another_view(self, v) -> bool:
+        """Whether a kernel op writes the array under buffer `v` through another view than `v`."""
+        name = self.body.view(v).array.name
+        return any(v2 != v and self.body.view(v2).array.name == name
+                   for op in self.writers if op.name != "memref.copy" for v2 in list(op.operands)[_n_inputs(op):])
+
     def read(self, v, idx: list[str], before) -> str:
         """The value of buffer `v` at `idx` as the kernel's ops before `before` left it."""
         writer = self._writer(v, before)
         view = self.body.view(v)
         if writer is None:
-            if any(v2 != v and self.body.view(v2).array.name == view.array.name
-                   for op in self.writers if op.name != "memref.copy" for v2 in list(op.operands)[_n_inputs(op):]):
+            if self._written_through_another_view(v):
                 raise EmitError("a fusec.block_gemm kernel reads a buffer through another view than the one "
                                 "its op wrote", before)
             e = view.at(idx)

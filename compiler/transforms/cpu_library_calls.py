@@ -300,7 +300,7 @@ def _permutation_copy_into(v: "ir.Value", reader) -> "tuple | None":
     g = copies[0]
     if len(g.operands) != 2 or g.operands[1] != v:
         return None
-    perm = _copy_permutation(g)
+    perm = copy_permutation(g)
     rank = ir.MemRefType(v.type).rank
     if perm is None or perm == list(range(rank)) or any(perm[perm[k]] != k for k in range(rank)):
         return None
@@ -322,7 +322,7 @@ def _permutation_copy_into(v: "ir.Value", reader) -> "tuple | None":
     return g, src, perm
 
 
-def _copy_permutation(g) -> list[int] | None:
+def copy_permutation(g) -> list[int] | None:
     """The permutation a linalg.transpose applies, or that a linalg.generic applies when all it
     does is copy its one input, read through a permuted map, to its output read in order."""
     if g.name == "linalg.transpose":
