@@ -17,54 +17,36 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import os
-import random
 import statistics
 import sys
 import threading
 import time
 
 from . import scratch_env, utc_stamp, write_result
+from .timing import Budget, measure, thread_cpu_ns
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def thread_cpu_ns() -> dict[str, int]:
-    """Each thread's CPU nanoseconds so far, by thread id (empty where /proc is missing)."""
-    out = {}
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/self/task/{tid}/schedstat") as f:
-                out[tid] = int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
-
-
 def sample(calls: dict, rounds: int, quiesce: float = 0.0) -> list[dict]:
-    """Time `calls` in shuffled rounds; each sample: the call, its seconds and the CPU seconds
-    every other thread ran during it (the caller's thread left out: it is the one timed)."""
-    from .timing import quiesce as wait
+    """Time `calls` as bench/timing.py's measure does (two warm-up calls each, then `rounds`
+    shuffled rounds); each sample: the call, its seconds and the CPU seconds every other thread
+    ran during it (the caller's thread left out: it is the one timed)."""
     me = str(threading.get_native_id())
     out = []
-    for r in range(rounds):
-        order = list(calls)
-        random.Random(r).shuffle(order)
-        for name in order:
-            if quiesce:
-                wait(quiesce)
-                calls[name]()
-            before = thread_cpu_ns()
-            t0 = time.perf_counter()
-            calls[name]()
-            dt = time.perf_counter() - t0
-            after = thread_cpu_ns()
-            ran = {t: (ns - before.get(t, 0)) / 1e9 for t, ns in after.items() if t != me and ns > before.get(t, 0)}
-            out.append({"impl": name, "seconds": dt, "threads": ran})
+
+    @contextlib.contextmanager
+    def observe(name):
+        before = thread_cpu_ns() or {}
+        t0 = time.perf_counter()
+        yield
+        dt = time.perf_counter() - t0
+        after = thread_cpu_ns() or {}
+        ran = {t: (ns - before.get(t, 0)) / 1e9 for t, ns in after.items() if t != me and ns > before.get(t, 0)}
+        out.append({"impl": name, "seconds": dt, "threads": ran})
+    measure(calls, Budget(seconds=0.0, min_runs=rounds, max_runs=rounds, warmup=2, quiesce=quiesce), around=observe)
     return out
 
 
@@ -151,9 +133,6 @@ def main(argv=None) -> int:
         except Skip as e:
             skipped[a] = str(e)
     calls = {i.name: i.call for i in impls}
-    for call in calls.values():
-        for _ in range(2):
-            call()
     rows = summarise(sample(calls, args.rounds, 1.0 if args.quiesce else 0.0))
     for name, row in rows.items():
         print(f"{name:15} median {row['median_ms']:8.2f} ms  min {row['min_ms']:8.2f}")

@@ -5,13 +5,14 @@ same round (the paired ratio).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import statistics
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ContextManager
 
 
 @dataclass(frozen=True)
@@ -50,25 +51,31 @@ class Samples:
         return d
 
 
-def other_threads_cpu_ns() -> int | None:
-    """CPU nanoseconds the process's threads other than the caller's have run, from Linux's
+def thread_cpu_ns() -> dict[str, int] | None:
+    """Each thread's CPU nanoseconds so far, by thread id, from Linux's
     /proc/self/task/*/schedstat; None where there is no such file (other systems)."""
-    me = threading.get_native_id()
     try:
         tids = os.listdir("/proc/self/task")
     except OSError:
         return None
-    total, read = 0, False
+    out = {}
     for tid in tids:
-        if tid == str(me):
-            continue
         try:
             with open(f"/proc/self/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-            read = True
+                out[tid] = int(f.read().split()[0])
         except (OSError, ValueError, IndexError):       # a thread that ended meanwhile
             continue
-    return total if read or len(tids) == 1 else None
+    return out
+
+
+def other_threads_cpu_ns() -> int | None:
+    """CPU nanoseconds the process's threads other than the caller's have run (thread_cpu_ns);
+    None where that cannot be read."""
+    ns = thread_cpu_ns()
+    if not ns:
+        return None
+    me = str(threading.get_native_id())
+    return sum(v for t, v in ns.items() if t != me)
 
 
 def quiesce(cap: float, window: float = 0.005, busy: float = 0.05,
@@ -94,7 +101,8 @@ def quiesce(cap: float, window: float = 0.005, busy: float = 0.05,
 
 
 def measure(calls: dict[str, Callable[[], object]], budget: Budget,
-            clock: Callable[[], float] = time.perf_counter) -> dict[str, Samples]:
+            clock: Callable[[], float] = time.perf_counter,
+            around: Callable[[str], ContextManager] | None = None) -> dict[str, Samples]:
     """Warm up each call, then time them in rounds: round r runs every call that still wants
     samples, in an order shuffled by a generator seeded with r (the same orders every time),
     so that every call follows every other alike. Slow calls get fewer runs (at least min_runs).
@@ -106,7 +114,10 @@ def measure(calls: dict[str, Callable[[], object]], budget: Budget,
     spins for about 0.1 s after each matmul and takes CPU from whatever is timed next: counted
     per thread (/proc/self/task/*/schedstat), the slow samples of every implementation, fusec's
     and torch's alike, were the ones during which that thread ran, and a median depended on
-    how often a call happened to come soon after NumPy's."""
+    how often a call happened to come soon after NumPy's.
+
+    `around(name)`, where given, is a context entered around each timed call, outside its
+    clock readings (bench/threads.py reads every thread's CPU time there)."""
     names = list(calls)
     estimate = {}
     for name in names:
@@ -133,9 +144,10 @@ def measure(calls: dict[str, Callable[[], object]], budget: Budget,
                     waits[name].append(waited)
                     capped[name] += not idle
                 calls[name]()                  # untimed: its own threads awake, its buffers warm
-            t0 = clock()
-            calls[name]()
-            taken[name].append((r, clock() - t0))
+            with around(name) if around else contextlib.nullcontext():
+                t0 = clock()
+                calls[name]()
+                taken[name].append((r, clock() - t0))
     return {n: Samples(tuple(s for _, s in v), tuple(r for r, _ in v), tuple(waits[n]), capped[n])
             for n, v in taken.items()}
 
