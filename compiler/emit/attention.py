@@ -30,10 +30,8 @@ from .values import EmitError, floordiv, mod, mul
 from ..mlir import ir
 from ..plan.attention import THREADS_X, THREADS_Y
 from ..transforms.cpu_library_calls import copy_permutation
-from ..transforms.attention_kernels import BATCH, BLOCK_ATTENTION, LOOPS, ROLE, V_OPERAND, Z_OPERAND
-from ..transforms.gemm_kernels import ABSORBED
+from ..marks import ABSORBED, ATTENTION_BATCH, ATTENTION_LOOPS, ATTENTION_ROLE, ATTENTION_V, ATTENTION_Z, BLOCK_ATTENTION
 
-MARK = BLOCK_ATTENTION
 
 
 def block_attention(body, root) -> None:
@@ -56,8 +54,8 @@ class _Attention(_Gemm):
         block = [o.operation for o in root.block.operations]
         self.order = {op: i for i, op in enumerate(block)}
         self.writers = [op for op in block if (op.name.startswith("linalg.") or op.name == "memref.copy")
-                        and (ABSORBED in op.attributes or ROLE in op.attributes or op == root)]
-        roles = {ir.StringAttr(op.attributes[ROLE]).value: op for op in block if ROLE in op.attributes}
+                        and (ABSORBED in op.attributes or ATTENTION_ROLE in op.attributes or op == root)]
+        roles = {ir.StringAttr(op.attributes[ATTENTION_ROLE]).value: op for op in block if ATTENTION_ROLE in op.attributes}
         for need in ("scores", "max", "exp", "sum", "out"):
             if need not in roles:
                 raise EmitError(f"a fusec.block_attention kernel has no op marked {need}", root)
@@ -66,8 +64,8 @@ class _Attention(_Gemm):
         self.c = self.s
         self.supplied = (self.s, self.o)
         self.bq, self.bkv = _ints(root.attributes[BLOCK_ATTENTION])
-        self.q_loop, self.k_loop, self.d_loop = _ints(root.attributes[LOOPS])
-        self.batch_loops = _ints(root.attributes[BATCH])
+        self.q_loop, self.k_loop, self.d_loop = _ints(root.attributes[ATTENTION_LOOPS])
+        self.batch_loops = _ints(root.attributes[ATTENTION_BATCH])
         self.memo, self.acc = {}, {}
         self.smaps = _maps(self.s)
         s_out = self.smaps[-1]
@@ -86,7 +84,7 @@ class _Attention(_Gemm):
         # does not index, dv the output loop V indexes and the scores operand does not, the batch
         # the output loops both index (paired with the scores' batch loops in output order);
         # unit loops (a batch of 1 folded by a graph pass) stay 0
-        self.v_op = ir.IntegerAttr(self.o.attributes[V_OPERAND]).value
+        self.v_op = ir.IntegerAttr(self.o.attributes[ATTENTION_V]).value
         omaps = _maps(self.o)
         self.omaps = omaps
         n_in = _n_inputs(self.o)
@@ -114,7 +112,7 @@ class _Attention(_Gemm):
         self.o_q, self.dv_loop = q[0], dv[0]
         self.o_batch = dict(zip(sb, ob))           # scores batch loop -> output batch loop
         self.dv = ext_o[self.dv_loop]
-        self.z_op = ir.IntegerAttr(self.e.attributes[Z_OPERAND]).value
+        self.z_op = ir.IntegerAttr(self.e.attributes[ATTENTION_Z]).value
         for name, v in (("queries", self.ext[self.q_loop]), ("keys", self.ext[self.k_loop]),
                         ("head dim", self.ext[self.d_loop]), ("value dim", self.dv)):
             if not str(v).isdigit():
@@ -274,7 +272,7 @@ class _Attention(_Gemm):
         rq, ck, cd = BQ // THREADS_Y, BKV // THREADS_X, -(-DV // THREADS_X)
         f = f"numba.{self.elem.compute}"
         ninf, zero = c.float(float("-inf"), self.elem), c.zero(self.elem)
-        w(f"# {MARK}: {BQ} queries per block, keys in steps of {BKV}, {rq}x{ck} scores and {rq}x{cd} "
+        w(f"# {BLOCK_ATTENTION}: {BQ} queries per block, keys in steps of {BKV}, {rq}x{ck} scores and {rq}x{cd} "
           f"outputs per thread (online softmax)")
         tx, ty, tid = names.fresh("tx"), names.fresh("ty"), names.fresh("tid")
         w(f"{tx} = cuda.threadIdx.x")
@@ -435,7 +433,7 @@ class _Attention(_Gemm):
         self.ctx.helpers.blas = True
         blas = blas_fn(self.elem)
         one = c.float(1.0, self.elem)
-        w(f"# {MARK}: {BQ} queries per block, keys in steps of {BKV} (online softmax; the tile "
+        w(f"# {BLOCK_ATTENTION}: {BQ} queries per block, keys in steps of {BKV} (online softmax; the tile "
           f"products by BLAS)")
         blk = names.fresh("blk")
         w(f"for {blk} in numba.prange(0, {mul(nb, str(self.nq))}):")      # a start: a signed index (emit/control.py)

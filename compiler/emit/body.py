@@ -9,15 +9,9 @@ from typing import Callable
 from . import cpu as emit_cpu
 from . import views
 from .control import ControlFlow
-from .gemm import MARK as GEMM_MARK
 from .gemm import block_gemm
-from .reduce import MARK as BLOCK_REDUCE
-from ..transforms.gemm_kernels import MARKS as _GEMM_MARKS
-from ..transforms.attention_kernels import MARKS as _ATTENTION_MARKS
-from .attention import MARK as ATTENTION_MARK
 from .attention import block_attention
 from .reduce import block_reduce
-from .scan import MARK as SCAN_MARK
 from .scan import block_scan
 from .siblings import FusedLoops, access, fuse_siblings, operation
 from .scalar import Helpers, ScalarRules
@@ -25,8 +19,8 @@ from .values import (Constants, EmitError, Globals, Names, elem_of, is_int, is_m
                           memref_shape, no_rule)
 from .views import Array, View, shape_tuple
 from ..mlir import ir
+from ..marks import BLOCK_ATTENTION, BLOCK_GEMM, BLOCK_REDUCE, GPU_TEMPLATE_MARKS, SCAN
 
-GEMM_MARKS = _GEMM_MARKS + _ATTENTION_MARKS     # ops an emitter template writes (or absorbs)
 _DYNAMIC = -9223372036854775808  # ShapedType::kDynamic in static_offsets/sizes/strides
 _GPU_DIMS = {"x": 0, "y": 1, "z": 2}
 _GPU_IDS = {"gpu.block_id": "cuda.blockIdx", "gpu.thread_id": "cuda.threadIdx",
@@ -156,10 +150,10 @@ class Body(ControlFlow):
             self.ctx.expr[op.results[0]] = self.ctx.rules.constant(op)
             self.ctx.constant.add(op.results[0])
             return
-        if any(m in op.attributes for m in GEMM_MARKS):
-            if GEMM_MARK in op.attributes:
+        if any(m in op.attributes for m in GPU_TEMPLATE_MARKS):
+            if BLOCK_GEMM in op.attributes:
                 block_gemm(self, op)         # the whole contraction kernel, at its root
-            elif ATTENTION_MARK in op.attributes:
+            elif BLOCK_ATTENTION in op.attributes:
                 block_attention(self, op)    # the whole attention kernel, at its root
             elif name == "memref.alloc":      # a buffer only the template's ops used: never allocated
                 dyn = iter(self.val(v) for v in op.operands)
@@ -339,7 +333,7 @@ class Body(ControlFlow):
         emit_cpu.library_call(self, op)
 
     def generic(self, op):
-        if SCAN_MARK in op.attributes:
+        if SCAN in op.attributes:
             block_scan(self, op)
             return
         if BLOCK_REDUCE not in op.attributes:

@@ -24,7 +24,7 @@ from fractions import Fraction
 from ..mlir import ir
 from ..plan.analysis import conv_window
 from ..plan.conv import WINOGRAD, ConvShape, im2col_rows, winograd_rows, winograd_tiles
-from ..transforms.cpu_library_calls import CONV_ALGORITHM as ALGORITHM
+from ..marks import CONV_ALGORITHM
 from .values import add, mul
 
 NO_TRANS = 111
@@ -32,7 +32,7 @@ _JIT = '@numba.njit(nogil=True, fastmath={"contract", "reassoc"}, error_model="n
 
 
 def algorithm(op) -> str:
-    return ir.StringAttr(op.attributes[ALGORITHM]).value if ALGORITHM in op.attributes else "im2col"
+    return ir.StringAttr(op.attributes[CONV_ALGORITHM]).value if CONV_ALGORITHM in op.attributes else "im2col"
 
 
 def shape(op) -> ConvShape:

@@ -26,7 +26,7 @@ import re
 
 from .. import mathfns
 from ..mlir import ir
-from ..transforms.cpu_library_calls import ATTR
+from ..marks import CPU_CALL
 from ..plan.analysis import conv_window
 from .conv import conv_call, strides
 from .values import add, mul
@@ -301,7 +301,7 @@ def library_call(body, op) -> None:
     layout allows (a unit stride along one axis), else as a contiguous copy; a conv by the
     algorithm the plan chose (emit/conv.py). Loops where a view has no array expression or an
     extent is 0."""
-    zero = str(op.attributes[ATTR]).strip('"') == "zero"
+    zero = str(op.attributes[CPU_CALL]).strip('"') == "zero"
     views = [body.view(v) for v in op.operands]
     conv = op.name == "linalg.conv_2d_nchw_fchw"
     shapes = [ir.MemRefType(v.type).shape for v in op.operands]

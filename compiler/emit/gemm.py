@@ -47,9 +47,8 @@ import math
 from .values import EmitError, atom, add, floordiv, is_int, mod, mul, no_rule
 from ..mlir import ir
 from ..plan.gemm import mma_tiles_error, tile_pad
-from ..transforms.gemm_kernels import ABSORBED, BLOCK_GEMM, CONTRACTION, MMA, PREFETCH, ROOT_LOOPS, SIDES, TILES
+from ..marks import ABSORBED, BLOCK_GEMM, CONTRACTION, GEMM_MMA, GEMM_PREFETCH, GEMM_ROOT_LOOPS, GEMM_SIDES, GEMM_TILES
 
-MARK = BLOCK_GEMM
 WARP = 32
 
 
@@ -167,9 +166,9 @@ class _Gemm:
         self.writers = [op for op in block if op.name.startswith("linalg.")
                         and (ABSORBED in op.attributes or CONTRACTION in op.attributes or op == root)]
         self.bk, self.tq, self.tp = _ints(root.attributes[BLOCK_GEMM])
-        self.tiles = _ints(root.attributes[TILES])
-        self.sides = [ir.StringAttr(s).value for s in ir.ArrayAttr(root.attributes[SIDES])]
-        self.root_loops = _ints(root.attributes[ROOT_LOOPS])
+        self.tiles = _ints(root.attributes[GEMM_TILES])
+        self.sides = [ir.StringAttr(s).value for s in ir.ArrayAttr(root.attributes[GEMM_SIDES])]
+        self.root_loops = _ints(root.attributes[GEMM_ROOT_LOOPS])
         self.cmaps = _maps(self.c)
         n_in = len(self.c.operands) - 1
         if n_in != 2 or len(self.cmaps) != 3 or len(self.sides) != self.cmaps[0].n_dims:
@@ -187,7 +186,7 @@ class _Gemm:
         dims = tuple(str(d) for d in (body.ctx.block_dims or ()))
         if dims and dims != (str(self.tx), str(self.ty), "1"):
             raise EmitError(f"a fusec.block_gemm of {self.tx}x{self.ty} threads in a block of {dims}", root)
-        self.mma = ir.StringAttr(root.attributes[MMA]).value if MMA in root.attributes else ""
+        self.mma = ir.StringAttr(root.attributes[GEMM_MMA]).value if GEMM_MMA in root.attributes else ""
         why = mma_tiles_error(self.bq, self.bp, self.bk, self.tq, self.tp) if self.mma else None
         if why is not None:
             raise EmitError(f"a {self.mma} tensor-core fusec.block_gemm: {why}", root)
@@ -219,7 +218,7 @@ class _Gemm:
     # -- emission ------------------------------------------------------------------------------
     def emit(self) -> None:
         w, names = self.w, self.names
-        w(f"# {MARK}: {self.bq}x{self.bp} outputs per block, K in steps of {self.bk}, "
+        w(f"# {BLOCK_GEMM}: {self.bq}x{self.bp} outputs per block, K in steps of {self.bk}, "
           f"{self.tq}x{self.tp} per thread")
         self.tid = names.fresh("tid")
         self.txn, self.tyn = names.fresh("tx"), names.fresh("ty")
@@ -248,7 +247,7 @@ class _Gemm:
             for a in row:
                 w(f"{a} = {init}")
         k0 = names.fresh("k0")
-        prefetch = PREFETCH in self.root.attributes
+        prefetch = GEMM_PREFETCH in self.root.attributes
         if prefetch:             # the first K step into registers before the loop
             for ld in loads:
                 ld.declare()

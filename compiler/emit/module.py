@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..emitted import EmittedModule, Entry, Launch
 from . import cpu as emit_cpu
-from .body import GEMM_MARKS, Body, FuncCtx, Writer, arena_param, operand_segments, output_param
+from .body import GPU_TEMPLATE_MARKS, Body, FuncCtx, Writer, arena_param, operand_segments, output_param
 from .memplan import MemoryPlan, plan_memory
 from .scalar import Helpers, ScalarRules
 from .shared import block_shared_allocs
@@ -200,7 +200,7 @@ class _FuncEmitter:
         mode = "host" if self.target == "cuda" else "cpu"
         params = [self._bind_arg(a, w, mode) for a in block.arguments]
         memory = plan_memory(block, lambda mt, op: (elem_of(mt, op).storage if mode == "host" else elem_of(mt, op).compute),
-                             skip=lambda op: any(m in op.attributes for m in GEMM_MARKS))
+                             skip=lambda op: any(m in op.attributes for m in GPU_TEMPLATE_MARKS))
         self.memory = memory
         user_params = params
         planned = bool(memory.slots)

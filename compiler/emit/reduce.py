@@ -19,8 +19,8 @@ Both end with a barrier, so every thread may read O afterwards.
 from __future__ import annotations
 
 from .values import EmitError
+from ..marks import BLOCK_REDUCE
 
-MARK = "fusec.block_reduce"
 WARP = 32
 
 
@@ -58,7 +58,7 @@ def block_reduce(body, op) -> None:
     w = body.w
     names = body.names
     body.ctx.helpers.cudasim = True
-    w(f"# {MARK} {combine_op.name}: {T} partials per row x {R} rows, threads x along the partials")
+    w(f"# {BLOCK_REDUCE} {combine_op.name}: {T} partials per row x {R} rows, threads x along the partials")
     slots = names.temp("slots")
     warps = max(1, T // WARP)
     w(f"{slots} = cuda.shared.array(({R}, {warps}), numba.{elem.compute})")

@@ -29,9 +29,8 @@ from __future__ import annotations
 from .gemm import _maps, _n_inputs, affine
 from .values import EmitError
 from ..mlir import ir
-from ..plan.analysis import SCAN, SCAN_AXIS
+from ..marks import SCAN, SCAN_AXIS
 
-MARK = SCAN
 WARP = 32
 
 
@@ -119,7 +118,7 @@ class _Scan:
     def emit(self) -> None:
         kind = ir.StringAttr(self.op.attributes[SCAN]).value
         n = self.out.shape[self.axis]
-        self.w(f"# {MARK} {kind} along axis {self.axis}: {self.rows()} rows of {n}")
+        self.w(f"# {SCAN} {kind} along axis {self.axis}: {self.rows()} rows of {n}")
         if self.body.mode == "cpu":
             self.emit_cpu(n)
         elif self.axis == self.rank - 1:

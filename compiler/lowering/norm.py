@@ -20,8 +20,8 @@ from .builder import (compute_type, count, count_value, dims_map, elem_of, empty
                       narrow, parallel, reduction, shape_of, widen)
 from .reduction import extreme
 from .registry import LoweringContext, rule
+from ..marks import BATCHNORM
 
-BATCHNORM_TAG = "fusec.batchnorm"
 
 
 def _sum(xs, acc):
@@ -112,7 +112,7 @@ def lower_batchnorm(ctx: LoweringContext, node: Node):
 
     y = parallel([(x, identity_map(len(space))), (mean, chan), (var, chan), (gamma, chan), (beta, chan)],
                  space, elem, textbook)
-    y.owner.attributes[BATCHNORM_TAG] = ir.FloatAttr.get(ir.F64Type.get(), eps)
+    y.owner.attributes[BATCHNORM] = ir.FloatAttr.get(ir.F64Type.get(), eps)
     return y
 
 

@@ -14,6 +14,7 @@ from . import scalar as S
 from .builder import (compute_type, count, count_value, dims_map, expand, fill, generic, identity_map, is_float, kept_map, narrow,
                       parallel, reassociation, reduction, shape_of, widen)
 from .registry import LoweringContext, rule
+from ..marks import SCAN, SCAN_AXIS
 
 
 def extreme(elem: ir.Type, lowest: bool) -> float | int:
@@ -90,8 +91,6 @@ def lower_arg_reduction(ctx: LoweringContext, node: Node):
     return keepdims(out, ctx.shape(node))
 
 
-SCAN = "fusec.scan"          # on a running sum / product: the generic below, which the compiler runs as a scan
-SCAN_AXIS = "fusec.scan_axis"
 
 
 @rule("cumsum", "cumprod")

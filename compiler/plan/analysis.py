@@ -12,10 +12,8 @@ from dataclasses import dataclass
 
 from ..errors import CompilerInternalError
 from ..mlir import PassManager, ir
+from ..marks import NOTE, OP_ID, SCAN, SCAN_AXIS
 
-ID_ATTR = "fusec.id"
-SCAN = "fusec.scan"                # a running sum/product (compiler/lowering/reduction.py), run as a scan
-SCAN_AXIS = "fusec.scan_axis"
 VIEW_OPS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape")
 IGNORED = ("tensor.empty", "arith.constant", "func.return", "tensor.dim")
 CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.conv_2d_nchw_fchw", "linalg.batch_matmul_transpose_b",
@@ -150,7 +148,7 @@ def tag_ops(module: ir.Module) -> None:
     i64 = ir.IntegerType.get_signless(64, module.context)
     for f in module.body.operations:
         for i, op in enumerate(payload_ops(f)):
-            op.attributes[ID_ATTR] = ir.IntegerAttr.get(i64, i)
+            op.attributes[OP_ID] = ir.IntegerAttr.get(i64, i)
 
 
 def _prod(shape) -> int:
@@ -243,7 +241,7 @@ def _info(i: int, orig, gen, index: dict) -> OpInfo:
                   tuple(sorted(set(users))), shape, eb, body, str(orig.location), n_inputs=n_in,
                   reduction_ops=_combining_ops(gen, n_in) if kind == "reduction" else (),
                   fill_value=_fill_value(orig) if kind == "fill" else None,
-                  note=ir.StringAttr(orig.attributes["fusec.note"]).value if "fusec.note" in orig.attributes else "",
+                  note=ir.StringAttr(orig.attributes[NOTE]).value if NOTE in orig.attributes else "",
                   scan=ir.StringAttr(orig.attributes[SCAN]).value if SCAN in orig.attributes else "",
                   scan_axis=ir.IntegerAttr(orig.attributes[SCAN_AXIS]).value if SCAN_AXIS in orig.attributes else -1,
                   body_expr=body_tree(gen, n_in), window=conv_window(orig), **extra)

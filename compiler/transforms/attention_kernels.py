@@ -26,16 +26,11 @@ from ..errors import CompilerInternalError
 from ..mlir import ir
 from ..plan.attention import attention_kernel
 from ..plan.planner import FusionPlan, Group
-from .gemm_kernels import ABSORBED, _i64_array, _one, _only_used_by, _tagged, generalize_steps
+from ..marks import (ABSORBED, ATTENTION_BATCH, ATTENTION_LOOPS, ATTENTION_MARKS, ATTENTION_ROLE, ATTENTION_V,
+                     ATTENTION_Z, BLOCK_ATTENTION)
+from .gemm_kernels import _i64_array, _one, _only_used_by, _tagged, generalize_steps
 from .script import apply_script, script_text, tag_of
 
-BLOCK_ATTENTION = "fusec.block_attention"
-ROLE = "fusec.attention_role"
-Z_OPERAND = "fusec.attention_z"
-V_OPERAND = "fusec.attention_v"
-LOOPS = "fusec.attention_loops"
-BATCH = "fusec.attention_batch"
-MARKS = (BLOCK_ATTENTION, ROLE)
 
 
 def attention_groups(plans: dict[str, FusionPlan]) -> list[tuple[FusionPlan, Group]]:
@@ -75,14 +70,14 @@ def _mark(plan: FusionPlan, g: Group, tagged: dict, stage: str) -> None:
     members = set()
     for role, m in roles.items():
         op = _one(tagged, tag_of(g.id, m), role, g, stage)
-        op.attributes[ROLE] = ir.StringAttr.get(role)
+        op.attributes[ATTENTION_ROLE] = ir.StringAttr.get(role)
         members.add(op)
     i64 = ir.IntegerType.get_signless(64)
-    _one(tagged, tag_of(g.id, a.exp), "exp", g, stage).attributes[Z_OPERAND] = ir.IntegerAttr.get(i64, a.z_operand)
-    _one(tagged, tag_of(g.id, a.out), "out", g, stage).attributes[V_OPERAND] = ir.IntegerAttr.get(i64, a.v_operand)
+    _one(tagged, tag_of(g.id, a.exp), "exp", g, stage).attributes[ATTENTION_Z] = ir.IntegerAttr.get(i64, a.z_operand)
+    _one(tagged, tag_of(g.id, a.out), "out", g, stage).attributes[ATTENTION_V] = ir.IntegerAttr.get(i64, a.v_operand)
     root.attributes[BLOCK_ATTENTION] = _i64_array(g.attention)
-    root.attributes[LOOPS] = _i64_array([a.q_loop, a.k_loop, a.d_loop])
-    root.attributes[BATCH] = _i64_array(a.batch_loops)
+    root.attributes[ATTENTION_LOOPS] = _i64_array([a.q_loop, a.k_loop, a.d_loop])
+    root.attributes[ATTENTION_BATCH] = _i64_array(a.batch_loops)
     members.add(root)
     block = root.block
     for m in g.ops:

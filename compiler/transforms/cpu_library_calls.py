@@ -29,14 +29,11 @@ import math
 from ..errors import CompilerInternalError
 from ..mlir import ir, memref
 from ..plan.conv import NAME as CONV, library_conv
-from .script import MEMREF_VIEWS, TAG, tag_of
+from .script import MEMREF_VIEWS, tag_of
+from ..marks import CONV_ALGORITHM, CPU_CALL, CPU_TEMPLATE_MARKS, TAG, TO_LOOPS
 
 NAME = "cpu-library-calls"
-ATTR = "fusec.cpu_call"
-CONV_ALGORITHM = "fusec.conv_algorithm"      # the plan's algorithm for a conv (emit/conv.py)
 # ops an emitter template writes itself (transforms/attention_kernels.py): neither calls nor loops
-TEMPLATE_MARKS = ("fusec.block_attention", "fusec.attention_role", "fusec.absorbed", "fusec.scan")
-LOOPS = "fusec.to_loops"
 CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.conv_2d_nchw_fchw")
 _FLOATS = ("f32", "f64")
 
@@ -237,7 +234,7 @@ def hoist_whole_contractions(module: ir.Module, only: "set[int] | None" = None) 
             whole = op.clone(ip=ir.InsertionPoint(loop))
             whole.operands[0] = whole_a
             whole.operands[2] = whole_c
-            whole.attributes[ATTR] = ir.StringAttr.get("zero")
+            whole.attributes[CPU_CALL] = ir.StringAttr.get("zero")
             fill.erase()
             op.erase()
             count += 1
@@ -374,25 +371,25 @@ def mark_library_calls(module: ir.Module) -> int:
     returns how many were marked as calls."""
     count = 0
     for op in linalg_ops(module):
-        if ATTR in op.attributes or any(m in op.attributes for m in TEMPLATE_MARKS):
+        if CPU_CALL in op.attributes or any(m in op.attributes for m in CPU_TEMPLATE_MARKS):
             continue          # hoisted whole already, or an op of the attention template
         if op.name in CONTRACTIONS and _callable(op):
             fill = _zero_fill_before(op)
-            op.attributes[ATTR] = ir.StringAttr.get("zero" if fill is not None else "acc")
+            op.attributes[CPU_CALL] = ir.StringAttr.get("zero" if fill is not None else "acc")
             if fill is not None:
                 fill.erase()
             count += 1
     for op in linalg_ops(module):
-        if ATTR not in op.attributes and not any(m in op.attributes for m in TEMPLATE_MARKS):
-            op.attributes[LOOPS] = ir.UnitAttr.get()
+        if CPU_CALL not in op.attributes and not any(m in op.attributes for m in CPU_TEMPLATE_MARKS):
+            op.attributes[TO_LOOPS] = ir.UnitAttr.get()
     return count
 
 
 def loops_script() -> str:
-    """The transform script lowering the ops marked LOOPS (all but the calls) to scf loops."""
+    """The transform script lowering the ops marked TO_LOOPS (all but the calls) to scf loops."""
     any_op = "!transform.any_op"
     return ("module attributes {transform.with_named_sequence} {\n"
             f"  transform.named_sequence @__transform_main(%root: {any_op} {{transform.consumed}}) {{\n"
-            f'    %l = transform.structured.match attributes {{"{LOOPS}"}} in %root : ({any_op}) -> {any_op}\n'
+            f'    %l = transform.structured.match attributes {{"{TO_LOOPS}"}} in %root : ({any_op}) -> {any_op}\n'
             f"    %loops = transform.structured.convert_to_loops %l : ({any_op}) -> {any_op}\n"
             "    transform.yield\n  }\n}\n")

@@ -8,7 +8,8 @@ so the per-element work is one multiply-add, the form that later fuses into a co
 """
 from __future__ import annotations
 
-from ..lowering.norm import BATCHNORM_TAG, batchnorm_scale_shift
+from ..lowering.norm import batchnorm_scale_shift
+from ..marks import BATCHNORM
 from ..mlir import ir
 
 NAME = "fold-batchnorm"
@@ -18,7 +19,7 @@ def _tagged_generics(module: ir.Module) -> list[ir.Operation]:
     found: list[ir.Operation] = []
 
     def visit(op):
-        if op.name == "linalg.generic" and BATCHNORM_TAG in op.attributes:
+        if op.name == "linalg.generic" and BATCHNORM in op.attributes:
             found.append(op)
         return ir.WalkResult.ADVANCE
 
@@ -35,7 +36,7 @@ def fold_batchnorm(module: ir.Module) -> int:
         if len(op.operands) != 6 or len(op.results) != 1:
             continue
         x, mean, var, gamma, beta = list(op.operands)[:5]
-        eps = ir.FloatAttr(op.attributes[BATCHNORM_TAG]).value
+        eps = ir.FloatAttr(op.attributes[BATCHNORM]).value
         with op.location, ir.InsertionPoint(op):
             y = batchnorm_scale_shift(x, mean, var, gamma, beta, eps)
         op.results[0].replace_all_uses_with(y)

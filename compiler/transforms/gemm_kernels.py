@@ -23,17 +23,9 @@ from ..errors import CompilerInternalError
 from ..mlir import ir
 from ..plan.gemm import gemm_kernel, gemm_shape
 from ..plan.planner import FusionPlan, Group
-from .script import ANY, TAG, Step, apply_script, script_text, tag_of
+from .script import ANY, Step, apply_script, script_text, tag_of
+from ..marks import ABSORBED, BLOCK_GEMM, CONTRACTION, GEMM_MARKS, GEMM_MMA, GEMM_PREFETCH, GEMM_ROOT_LOOPS, GEMM_SIDES, GEMM_TILES, TAG
 
-BLOCK_GEMM = "fusec.block_gemm"
-CONTRACTION = "fusec.gemm_contraction"
-ABSORBED = "fusec.absorbed"
-TILES = "fusec.gemm_tiles"
-SIDES = "fusec.gemm_sides"
-MMA = "fusec.gemm_mma"          # on tensor cores: the operands' type (f16 | bf16)
-PREFETCH = "fusec.gemm_prefetch"   # double-buffered: the next K step loaded into registers first
-ROOT_LOOPS = "fusec.gemm_root_loops"
-MARKS = (BLOCK_GEMM, CONTRACTION, ABSORBED)
 _VIEWS = ("memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast")
 
 
@@ -101,13 +93,13 @@ def _mark(plan: FusionPlan, g: Group, tagged: dict) -> None:
     root = _one(tagged, tag_of(g.id, g.root), "root", g)
     c.attributes[CONTRACTION] = ir.UnitAttr.get()
     root.attributes[BLOCK_GEMM] = _i64_array(g.gemm[:3])
-    root.attributes[TILES] = _i64_array(shape.tiles)
-    root.attributes[SIDES] = ir.ArrayAttr.get([ir.StringAttr.get(s) for s in gk.sides])
-    root.attributes[ROOT_LOOPS] = _i64_array(gk.root_loops)
+    root.attributes[GEMM_TILES] = _i64_array(shape.tiles)
+    root.attributes[GEMM_SIDES] = ir.ArrayAttr.get([ir.StringAttr.get(s) for s in gk.sides])
+    root.attributes[GEMM_ROOT_LOOPS] = _i64_array(gk.root_loops)
     if g.mma:
-        root.attributes[MMA] = ir.StringAttr.get(g.mma)
+        root.attributes[GEMM_MMA] = ir.StringAttr.get(g.mma)
     if g.prefetch:
-        root.attributes[PREFETCH] = ir.UnitAttr.get()
+        root.attributes[GEMM_PREFETCH] = ir.UnitAttr.get()
     block = root.block
     if c.block != block:
         raise CompilerInternalError("gpu", f"kernel {g.id}: its contraction and root are in different blocks")

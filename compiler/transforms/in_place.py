@@ -21,15 +21,16 @@ from __future__ import annotations
 from collections import Counter
 
 from ..mlir import ir
-from ..plan.analysis import ID_ATTR, payload_ops
+from ..marks import OP_ID
+from ..plan.analysis import payload_ops
 from ..plan.planner import FusionPlan
 from .generic import iterators, maps, rebuild
 
 
 def write_in_place(func_op, plan: FusionPlan) -> list[int]:
     """Rewrite every eligible kernel root of `func_op`; returns their op ids."""
-    ops = {ir.IntegerAttr(op.attributes[ID_ATTR]).value: op for op in payload_ops(func_op)
-           if ID_ATTR in op.attributes}
+    ops = {ir.IntegerAttr(op.attributes[OP_ID]).value: op for op in payload_ops(func_op)
+           if OP_ID in op.attributes}
     kernels_of = Counter(m for g in plan.groups for m in g.ops)
     position = {m: i for i, m in enumerate(ops)}          # program order
     ends = {g.id: max(position.get(m, -1) for m in g.ops) for g in plan.groups}
@@ -69,14 +70,14 @@ def _reusable_input(root, members: set[int], earlier) -> int | None:
         if v.type != out.type or am[k] != am[n_in] or isinstance(v.owner, ir.Block):
             continue
         prod = v.owner.operation
-        if not prod.name.startswith("linalg.") or ID_ATTR not in prod.attributes:
+        if not prod.name.startswith("linalg.") or OP_ID not in prod.attributes:
             continue
-        if ir.IntegerAttr(prod.attributes[ID_ATTR]).value in members:
+        if ir.IntegerAttr(prod.attributes[OP_ID]).value in members:
             continue
         if sum(1 for w in root.operands if w == v) != 1:
             continue
-        if all(u.owner.operation == root or (ID_ATTR in u.owner.attributes and
-                                   earlier(ir.IntegerAttr(u.owner.attributes[ID_ATTR]).value))
+        if all(u.owner.operation == root or (OP_ID in u.owner.attributes and
+                                   earlier(ir.IntegerAttr(u.owner.attributes[OP_ID]).value))
                for u in v.uses):
             return k
     return None

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from ..mlir import ir
 from .generic import iterators, maps
+from ..marks import SCAN, SCAN_AXIS
 
 NAME = "mark-scans"
-SCAN, SCAN_AXIS = "fusec.scan", "fusec.scan_axis"
+
 _ULE = 7                  # arith.cmpi's predicate number for "ule"
 _COMBINES = {"arith.addf": ("cumsum", 0.0), "arith.addi": ("cumsum", 0), "arith.mulf": ("cumprod", 1.0),
              "arith.muli": ("cumprod", 1)}

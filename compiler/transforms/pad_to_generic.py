@@ -8,7 +8,7 @@ start of the tiled stage; the generic keeps the pad's `fusec.id`, so the plan st
 """
 from __future__ import annotations
 
-from ..plan.analysis import ID_ATTR
+from ..marks import OP_ID
 from ..lowering.builder import generic, identity_map
 from ..mlir import arith, ir, linalg, tensor
 
@@ -68,8 +68,8 @@ def pad_to_generic(module: ir.Module) -> int:
                 return [val if ok is None else arith.SelectOp(ok, val, const).result]
 
             (out,) = generic([], [(init, identity_map(rank))], ["parallel"] * rank, body)
-        if ID_ATTR in pad.attributes:
-            out.owner.attributes[ID_ATTR] = pad.attributes[ID_ATTR]
+        if OP_ID in pad.attributes:
+            out.owner.attributes[OP_ID] = pad.attributes[OP_ID]
         pad.results[0].replace_all_uses_with(out)
         pad.erase()
         count += 1

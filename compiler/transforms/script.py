@@ -12,13 +12,12 @@ from dataclasses import dataclass
 
 from ..errors import CompilerInternalError
 from ..mlir import PassManager, interpreter, ir
+from ..marks import GROUP, TAG
 
 # memref ops whose result is a view of their first operand's buffer (no data of its own)
 MEMREF_VIEWS = ("memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast",
                 "memref.reinterpret_cast", "memref.transpose")
 
-TAG = "fusec.tag"
-GROUP = "fusec.group"
 ANY = "!transform.any_op"
 
 

@@ -24,9 +24,9 @@ from ..mlir import arith, ir, linalg, tensor
 from ..plan.hardware import HardwareProfile
 from .generic import elem_of, is_dim, iterators, map_attr, maps, rebuild, shape_of, split_groups
 from .split_rows import COMBINERS
+from ..marks import NOTE
 
 NAME = "split-reductions"
-NOTE = "fusec.note"                     # on the partial: what was split and why (the plan prints it)
 MIN_BLOCK_CHUNK = 1024                  # a contiguous chunk per block: 4 per thread at 256 threads
 MIN_THREAD_CHUNK = 64                   # a strided chunk per thread
 NEUTRAL = {"addf": 0.0, "addi": 0, "mulf": 1.0, "muli": 1, "maximumf": -math.inf, "minimumf": math.inf,

@@ -32,11 +32,9 @@ from ..plan.analysis import ChainInfo, loop_correspondence
 from ..plan.planner import Group
 from ..plan.rows import RowKernel, row_kernel
 from .generic import elem_of, empty_like, is_dim, iterator_attr, iterators, map_attr, maps, rebuild, shape_of, split_groups
-from .script import GROUP, TAG, tag_of
+from .script import tag_of
+from ..marks import BLOCK_REDUCE, GROUP, PART, TAG, THREADS_OF
 
-PART = "fusec.part"
-THREADS_OF = "fusec.threads_of"            # on a row kernel's thread loops: the kernel's id
-BLOCK_REDUCE = "fusec.block_reduce"
 WORKGROUP = "#gpu.address_space<workgroup>"
 COMBINERS = {"addf": arith.addf, "mulf": arith.mulf, "maximumf": arith.maximumf, "minimumf": arith.minimumf,
              "maxnumf": arith.maxnumf, "minnumf": arith.minnumf, "addi": arith.addi, "muli": arith.muli,

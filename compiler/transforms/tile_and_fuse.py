@@ -13,20 +13,21 @@ from __future__ import annotations
 
 from ..errors import CompilerInternalError
 from ..mlir import ir
-from ..plan.analysis import ID_ATTR, loop_correspondence, payload_ops, sibling_tiles
+from ..plan.analysis import loop_correspondence, payload_ops, sibling_tiles
 from ..plan.planner import FusionPlan, Group
 from .generic import empty_like
 from .in_place import write_in_place
 from .pad_to_generic import pad_to_generic
-from .script import ANY, GROUP, TAG, Step, apply_script, i64, match_tag, script_text, tag_of
-from .split_rows import PART, THREADS_OF, Phase, split_rows
+from .script import ANY, Step, apply_script, i64, match_tag, script_text, tag_of
+from .split_rows import Phase, split_rows
+from ..marks import GROUP, OP_ID, PART, TAG, THREADS_OF
 
 
 def tag_groups(func_op, plan: FusionPlan) -> None:
     """Tag each op with (group, op). An op in several groups (a shared fill or pad, an op kernels
     recompute) stays itself in the group that writes it (the one it is not `recomputed` in; else
     the first) and every other group gets its own copy, which only that group's ops read."""
-    ops = {ir.IntegerAttr(op.attributes[ID_ATTR]).value: op for op in payload_ops(func_op)}
+    ops = {ir.IntegerAttr(op.attributes[OP_ID]).value: op for op in payload_ops(func_op)}
     home: dict[int, int] = {}
     for g in plan.groups:
         for m in g.ops:

@@ -12,15 +12,13 @@ from __future__ import annotations
 from ..errors import CompilerInternalError
 from ..mlir import arith, ir, memref, scf
 from ..plan.planner import FusionPlan, Group
-from .cpu_library_calls import (LOOPS, fold_transposed_operands, hoist_whole_contractions, linalg_ops,
+from .cpu_library_calls import (fold_transposed_operands, hoist_whole_contractions, linalg_ops,
                                 loops_script, mark_conv_algorithms, mark_library_calls)
-from .script import ANY, GROUP, MEMREF_VIEWS, TAG, Step, apply_script, i64, run_passes, script_text, tag_of
-from .gemm_kernels import MARKS as GEMM_MARKS
+from .script import ANY, MEMREF_VIEWS, Step, apply_script, i64, run_passes, script_text, tag_of
 from .gemm_kernels import mark_gemm_kernels
-from .attention_kernels import MARKS as ATTENTION_MARKS
 from .attention_kernels import grid, mark_attention_kernels
-from .split_rows import BLOCK_REDUCE, THREADS_OF
-from ..plan.analysis import SCAN, OpInfo
+from ..plan.analysis import OpInfo
+from ..marks import ATTENTION_MARKS, BLOCK_REDUCE, GEMM_MARKS, GROUP, SCAN, TAG, THREADS_OF, TO_LOOPS
 
 
 def scan_rows(op: OpInfo) -> int:
@@ -211,7 +209,7 @@ def _lower_all_but_emitter_ops(module: ir.Module) -> None:
     for op in linalg_ops(module):
         if BLOCK_REDUCE not in op.attributes and SCAN not in op.attributes and \
                 not any(m in op.attributes for m in GEMM_MARKS + ATTENTION_MARKS):
-            op.attributes[LOOPS] = ir.UnitAttr.get()
+            op.attributes[TO_LOOPS] = ir.UnitAttr.get()
     apply_script(module, loops_script(), "gpu")
 
 

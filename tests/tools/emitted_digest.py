@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                                 (args.out / f"{name}.plan.txt").write_text(st.texts["plan"])
                         except Exception as e:       # a build that fails is recorded, not skipped
                             failed += 1
-                            (args.out / f"{name}.error.txt").write_text(f"{type(e).__name__}: {e}\n")
+                            (args.out / f"{name}.error.txt").write_text(f"{type(e).__name__}: {str(e).splitlines()[0]}\n")
                         print(name, file=sys.stderr)
     print(f"{len(list(args.out.iterdir()))} files in {args.out}; {failed} builds failed")
     return 0
