@@ -48,7 +48,7 @@ _erf = _scalar_math(math.erf)
 # target: NaN if either operand is NaN, and -0 below +0. np.maximum and np.minimum propagate NaN
 # but return one of two equal operands (maximum(0, -0) is -0, maximum(-0, 0) is 0), so the sign
 # of a zero result is set here; integers are exact as they are.
-def ieee_maximum(a, b):
+def _maximum(a, b):
     r = np.maximum(a, b)
     if r.dtype.kind != "f":
         return r
@@ -56,7 +56,7 @@ def ieee_maximum(a, b):
     return np.where((a == 0) & (b == 0), np.where(neg, r.dtype.type(-0.0), r.dtype.type(0.0)), r)
 
 
-def ieee_minimum(a, b):
+def _minimum(a, b):
     r = np.minimum(a, b)
     if r.dtype.kind != "f":
         return r
@@ -91,7 +91,7 @@ UNARY: dict[str, tuple[str, Callable, str]] = {
     "rsqrt": ("float", lambda x: const_like(x, 1) / np.sqrt(x), "1/sqrt(x)"),
     "tanh": ("float", np.tanh, "hyperbolic tangent"),
     "sigmoid": ("float", _sigmoid, "1/(1+exp(-x))"),
-    "relu": ("numeric", lambda x: ieee_maximum(x, const_like(x, 0)), "max(x, 0)"),
+    "relu": ("numeric", lambda x: _maximum(x, const_like(x, 0)), "max(x, 0)"),
     "silu": ("float", lambda x: x * _sigmoid(x), "x*sigmoid(x)"),
     "erf": ("float", _erf, "the error function"),
     "erfc": ("float", _scalar_math(math.erfc), "1 - erf(x), accurate where erf(x) is near 1"),
@@ -154,8 +154,8 @@ BINARY: dict[str, tuple[str, str, Callable, str]] = {
     "mul": ("multiply", "numeric", np.multiply, "a * b"),
     "div": ("divide", "float", np.divide, "a / b (floating point)"),
     "pow": ("raise", "numeric", _power, "a ** b"),
-    "maximum": ("take the maximum of", "numeric", ieee_maximum, "elementwise maximum"),
-    "minimum": ("take the minimum of", "numeric", ieee_minimum, "elementwise minimum"),
+    "maximum": ("take the maximum of", "numeric", _maximum, "elementwise maximum"),
+    "minimum": ("take the minimum of", "numeric", _minimum, "elementwise minimum"),
 }
 COMPARE: dict[str, tuple[str, Callable]] = {
     "eq": ("==", np.equal), "ne": ("!=", np.not_equal), "lt": ("<", np.less),
@@ -193,7 +193,7 @@ register_op(OpDef("where", "elementwise", (Arg("cond", "tensor"), Arg("a", "tens
 
 register_op(OpDef("clamp", "elementwise", (Arg("x", "tensor"), Arg("lo", "tensor"), Arg("hi", "tensor")),
                   _broadcast_infer("clamp", "clamp", "numeric"),
-                  lambda xs, a, out: ieee_minimum(ieee_maximum(xs[0], xs[1]), xs[2]), "min(max(x, lo), hi)"))
+                  lambda xs, a, out: _minimum(_maximum(xs[0], xs[1]), xs[2]), "min(max(x, lo), hi)"))
 
 
 def _cast_infer(syms, types, attrs):

@@ -14,7 +14,7 @@ from .registry import Arg, OpDef, register_op, require_float, require_numeric
 
 def _reduce_extreme(f, largest: bool):
     """np.max / np.min over axes (NaN if the slice holds one), a zero result signed as the
-    elementwise ieee_maximum / ieee_minimum: max is +0 if the slice holds a +0, min -0 if a -0."""
+    elementwise maximum / minimum (elementwise.py): max is +0 if the slice holds a +0, min -0 if a -0."""
     def reduce(x, axis, keepdims):
         r = f(x, axis=axis, keepdims=keepdims)
         if x.dtype.kind != "f":
