@@ -25,7 +25,8 @@ class Arg:
     """One argument of a signature: a tensor (`is_tensor`), or a static argument the checker
     evaluates at compile time into an attribute (`kind` says what it must be)."""
     name: str
-    kind: str                  # tensor | tensor? | tensors (a list of them) | subscript | int | axes | pair | float | bool | str | dtype | dims | perm
+    kind: str                  # tensor | tensor? | tensors (a list of them) | subscript | int | axes | pair
+                               # | float | bool | str | dtype | dims | perm
     default: Any = REQUIRED
     choices: tuple = ()
     positive: bool = False     # random inputs feeding this argument are drawn positive
