@@ -1,61 +1,31 @@
 """The checker: names, dtypes, broadcasting, symbols and each op's shape rule -> a typed chain.
 
 Errors are collected, not thrown at the first: a statement that fails binds its name to
-POISON, and uses of a poisoned value report nothing more, so independent mistakes all
-show up in one run.
+POISON (dsl/scope.py), and uses of a poisoned value report nothing more, so independent mistakes
+all show up in one run. Compile-time constants are folded in dsl/constants.py; the chain
+checker's rules for subscripts and for static arguments are mixins, in dsl/subscripts.py and
+dsl/static_args.py.
 """
 from __future__ import annotations
 
 import difflib
-import math
-from dataclasses import dataclass
 from typing import Any
 
-import ml_dtypes
-import numpy as np
-
 from . import ast as A
-from .diagnostics import DiagnosticSink, FdslError, Note
+from .constants import I64_MAX, Weak, declare_const, fit_error, fold, fold_const
+from .diagnostics import DiagnosticSink, Note
 from .limits import recursion_room
-from .ops import BINARY_OPERATORS, OPS, REQUIRED, Arg, OpDef, bind_slice_errors, slice_type
+from .ops import BINARY_OPERATORS, OPS, REQUIRED, Arg, OpDef, bind_slice_errors
+from .scope import POISON, Binding, Poison
 from .shapes import OpError, Symbols
 from .source import Span
+from .static_args import StaticArgs, default_attr
+from .subscripts import Subscripts
 from .typed import Node, TypedChain, TypedModule
 from .types import BOOL, DTYPES, DType, TensorType
 
-
-@dataclass(frozen=True)
-class Weak:
-    """A compile-time scalar without a dtype yet: a literal or a const. It adopts its context's dtype."""
-    value: int | float | bool
-
-    @property
-    def kind(self) -> str:
-        if isinstance(self.value, (bool, np.bool_)):
-            return "bool"
-        return "int" if isinstance(self.value, (int, np.integer)) else "float"
-
-
-class _Poison:
-    pass
-
-
-POISON = _Poison()
-
-
-@dataclass(frozen=True)
-class Binding:
-    """What a name means in a chain: a node, a weak scalar, or poison; and where it was defined."""
-    value: Any                 # int node id | Weak | POISON
-    span: Span
-    what: str                  # 'parameter' | 'value' | 'const'
-
-
-I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
-
 # Op-table entries that are not called by name, and what to write instead.
 _NOT_CALLABLE = {"slice": "; a slice is written as a subscript: x[a:b], x[::2], x[..., 0]"}
-_RUNTIME_INDEX = "use gather(x, idx, axis=k) for indices computed at run time"
 
 
 def check(module: A.Module) -> TypedModule:
@@ -71,7 +41,7 @@ def _check(module: A.Module) -> TypedModule:
     seen: dict[str, A.ChainDef] = {}
     for item in module.items:
         if isinstance(item, A.ConstDecl):
-            _declare_const(sink, consts, item)
+            declare_const(sink, consts, item)
             continue
         if item.name in seen:
             sink.error(item.name_span, f"chain '{item.name}' is defined twice",
@@ -85,104 +55,10 @@ def _check(module: A.Module) -> TypedModule:
     return TypedModule(module.file, tuple(chains))
 
 
-def _declare_const(sink: DiagnosticSink, scope: dict[str, Binding], decl: A.ConstDecl) -> None:
-    if decl.name in scope:
-        prev = scope[decl.name]
-        sink.error(decl.name_span, f"'{decl.name}' is already defined",
-                   [Note(prev.span, f"'{decl.name}' first defined here")])
-        return
-    value = _fold_const(sink, scope, decl.value)
-    scope[decl.name] = Binding(value, decl.name_span, "const")
+class _ChainChecker(Subscripts, StaticArgs):
+    """One chain: its parameters, statements, calls and returns, each op's rule applied; the
+    subscript and static-argument rules are its mixins'."""
 
-
-def _fold_const(sink: DiagnosticSink, scope: dict[str, Binding], e: A.Expr) -> Any:
-    """A const's value: numbers, other consts and arithmetic on them, folded now."""
-    if isinstance(e, A.Num):
-        return Weak(e.value)
-    if isinstance(e, A.Bool):
-        return Weak(e.value)
-    if isinstance(e, A.Name):
-        b = scope.get(e.id)
-        if b is None:
-            sink.error(e.span, f"unknown name '{e.id}'; a const is made of numbers and other consts")
-            return POISON
-        if b.value is POISON or isinstance(b.value, Weak):
-            return b.value
-        sink.error(e.span, f"a const must be a compile-time number, and '{e.id}' is a tensor {b.what}; "
-                           f"bind it with `name = ...` instead", [Note(b.span, f"'{e.id}' defined here")])
-        return POISON
-    if isinstance(e, A.Unary):
-        v = _fold_const(sink, scope, e.operand)
-        return v if v is POISON else _fold(OPS["neg"], [v], {}, sink, e.span)
-    if isinstance(e, A.Binary) and e.op in BINARY_OPERATORS and BINARY_OPERATORS[e.op] != "matmul":
-        l, r = _fold_const(sink, scope, e.lhs), _fold_const(sink, scope, e.rhs)
-        if POISON in (l, r):
-            return POISON
-        return _fold(OPS[BINARY_OPERATORS[e.op]], [l, r], {}, sink, e.span)
-    sink.error(e.span, "a const must be a number (or arithmetic on numbers and other consts)")
-    return POISON
-
-
-def _fold(op: OpDef, args: list[Weak], attrs: dict, sink: DiagnosticSink, span: Span) -> Any:
-    """Evaluate an elementwise op on weak scalars now, with the op's own NumPy semantics.
-    Negating an integer is exact (its range is checked where it meets a dtype); any other
-    integer fold computes in i64, so its operands must fit there."""
-    kinds = {a.kind for a in args}
-    if op.name == "neg" and kinds == {"int"}:
-        return Weak(-int(args[0].value))
-    dt = np.float64 if "float" in kinds else (np.bool_ if kinds == {"bool"} else np.int64)
-    for a in args:
-        if a.kind != "int":
-            continue
-        if dt is np.int64 and not I64_MIN <= a.value <= I64_MAX:
-            sink.error(span, f"the integer {a.value} does not fit in i64, in which integer constants are computed")
-            return POISON
-        if dt is np.float64 and abs(a.value) > _F64_MAX_INT:
-            sink.error(span, f"the integer {a.value} is out of the range of f64, in which this constant is computed")
-            return POISON
-    if op.name == "pow" and dt is np.int64 and args[1].value < 0:
-        sink.error(span, "cannot evaluate pow on constants: an integer to a negative power is not an integer; "
-                         f"write a float ({float(args[0].value)!r} ** {args[1].value})")
-        return POISON
-    with np.errstate(all="ignore"):
-        try:
-            out = op.ref([np.asarray(a.value, dtype=dt) for a in args], dict(attrs), ())
-        except (ValueError, ZeroDivisionError, TypeError, OverflowError) as e:
-            sink.error(span, f"cannot evaluate {op.name} on constants: {e}")
-            return POISON
-    out = np.asarray(out)
-    if out.dtype == np.bool_:
-        return Weak(bool(out))
-    return Weak(int(out) if np.issubdtype(out.dtype, np.integer) else float(out))
-
-
-_F64_MAX_INT = int(np.finfo(np.float64).max)
-
-
-def _fits(value: int | float, dtype: DType) -> str | None:
-    """Why a weak scalar cannot be a constant of `dtype` (None: it can). An integer must be in
-    the integer dtype's range; a finite number must stay finite in a float dtype (an infinity
-    folded from arithmetic such as 1.0 / 0.0 stays one)."""
-    if dtype.is_int:
-        info = np.iinfo(dtype.np)
-        if not info.min <= value <= info.max:
-            return f"the integer {value} does not fit in {dtype} ({info.min} to {info.max})"
-        return None
-    if not dtype.is_float:
-        return None
-    if isinstance(value, int) and abs(value) > _F64_MAX_INT:
-        return f"the integer {value} is out of the range of {dtype}"
-    v = float(value)
-    if math.isfinite(v):
-        with np.errstate(all="ignore"):
-            stored = float(np.asarray(v).astype(dtype.np))
-        if not math.isfinite(stored):
-            return (f"the number {v:g} is out of the range of {dtype} (its largest finite value is "
-                    f"{float(ml_dtypes.finfo(dtype.np).max):.6g})")
-    return None
-
-
-class _ChainChecker:
     def __init__(self, sink: DiagnosticSink, consts: dict[str, Binding], chain: A.ChainDef) -> None:
         self.sink = sink
         self.scope = consts
@@ -286,7 +162,7 @@ class _ChainChecker:
                     self.error(stmt.name_span, f"'{stmt.name}' is already defined",
                                [Note(prev.span, f"'{stmt.name}' first defined here")])
                 else:
-                    self.scope[stmt.name] = Binding(_fold_const(self.sink, self.scope, stmt.value), stmt.name_span, "const")
+                    self.scope[stmt.name] = Binding(fold_const(self.sink, self.scope, stmt.value), stmt.name_span, "const")
             elif isinstance(stmt, A.Assign):
                 value = self.expr(stmt.value)
                 if isinstance(value, int):
@@ -369,7 +245,7 @@ class _ChainChecker:
         self.nodes.append(node)
         return node.id
 
-    def constant(self, w: Weak, dtype: DType, span: Span) -> int | _Poison:
+    def constant(self, w: Weak, dtype: DType, span: Span) -> int | Poison:
         if w.kind == "float" and not dtype.is_float:
             self.error(span, f"the float literal {w.value} cannot combine with {dtype} values; "
                        f"write an integer or cast the tensor with cast(x, f32)")
@@ -380,7 +256,7 @@ class _ChainChecker:
         if w.kind != "bool" and dtype.is_bool:
             self.error(span, f"the number {w.value} cannot combine with bool values; use true or false")
             return POISON
-        why = _fits(w.value, dtype)
+        why = fit_error(w.value, dtype)
         if why is not None:
             self.error(span, why)
             return POISON
@@ -499,13 +375,13 @@ class _ChainChecker:
                     return POISON
                 attrs[arg.name] = v
             else:
-                attrs[arg.name] = _default_attr(arg)
+                attrs[arg.name] = default_attr(arg)
         values = [None if ex is None else self.expr(ex) for ex in tensor_exprs]
         if any(v is POISON for v in values):
             return POISON
         tensor_args = [a for a in op.args if a.is_tensor]
         if op.category == "elementwise" and values and all(isinstance(v, Weak) for v in values):
-            return _fold(op, values, attrs, self.sink, span)
+            return fold(op, values, attrs, self.sink, span)
         values = self.adopt_dtypes(op, values, tensor_exprs)
         if values is POISON:
             return POISON
@@ -583,270 +459,21 @@ class _ChainChecker:
                     notes.append(Note(b.span, f"{ex.id} {verb} here as {t}"))
         return notes
 
-    # ---- subscripts --------------------------------------------------------------------------
-    def subscript(self, e: A.Subscript) -> Any:
-        """`x[items]`: a slice node (an integer index drops its axis). Bounds are static."""
-        items = [self.sub_item(i) for i in e.items]
-        value = self.expr(e.value)
-        if value is POISON or POISON in items:
-            return POISON
-        if isinstance(value, Weak):
-            self.error(e.value.span, f"cannot subscript the compile-time scalar {_show_weak(value)}; "
-                       "only a tensor has axes to index")
-            return POISON
-        t = self.nodes[value].type
-        t = t.with_shape(self.syms.resolve(t.shape))
-        notes = self.notes_for([e.value])
-        if t.rank == 0:
-            self.error(e.value.span, f"cannot subscript {t}, a scalar: it has no axes to index", notes)
-            return POISON
-        ellipses = [i for i in e.items if isinstance(i, A.EllipsisItem)]
-        if len(ellipses) > 1:
-            self.error(ellipses[1].span, "a subscript may hold one '...' only", [Note(ellipses[0].span, "the first")])
-            return POISON
-        written = [(i, item) for i, item in zip(e.items, items) if not isinstance(i, A.EllipsisItem)]
-        if len(written) > t.rank:
-            n = len(written)
-            self.error(written[t.rank][0].span, f"too many indices: {t} has {t.rank} ax{'is' if t.rank == 1 else 'es'} "
-                       f"but the subscript has {n} items", notes)
-            return POISON
-        full = ("range", None, None, None)
-        fill = t.rank - len(written)
-        axes: list[tuple[Any, A.Expr | A.SliceItem | A.EllipsisItem]] = []   # (item, its source) per axis
-        for i, item in zip(e.items, items):
-            if isinstance(i, A.EllipsisItem):
-                axes += [(full, i)] * fill
-                fill = 0
-            else:
-                axes.append((item, i))
-        axes += [(full, e)] * fill
-        resolved = [self._resolve_item(item) for item, _ in axes]
-        try:
-            out_type, attrs = slice_type(self.syms, t, resolved)
-        except OpError as err:
-            span = axes[err.arg][1].span if isinstance(err.arg, int) and 0 <= err.arg < len(axes) else e.span
-            self.error(span, err.message, notes)
-            return POISON
-        return self.add(Node(len(self.nodes), "slice", (value,), tuple(attrs.items()), out_type, e.span))
-
-    def _resolve_item(self, item: tuple) -> tuple:
-        """Symbols of a slice item as the checker knows them now (a symbol unified with a
-        number is that number)."""
-        if item[0] == "at":
-            return item
-        return ("range",) + tuple(self.syms.find(b) if isinstance(b, str) else b for b in item[1:])
-
-    def sub_item(self, item) -> Any:
-        """One item of a subscript, static: ("at", i), ("range", start, stop, step) with each part
-        an int, a symbol or None, the EllipsisItem itself, or POISON (reported)."""
-        if isinstance(item, A.EllipsisItem):
-            return item
-        if isinstance(item, A.SliceItem):
-            parts = (self.sub_int(item.start, "bound", symbols=True), self.sub_int(item.stop, "bound", symbols=True),
-                     self.sub_int(item.step, "step"))
-            return POISON if POISON in parts else ("range",) + parts
-        n = self.sub_int(item, "index")
-        return POISON if n is POISON else ("at", n)
-
-    def sub_int(self, e: A.Expr | None, what: str, symbols: bool = False) -> Any:
-        """A subscript's integer (an index, a slice bound or step): a literal, a const, a negated
-        one, or (a bound) a dimension symbol of the chain. None when omitted."""
-        if e is None:
-            return None
-        the = {"index": "an index", "bound": "a slice bound", "step": "a slice step"}[what]
-        if isinstance(e, A.Name) and e.id not in self.scope and e.id in self.sym_spans:
-            if symbols:
-                return e.id
-            self.error(e.span, f"{the} must be an integer; the symbol '{e.id}' can only be a slice bound "
-                       f"(x[:{e.id}])" if what == "index" else f"{the} must be an integer, not the symbol '{e.id}'")
-            return POISON
-        inner = e
-        while isinstance(inner, A.Unary):
-            inner = inner.operand
-        if inner is not e and isinstance(inner, A.Name) and inner.id not in self.scope and inner.id in self.sym_spans:
-            self.error(e.span, f"{the} cannot be a negated symbol (-{inner.id}); a bound is an integer or a "
-                       "symbol itself")
-            return POISON
-        if isinstance(e, A.Name) and e.id in ("None", "none", "newaxis") and e.id not in self.scope:
-            self.error(e.span, f"a subscript cannot insert a new axis (x[{e.id}]); use reshape(x, [...]) to add "
-                       "an axis of extent 1")
-            return POISON
-        if isinstance(e, A.Name) and e.id not in self.scope:
-            return self.name(e)         # unknown: reported there
-        v = self.scalar(e)
-        if isinstance(v, Weak) and v.kind == "int":
-            n = int(v.value)
-            if not I64_MIN <= n <= I64_MAX:
-                self.error(e.span, f"the {the.split(' ', 1)[1]} {n} does not fit in i64")
-                return POISON
-            return n
-        if isinstance(v, Weak):
-            self.error(e.span, f"{the} must be an integer, got the {v.kind} {_show_weak(v)}")
-            return POISON
-        unknown = self._unknown_name(e)
-        if unknown is not None:
-            return self.name(unknown)   # reported there
-        tensor = self._mentions_tensor(e)
-        if tensor is POISON:
-            return POISON
-        if tensor or isinstance(e, A.ListExpr):
-            if what == "index":
-                self.error(e.span, f"an index must be a compile-time integer; {_RUNTIME_INDEX}")
-            elif what == "bound":
-                self.error(e.span, "a slice bound must be a compile-time integer or a dimension symbol: slices "
-                           f"have extents known when the chain is compiled ({_RUNTIME_INDEX})")
-            else:
-                self.error(e.span, f"{the} must be a compile-time integer")
-            return POISON
-        if isinstance(e, A.Binary):
-            self.error(e.span, f"arithmetic is not evaluated in a subscript; declare `const k1 = ...` and write "
-                       f"x[k1]" + (" (or use a symbol itself as a bound)" if symbols else ""))
-            return POISON
-        what_is = {A.Str: "a string", A.DTypeLit: "a dtype"}.get(type(e), "this")
-        self.error(e.span, f"{the} must be an integer; {what_is} is not one")
-        return POISON
-
-    def _unknown_name(self, e: A.Expr) -> A.Name | None:
-        """The first name in an expression (outside calls and subscripts) that is neither bound
-        nor a symbol of the chain."""
-        if isinstance(e, A.Name):
-            return e if e.id not in self.scope and e.id not in self.sym_spans else None
-        subs = {A.Unary: lambda: [e.operand], A.Binary: lambda: [e.lhs, e.rhs],
-                A.ListExpr: lambda: list(e.items)}.get(type(e), lambda: [])()
-        return next((u for u in map(self._unknown_name, subs) if u is not None), None)
-
-    def _mentions_tensor(self, e: A.Expr) -> Any:
-        """Whether an expression reads a tensor (a name bound to one, a call, a subscript);
-        POISON when it reads a poisoned name."""
-        if isinstance(e, (A.Call, A.Subscript)):
-            return True
-        if isinstance(e, A.Name):
-            b = self.scope.get(e.id)
-            if b is None:
-                return False
-            return POISON if b.value is POISON else isinstance(b.value, int)
-        subs = {A.Unary: lambda: [e.operand], A.Binary: lambda: [e.lhs, e.rhs],
-                A.ListExpr: lambda: list(e.items)}.get(type(e), lambda: [])()
-        found: Any = False
-        for sub in subs:
-            r = self._mentions_tensor(sub)
-            if r is POISON:
-                return POISON
-            found = found or r
-        return found
-
-    # ---- static arguments -----------------------------------------------------------------
-    def static(self, arg: Arg, e: A.Expr, op: OpDef) -> Any:
-        kind = arg.kind
-        where = f"{op.name}'s '{arg.name}'"
-        if kind == "dtype":
-            if isinstance(e, A.DTypeLit):
-                return e.name
-            self.error(e.span, f"{where} must be a dtype ({', '.join(DTYPES)})")
-            return POISON
-        if kind == "str":
-            if isinstance(e, A.Str) and (not arg.choices or e.value in arg.choices):
-                return e.value
-            choices = " or ".join(f'"{c}"' for c in arg.choices)
-            self.error(e.span, f"{where} must be {choices}")
-            return POISON
-        if kind == "bool":
-            v = self.scalar(e)
-            if isinstance(v, Weak) and v.kind == "bool":
-                return bool(v.value)
-            self.error(e.span, f"{where} must be true or false")
-            return POISON
-        if kind == "float":
-            v = self.scalar(e)
-            if isinstance(v, Weak) and v.kind in ("int", "float"):
-                if _fits(v.value, DTYPES["f64"]) is None:
-                    return float(v.value)
-                self.error(e.span, f"{where} is out of the range of f64")
-                return POISON
-            self.error(e.span, f"{where} must be a number")
-            return POISON
-        if kind == "int":
-            v = self.scalar(e)
-            if isinstance(v, Weak) and v.kind == "int":
-                return self.static_int(v, e, where, axis=arg.name == "axis")
-            self.error(e.span, f"{where} must be an integer")
-            return POISON
-        if kind in ("axes", "perm", "pair"):
-            if not isinstance(e, A.ListExpr):
-                v = self.scalar(e)
-                if isinstance(v, Weak) and v.kind == "int" and kind != "perm":
-                    n = self.static_int(v, e, where, axis=kind in ("axes", "perm"))
-                    return n if n is POISON else ((n,) * 2 if kind == "pair" else n)
-                self.error(e.span, f"{where} must be " + {"axes": "an integer or a list of integers",
-                                                          "perm": "a list of axes",
-                                                          "pair": "an integer or a pair [a, b]"}[kind])
-                return POISON
-            items = [self.scalar(i) for i in e.items]
-            if not all(isinstance(v, Weak) and v.kind == "int" for v in items):
-                self.error(e.span, f"{where} must be a list of integers")
-                return POISON
-            vals = tuple(self.static_int(v, i, where, axis=kind in ("axes", "perm")) for v, i in zip(items, e.items))
-            if POISON in vals:
-                return POISON
-            if kind == "pair" and len(vals) != 2:
-                self.error(e.span, f"{where} must be an integer or a pair [a, b], got {len(vals)} values")
-                return POISON
-            return vals
-        if kind == "dims":
-            if not isinstance(e, A.ListExpr):
-                example = "[64, -1] (one size per part)" if op.name == "split" else "[M, -1, 64]"
-                self.error(e.span, f"{where} must be a list of dimensions, such as {example}")
-                return POISON
-            dims = []
-            for item in e.items:
-                if isinstance(item, A.Name) and item.id in self.sym_spans and item.id not in self.scope:
-                    dims.append(item.id)
-                    continue
-                v = self.scalar(item)
-                if not (isinstance(v, Weak) and v.kind == "int"):
-                    self.error(item.span, "a dimension must be an integer, -1 or a symbol of this chain")
-                    return POISON
-                n = self.static_int(v, item, "a dimension")
-                if n is POISON:
-                    return POISON
-                dims.append(n)
-            return tuple(dims)
-        raise AssertionError(f"unknown static kind {kind}")
-
-    def static_int(self, v: Weak, e: A.Expr, where: str, axis: bool = False) -> Any:
-        """A static integer. Axes are checked against the rank by the op's rule (so an axis
-        out of i64 reads as out of range for the rank); every other must fit in i64."""
-        n = int(v.value)
-        if not axis and not I64_MIN <= n <= I64_MAX:
-            self.error(e.span, f"{where} is {n}, which does not fit in i64")
-            return POISON
-        return n
-
     def scalar(self, e: A.Expr) -> Any:
-        """A compile-time scalar (literal, const, or arithmetic on them), or None."""
+        """A compile-time scalar (a literal, a const, or either negated), or None."""
         if isinstance(e, (A.Num, A.Bool)):
             return Weak(e.value)
         if isinstance(e, A.Name) and e.id in self.scope and isinstance(self.scope[e.id].value, Weak):
             return self.scope[e.id].value
         if isinstance(e, A.Unary):
             v = self.scalar(e.operand)
-            return _fold(OPS["neg"], [v], {}, self.sink, e.span) if isinstance(v, Weak) else None
+            return fold(OPS["neg"], [v], {}, self.sink, e.span) if isinstance(v, Weak) else None
         return None
-
-
-def _show_weak(w: Weak) -> str:
-    return str(w.value).lower() if w.kind == "bool" else str(w.value)
 
 
 def _named(node: Node, name: str) -> Node:
     return node if node.name or node.op in ("param",) else Node(
         node.id, node.op, node.inputs, node.attrs, node.type, node.span, name)
-
-
-def _default_attr(arg: Arg) -> Any:
-    if arg.kind == "pair":
-        return (arg.default, arg.default)
-    return arg.default
 
 
 def _signature(op: OpDef) -> str:

@@ -450,7 +450,7 @@ def test_fdsl_md_claims_about_types_hold():
     assert str(mods["heads"].output_types[0]) == "f32[4, S, 32]"
 
 
-# The operator tables: one row per op of dsl/ops.py, `| `name(args)` | dtypes | result | semantics |`;
+# The operator tables: one row per op of dsl/ops/, `| `name(args)` | dtypes | result | semantics |`;
 # slicing, which has no name to call, is the row `| `x[items]` | ... |`.
 
 _ROW = re.compile(r"^\|\s*`(\w+)\(([^`]*)\)`\s*\|(.*)\|\s*$")
@@ -473,7 +473,7 @@ def _op_rows() -> list[tuple[str, str, list[str]]]:
 def test_fdsl_md_operator_table_lists_every_op_once():
     names = [name for name, _, _ in _op_rows()]
     assert not set(OPS) - set(names), f"ops missing from docs/FDSL.md's operator table: {sorted(set(OPS) - set(names))}"
-    assert not set(names) - set(OPS), f"not ops of dsl/ops.py: {sorted(set(names) - set(OPS))}"
+    assert not set(names) - set(OPS), f"not ops of dsl/ops/: {sorted(set(names) - set(OPS))}"
     assert len(names) == len(set(names)), "an op has two rows"
     for name, _, cells in _op_rows():
         assert len(cells) == 3 and all(cells), f"{name}: expected dtypes, result and semantics"

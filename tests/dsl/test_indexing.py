@@ -1,6 +1,6 @@
 """The checker on issue 17's forms: subscripts (slices and indices), `a, b = split(...)`,
 concat's list, gather and embedding, the scans and arg-reductions. Typed nodes follow the
-contract the compiler relies on (dsl/ops.py); every error has its exact line:col."""
+contract the compiler relies on (dsl/ops/); every error has its exact line:col."""
 import textwrap
 
 import pytest

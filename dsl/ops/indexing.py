@@ -1,0 +1,292 @@
+"""Indexing ops: slices, concat and split, gather and embedding.
+
+A slice (x[a:b:s, ..., i]) is not called by name: the checker builds it from a subscript. Its
+typed attributes, per input axis: `start` (an int, or (SYMBOL, OFFSET) for SYMBOL + OFFSET when
+the bound counts from a symbolic extent, as x[-4:] of f32[N]), `step` (a non-zero int); `drop`
+lists the input axes an integer index removes. The result type holds each axis' extent. Bounds
+never clamp: a bound outside the axis is an error, at compile time for a number extent, at run
+time (bind_slice_errors, through dsl/binding.py) for a symbolic one. split is desugared by the
+checker into one slice per part (DESUGARED).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..shapes import OpError, Symbols, normalize_axis
+from ..types import TensorType
+from .registry import Arg, OpDef, register_op
+
+Bound = int | str | None          # a slice bound as written: an integer, a symbol, or omitted
+
+
+class IndexRangeError(Exception):
+    """A gather index outside its axis, found while running the reference (a user error at the op)."""
+
+
+def _pos(value, extent) -> tuple:
+    """A position as (SYMBOL or None, OFFSET): an absolute int is (None, n); SYMBOL + n, (SYMBOL, n)."""
+    if isinstance(value, str):
+        return (value, 0)
+    if value < 0:
+        return (None, extent + value) if isinstance(extent, int) else (extent, value)
+    return (None, value)
+
+
+def _pos_attr(p: tuple):
+    return p[1] if p[0] is None else p
+
+
+def position(p, binding: dict[str, int]) -> int:
+    """A slice's `start` (an int or (SYMBOL, OFFSET)) under a binding."""
+    if isinstance(p, tuple):
+        return binding[p[0]] + p[1]
+    return p
+
+
+def _diff(a: tuple, b: tuple) -> tuple[dict, int]:
+    """a - b for positions: (symbol coefficients, constant)."""
+    coef: dict[str, int] = {}
+    for sym, sign in ((a[0], 1), (b[0], -1)):
+        if sym is not None:
+            coef[sym] = coef.get(sym, 0) + sign
+    return {s: c for s, c in coef.items() if c}, a[1] - b[1]
+
+
+def _show_lin(coef: dict, const: int) -> str:
+    parts = [("" if c == 1 else "-" if c == -1 else f"{c}*") + s for s, c in coef.items()]
+    text = " + ".join(parts).replace("+ -", "- ")
+    if const or not parts:
+        text = f"{text} {'+' if const >= 0 else '-'} {abs(const)}" if parts else str(const)
+    return text
+
+
+def _slice_axis(syms: Symbols, axis: int, extent, item) -> tuple:
+    """One subscript item on one axis -> (start, step, result extent or None if dropped)."""
+    if item[0] == "at":
+        i = item[1]
+        if isinstance(extent, int) and not -extent <= i < extent:
+            raise OpError(f"index {i} is out of range for axis {axis} of extent {extent}", arg=axis)
+        return _pos_attr(_pos(i, extent)), 1, None
+    _, start, stop, step = item
+    step = 1 if step is None else step
+    if step == 0:
+        raise OpError(f"the step of axis {axis} is 0; a step must be a non-zero integer", arg=axis)
+    for b in (start, stop):
+        if isinstance(b, int) and isinstance(extent, int) and not -extent <= b <= extent:
+            raise OpError(f"the bound {b} is outside axis {axis} of extent {extent} (slices do not clamp: "
+                          f"bounds go from {-extent} to {extent})", arg=axis)
+        if isinstance(b, str) and isinstance(extent, int):
+            raise OpError(f"the bound {b} is a symbol but axis {axis} has the fixed extent {extent}", arg=axis)
+    end = (extent, 0) if isinstance(extent, str) else (None, extent)
+    first = _pos(start, extent) if start is not None else ((None, 0) if step > 0 else (end[0], end[1] - 1))
+    last = _pos(stop, extent) if stop is not None else (end if step > 0 else (None, -1))
+    coef, const = _diff(last, first)
+    if not coef:
+        n = max(0, -(-const // step))                # ceil(const / step): len(range(first, last, step))
+        if n == 0:
+            raise OpError(f"axis {axis} would be empty (the slice takes no element of it); "
+                          "a dimension must be positive", arg=axis)
+        return _pos_attr(first), step, n
+    sign = 1 if step > 0 else -1
+    count = {sym: c * sign for sym, c in coef.items()}
+    if list(count.values()) != [1] or abs(step) != 1 or const != 0:
+        shown = _show_lin(count, const * sign)
+        shown = shown if abs(step) == 1 else f"({shown}) / {abs(step)}, rounded up,"
+        raise OpError(f"the slice of axis {axis} keeps {shown} elements; a dimension must be a number or a "
+                      "single symbol", arg=axis)
+    return _pos_attr(first), step, syms.find(next(iter(count)))
+
+
+def slice_type(syms: Symbols, t: TensorType, items: list) -> tuple[TensorType, dict]:
+    """The result of subscripting `t` with `items`, one per axis (an ellipsis already expanded):
+    ("at", i) an integer index, ("range", start, stop, step) a slice with Bound parts."""
+    shape = syms.resolve(t.shape)
+    if len(items) != len(shape):
+        raise AssertionError("slice_type needs one item per axis")
+    starts, steps, drop, out = [], [], [], []
+    for axis, (extent, item) in enumerate(zip(shape, items)):
+        start, step, n = _slice_axis(syms, axis, extent, item)
+        starts.append(start)
+        steps.append(step)
+        if n is None:
+            drop.append(axis)
+        else:
+            out.append(n)
+    return t.with_shape(out), {"start": tuple(starts), "step": tuple(steps), "drop": tuple(drop)}
+
+
+def _slice_ref(xs, a, out_shape):
+    x = xs[0]
+    index = []
+    for axis, (start, step) in enumerate(zip(a["start"], a["step"])):
+        start = position(start, a.get("binding", {}))
+        if axis in a["drop"]:
+            index.append(start)
+            continue
+        n = out_shape[len(index) - sum(1 for d in a["drop"] if d < axis)]
+        stop = start + step * n
+        index.append(slice(start, stop if stop >= 0 else None, step))
+    return x[tuple(index)]
+
+
+def bind_slice_errors(start: tuple, step: tuple, drop: tuple, in_shape, out_shape, binding) -> list[str]:
+    """Why a slice does not fit its input under a binding (empty: it fits). Only a symbolic
+    extent or bound can fail here; the checker refused every static misfit."""
+    errors, k = [], 0
+    for axis, (p, s) in enumerate(zip(start, step)):
+        extent = in_shape[axis]
+        first = position(p, binding)
+        n = 1 if axis in drop else out_shape[k]
+        k += axis not in drop
+        last = first + s * (n - 1)
+        if not (0 <= first < extent and 0 <= last < extent):
+            what = "index" if axis in drop else "slice"
+            lo, hi = min(first, last), max(first, last)
+            errors.append(f"the {what} of axis {axis} reads elements {lo} to {hi} but the axis has {extent} "
+                          f"under this binding")
+    return errors
+
+
+def _slice_infer(syms, types, attrs):
+    return slice_type(syms, types[0], list(attrs["items"]))
+
+
+register_op(OpDef("slice", "shape", (Arg("x", "tensor"), Arg("items", "subscript")), _slice_infer, _slice_ref,
+                  "x[a:b:s, ..., i]: a strided window of x; an integer index removes its axis"))
+
+
+def _concat_infer(syms, types, attrs):
+    if not types:
+        raise OpError("concat needs at least one tensor", arg=0)
+    first = types[0]
+    if first.rank == 0:
+        raise OpError(f"concat joins tensors along an axis and needs rank 1 or more, got {first}", arg=0)
+    axis = normalize_axis(attrs["axis"], first.rank)
+    for i, t in enumerate(types[1:], start=1):
+        if t.dtype != first.dtype:
+            raise OpError(f"concat: {t} has dtype {t.dtype} but the first tensor is {first.dtype}; "
+                          f"convert with cast(x, {first.dtype})", arg=i)
+        if t.rank != first.rank:
+            raise OpError(f"concat: {t} has rank {t.rank} but the first tensor {first} has rank {first.rank}", arg=i)
+        for d, (a, b) in enumerate(zip(syms.resolve(first.shape), syms.resolve(t.shape))):
+            if d != axis and not syms.unify(a, b):
+                raise OpError(f"concat: {t.with_shape(syms.resolve(t.shape))} does not fit "
+                              f"{first.with_shape(syms.resolve(first.shape))} at axis {d} ({b} vs {a}); "
+                              f"only axis {axis} may differ", arg=i)
+    extents = [syms.find(t.shape[axis]) for t in types]
+    if len(extents) == 1:
+        total = extents[0]
+    elif all(isinstance(e, int) for e in extents):
+        total = sum(extents)
+    else:
+        coef: dict = {}
+        for e in extents:
+            if isinstance(e, str):
+                coef[e] = coef.get(e, 0) + 1
+        raise OpError(f"concat: axis {axis} would have {_show_lin(coef, sum(e for e in extents if isinstance(e, int)))}"
+                      " elements; a dimension must be a number or a single symbol", arg=0)
+    shape = list(syms.resolve(first.shape))
+    shape[axis] = total
+    return first.with_shape(shape), {"axis": axis}
+
+
+register_op(OpDef("concat", "shape", (Arg("xs", "tensors"), Arg("axis", "int", 0)), _concat_infer,
+                  lambda xs, a, out: np.concatenate(xs, axis=a["axis"]),
+                  "join tensors along an axis (the others must agree)"))
+
+
+def split_types(syms: Symbols, t: TensorType, sizes: tuple, axis: int) -> list[tuple[TensorType, dict]]:
+    """split(x, sizes, axis) as slices: each part's type and slice attributes."""
+    if t.rank == 0:
+        raise OpError(f"split cuts a tensor along an axis and needs rank 1 or more, got {t}", arg=0)
+    axis = normalize_axis(axis, t.rank)
+    extent = syms.find(t.shape[axis])
+    if not sizes:
+        raise OpError("split needs at least one size", arg="sizes")
+    if any(s == 0 or (s < 0 and s != -1) for s in sizes if isinstance(s, int)):
+        raise OpError(f"split: sizes must be positive (or one -1), got {list(sizes)}", arg="sizes")
+    if sum(1 for s in sizes if s == -1) > 1:
+        raise OpError("split: only one size may be -1", arg="sizes")
+    known = [s for s in sizes if s != -1]
+    if isinstance(extent, int):
+        if any(isinstance(s, str) for s in known):
+            raise OpError(f"split: a size is a symbol but axis {axis} has the fixed extent {extent}", arg="sizes")
+        rest = extent - sum(known)
+        if (-1 in sizes and rest < 1) or (-1 not in sizes and rest != 0):
+            raise OpError(f"split: the sizes {list(sizes)} do not add up to the extent {extent} of axis {axis}",
+                          arg="sizes")
+        sizes = tuple(rest if s == -1 else s for s in sizes)
+    elif sizes != (extent,) and sizes != (-1,):
+        raise OpError(f"split: axis {axis} has the symbolic extent {extent}; the parts' extents would not be "
+                      "numbers or single symbols (split a dimension of fixed extent)", arg="sizes")
+    else:
+        sizes = (extent,)
+    parts, at = [], 0
+    for s in sizes:
+        items = [("range", None, None, None)] * t.rank
+        items[axis] = ("range", at, None if isinstance(s, str) else at + s, 1)
+        if isinstance(s, int) and isinstance(extent, int) and at + s == extent:
+            items[axis] = ("range", at, None, 1)
+        parts.append(slice_type(syms, t, items))
+        at += s if isinstance(s, int) else 0
+    return parts
+
+
+# ops the checker rewrites into others: no node of theirs reaches a typed chain
+DESUGARED = {"split": "the checker binds each part as a slice"}
+
+
+def _split_infer(syms, types, attrs):
+    parts = split_types(syms, types[0], tuple(attrs["sizes"]), attrs["axis"])
+    return tuple(t for t, _ in parts), {"parts": tuple(a for _, a in parts)}
+
+
+register_op(OpDef("split", "shape", (Arg("x", "tensor"), Arg("sizes", "dims"), Arg("axis", "int", 0)), _split_infer,
+                  lambda xs, a, out: None,
+                  "cut x along an axis into parts of the given sizes (one -1 allowed); bind the parts with "
+                  "`a, b = split(...)`"))
+
+
+def _index_dtype(t: TensorType, op: str, i: int) -> None:
+    if t.dtype.name not in ("i32", "i64"):
+        raise OpError(f"{op} expects integer indices (i32 or i64), got {t}", arg=i)
+
+
+def _gather_infer(syms, types, attrs):
+    table, idx = types
+    if table.rank == 0:
+        raise OpError(f"gather reads rows of a tensor and needs rank 1 or more, got {table}", arg=0)
+    _index_dtype(idx, "gather", 1)
+    axis = normalize_axis(attrs["axis"], table.rank)
+    s = syms.resolve(table.shape)
+    return table.with_shape(s[:axis] + syms.resolve(idx.shape) + s[axis + 1:]), {"axis": axis}
+
+
+def _gather_ref(xs, a, out=None):
+    table, idx = xs
+    axis = a["axis"]
+    n = table.shape[axis]
+    bad = (idx < 0) | (idx >= n)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise IndexRangeError(f"index {int(idx[where] if idx.ndim else idx)} at {list(where)} is outside axis "
+                              f"{axis} of extent {n} (indices go from 0 to {n - 1})")
+    return np.take(table, idx, axis=axis)
+
+
+register_op(OpDef("gather", "index", (Arg("table", "tensor"), Arg("idx", "tensor"), Arg("axis", "int", 0)),
+                  _gather_infer, _gather_ref,
+                  "the slices of table at integer indices along an axis (np.take); indices from 0 to n-1"))
+
+
+def _embedding_infer(syms, types, attrs):
+    table, ids = types
+    if table.rank != 2:
+        raise OpError(f"embedding expects a table of rank 2 [rows, features], got {table}", arg=0)
+    _index_dtype(ids, "embedding", 1)
+    s = syms.resolve(table.shape)
+    return table.with_shape(syms.resolve(ids.shape) + s[1:]), {"axis": 0}
+
+
+register_op(OpDef("embedding", "index", (Arg("table", "tensor"), Arg("ids", "tensor")), _embedding_infer,
+                  _gather_ref, "rows of a [rows, features] table at integer ids: gather(table, ids, axis=0)"))
