@@ -30,6 +30,7 @@ from .gemm import _maps, _n_inputs, affine
 from .values import EmitError
 from ..mlir import ir
 from ..marks import SCAN, SCAN_AXIS
+from .. import combiners
 
 WARP = 32
 
@@ -63,12 +64,10 @@ class _Scan:
         self.combine = combine.operation if hasattr(combine, "operation") else combine
         self.elem = self.out.array.elem
         kind = ir.StringAttr(op.attributes[SCAN]).value
-        neutral = {"cumsum": 0, "cumprod": 1}.get(kind)
-        if neutral is None:
-            raise EmitError(f"the scan template has no neutral element for {kind}", op)
+        form = combiners.of_scan(kind, "emit").form(self.elem.kind, "emit")      # its neutral: -0 + x is x
         consts = self.ctx.consts
-        self.neutral = (consts.float(-0.0 if kind == "cumsum" else float(neutral), self.elem)     # -0 + x is x
-                        if self.elem.kind == "float" else consts.int(neutral, self.elem))
+        self.neutral = (consts.float(float(form.value()), self.elem) if self.elem.kind == "float"
+                        else consts.int(form.value(self.elem.bits), self.elem))
 
     def comb(self, a: str, b: str) -> str:
         e = self.ctx.rules.expr(self.combine, [a, b])

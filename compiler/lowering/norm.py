@@ -18,14 +18,14 @@ from ..mlir import ir, math
 from . import scalar as S
 from .builder import (compute_type, count, count_value, dims_map, elem_of, empty, generic, identity_map, kept_map,
                       narrow, parallel, reduction, shape_of, widen)
-from .reduction import extreme
 from .registry import LoweringContext, rule
+from ..combiners import ADD, MAX
 from ..marks import BATCHNORM
 
 
 
 def _sum(xs, acc):
-    return S.add(widen(xs[0]), acc)
+    return ADD.combine(widen(xs[0]), acc)
 
 
 @rule("softmax", "log_softmax")
@@ -35,15 +35,15 @@ def lower_softmax(ctx: LoweringContext, node: Node):
     wide = compute_type(elem)
     rank, axes = len(space), (node.attr("axis"),)
     ident, red = identity_map(rank), kept_map(rank, axes)
-    m = reduction([(x, ident)], space, axes, extreme(wide, True), wide,
-                  lambda xs, acc: S.maximum(widen(xs[0]), acc))
+    m = reduction([(x, ident)], space, axes, MAX.init(wide), wide,
+                  lambda xs, acc: MAX.combine(widen(xs[0]), acc))
     if node.op == "log_softmax":
-        s = reduction([(x, ident), (m, red)], space, axes, 0, wide,
-                      lambda xs, acc: S.add(math.exp(S.sub(widen(xs[0]), xs[1])), acc))
+        s = reduction([(x, ident), (m, red)], space, axes, ADD.init(wide), wide,
+                      lambda xs, acc: ADD.combine(math.exp(S.sub(widen(xs[0]), xs[1])), acc))
         return parallel([(x, ident), (m, red), (s, red)], space, elem,
                         lambda xs: narrow(S.sub(S.sub(widen(xs[0]), xs[1]), math.log(xs[2])), elem))
     e = parallel([(x, ident), (m, red)], space, wide, lambda xs: math.exp(S.sub(widen(xs[0]), xs[1])))
-    s = reduction([(e, ident)], space, axes, 0, wide, _sum)
+    s = reduction([(e, ident)], space, axes, ADD.init(wide), wide, _sum)
     # e * (1 / s): one division a row, hoisted out of the loop over it, not one an element
     return parallel([(e, ident), (s, red)], space, elem, lambda xs: narrow(S.mul(xs[0], S.recip(xs[1])), elem))
 
@@ -63,7 +63,7 @@ def lower_layernorm(ctx: LoweringContext, node: Node):
 
     def squares(xs, acc):
         d = centred(xs[0], xs[1])
-        return S.add(S.mul(d, d), acc)
+        return ADD.combine(S.mul(d, d), acc)
 
     def epilogue(xs):
         xv, sv, vv, g, b = xs
@@ -71,8 +71,8 @@ def lower_layernorm(ctx: LoweringContext, node: Node):
         y = S.mul(centred(xv, sv), S.recip(math.sqrt(S.add(var, S.c(eps, vv)))))   # 1/std once a row
         return narrow(S.add(S.mul(y, widen(g)), widen(b)), elem)
 
-    s = reduction([(x, ident)], space, axes, 0, wide, _sum)
-    v = reduction([(x, ident), (s, red)], space, axes, 0, wide, squares)
+    s = reduction([(x, ident)], space, axes, ADD.init(wide), wide, _sum)
+    v = reduction([(x, ident), (s, red)], space, axes, ADD.init(wide), wide, squares)
     return parallel([(x, ident), (s, red), (v, red), gamma, beta], space, elem, epilogue)
 
 
@@ -88,14 +88,14 @@ def lower_rmsnorm(ctx: LoweringContext, node: Node):
 
     def squares(xs, acc):
         xv = widen(xs[0])
-        return S.add(S.mul(xv, xv), acc)
+        return ADD.combine(S.mul(xv, xv), acc)
 
     def epilogue(xs):
         xv, sv, g = xs
         ms = S.div(sv, count_value(n, sv))
         return narrow(S.mul(S.mul(widen(xv), S.recip(math.sqrt(S.add(ms, S.c(eps, sv))))), widen(g)), elem)
 
-    ss = reduction([(x, ident)], space, axes, 0, wide, squares)
+    ss = reduction([(x, ident)], space, axes, ADD.init(wide), wide, squares)
     return parallel([(x, ident), (ss, red), gamma], space, elem, epilogue)
 
 

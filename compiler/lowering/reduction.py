@@ -15,23 +15,7 @@ from .builder import (compute_type, count, count_value, dims_map, expand, fill, 
                       parallel, reassociation, reduction, shape_of, widen)
 from .registry import LoweringContext, rule
 from ..marks import SCAN, SCAN_AXIS
-
-
-def extreme(elem: ir.Type, lowest: bool) -> float | int:
-    """The identity of max (lowest=True) or min: -inf/+inf, or the integer type's bounds."""
-    if is_float(elem):
-        return float("-inf") if lowest else float("inf")
-    width = ir.IntegerType(elem).width
-    return -(1 << (width - 1)) if lowest else (1 << (width - 1)) - 1
-
-
-_COMBINE = {"sum": S.add, "mean": S.add, "prod": S.mul, "max": S.maximum, "min": S.minimum}
-
-
-def _init(op: str, elem: ir.Type) -> float | int:
-    if op in ("max", "min"):
-        return extreme(elem, lowest=op == "max")
-    return 1 if op == "prod" else 0
+from .. import combiners
 
 
 @rule("sum", "mean", "max", "min", "prod")
@@ -41,9 +25,9 @@ def lower_reduction(ctx: LoweringContext, node: Node):
     axes = tuple(node.attr("axis"))
     elem = ctx.elem(node)
     acc = compute_type(elem)
-    combine = _COMBINE[node.op]
-    out = reduction([(x, identity_map(len(space)))], space, axes, _init(node.op, acc), acc,
-                    lambda xs, a: combine(widen(xs[0]), a))
+    c = combiners.of_reduction(node.op, "linalg")
+    out = reduction([(x, identity_map(len(space)))], space, axes, c.init(acc), acc,
+                    lambda xs, a: c.combine(widen(xs[0]), a))
     if node.op == "mean":
         n = count(space, axes)
         out = parallel([out], shape_of(out), elem, lambda xs: narrow(S.div(xs[0], count_value(n, xs[0])), elem))
@@ -71,9 +55,9 @@ def lower_arg_reduction(ctx: LoweringContext, node: Node):
     rank, axis = len(space), node.attr("axis")
     elem = ir.RankedTensorType(x.type).element_type
     work = compute_type(elem)
-    combine = S.maximum if node.op == "argmax" else S.minimum
-    m = reduction([(x, identity_map(rank))], space, (axis,), _init("max" if node.op == "argmax" else "min", work),
-                  work, lambda xs, a: combine(widen(xs[0]), a))
+    c = combiners.of_reduction(node.op, "linalg")
+    m = reduction([(x, identity_map(rank))], space, (axis,), c.init(work), work,
+                  lambda xs, a: c.combine(widen(xs[0]), a))
     i64 = ir.IntegerType.get_signless(64)
     n = space[axis]
 
@@ -86,7 +70,7 @@ def lower_arg_reduction(ctx: LoweringContext, node: Node):
         else:
             hit = arith.cmpi(arith.CmpIPredicate.eq, v, top)
         j = arith.index_cast(i64, linalg.IndexOp(axis).result)
-        return arith.minsi(acc, arith.select(hit, j, S.c(n, acc)))
+        return combiners.MIN.combine(acc, arith.select(hit, j, S.c(n, acc)))
     out = reduction([(x, identity_map(rank)), (m, kept_map(rank, (axis,)))], space, (axis,), n, i64, first)
     return keepdims(out, ctx.shape(node))
 
@@ -105,16 +89,16 @@ def lower_scan(ctx: LoweringContext, node: Node):
     rank, axis = len(space), node.attr("axis")
     elem = ir.RankedTensorType(x.type).element_type
     work = compute_type(elem)
-    # -0, not +0, is the neutral of a float sum: -0 + x is x for every x, so a row that starts
-    # with -0 keeps it (np.cumsum([-0.0]) is -0; +0 + -0 would be +0)
-    combine, neutral = (S.add, -0.0 if is_float(work) else 0) if node.op == "cumsum" else (S.mul, 1)
+    # the neutral, -0 for a float sum: a row that starts with -0 keeps it (np.cumsum([-0.0]) is -0)
+    c = combiners.of_scan(node.op, "linalg")
+    neutral = c.neutral(work)
     read = [ir.AffineDimExpr.get(rank if d == axis else d) for d in range(rank)]
 
     def body(xs, accs):
         i, j = linalg.IndexOp(axis).result, linalg.IndexOp(rank).result
         inside = arith.cmpi(arith.CmpIPredicate.ule, j, i)
         v = widen(xs[0])
-        return [combine(accs[0], arith.select(inside, v, S.c(neutral, v)))]
+        return [c.combine(accs[0], arith.select(inside, v, S.c(neutral, v)))]
     acc = fill(neutral, space, work)
     (out,) = generic([(x, ir.AffineMap.get(rank + 1, 0, read))], [(acc, dims_map(rank + 1, range(rank)))],
                      ["parallel"] * rank + ["reduction"], body)

@@ -16,11 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .analysis import ChainInfo, OpInfo
-
-# combiner body op -> the value a fill must hold for it to be the combiner's neutral element
-NEUTRAL = {"addf": 0.0, "addi": 0.0, "mulf": 1.0, "muli": 1.0, "maximumf": float("-inf"),
-           "minimumf": float("inf"), "maxnumf": float("-inf"), "minnumf": float("inf")}
-INT_MINMAX = ("maxsi", "minsi")
+from .. import combiners
 
 
 @dataclass(frozen=True)
@@ -185,7 +181,12 @@ def row_kernel(info: ChainInfo, members, root: int) -> RowKernel | str:
 
 
 def _combiner(info: ChainInfo, o: OpInfo) -> str:
-    """The reduction's combining op, when its init is that op's neutral element ('!why' if not)."""
+    """The reduction's combining op, a combiner of compiler/combiners.py, when its init is that
+    op's neutral element ('!why' if not: a body op that is no combiner keeps the kernel off the
+    row split, by design). A neutral that is a bound of the integer type (the integer min and
+    max) is not compared, the analysis keeping no width: any init is right for them, since they
+    are idempotent (each partial combines the init once; argmax's index search starts from the
+    row's length)."""
     ops = [c for c in o.reduction_ops]
     if len(ops) != 1:
         return f"!combines its accumulator with {len(ops)} ops"
@@ -194,11 +195,13 @@ def _combiner(info: ChainInfo, o: OpInfo) -> str:
     if init is None or info.op(init).kind != "fill":
         return "!has an initial value that is not a fill"
     value = info.op(init).fill_value
-    if combiner in INT_MINMAX:
-        return combiner
-    if combiner not in NEUTRAL:
+    found = combiners.of_op(combiner)
+    if found is None:
         return f"!combines with {combiner}"
-    if value is None or value != NEUTRAL[combiner]:
+    c, form = found
+    if form.bound and c.idempotent:
+        return combiner
+    if value is None or value != form.neutral:
         return f"!starts from {value}, not the neutral element of {combiner}"
     return combiner
 

@@ -5,19 +5,20 @@ fusion builds a new op when it merges a producer into it, without the mark. A sc
 its body, so the mark is put back from that: a generic whose last loop j is its only reduction,
 whose one output is read at its other loops in order, and whose body yields
 `combine(acc, select(j <= i, value, neutral))` with i the index of one output loop (the axis),
-combine an addition or a multiplication and neutral its constant identity.
+combine the form of a combiner that runs as a scan (compiler/combiners.py: an addition or a
+multiplication, the scan kind the combiner's) and neutral its neutral element. A body that
+combines with anything else is not a scan, by design.
 """
 from __future__ import annotations
 
 from ..mlir import ir
 from .generic import iterators, maps
 from ..marks import SCAN, SCAN_AXIS
+from .. import combiners
 
 NAME = "mark-scans"
 
 _ULE = 7                  # arith.cmpi's predicate number for "ule"
-_COMBINES = {"arith.addf": ("cumsum", 0.0), "arith.addi": ("cumsum", 0), "arith.mulf": ("cumprod", 1.0),
-             "arith.muli": ("cumprod", 1)}
 
 
 def mark_scans(module: ir.Module) -> int:
@@ -56,9 +57,11 @@ def _scan_of(op) -> tuple[str, int] | None:
     acc = block.arguments[len(block.arguments) - 1]
     ops = [o.operation for o in block.operations]
     combine = _owner(ops[-1].operands[0])
-    if combine is None or combine.name not in _COMBINES or acc not in list(combine.operands):
+    name = combine.name if combine is not None else ""
+    found = combiners.of_op(name.removeprefix("arith.")) if name.startswith("arith.") else None
+    if found is None or found[0].scan is None or acc not in list(combine.operands):
         return None
-    kind, neutral = _COMBINES[combine.name]
+    kind, neutral = found[0].scan, found[1].neutral
     other = [v for v in combine.operands if v != acc]
     select = _owner(other[0]) if len(other) == 1 else None
     if select is None or select.name != "arith.select":

@@ -23,14 +23,12 @@ from ..lowering.builder import collapse, expand
 from ..mlir import arith, ir, linalg, tensor
 from ..plan.hardware import HardwareProfile
 from .generic import elem_of, is_dim, iterators, map_attr, maps, rebuild, shape_of, split_groups
-from .split_rows import COMBINERS
 from ..marks import NOTE
+from .. import combiners
 
 NAME = "split-reductions"
 MIN_BLOCK_CHUNK = 1024                  # a contiguous chunk per block: 4 per thread at 256 threads
 MIN_THREAD_CHUNK = 64                   # a strided chunk per thread
-NEUTRAL = {"addf": 0.0, "addi": 0, "mulf": 1.0, "muli": 1, "maximumf": -math.inf, "minimumf": math.inf,
-           "maxnumf": -math.inf, "minnumf": math.inf}
 
 
 @dataclass(frozen=True)
@@ -71,7 +69,8 @@ def split_reductions(module: ir.Module, hw: HardwareProfile | None) -> int:
 
 
 def _combiner(op) -> str | None:
-    """The reduction's one combining body op (reads the accumulator), if it has one we know."""
+    """The reduction's one combining body op (reads the accumulator), when it is a combiner of
+    compiler/combiners.py that may be split (None otherwise: the reduction stays whole, by design)."""
     block = op.regions[0].blocks[0]
     n_in = len(op.opview.inputs)
     accs = list(block.arguments)[n_in:]
@@ -81,7 +80,8 @@ def _combiner(op) -> str | None:
     if len(users) != 1 or users[0].name.split(".")[0] != "arith":
         return None
     name = users[0].name.split(".", 1)[1]
-    return name if name in NEUTRAL else None
+    found = combiners.of_op(name)
+    return name if found is not None and found[1].splits else None
 
 
 def _split(op, hw: HardwareProfile) -> int:
@@ -177,7 +177,9 @@ def _rewrite(op, r: int, g: int, combiner: str, amaps, n_in: int, steps: int) ->
         kept = [e.maybe_downcast().position for e in out_map.results]
         extents = {**dict(zip(kept, shape_of(init))), r: g}
         p_dims = sorted(kept + [r])                     # the partials in loop order: stores follow threads
-        neutral = arith.constant(elem, NEUTRAL[combiner] if isinstance(elem, ir.FloatType) else int(NEUTRAL[combiner]))
+        form = combiners.form_of(combiner, "graph")
+        width = None if isinstance(elem, ir.FloatType) else ir.IntegerType(elem).width
+        neutral = arith.constant(elem, form.start(width))
         partial_init = linalg.fill(neutral, outs=[tensor.EmptyOp([extents[i] for i in p_dims], elem).result])
     partial_map = ir.AffineMap.get(n + 1, 0, [ir.AffineDimExpr.get(i) for i in p_dims])
     partial = rebuild(op, ins, [(partial_init, partial_map)], kinds[:r] + ["parallel"] + kinds[r + 1:] + ["reduction"])
@@ -192,6 +194,6 @@ def _rewrite(op, r: int, g: int, combiner: str, amaps, n_in: int, steps: int) ->
                                                    for x in ["parallel"] * k + ["reduction"]])).operation
         block = final.regions[0].blocks.append(elem, elem)
         with ir.InsertionPoint(block):
-            linalg.YieldOp([COMBINERS[combiner](block.arguments[0], block.arguments[1])])
+            linalg.YieldOp([form.build(block.arguments[0], block.arguments[1])])
     op.results[0].replace_all_uses_with(final.results[0])
     op.erase()

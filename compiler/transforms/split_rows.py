@@ -34,11 +34,9 @@ from ..plan.rows import RowKernel, row_kernel
 from .generic import elem_of, empty_like, is_dim, iterator_attr, iterators, map_attr, maps, rebuild, shape_of, split_groups
 from .script import tag_of
 from ..marks import BLOCK_REDUCE, GROUP, PART, TAG, THREADS_OF
+from .. import combiners
 
 WORKGROUP = "#gpu.address_space<workgroup>"
-COMBINERS = {"addf": arith.addf, "mulf": arith.mulf, "maximumf": arith.maximumf, "minimumf": arith.minimumf,
-             "maxnumf": arith.maxnumf, "minnumf": arith.minnumf, "addi": arith.addi, "muli": arith.muli,
-             "maxsi": arith.maxsi, "minsi": arith.minsi}
 
 
 @dataclass(frozen=True)
@@ -277,7 +275,8 @@ class _Splitter:
                                     iterator_attr(["parallel"] * k + ["reduction"])).operation
             block = comb.regions[0].blocks.append(elem, elem)
             with ir.InsertionPoint(block):
-                linalg.YieldOp([COMBINERS[dict(self.rk.combiners)[m]](block.arguments[0], block.arguments[1])])
+                combine = combiners.form_of(dict(self.rk.combiners)[m], "tiled")
+                linalg.YieldOp([combine.build(block.arguments[0], block.arguments[1])])
         _label(comb, tag, "combine")
         comb.attributes[BLOCK_REDUCE] = ir.StringAttr.get(dict(self.rk.combiners)[m])
         old.results[0].replace_all_uses_with(comb.results[0])
