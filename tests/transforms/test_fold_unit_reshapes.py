@@ -4,7 +4,7 @@ producer feeds its consumer directly; a reshape that moves more than unit dims s
 from fusec.compiler.mlir import parse_module, print_ir, verify
 from fusec.compiler.transforms.fold_unit_reshapes import fold_unit_reshapes
 
-from .stages import compile_, count, filecheck, graph_jit_matches, texts
+from .stages import compile_, filecheck, graph_jit_matches, texts
 
 OFF = frozenset({"fold-unit-reshapes"})
 # a softmax written by hand: the row sum reads exp's result through expand_shape [M, 1, N]

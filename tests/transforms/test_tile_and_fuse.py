@@ -13,7 +13,7 @@ from fusec.compiler.mlir import ir, print_ir
 from fusec.compiler.transforms.script import tag_of
 from fusec.compiler.transforms.tile_and_fuse import tag_groups
 
-from .stages import compile_, count, filecheck, run_matches, texts
+from .stages import compile_, filecheck, run_matches, texts
 
 # exp is computed by both kernels (the plan's `recomputed`) and never written
 SHARED = """chain f(x: f32[M, N]) -> (f32[M], f32[M]) {
