@@ -191,45 +191,6 @@ def test_a_view_without_an_array_expression_falls_back_to_ikj_loops(tmp_path):
     np.testing.assert_allclose(got, c + a[:, :, 2:6].reshape(8, 4) @ b, rtol=1e-5, atol=1e-5)
 
 
-TILED_MATMUL = """
-#m = affine_map<(d0) -> (d0 * 4)>
-func.func @f(%a: memref<8x3xf32>, %b: memref<3x5xf32>) -> memref<8x5xf32> {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c2 = arith.constant 2 : index
-  %z = arith.constant 0.0 : f32
-  %c = memref.alloc() : memref<8x5xf32>
-  scf.parallel (%i) = (%c0) to (%c2) step (%c1) {
-    %o = affine.apply #m(%i)
-    %at = memref.subview %a[%o, 0] [4, 3] [1, 1] : memref<8x3xf32> to memref<4x3xf32, strided<[3, 1], offset: ?>>
-    %ct = memref.subview %c[%o, 0] [4, 5] [1, 1] : memref<8x5xf32> to memref<4x5xf32, strided<[5, 1], offset: ?>>
-    linalg.fill ins(%z : f32) outs(%ct : memref<4x5xf32, strided<[5, 1], offset: ?>>)
-    linalg.matmul ins(%at, %b : memref<4x3xf32, strided<[3, 1], offset: ?>>, memref<3x5xf32>) outs(%ct : memref<4x5xf32, strided<[5, 1], offset: ?>>)
-    STORE
-    scf.reduce
-  }
-  return %c : memref<8x5xf32>
-}
-"""
-
-
-@pytest.mark.parametrize("store, hoisted", [("", 1), ("memref.store %z, %a[%c0, %c0] : memref<8x3xf32>", 0)])
-def test_row_tiles_of_a_matmul_become_one_call_unless_the_loop_writes_an_input(store, hoisted):
-    from fusec.compiler.mlir import ir
-    from fusec.compiler.transforms.cpu_library_calls import hoist_whole_contractions
-    with ir.Context(), ir.Location.unknown():
-        module = ir.Module.parse(TILED_MATMUL.replace("STORE", store))
-        assert hoist_whole_contractions(module) == hoisted
-        module.operation.verify()
-        text = str(module)
-    if hoisted:
-        head = text.split("scf.parallel")[0]
-        assert 'linalg.matmul {fusec.cpu_call = "zero"} ins(%arg0, %arg1' in head and "outs(%alloc" in head
-        assert "linalg.fill" not in text
-    else:
-        assert "linalg.fill" in text.split("scf.parallel")[1]
-
-
 def test_the_profiles_vector_width_reaches_llvm_for_every_loop():
     """vector_bits (compiler/calibrate.py measures it) becomes a call first in the host function
     and first in each prange body, which sets LLVM's prefer-vector-width on the function it is
