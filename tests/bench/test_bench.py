@@ -306,3 +306,4 @@ def test_the_table_goes_into_the_performance_page():
     assert table.DOC.name == "PERFORMANCE.md" and table.DOC.parent.name == "docs"
     text = table.DOC.read_text(encoding="utf-8")
     assert text.count(table.START) == 1 and text.count(table.END) == 1
+    assert table.START not in (table.DOC.parents[1] / "README.md").read_text(encoding="utf-8")
