@@ -2,8 +2,8 @@
 
 `python -m bench` times the standard chains (bench/fdsl/*.fdsl) at realistic sizes with fusec
 (fused and unfused) and NumPy, PyTorch eager, torch.compile and jax.jit (each optional), writes
-bench/results/<machine>-<date>.json and regenerates the README's benchmark table from the
-results. `python -m bench.gpu` does the same on a GPU from artifacts compiled elsewhere.
+bench/results/<machine>-<date>.json and regenerates the benchmark table of docs/PERFORMANCE.md
+from the results. `python -m bench.gpu` does the same on a GPU from artifacts compiled elsewhere.
 """
 
 import atexit

@@ -1,12 +1,13 @@
 """python -m bench [run] | table | scaling — see `python -m bench --help`.
 
     python -m bench                      the whole suite at full size on the CPU: writes
-                                         bench/results/<machine>-<date>.json and the README table
+                                         bench/results/<machine>-<date>.json and the table in
+                                         docs/PERFORMANCE.md
     python -m bench --only softmax,mlp   some workloads
     python -m bench --size tiny          every workload at test size (plumbing check, seconds)
     python -m bench --quiesce 0          time without waiting for other threads to go idle
                                          and without the untimed call before each timed one
-    python -m bench table                regenerate the README section from bench/results/
+    python -m bench table                regenerate docs/PERFORMANCE.md's table from bench/results/
     python -m bench scaling              the compile-time scaling benchmark (10/100/1000 ops)
 
 On a terminal a progress line on stderr says what runs now (--quiet: none).
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 from . import scratch_env
+from .table import DOC
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -41,10 +43,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quiesce", type=float, default=None, metavar="SECONDS",
                    help="before each timed call, wait up to SECONDS (default 1) for the process's other "
                         "threads to go idle (another library's pool spinning after its call: OpenBLAS's "
-                        "spins about 0.1 s), then make one untimed call; 0: neither (its own table in the README)")
+                        "spins about 0.1 s), then make one untimed call; 0: neither (its own table in docs/PERFORMANCE.md)")
     p.add_argument("--out", default=str(RESULTS), help="results directory")
-    p.add_argument("--readme", default=str(ROOT / "README.md"))
-    p.add_argument("--no-readme", action="store_true", help="do not rewrite the README table")
+    p.add_argument("--doc", "--readme", dest="doc", default=str(DOC),
+                   help="the page whose bench markers the table goes between (default docs/PERFORMANCE.md)")
+    p.add_argument("--no-doc", "--no-readme", dest="no_doc", action="store_true",
+                   help="do not rewrite the benchmark table")
     p.add_argument("--no-scaling", action="store_true", help="run: skip the compile-time scaling part")
     p.add_argument("--omp-wait", default="", choices=("PASSIVE", "ACTIVE", ""),
                    help="set OMP_WAIT_POLICY for every OpenMP pool in the process (Numba's, "
@@ -83,9 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         # with spinning thread pools steal each other's cores on a small machine.
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait
     if args.command == "table":
-        from .table import update_readme
-        changed = update_readme(Path(args.readme), Path(args.out))
-        print(f"{args.readme}: {'updated' if changed else 'unchanged'}")
+        from .table import update_doc
+        changed = update_doc(Path(args.doc), Path(args.out))
+        print(f"{args.doc}: {'updated' if changed else 'unchanged'}")
         return 0
     if args.command == "scaling":
         result = _scaling(args)
@@ -109,7 +113,7 @@ def _scaling(args) -> dict:
 def _run(args) -> int:
     from .anchors import CPU_ANCHORS
     from .suite import run_suite, write_results
-    from .table import update_readme
+    from .table import update_doc
     from .timing import Budget
     from .workloads import WORKLOADS
     if args.quiesce is not None and args.quiesce < 0:
@@ -144,9 +148,9 @@ def _run(args) -> int:
     results["wall_s"] = round(time.perf_counter() - t0, 1)
     path = write_results(results, Path(args.out))
     print(f"wrote {path}")
-    if not args.no_readme and not tiny:
-        changed = update_readme(Path(args.readme), Path(args.out))
-        print(f"{args.readme}: {'updated' if changed else 'unchanged'}")
+    if not args.no_doc and not tiny:
+        changed = update_doc(Path(args.doc), Path(args.out))
+        print(f"{args.doc}: {'updated' if changed else 'unchanged'}")
     return 0
 
 

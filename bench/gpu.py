@@ -14,8 +14,8 @@ events), times fusec fused/unfused/dynamic (the workload's rows or batch taken a
 PyTorch eager and torch.compile interleaved, checks every output against the NumPy reference (on
 the host, in float64), starts each workload's artifact in two fresh processes one after the
 other (the second loads the kernels from Numba's cache, which the first filled) and writes
-`$OUT/<machine>-<date>.json`, which `python -m bench table` turns into the README table once
-copied into bench/results/.
+`$OUT/<machine>-<date>.json`, which `python -m bench table` turns into the table of
+docs/PERFORMANCE.md once copied into bench/results/.
 """
 from __future__ import annotations
 

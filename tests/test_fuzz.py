@@ -1,6 +1,6 @@
 """The mutation fuzzer (tests/fuzz.py) in the default test run: a few hundred cases of every
 family, none of which may end in an internal error, a traceback or a timeout. The long run is
-`python -m tests.fuzz -n 10000` (README: the fuzzer)."""
+`python -m tests.fuzz -n 10000` (docs/GUIDE.md: Fuzzing)."""
 import importlib.util
 import sys
 from pathlib import Path

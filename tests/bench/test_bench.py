@@ -1,6 +1,6 @@
 """The benchmark suite's plumbing at tiny sizes: workloads agree with the reference, the timing
-loop interleaves, results have the documented shape, the README table comes from JSON, the
-scaling benchmark fits an exponent. Nothing here asserts a timing."""
+loop interleaves, results have the documented shape, the table of docs/PERFORMANCE.md comes from
+JSON, the scaling benchmark fits an exponent. Nothing here asserts a timing."""
 import json
 import threading
 import time
@@ -101,7 +101,7 @@ def test_suite_writes_the_documented_json(tmp_path):
     assert path.name.endswith("-tiny.json") and json.loads(path.read_text())["machine"] == r["machine"]
 
 
-def test_readme_table_is_generated_from_results(tmp_path):
+def test_performance_table_is_generated_from_results(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
     fixture = json.loads((HERE / "fixture_result.json").read_text())
@@ -109,10 +109,10 @@ def test_readme_table_is_generated_from_results(tmp_path):
     older = dict(fixture, date="2025-01-01T00:00:00Z")
     older["workloads"] = []
     (results / "cpu-test-2025-01-01.json").write_text(json.dumps(older))
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\nbefore\n{table.START}\nstale\n{table.END}\nafter\n")
-    assert table.update_readme(readme, results)
-    text = readme.read_text()
+    doc = tmp_path / "PERFORMANCE.md"
+    doc.write_text(f"# x\n\nbefore\n{table.START}\nstale\n{table.END}\nafter\n")
+    assert table.update_doc(doc, results)
+    text = doc.read_text()
     assert text.startswith("# x\n\nbefore\n") and text.endswith(f"{table.END}\nafter\n")
     assert "stale" not in text
     section = text.split(table.START)[1].split(table.END)[0]
@@ -120,7 +120,7 @@ def test_readme_table_is_generated_from_results(tmp_path):
     assert "0.50× vs jax.jit" in section                  # fused over the faster compiled anchor
     assert "cpu-test-2026-01-01.json" in section          # the newest result per machine
     assert "Not run: torch.compile (PyTorch is not installed" in section
-    assert not table.update_readme(readme, results)        # idempotent
+    assert not table.update_doc(doc, results)              # idempotent
     assert "Numba's jit, which this run did not cache" in section      # a result from before the cache
     assert "Numba's machine code from its cache" in "\n".join(table._compile_table(dict(fixture, fusec_cached="numba-cache")))
 
@@ -293,7 +293,17 @@ def test_threads_are_given_to_their_pools_and_the_spinner_shows_in_slow_samples(
 
 def test_the_suite_refuses_a_negative_quiesce_and_an_unknown_workload(capsys):
     from bench.__main__ import main
-    assert main(["--quiesce", "-1", "--no-readme"]) == 1
+    assert main(["--quiesce", "-1", "--no-doc"]) == 1
     assert "--quiesce takes seconds, 0 or more, not -1" in capsys.readouterr().err
-    assert main(["--only", "nope", "--no-readme"]) == 1
+    assert main(["--only", "nope", "--no-doc"]) == 1
     assert "unknown workload(s): nope" in capsys.readouterr().err
+
+
+def test_the_table_goes_into_the_performance_page():
+    """`python -m bench table` writes between the markers of docs/PERFORMANCE.md, which has them."""
+    from bench.__main__ import _parser
+    assert Path(_parser().parse_args([]).doc) == table.DOC
+    assert table.DOC.name == "PERFORMANCE.md" and table.DOC.parent.name == "docs"
+    text = table.DOC.read_text(encoding="utf-8")
+    assert text.count(table.START) == 1 and text.count(table.END) == 1
+    assert table.START not in (table.DOC.parents[1] / "README.md").read_text(encoding="utf-8")
