@@ -187,3 +187,19 @@ def test_the_architecture_page_layout_table_matches_the_tree():
                 if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").exists()}
     missing = sorted((top | compiler | {".ci"}) - listed)
     assert not missing, f"docs/ARCHITECTURE.md's layout table lacks {missing}"
+
+
+@pytest.mark.parametrize("stage", ["dsl", "compiler", "runtime"])
+def test_a_stage_folder_imported_by_its_bare_name_is_refused_in_one_line(stage):
+    """From the checkout root `import dsl.ops` would load a second copy of every module (a second
+    op table, a second OpError): it is refused, in one line naming the package to import."""
+    sub = {"dsl": "ops", "compiler": "pipeline", "runtime": "cache"}[stage]
+    r = subprocess.run([sys.executable, "-c", f"import {stage}.{sub}"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.startswith(f"{stage} is fusec.{stage}: import fusec.{stage}, not {stage} ")
+    assert r.stderr.count("\n") == 1
+    # an ImportError like any other where it is caught; the package itself imports from the same place
+    code = (f"try:\n    import {stage}\nexcept ImportError as e:\n    print(type(e).__name__, e.name)\n"
+            f"import fusec.{stage}.{sub} as m\nprint(m.__name__)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"ImportError {stage}\nfusec.{stage}.{sub}\n", "")
