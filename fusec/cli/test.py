@@ -36,10 +36,8 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-
-
 def _fdsl_files(paths: list[str]) -> list[str]:
-    """The .fdsl files named, and those under the directories named (sorted)."""
+    """The .fdsl files named, and those under each directory named (recursively, sorted)."""
     files = []
     for p in paths:
         if os.path.isdir(p):
