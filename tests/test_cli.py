@@ -7,6 +7,7 @@ import textwrap
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from fusec.cli import main
 from fusec.runtime import npz
@@ -117,6 +118,31 @@ def test_console_script_is_installed_and_exit_status_propagates(tmp_path):
     assert r.returncode == 1
     assert "bad.fdsl:2:12: error: unknown name 'y'" in r.stderr
     assert "    return y\n           ^" in r.stderr
+
+
+
+@pytest.mark.parametrize("command", ["", "test", "compile", "run", "cache"])
+def test_every_command_has_its_help_and_its_module(command, capsys):
+    """fusec/cli/ has one module per command, each with parser() and run(args); main dispatches."""
+    import importlib
+    argv = [command, "--help"] if command else ["--help"]
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: fusec {command}".rstrip() + " ")
+    module = importlib.import_module(f"fusec.cli.{command or 'job'}")
+    assert callable(module.parser) and callable(module.run)
+    assert module.parser().prog == f"fusec {command}".rstrip()
+
+
+def test_a_bad_flag_of_each_command_exits_1_and_names_its_help(capsys):
+    for argv, prog in (([os.path.join(EXAMPLES, "mlp.fdsl"), "--no-such-flag"], "fusec"),
+                       (["test", EXAMPLES, "--no-such-flag"], "fusec test"),
+                       (["compile", "x.fdsl", "-o", "d", "--no-such-flag"], "fusec compile"),
+                       (["run", "d", "--no-such-flag"], "fusec run"), (["cache", "nothing"], "fusec cache")):
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("fusec: error: ") and err.endswith(f"(see {prog} --help)\n") and err.count("\n") == 1
 
 
 def test_unknown_pass_name_is_a_usage_error(capsys):

@@ -30,8 +30,8 @@ def _modules() -> dict[str, Path]:
         for f in sorted(directory.rglob("*.py")):
             rel = f.relative_to(directory).with_suffix("")
             parts = [p for p in rel.parts if p != "__init__"]
-            if any(p in PACKAGES and p != "fusec" for p in parts[:1]) and pkg == "fusec":
-                continue
+            if pkg == "fusec" and parts and f"fusec.{parts[0]}" in PACKAGES:
+                continue                    # fusec/dsl, ...: the links to the stage folders
             out[".".join([pkg] + parts)] = f
     return out
 
@@ -148,12 +148,18 @@ def test_planning_loads_neither_the_emitter_nor_the_execution_engine():
 
 
 def test_every_package_is_in_the_wheel():
-    """pyproject.toml lists each package (a missing one is silently left out of the wheel)."""
+    """pyproject.toml lists each package (a missing one is silently left out of the wheel), each
+    where its name says (package-dir maps nothing: fusec/dsl, fusec/compiler and fusec/runtime
+    are links to the stage folders)."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     packages = {m for m, f in MODULES.items() if f.name == "__init__.py"}
     assert set(config["packages"]) == packages
-    for name, directory in config["package-dir"].items():
-        assert (ROOT / directory / "__init__.py").exists() and name in PACKAGES
+    assert config["package-dir"] == {"": "."}
+    for name in packages:
+        assert (ROOT.joinpath(*name.split(".")) / "__init__.py").is_file(), name
+    for name, directory in PACKAGES.items():
+        link = ROOT.joinpath(*name.split("."))
+        assert name == "fusec" or (link.is_symlink() and os.readlink(link) == f"../{directory.name}"), name
 
 
 def test_no_module_outside_the_gateway_imports_mlir_bindings():
@@ -187,3 +193,42 @@ def test_the_architecture_page_layout_table_matches_the_tree():
                 if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").exists()}
     missing = sorted((top | compiler | {".ci"}) - listed)
     assert not missing, f"docs/ARCHITECTURE.md's layout table lacks {missing}"
+
+
+@pytest.mark.parametrize("stage", ["dsl", "compiler", "runtime"])
+def test_a_stage_folder_imported_by_its_bare_name_is_refused_in_one_line(stage):
+    """From the checkout root `import dsl.ops` would load a second copy of every module (a second
+    op table, a second OpError): it is refused, in one line naming the package to import."""
+    sub = {"dsl": "ops", "compiler": "pipeline", "runtime": "cache"}[stage]
+    r = subprocess.run([sys.executable, "-c", f"import {stage}.{sub}"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.startswith(f"{stage} is fusec.{stage}: import fusec.{stage}, not {stage} ")
+    assert r.stderr.count("\n") == 1
+    # an ImportError like any other where it is caught; the package itself imports from the same place
+    code = (f"try:\n    import {stage}\nexcept ImportError as e:\n    print(type(e).__name__, e.name)\n"
+            f"import fusec.{stage}.{sub} as m\nprint(m.__name__)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"ImportError {stage}\nfusec.{stage}.{sub}\n", "")
+
+
+def test_the_installed_package_is_found_by_reading_files_alone():
+    """Editors and type checkers run no import hook: they look for fusec/ in site-packages and in
+    the directories its .pth files name. The first fusec/ there is the one Python imports, with its
+    stage packages in it (the editable install: this checkout's directory, one .pth line)."""
+    import site
+
+    import fusec.compiler.pipeline
+    import fusec.dsl.parser
+    dirs = []
+    for sp in map(Path, site.getsitepackages()):
+        dirs.append(sp)
+        for pth in sorted(sp.glob("*.pth")):
+            dirs += [sp / line.strip() for line in pth.read_text().splitlines()
+                     if line.strip() and not line.startswith(("#", "import ", "import\t"))]
+    found = [d for d in dirs if (d / "fusec" / "__init__.py").is_file()]
+    assert found, (f"no fusec/ in {[str(d) for d in dirs]}: an editable install by an import hook, which "
+                   "editors cannot follow? pip install -e '.[dev]' again")
+    top = found[0] / "fusec"
+    assert Path(fusec.compiler.pipeline.__file__) == top / "compiler" / "pipeline.py"
+    assert Path(fusec.dsl.parser.__file__) == top / "dsl" / "parser.py"
+    assert (top / "runtime" / "__init__.py").is_file() and (top / "cli" / "__init__.py").is_file()

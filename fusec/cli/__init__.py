@@ -1,0 +1,75 @@
+"""`fusec` command line: compile, run and check FDSL chains.
+
+    fusec FILE [--target T] [--emit STAGE] [--inputs in.npz] [--save out.npz] [--bind M=64,...]
+               [--report r.json] [--no-fuse] [--dump-dir DIR] [--explain] [--hw NAME]
+               [--autotune] [--plot DIR] [--kernel-report] [--quiet]
+    fusec compile FILE -o DIR [--target T] [--bind ...]     write a compiled artifact
+    fusec run DIR [--inputs in.npz] [--save out.npz] [--kernel-report]
+                                                            run one (no MLIR needed)
+    fusec test PATH... [--update] [--target T]              golden tests
+    fusec cache list|info|clear                             the compile cache
+
+One module per command (`job` is `fusec FILE`, then `compile`, `run`, `test`, `cache`), each with
+its `parser()` and `run(args)`; `args` (shared flags), `inputs` (chains, bindings, npz inputs),
+`options` (compile options, the Program) and `exits` (exit statuses, the internal error report,
+--save and --report) serve them. `main` dispatches through the `_cmd_*` names below.
+
+On a terminal, long work shows a progress line on stderr (fusec/progress.py); --quiet: none.
+
+Exit status: 0 ok, 1 a mistake in the input (printed as file:line:col diagnostics),
+2 an internal error (with a reproduction hint), 3 a numerics mismatch, 4 a fallback: a fused
+kernel failed the numerics check and the unfused kernels of its ops ran instead (right outputs).
+"""
+from __future__ import annotations
+
+import sys
+
+from fusec.compiler.errors import CacheError
+from fusec.dsl.diagnostics import FdslError
+from fusec.runtime.artifact import ArtifactError
+from fusec.runtime.cache import CacheError as CompileCacheError
+from fusec.runtime.npz import NpzError
+from fusec.runtime.targets import TargetError
+
+from ..errors import NumericsError, UsageError
+from . import cache, compile, job, run, test
+from .exits import FALLBACK_EXIT, INTERRUPTED, NUMERICS, USAGE, internal_error
+
+__all__ = ["main", "FALLBACK_EXIT"]
+
+_cmd_main, _cmd_test, _cmd_compile, _cmd_run, _cmd_cache = job.run, test.run, compile.run, run.run, cache.run
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line `argv` (default: sys.argv[1:]); returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "test":
+            return _cmd_test(test.parser().parse_args(argv[1:]))
+        if argv and argv[0] == "compile":
+            return _cmd_compile(compile.parser().parse_args(argv[1:]))
+        if argv and argv[0] == "run":
+            return _cmd_run(run.parser().parse_args(argv[1:]))
+        if argv and argv[0] == "cache":
+            return _cmd_cache(cache.parser().parse_args(argv[1:]))
+        return _cmd_main(job.parser().parse_args(argv))
+    except FdslError as e:
+        print(e.render(), file=sys.stderr)
+        return USAGE
+    except UsageError as e:
+        print(f"fusec: error: {e}", file=sys.stderr)
+        return USAGE
+    except (TargetError, ArtifactError, NpzError, CacheError, CompileCacheError) as e:
+        print(f"fusec: error: {e}", file=sys.stderr)
+        return USAGE
+    except MemoryError:
+        print("fusec: error: out of memory; bind smaller sizes (--bind), or lower --max-memory so that fusec "
+              "refuses such a run before it starts", file=sys.stderr)
+        return USAGE
+    except NumericsError as e:
+        print(f"fusec: numerics failure: {e}", file=sys.stderr)
+        return NUMERICS
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    except Exception as e:  # an internal error: never the user's fault
+        return internal_error(e, argv)

@@ -1,0 +1,75 @@
+"""`fusec compile FILE -o DIR`: compile every chain of an .fdsl file for one target and symbol
+binding into an artifact directory (manifest, source, each build's module, the plan) that
+`fusec run` executes without MLIR. Compiling needs no GPU. Exit 0.
+"""
+from __future__ import annotations
+
+import argparse
+
+from fusec.runtime.memory import check_memory
+from fusec.runtime.targets import Target
+
+from .. import api
+from .args import Parser, check_dynamic, dynamic_flag, hw_names, memory_flag, pass_names, quiet_flag
+from .inputs import MEMORY_FLAG, bind_flag, chain_binding, select_chains
+from .options import progress_for, user_options
+
+
+def parser() -> argparse.ArgumentParser:
+    p = Parser(prog="fusec compile", description="Compile every chain of FILE for one target and symbol "
+                "binding into an artifact directory that `fusec run` executes without MLIR.")
+    p.add_argument("file")
+    p.add_argument("-o", "--output", required=True, metavar="DIR")
+    p.add_argument("--target", choices=("cuda", "cuda-sim", "cpu"), default="cuda",
+                   help="what the artifact runs on (default cuda; compiling needs no GPU)")
+    p.add_argument("--bind", action="append", default=[], help="symbol sizes, e.g. M=64,N=128 (default 64)")
+    p.add_argument("--chain", action="append", default=[], help="only this chain (repeatable)")
+    p.add_argument("--no-fuse", action="store_true", help="the fused build is the unfused one")
+    p.add_argument("--disable-pass", action="append", default=[], metavar="NAME", choices=pass_names())
+    p.add_argument("--hw", choices=hw_names(), type=str.lower,
+                   help="the hardware profile the cost model plans for (default: h200 for cuda, measured cpu)")
+    dynamic_flag(p)
+    memory_flag(p)
+    quiet_flag(p)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from fusec.compiler.pipeline import build_chain
+    from fusec.program import check_supported, compile_options, write_artifact
+    text, path = api.read_file(args.file)
+    typed = api.check(api.parse_text(text, path))
+    chains = select_chains(typed, args.chain)
+    check_dynamic(args.dynamic, typed, args.target)
+    bind = bind_flag(args.bind, chains, path)
+    bindings = {c.name: chain_binding(c, bind) for c in chains}
+    target = Target(args.target)          # compiling needs no device: nothing is imported here
+    from fusec.compiler.dynamic import chain_dynamic, planning_binding, size_class
+    bindings = {c.name: planning_binding(b, chain_dynamic(c.symbols, args.dynamic)) for c, b in
+                ((c, bindings[c.name]) for c in chains)}
+    for c in chains:
+        check_memory(c, bindings[c.name], args.max_memory, MEMORY_FLAG)
+        check_supported(c, target)
+    from pathlib import Path
+    from fusec.runtime.artifact import check_replaceable
+    check_replaceable(Path(args.output))      # before compiling (which may measure the cpu first)
+    options = compile_options(target, user_options(args))
+    builds = []
+    progress = progress_for(args)
+    for i, c in enumerate(chains):
+        binding = bindings[c.name]
+        try:
+            built = build_chain(c, binding, options,
+                                progress=progress.stage(f"[{i + 1}/{len(chains)}] {c.name}: compiling"))
+        finally:
+            progress.clear()
+        builds.append(built)
+        n = built.plan.kernel_count
+        dyn = chain_dynamic(c.symbols, args.dynamic)
+        print(f"compiled {c.name} [{', '.join(f'{k}={v}' for k, v in binding.items())}]: "
+              f"{n} kernel{'s' if n != 1 else ''}"
+              + (f"; {', '.join(dyn)} taken at run time (planned for the size class "
+                 f"{', '.join(f'{d} in {size_class(binding[d])}' for d in dyn)})" if dyn else ""))
+    out = write_artifact(args.output, target, path, text, options, builds)
+    print(f"wrote {out}")
+    return 0
