@@ -44,54 +44,11 @@ from __future__ import annotations
 
 import math
 
+from .mma import TensorCores
 from .values import EmitError, atom, add, floordiv, is_int, mod, mul, no_rule
 from ..mlir import ir
 from ..plan.gemm import mma_tiles_error, tile_pad
 from ..marks import ABSORBED, BLOCK_GEMM, CONTRACTION, GEMM_MMA, GEMM_PREFETCH, GEMM_ROOT_LOOPS, GEMM_SIDES, GEMM_TILES
-
-WARP = 32
-
-
-def mma_helpers(kind: str) -> list[str]:
-    """The module-level intrinsics of the tensor-core form for operand type `kind` (f16 | bf16):
-    inline PTX through llvmlite, compiled into the kernel (defined only off the simulator)."""
-    t = kind
-    return [
-        "if _CUDASIM:   # the simulator has no warp ops: the kernels take their FMA path there",
-        "    _FMA_ONLY = True",
-        f"    _pack_{t}x2 = _mma_{t} = None",
-        "else:",
-        "    _FMA_ONLY = False",
-        "    from llvmlite import ir as _llir",
-        "    from numba import types as _nbt",
-        "    from numba.cuda.extending import intrinsic as _intrinsic",
-        "",
-        "    @_intrinsic",
-        f"    def _pack_{t}x2(typingctx, lo, hi):",
-        f'        """Two f32 rounded to nearest into one {t}x2 register, `lo` in the low half."""',
-        "        def codegen(context, builder, sig, args):",
-        "            f32 = _llir.FloatType()",
-        "            fn = _llir.InlineAsm(_llir.FunctionType(_llir.IntType(32), [f32, f32]),",
-        f'                                 "cvt.rn.{t}x2.f32 $0, $2, $1;", "=r,f,f")',
-        "            return builder.call(fn, list(args))",
-        "        return _nbt.uint32(_nbt.float32, _nbt.float32), codegen",
-        "",
-        "    @_intrinsic",
-        f"    def _mma_{t}(typingctx, c0, c1, c2, c3, a0, a1, a2, a3, b0, b1):",
-        f'        """One warp\'s D = A B + C, A 16x16 and B 16x8 in {t}, C and D f32 (mma.sync.m16n8k16)."""',
-        "        sig = _nbt.UniTuple(_nbt.float32, 4)(*([_nbt.float32] * 4 + [_nbt.uint32] * 6))",
-        "",
-        "        def codegen(context, builder, sig, args):",
-        "            f32, i32 = _llir.FloatType(), _llir.IntType(32)",
-        "            fn = _llir.InlineAsm(_llir.FunctionType(_llir.LiteralStructType([f32] * 4), [f32] * 4 + [i32] * 6),",
-        f'                                 "mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 "',
-        '                                 "{$0,$1,$2,$3}, {$8,$9,$10,$11}, {$12,$13}, {$4,$5,$6,$7};",',
-        '                                 "=f,=f,=f,=f,f,f,f,f,r,r,r,r,r,r")',
-        "            r = builder.call(fn, list(args))",
-        "            return context.make_tuple(builder, sig.return_type, [builder.extract_value(r, i) for i in range(4)])",
-        "        return sig, codegen",
-    ]
-
 
 def _ints(attr) -> list[int]:
     return [int(x) for x in ir.DenseI64ArrayAttr(attr)]
@@ -137,6 +94,30 @@ def _pure_dim(e: "ir.AffineExpr") -> int | None:
 
 def _is_identity(m: "ir.AffineMap") -> bool:
     return m.n_dims == len(m.results) and all(_pure_dim(e) == i for i, e in enumerate(m.results))
+
+
+class Tile:
+    """A [BK, B] staging tile in shared memory, a 2-D array."""
+
+    def __init__(self, array: str):
+        self.array = array
+
+    def at(self, k: str, x: str) -> str:
+        return f"{self.array}[{k}, {x}]"
+
+
+class Grid:
+    """A thread grid's accumulators: thread (x, y)'s accumulator (i, j) lies at row y + i NY,
+    column x + j NX of the block's tile (the FMA form; the tensor-core form after restaging)."""
+
+    def __init__(self, y: str, ny: int, x: str, nx: int):
+        self.y, self.ny, self.x, self.nx = y, ny, x, nx
+
+    def row(self, i: int) -> str:
+        return add(self.y, str(i * self.ny))
+
+    def col(self, j: int) -> str:
+        return add(self.x, str(j * self.nx))
 
 
 class _Loader:
@@ -190,8 +171,6 @@ class _Gemm:
         why = mma_tiles_error(self.bq, self.bp, self.bk, self.tq, self.tp) if self.mma else None
         if why is not None:
             raise EmitError(f"a {self.mma} tensor-core fusec.block_gemm: {why}", root)
-        self.fragments = bool(self.mma)  # accumulators in the mma fragment layout (else the FMA form's)
-        self.restaged: tuple | None = None   # tensor cores after the K loop: (rx, ry, TXR, TYR), _restage
         self.memo: dict = {}
         self.acc: dict = {}             # the contraction's output index (as text) -> accumulator name
 
@@ -225,21 +204,20 @@ class _Gemm:
         w(f"{self.txn} = cuda.threadIdx.x")
         w(f"{self.tyn} = cuda.threadIdx.y")
         w(f"{self.tid} = {self.tyn} * {self.tx} + {self.txn}")
+        # where a thread's accumulator (i, j) lies in the block's tile (`.row(i)`, `.col(j)`)
+        self.at = Grid(self.tyn, self.ty, self.txn, self.tx)
+        tc = None
         if self.mma:
-            self._warp_layout()
+            tc = TensorCores(self.body, self.mma, self.tid, self.bq, self.bp, self.bk, self.tq, self.tp, self.T)
+            self.at = tc.layout()
         sq, sp = names.fresh("Qs"), names.fresh("Ps")
         pad = tile_pad(bool(self.mma))
-        self.flat: dict[str, tuple[str, int, int]] = {}    # tensor cores: tile -> (array, offset, row stride)
-        if self.mma:
-            # one f32 array holds both staging tiles, then the block's output tile (the epilogue
-            # reads it back in the FMA form's coalesced order)
-            sh = names.fresh("S")
-            qwords, pwords = self.bk * (self.bq + pad), self.bk * (self.bp + pad)
-            w(f"{sh} = cuda.shared.array({max(qwords + pwords, self.bq * (self.bp + 1))}, numba.float32)")
-            self.flat = {sq: (sh, 0, self.bq + pad), sp: (sh, qwords, self.bp + pad)}
+        if tc:
+            sq, sp = tc.tiles(pad)
         else:
             w(f"{sq} = cuda.shared.array(({self.bk}, {self.bq + pad}), numba.{_elem(self.c.operands[self.q_op]).compute})")
             w(f"{sp} = cuda.shared.array(({self.bk}, {self.bp + pad}), numba.{_elem(self.c.operands[self.p_op]).compute})")
+            sq, sp = Tile(sq), Tile(sp)
         loads = [self._loader("q", self.q_op, sq, self.bq), self._loader("p", self.p_op, sp, self.bp)]
         init = self._init()
         accs = [[names.fresh(f"acc{i}_{j}") for j in range(self.tp)] for i in range(self.tq)]
@@ -269,7 +247,7 @@ class _Gemm:
                 for ld in loads:
                     ld.load(k0)
                 w("cuda.syncthreads()")
-            if self.mma:
+            if tc:
                 kk0 = names.fresh("kk0")
                 w(f"for {kk0} in range(0, {self.bk}, 16):")
                 with w.indent():
@@ -278,79 +256,16 @@ class _Gemm:
                         self._fma_steps(sq, sp, accs, f"range({kk0}, {kk0} + 16)")
                     w("else:")
                     with w.indent():
-                        self._mma_step(sq, sp, accs, kk0)
+                        tc.step(sq, sp, accs, kk0)
             else:
                 self._fma_steps(sq, sp, accs, f"range({self.bk})")
             w("cuda.syncthreads()")
-        if self.mma:
-            accs = self._restage(accs)
+        if tc:
+            accs, self.at = tc.restage(accs, self.at, Grid)
         self._epilogue(accs)
 
-    def _sh(self, tile: str, k: str, x: str) -> str:
-        """Element [k, x] of a staging tile."""
-        if tile not in self.flat:
-            return f"{tile}[{k}, {x}]"
-        arr, off, stride = self.flat[tile]
-        return f"{arr}[{add(add(mul(k, str(stride)), x), str(off))}]"
-
-    def _restage(self, accs):
-        """Tensor cores: the accumulators through shared memory into a layout whose warps store
-        along the output's contiguous dim: TXR threads along P (the widest that divides BP and
-        the block, so a warp's 32 lanes cover 32 consecutive outputs when BP allows), TYR = T /
-        TXR along Q, each thread (BQ / TYR) x (BP / TXR) outputs; the epilogue is computed there."""
-        w, names = self.w, self.names
-        arr, stride = self.flat[next(iter(self.flat))][0], self.bp + 1
-        for i in range(self.tq):
-            for j in range(self.tp):
-                w(f"{arr}[{add(mul(self._row(i), str(stride)), self._col(j))}] = {accs[i][j]}")
-        w("cuda.syncthreads()")
-        txr = max(d for d in range(1, self.bp + 1)
-                  if self.bp % d == 0 and self.T % d == 0 and self.bq % (self.T // d) == 0)
-        tyr = self.T // txr
-        self.fragments = False
-        self.restaged = (names.fresh("rx"), names.fresh("ry"), txr, tyr)
-        w(f"{self.restaged[0]} = {self.tid} % {txr}")
-        w(f"{self.restaged[1]} = {self.tid} // {txr}")
-        nq, np_ = self.bq // tyr, self.bp // txr
-        out = [[names.fresh(f"o{i}_{j}") for j in range(np_)] for i in range(nq)]
-        for i in range(nq):
-            for j in range(np_):
-                w(f"{out[i][j]} = {arr}[{add(mul(self._row(i), str(stride)), self._col(j))}]")
-        return out
-
     # -- the products ----------------------------------------------------------------------------
-    def _row(self, i: int) -> str:
-        """The block-tile row (Q) of a thread's accumulator row i."""
-        if self.fragments:
-            return add(self.qb, str((i // 2) * 16 + (i % 2) * 8))
-        if self.restaged:
-            return add(self.restaged[1], str(i * self.restaged[3]))
-        return add(self.tyn, str(i * self.ty))
-
-    def _col(self, j: int) -> str:
-        """The block-tile column (P) of a thread's accumulator column j."""
-        if self.fragments:
-            return add(self.pb, str((j // 2) * 8 + j % 2))
-        if self.restaged:
-            return add(self.restaged[0], str(j * self.restaged[2]))
-        return add(self.txn, str(j * self.tx))
-
-    def _warp_layout(self) -> None:
-        """The tensor-core form's warp tile and lane coordinates (module doc)."""
-        w, names = self.w, self.names
-        lane, warp, g, t = (names.fresh(n) for n in ("lane", "warp", "g", "t4"))
-        across = self.bp // (4 * self.tp)                 # warp tiles along P
-        w(f"{lane} = {self.tid} % {WARP}")
-        w(f"{warp} = {self.tid} // {WARP}")
-        w(f"{g} = {lane} // 4")
-        w(f"{t} = {lane} % 4")
-        self.qb, self.pb, self.pf, self.kf = (names.fresh(n) for n in ("qb", "pb", "pf", "kf"))
-        w(f"{self.qb} = ({warp} // {across}) * {8 * self.tq} + {g}")     # accumulator and A rows
-        w(f"{self.pb} = ({warp} % {across}) * {4 * self.tp} + 2 * {t}")  # accumulator columns
-        w(f"{self.pf} = ({warp} % {across}) * {4 * self.tp} + {g}")      # B fragment columns
-        w(f"{self.kf} = 2 * {t}")                                           # fragment K rows
-
-    def _fma_steps(self, sq: str, sp: str, accs, ks: str) -> None:
+    def _fma_steps(self, sq, sp, accs, ks: str) -> None:
         """Per k of `ks`, each accumulator += its row of Q times its column of P."""
         w, names = self.w, self.names
         kk = names.fresh("kk")
@@ -359,44 +274,14 @@ class _Gemm:
             a = [names.fresh(f"a{i}") for i in range(self.tq)]
             b = [names.fresh(f"b{j}") for j in range(self.tp)]
             for i, n in enumerate(a):
-                w(f"{n} = {self._sh(sq, kk, self._row(i))}")
+                w(f"{n} = {sq.at(kk, self.at.row(i))}")
             for j, n in enumerate(b):
-                w(f"{n} = {self._sh(sp, kk, self._col(j))}")
+                w(f"{n} = {sp.at(kk, self.at.col(j))}")
             for i in range(self.tq):
                 for j in range(self.tp):
                     ins = [None, None]
                     ins[self.q_op], ins[self.p_op] = a[i], b[j]
                     w(f"{accs[i][j]} = {self._contraction_step(ins[0], ins[1], accs[i][j])}")
-
-    def _mma_step(self, sq: str, sp: str, accs, kk0: str) -> None:
-        """16 of K on tensor cores: the fragments from the shared tiles, one mma per 16x8."""
-        w, names, t = self.w, self.names, self.mma
-        helpers = self.ctx.helpers
-        pack, mma = f"_pack_{t}x2", f"_mma_{t}"
-        helpers.use_text(mma, mma_helpers(t))
-        k = names.fresh("kf0")
-        w(f"{k} = {kk0} + {self.kf}")
-
-        def pair(tile: str, k_off: int, col: str) -> str:
-            return f"{pack}({self._sh(tile, add(k, str(k_off)), col)}, {self._sh(tile, add(k, str(k_off + 1)), col)})"
-
-        a, b = [], []
-        for mi in range(self.tq // 2):
-            r0, r8 = add(self.qb, str(16 * mi)), add(self.qb, str(16 * mi + 8))
-            regs = [names.fresh(f"fa{mi}_") for _ in range(4)]
-            for n, (ko, r) in zip(regs, ((0, r0), (0, r8), (8, r0), (8, r8))):
-                w(f"{n} = {pair(sq, ko, r)}")
-            a.append(regs)
-        for ni in range(self.tp // 2):
-            c = add(self.pf, str(8 * ni))
-            regs = [names.fresh(f"fb{ni}_") for _ in range(2)]
-            for n, ko in zip(regs, (0, 8)):
-                w(f"{n} = {pair(sp, ko, c)}")
-            b.append(regs)
-        for mi in range(self.tq // 2):
-            for ni in range(self.tp // 2):
-                d = [accs[2 * mi][2 * ni], accs[2 * mi][2 * ni + 1], accs[2 * mi + 1][2 * ni], accs[2 * mi + 1][2 * ni + 1]]
-                w(f"{', '.join(d)} = {mma}({', '.join(d + a[mi] + b[ni])})")
 
     def _init(self) -> str:
         writer = self._writer(self.out, self.c)
@@ -424,7 +309,7 @@ class _Gemm:
         return v in self.ctx.expr
 
     # -- the tile loader -------------------------------------------------------------------------
-    def _loader(self, side: str, operand: int, tile: str, bs: int):
+    def _loader(self, side: str, operand: int, tile, bs: int):
         """Per-thread positions before the K loop; returns what loads one K step.
 
         The [BK, BS] tile is read along the operand's contiguous dim (the side's loops, or K):
@@ -506,7 +391,7 @@ class _Gemm:
                 if conds:
                     w.depth -= 1
                 if store:
-                    w(f"{self._sh(tile, kl, sl)} = {v}")
+                    w(f"{tile.at(kl, sl)} = {v}")
                 if inside:
                     w.depth -= 1
 
@@ -516,7 +401,7 @@ class _Gemm:
                 if inside:
                     w(f"if {' and '.join(inside)}:")
                     w.depth += 1
-                w(f"{self._sh(tile, kl, sl)} = {held[key]}")
+                w(f"{tile.at(kl, sl)} = {held[key]}")
                 if inside:
                     w.depth -= 1
 
@@ -557,12 +442,12 @@ class _Gemm:
         w = self.w
         qs, ps = [], []
         for i in range(len(accs)):
-            q = self._row(i)
+            q = self.at.row(i)
             coords = self._delinearize(q, self.loops["q"], f"qo{i}_")
             conds = [f"{coords[l]} < {self.ext[l]}" for l in self.loops["q"] if self.ext[l] != str(self.tiles[l])]
             qs.append((coords, conds))
         for j in range(len(accs[0])):
-            p = self._col(j)
+            p = self.at.col(j)
             coords = self._delinearize(p, self.loops["p"], f"po{j}_")
             conds = [f"{coords[l]} < {self.ext[l]}" for l in self.loops["p"] if self.ext[l] != str(self.tiles[l])]
             ps.append((coords, conds))
