@@ -114,6 +114,7 @@ class _Gemm:
         return out
 
     def K(self) -> str:
+        """The flattened reduction's extent (every K loop's)."""
         n = "1"
         for l in self.loops["k"]:
             n = mul(n, self.ext[l])
@@ -121,6 +122,7 @@ class _Gemm:
 
     # -- emission ------------------------------------------------------------------------------
     def emit(self) -> None:
+        """The block (module doc): thread numbering, staging tiles, the K loop, the epilogue."""
         w, names = self.w, self.names
         w(f"# {BLOCK_GEMM}: {self.bq}x{self.bp} outputs per block, K in steps of {self.bk}, "
           f"{self.tq}x{self.tp} per thread")
@@ -209,6 +211,7 @@ class _Gemm:
                     w(f"{accs[i][j]} = {self.values.contraction_step(self.c, ins[0], ins[1], accs[i][j])}")
 
     def _init(self) -> str:
+        """The accumulators' initial value: the fill of the contraction's output."""
         writer = self.values.writer(self.out, self.c)
         if writer is None or writer.name != "linalg.fill":
             raise EmitError("the accumulator of a fusec.gemm_contraction must be filled in its kernel", self.c)
