@@ -1,82 +1,64 @@
-"""The attention template: online softmax over streamed key/value tiles (transforms/attention_kernels.py).
+"""The attention template: online softmax over streamed key/value tiles (docs/ARCHITECTURE.md,
+"Attention kernels"; the kernel marked by transforms/attention_kernels.py).
 
-At the root marked `fusec.block_attention` = [BQ, BKV] the whole kernel is written here, from
-the marked ops' bodies:
-
-gpu (inside a gpu.launch of (query blocks, batch) blocks of 8 x 16 threads): the block's BQ
-queries are loaded once into shared memory (Q's producers evaluated in the loader, along Q's
-contiguous head dim); then per step of BKV keys the K and V tiles are loaded the same way, each
-thread computes a (BQ/16) x (BKV/8) tile of scores from shared memory, applies the score function
-(the ops between the two contractions, inlined: scale, mask, bias), and the row's running max is
-combined across the row's 8 threads through shared memory; the thread rescales its accumulators
-and its share of the running sum by exp(m_old - m_new) (the exponentials op's own body),
-writes exp(z - m_new) into a shared P tile, and after a barrier adds P · V for its (BQ/16) x
-(DV/8) outputs. At the end the row sums are combined the same way and the epilogue (the root's
-body, when the root is an elementwise op after the second contraction) runs on acc / l.
-
-cpu (in the host function): a prange over the same blocks; per block the Q tile, per step the
-K and V tiles gathered into contiguous arrays (producers evaluated), the two tile products by
-CBLAS sgemm called from the compiled loop (emit/cpu.py: BLAS_PRELUDE, as the cpu target's other
-contractions), the score function, the running statistics and the rescale in compiled loops.
-
-Scores of keys past the end, and of queries past the end, are -inf (masked before the max); a
-row whose scores are all -inf gives NaN, as the unfused softmax does (0 / 0).
+At the root marked `fusec.block_attention` = [BQ, BKV] the whole kernel is written from the
+marked ops' bodies: `AttentionKernel` reads the roles and loops and gives the values (through a
+`TemplateValues`: the scores and the output supplied from registers, every other kernel op
+evaluated where its value is needed); its `emit_gpu` is the gpu schedule, emit/attention_cpu.py
+the cpu one. Scores of keys and queries past the end are -inf (masked before the max); a row
+whose scores are all -inf gives NaN, as the unfused softmax does (0 / 0).
 """
 from __future__ import annotations
 
-from .gemm import _Gemm, _dims_of_map, _elem as _elem_of, _maps, _n_inputs, _pure_dim, affine
-from .cpu import BLAS_MARK, NO_TRANS, TRANS, blas_layout, blas_fn
-from .values import EmitError, floordiv, mod, mul
+from .attention_cpu import emit_cpu
+from .template_values import (TemplateValues, affine, dims_of_map, indexing_maps, ints, n_inputs,
+                              pure_dim)
+from .values import EmitError, elem_of, floordiv, mod, mul
 from ..mlir import ir
 from ..plan.attention import THREADS_X, THREADS_Y
-from ..transforms.cpu_library_calls import copy_permutation
 from ..marks import ABSORBED, ATTENTION_BATCH, ATTENTION_LOOPS, ATTENTION_ROLE, ATTENTION_V, ATTENTION_Z, BLOCK_ATTENTION
-
 
 
 def block_attention(body, root) -> None:
     body.need(root, "kernel", "cpu")
-    _Attention(body, root).emit()
+    kernel = AttentionKernel(body, root)
+    if body.mode == "cpu":
+        emit_cpu(kernel)
+    else:
+        kernel.emit_gpu()
 
 
-def _ints(attr) -> list[int]:
-    return [int(x) for x in ir.DenseI64ArrayAttr(attr)]
+class AttentionKernel:
+    """One `fusec.block_attention` kernel (module doc): its roles (s: the scores contraction,
+    mx: the row max, e: the exponentials, sm: the row sum, o: the output contraction), loops,
+    static extents and tiles, and the values of its buffers (`values`)."""
 
-
-class _Attention(_Gemm):
-    """Shares the contraction template's value machinery (read, _inline, _store_root): the
-    scores' and the output's values come from registers (`self.acc`), every other kernel op is
-    evaluated where its value is needed."""
-
-    def __init__(self, body, root):        # noqa: the base's __init__ parses a contraction kernel
+    def __init__(self, body, root):
         self.body, self.root = body, root
         self.w, self.names, self.ctx = body.w, body.names, body.ctx
         block = [o.operation for o in root.block.operations]
-        self.order = {op: i for i, op in enumerate(block)}
-        self.writers = [op for op in block if (op.name.startswith("linalg.") or op.name == "memref.copy")
-                        and (ABSORBED in op.attributes or ATTENTION_ROLE in op.attributes or op == root)]
+        writers = [op for op in block if (op.name.startswith("linalg.") or op.name == "memref.copy")
+                   and (ABSORBED in op.attributes or ATTENTION_ROLE in op.attributes or op == root)]
         roles = {ir.StringAttr(op.attributes[ATTENTION_ROLE]).value: op for op in block if ATTENTION_ROLE in op.attributes}
         for need in ("scores", "max", "exp", "sum", "out"):
             if need not in roles:
                 raise EmitError(f"a fusec.block_attention kernel has no op marked {need}", root)
         self.s, self.e, self.o = roles["scores"], roles["exp"], roles["out"]
         self.mx, self.sm = roles["max"], roles["sum"]
-        self.c = self.s
-        self.supplied = (self.s, self.o)
-        self.bq, self.bkv = _ints(root.attributes[BLOCK_ATTENTION])
-        self.q_loop, self.k_loop, self.d_loop = _ints(root.attributes[ATTENTION_LOOPS])
-        self.batch_loops = _ints(root.attributes[ATTENTION_BATCH])
-        self.memo, self.acc = {}, {}
-        self.smaps = _maps(self.s)
+        self.values = TemplateValues(body, root, writers, (self.s, self.o))
+        self.bq, self.bkv = ints(root.attributes[BLOCK_ATTENTION])
+        self.q_loop, self.k_loop, self.d_loop = ints(root.attributes[ATTENTION_LOOPS])
+        self.batch_loops = ints(root.attributes[ATTENTION_BATCH])
+        self.smaps = indexing_maps(self.s)
         s_out = self.smaps[-1]
-        s_loops = [_pure_dim(e) for e in s_out.results]          # score dim -> scores loop
+        s_loops = [pure_dim(e) for e in s_out.results]          # score dim -> scores loop
         if any(l is None for l in s_loops):
             raise EmitError("the scores of a fusec.block_attention must be indexed by their loops", self.s)
         self.s_loops = s_loops
         shape = self.body.view(self.s.operands[-1]).shape
         self.ext = {l: shape[t] for t, l in enumerate(s_loops)}
         # the scores' operands: Q varies with the query loop, K with the key loop
-        used = [_dims_of_map(m) for m in self.smaps[:2]]
+        used = [dims_of_map(m) for m in self.smaps[:2]]
         self.q_op = 0 if self.q_loop in used[0] else 1
         self.k_op = 1 - self.q_op
         self.ext[self.d_loop] = self._extent(self.s, self.d_loop)
@@ -85,21 +67,21 @@ class _Attention(_Gemm):
         # the output loops both index (paired with the scores' batch loops in output order);
         # unit loops (a batch of 1 folded by a graph pass) stay 0
         self.v_op = ir.IntegerAttr(self.o.attributes[ATTENTION_V]).value
-        omaps = _maps(self.o)
+        omaps = indexing_maps(self.o)
         self.omaps = omaps
-        n_in = _n_inputs(self.o)
+        n_in = n_inputs(self.o)
         ext_o = {l: self._extent_or(self.o, l, "1") for l in range(omaps[0].n_dims)}
         iters = [str(t) for t in ir.ArrayAttr(self.o.attributes["iterator_types"])]
         red = [l for l in range(len(iters)) if "reduction" in iters[l] and ext_o[l] != "1"]
         if len(red) != 1:
             raise EmitError("the output contraction of a fusec.block_attention needs one key loop", self.o)
         self.o_j = red[0]
-        v_loops = _dims_of_map(omaps[self.v_op])
-        p_ops = [k for k in range(n_in) if k != self.v_op and self.o_j in _dims_of_map(omaps[k])]
+        v_loops = dims_of_map(omaps[self.v_op])
+        p_ops = [k for k in range(n_in) if k != self.v_op and self.o_j in dims_of_map(omaps[k])]
         if not p_ops:
             raise EmitError("the output contraction of a fusec.block_attention reads no scores operand", self.o)
-        p_loops = _dims_of_map(omaps[p_ops[0]])
-        out = [_pure_dim(e) for e in omaps[-1].results]
+        p_loops = dims_of_map(omaps[p_ops[0]])
+        out = [pure_dim(e) for e in omaps[-1].results]
         big = [l for l in out if l is not None and ext_o[l] != "1"]
         q = [l for l in out if l is not None and l not in v_loops]
         q = [l for l in q if ext_o[l] != "1"] or q[:1]        # one query (decoding) is a unit loop
@@ -120,7 +102,7 @@ class _Attention(_Gemm):
         self.SQ, self.SK = int(self.ext[self.q_loop]), int(self.ext[self.k_loop])
         self.D, self.DV = int(self.ext[self.d_loop]), int(self.dv)
         self.nq = -(-self.SQ // self.bq)
-        self.elem = _elem_of(self.s.operands[-1])
+        self.elem = elem_of(self.s.operands[-1].type)
 
     def _extent_or(self, op, loop: int, default: str) -> str:
         try:
@@ -129,40 +111,43 @@ class _Attention(_Gemm):
             return default
 
     def _extent(self, op, loop: int) -> str:
-        for v, m in zip(op.operands, _maps(op)):
+        for v, m in zip(op.operands, indexing_maps(op)):
             shape = self.body.view(v).shape
             for t, e in enumerate(m.results):
-                if _pure_dim(e) == loop:
+                if pure_dim(e) == loop:
                     return shape[t]
         raise EmitError("a fusec.block_attention loop indexes no operand dim by itself", op)
 
     # -- values --------------------------------------------------------------------------------
-    def _s_dims(self, batch: dict[int, str], i: str, j: str, d: str) -> list[str]:
+    def s_dims(self, batch: dict[int, str], i: str, j: str, d: str) -> list[str]:
+        """The scores contraction's loop coordinates at query i, key j, head-dim d."""
         dims = ["0"] * self.smaps[0].n_dims
         for l, x in batch.items():
             dims[l] = x
         dims[self.q_loop], dims[self.k_loop], dims[self.d_loop] = i, j, d
         return dims
 
-    def _o_dims(self, batch: dict[int, str], i: str, j: str, dv: str) -> list[str]:
+    def o_dims(self, batch: dict[int, str], i: str, j: str, dv: str) -> list[str]:
+        """The output contraction's loop coordinates at query i, key j, value-dim dv."""
         dims = ["0"] * self.omaps[0].n_dims
         for sl, x in batch.items():
             dims[self.o_batch[sl]] = x
         dims[self.o_q], dims[self.o_j], dims[self.dv_loop] = i, j, dv
         return dims
 
-    def _operand(self, op, maps, k: int, dims: list[str]) -> str:
-        self.memo = {}
-        return self.read(op.operands[k], [affine(e, dims) for e in maps[k].results], op)
+    def operand(self, op, maps, k: int, dims: list[str]) -> str:
+        """Operand k of `op` (its indexing `maps`) at loop coordinates `dims`."""
+        self.values.forget()
+        return self.values.read(op.operands[k], [affine(e, dims) for e in maps[k].results], op)
 
-    def _z(self, batch, i: str, j: str, s: str) -> str:
+    def score(self, batch, i: str, j: str, s: str) -> str:
         """The score function at (i, j) with the score's value in `s`."""
-        sdims = self._s_dims(batch, i, j, "0")
-        self.acc = {(self.s.operands[-1], tuple(affine(e, sdims) for e in self.smaps[-1].results)): s}
+        sdims = self.s_dims(batch, i, j, "0")
+        self.values.supply(self.s.operands[-1], [affine(e, sdims) for e in self.smaps[-1].results], s)
         edims = [sdims[l] for l in self.s_loops]           # the exponentials' loops are the score dims
-        self.memo = {}
-        maps = _maps(self.e)
-        return self.read(self.e.operands[self.z_op], [affine(e, edims) for e in maps[self.z_op].results], self.e)
+        self.values.forget()
+        maps = indexing_maps(self.e)
+        return self.values.read(self.e.operands[self.z_op], [affine(e, edims) for e in maps[self.z_op].results], self.e)
 
     def _body_of(self, op, args: dict[int, str]) -> str:
         """Op's (one-result) body with its block arguments bound to `args` (by number)."""
@@ -182,16 +167,18 @@ class _Attention(_Gemm):
             self.body.assign(o.results[0], e)
         return self.body.val(inner[-1].operands[0])
 
-    def _exp_sub(self, a: str, b: str) -> str:
+    def exp_sub(self, a: str, b: str) -> str:
         """exp(a - b) by the exponentials op's own body."""
         m_arg = 1 - self.z_op
         return self._body_of(self.e, {self.z_op: a, m_arg: b})
 
-    def _max(self, a: str, b: str) -> str:
-        n_in = _n_inputs(self.mx)
+    def maximum(self, a: str, b: str) -> str:
+        """max(a, b) by the row max op's own body."""
+        n_in = n_inputs(self.mx)
         return self._body_of(self.mx, {0: a, n_in: b})
 
-    def _batch_coords(self, flat: str) -> dict[int, str]:
+    def batch_coords(self, flat: str) -> dict[int, str]:
+        """The batch loops' coordinates (named) from the block's flat batch number."""
         out: dict[int, str] = {}
         inner = "1"
         for l in reversed(self.batch_loops):
@@ -205,67 +192,24 @@ class _Attention(_Gemm):
             named[l] = v
         return named
 
-    def _store(self, batch, i: str, dv: str, value: str) -> None:
-        odims = self._o_dims(batch, i, "0", dv)
+    def store(self, batch, i: str, dv: str, value: str) -> None:
+        """Output (i, dv) with value `value`, through the epilogue when the root is one."""
+        odims = self.o_dims(batch, i, "0", dv)
         out_map = self.omaps[-1]
         oidx = [affine(e, odims) for e in out_map.results]
         if self.root == self.o:
             self.w(f"{self.body.view(self.o.operands[-1]).at(oidx)} = {value}")
             return
-        self.acc = {(self.o.operands[-1], tuple(oidx)): value}
-        self.memo = {}
-        rmaps = _maps(self.root)
+        self.values.supply(self.o.operands[-1], oidx, value)
+        self.values.forget()
+        rmaps = indexing_maps(self.root)
         # the epilogue reads the output with an identity map: its loops are the output's dims
-        self._store_root([oidx[t] for t in range(len(rmaps[-1].results))])
+        self.values.store_results(self.root, [oidx[t] for t in range(len(rmaps[-1].results))])
 
-    def _as_it_lies(self, op, k: int, loops: dict[int, str], rows: int, cols: int,
-                    tile: tuple[int, str, int]) -> tuple[str, int, int] | None:
-        """Operand k of `op` passed to BLAS as it lies in its array, when it can be: (the slice,
-        CBLAS transpose flag, leading dimension) for op(X) with `rows` x `cols` loops and the
-        loop tile[0] cut to tile[1]:tile[1] + tile[2]. Read through a kernel op that only
-        permutes its input's axes (`transpose(k)`), it lies in that input. None when the
-        operand is made inside the kernel otherwise (a producer, a cast), is not a whole array
-        whose rows' elements are adjacent (emit/cpu.py: blas_layout), or its dims are not the two
-        loops last and batch loops (`loops`: loop -> index variable) before them; a copy then
-        gathers it (_emit_cpu)."""
-        v, before = op.operands[k], op
-        dims = [_pure_dim(e) for e in _maps(op)[k].results]
-        writer = self._writer(v, before)
-        if writer is not None:
-            with writer.context:
-                perm = copy_permutation(writer) if len(writer.operands) == 2 else None
-            if (perm is None or len(perm) != len(dims) or any(perm[perm[u]] != u for u in range(len(perm)))
-                    or ir.MemRefType(writer.operands[0].type).element_type != ir.MemRefType(v.type).element_type):
-                return None
-            v, before = writer.operands[0], writer
-            dims = [dims[perm[u]] for u in range(len(perm))]
-            if self._writer(v, before) is not None:
-                return None
-        view = self.body.view(v)
-        if (not view.whole or view.host is None or view.array.storage != view.array.elem.compute
-                or self._written_through_another_view(v)):
-            return None
-        layout = blas_layout(v)             # (NO_TRANS, the row stride): rows of adjacent elements
-        if len(dims) < 2 or None in dims or set(dims[-2:]) != {rows, cols} or layout is None or layout[0] != NO_TRANS:
-            return None
-        index = []
-        for l in dims[:-2]:
-            if l not in loops:
-                return None
-            index.append(loops[l])
-        loop, start, size = tile
-        index += [f"{start}:{start} + {size}" if l == loop else ":" for l in dims[-2:]]
-        flag = NO_TRANS if dims[-2:] == [rows, cols] else TRANS
-        return f"{view.host}[{', '.join(index)}]", flag, layout[1]
-
-    # -- emission ------------------------------------------------------------------------------
-    def emit(self) -> None:
-        if self.body.mode == "cpu":
-            self._emit_cpu()
-        else:
-            self._emit_gpu()
-
-    def _emit_gpu(self) -> None:
+    # -- the gpu schedule ----------------------------------------------------------------------
+    def emit_gpu(self) -> None:
+        """The gpu schedule (docs/ARCHITECTURE.md, "Attention kernels"), inside the kernel's
+        gpu.launch of (query blocks, batch) blocks of THREADS_X x THREADS_Y threads."""
         w, names, c = self.w, self.names, self.ctx.consts
         BQ, BKV, D, DV = self.bq, self.bkv, self.D, self.DV
         T = THREADS_X * THREADS_Y
@@ -280,7 +224,7 @@ class _Attention(_Gemm):
         w(f"{tid} = {ty} * {THREADS_X} + {tx}")
         i0 = names.fresh("i0")
         w(f"{i0} = cuda.blockIdx.x * {BQ}")
-        batch = self._batch_coords("cuda.blockIdx.y")
+        batch = self.batch_coords("cuda.blockIdx.y")
         Qs, Ks, Vs, Ps, Rs = (names.fresh(n) for n in ("Qs", "Ks", "Vs", "Ps", "Rs"))
         w(f"{Qs} = cuda.shared.array(({D}, {BQ + 1}), {f})")
         w(f"{Ks} = cuda.shared.array(({D}, {BKV + 1}), {f})")
@@ -297,7 +241,7 @@ class _Attention(_Gemm):
             w(f"{v} = {zero}")
             w(f"if {i0} + {r} < {self.SQ}:")
             with w.indent():
-                w(f"{v} = {self._operand(self.s, self.smaps, self.q_op, self._s_dims(batch, f'{i0} + {r}', '0', d))}")
+                w(f"{v} = {self.operand(self.s, self.smaps, self.q_op, self.s_dims(batch, f'{i0} + {r}', '0', d))}")
             w(f"{Qs}[{d}, {r}] = {v}")
         rows = [names.fresh(f"row{a}_") for a in range(rq)]
         for a, row in enumerate(rows):
@@ -315,10 +259,10 @@ class _Attention(_Gemm):
         with w.indent():
             w("cuda.syncthreads()")
             for name, n, col, tile, load in (
-                    ("K", D, D, Ks, lambda cc, dd: self._operand(self.s, self.smaps, self.k_op,
-                                                                  self._s_dims(batch, "0", f"{j0} + {cc}", dd))),
-                    ("V", DV, DV, Vs, lambda cc, dd: self._operand(self.o, self.omaps, self.v_op,
-                                                                    self._o_dims(batch, "0", f"{j0} + {cc}", dd)))):
+                    ("K", D, D, Ks, lambda cc, dd: self.operand(self.s, self.smaps, self.k_op,
+                                                                  self.s_dims(batch, "0", f"{j0} + {cc}", dd))),
+                    ("V", DV, DV, Vs, lambda cc, dd: self.operand(self.o, self.omaps, self.v_op,
+                                                                    self.o_dims(batch, "0", f"{j0} + {cc}", dd)))):
                 e = names.fresh("e")
                 w(f"for {e} in range({tid}, {BKV * n}, {T}):")
                 with w.indent():
@@ -346,7 +290,7 @@ class _Attention(_Gemm):
                     w(f"{kv[k]} = {Ks}[{dd}, {tx} + {THREADS_X * k}]")
                 for a in range(rq):
                     for k in range(ck):
-                        w(f"{s[a][k]} = {self._contraction_step(qv[a], kv[k], s[a][k])}")
+                        w(f"{s[a][k]} = {self.values.contraction_step(self.s, qv[a], kv[k], s[a][k])}")
             # the score function, masked past the ends; the row max across the row's threads
             z = [[names.fresh(f"z{a}_{k}") for k in range(ck)] for a in range(rq)]
             for a in range(rq):
@@ -358,15 +302,15 @@ class _Attention(_Gemm):
                     w(f"{z[a][k]} = {ninf}")
                     w(f"if {i0} + {rows[a]} < {self.SQ} and {j} < {self.SK}:")
                     with w.indent():
-                        w(f"{z[a][k]} = {self._z(batch, f'{i0} + {rows[a]}', j, s[a][k])}")
-                    w(f"{pm} = {self._max(z[a][k], pm)}")
+                        w(f"{z[a][k]} = {self.score(batch, f'{i0} + {rows[a]}', j, s[a][k])}")
+                    w(f"{pm} = {self.maximum(z[a][k], pm)}")
                 w(f"{Rs}[{rows[a]}, {tx}] = {pm}")
             w("cuda.syncthreads()")
             for a in range(rq):
                 mn, alpha, ls = names.fresh(f"mn{a}_"), names.fresh(f"al{a}_"), names.fresh(f"ls{a}_")
                 w(f"{mn} = {m[a]}")
                 for t in range(THREADS_X):
-                    w(f"{mn} = {self._max(f'{Rs}[{rows[a]}, {t}]', mn)}")
+                    w(f"{mn} = {self.maximum(f'{Rs}[{rows[a]}, {t}]', mn)}")
                 w(f"{ls} = {zero}")
                 w(f"if {mn} == {ninf}:")      # nothing seen yet on this row: p = 0, nothing to rescale
                 with w.indent():
@@ -375,10 +319,10 @@ class _Attention(_Gemm):
                         w(f"{Ps}[{rows[a]}, {tx} + {THREADS_X * k}] = {zero}")
                 w("else:")
                 with w.indent():
-                    w(f"{alpha} = {self._exp_sub(m[a], mn)}")
+                    w(f"{alpha} = {self.exp_sub(m[a], mn)}")
                     for k in range(ck):
                         p = names.fresh("p")
-                        w(f"{p} = {self._exp_sub(z[a][k], mn)}")
+                        w(f"{p} = {self.exp_sub(z[a][k], mn)}")
                         w(f"{Ps}[{rows[a]}, {tx} + {THREADS_X * k}] = {p}")
                         w(f"{ls} = {ls} + {p}")
                 w(f"{l[a]} = {l[a]} * {alpha} + {ls}")
@@ -418,138 +362,6 @@ class _Attention(_Gemm):
                         w.depth += 1
                     ov = names.fresh("ov")
                     w(f"{ov} = {acc[a][k]} / {lt}")
-                    self._store(batch, f"{i0} + {rows[a]}", dv, ov)
+                    self.store(batch, f"{i0} + {rows[a]}", dv, ov)
                     if guard:
                         w.depth -= 1
-
-    def _emit_cpu(self) -> None:
-        w, names, c = self.w, self.names, self.ctx.consts
-        BQ, BKV, D, DV = self.bq, self.bkv, self.D, self.DV
-        f = f"np.{self.elem.compute}"
-        ninf, zero = c.float(float("-inf"), self.elem), c.zero(self.elem)
-        nb = "1"                  # the batch's extent: a number, or read at run time (--dynamic)
-        for lp in self.batch_loops:
-            nb = mul(nb, str(self.ext[lp]))
-        self.ctx.helpers.blas = True
-        blas = blas_fn(self.elem)
-        one = c.float(1.0, self.elem)
-        w(f"# {BLOCK_ATTENTION}: {BQ} queries per block, keys in steps of {BKV} (online softmax; the tile "
-          f"products by BLAS)")
-        blk = names.fresh("blk")
-        w(f"for {blk} in numba.prange(0, {mul(nb, str(self.nq))}):")      # a start: a signed index (emit/control.py)
-        with w.indent():
-            i0, bflat = names.fresh("i0"), names.fresh("bb")
-            w(f"{bflat} = {blk} // {self.nq}")
-            w(f"{i0} = ({blk} % {self.nq}) * {BQ}")
-            batch = self._batch_coords(bflat)
-            qs, kt, vs, sc, pt, acc, mm, ll, tmp = (names.fresh(n) for n in
-                                                     ("qs", "kt", "vs", "sc", "pt", "acc", "mrow", "lrow", "pv"))
-            j0, nc = names.fresh("j0"), names.fresh("nc")
-            # Q, K and V as they lie in their arrays where they can be (no producer, row-major, a
-            # whole tile in every block or step), else gathered into a tile each block or step
-            o_loops = {self.o_batch[sl]: x for sl, x in batch.items()}
-            q_in = self._as_it_lies(self.s, self.q_op, batch, self.q_loop, self.d_loop, (self.q_loop, i0, BQ)) \
-                if self.SQ % BQ == 0 else None
-            k_in = self._as_it_lies(self.s, self.k_op, batch, self.d_loop, self.k_loop, (self.k_loop, j0, BKV)) \
-                if self.SK % BKV == 0 else None
-            v_in = self._as_it_lies(self.o, self.v_op, o_loops, self.o_j, self.dv_loop, (self.o_j, j0, BKV)) \
-                if self.SK % BKV == 0 else None
-            if q_in is None:
-                w(f"{qs} = np.zeros(({BQ}, {D}), {f})")
-            if k_in is None:
-                w(f"{kt} = np.zeros(({D}, {BKV}), {f})")
-            if v_in is None:
-                w(f"{vs} = np.zeros(({BKV}, {DV}), {f})")
-            w(f"{sc} = np.empty(({BQ}, {BKV}), {f})")
-            w(f"{pt} = np.empty(({BQ}, {BKV}), {f})")
-            w(f"{tmp} = np.empty(({BQ}, {DV}), {f})")
-            w(f"{acc} = np.zeros(({BQ}, {DV}), {f})")
-            w(f"{mm} = np.full({BQ}, {ninf}, {f})")
-            w(f"{ll} = np.zeros({BQ}, {f})")
-            nr = names.fresh("nr")
-            w(f"{nr} = min({BQ}, {self.SQ} - {i0})")
-            if q_in is None:
-                r, d = names.fresh("r"), names.fresh("d")
-                w(f"for {r} in range({nr}):")
-                with w.indent():
-                    w(f"for {d} in range({D}):")
-                    with w.indent():
-                        w(f"{qs}[{r}, {d}] = {self._operand(self.s, self.smaps, self.q_op, self._s_dims(batch, f'{i0} + {r}', '0', d))}")
-                q_in = (qs, NO_TRANS, D)
-            w(f"for {j0} in range(0, {self.SK}, {BKV}):")
-            with w.indent():
-                w(f"{nc} = min({BKV}, {self.SK} - {j0})")
-                cc, dd = names.fresh("c"), names.fresh("d")
-                if k_in is None or v_in is None:
-                    w(f"for {cc} in range({nc}):")
-                    with w.indent():
-                        if k_in is None:
-                            w(f"for {dd} in range({D}):")
-                            with w.indent():
-                                w(f"{kt}[{dd}, {cc}] = {self._operand(self.s, self.smaps, self.k_op, self._s_dims(batch, '0', f'{j0} + {cc}', dd))}")
-                        if v_in is None:
-                            w(f"for {dd} in range({DV}):")
-                            with w.indent():
-                                w(f"{vs}[{cc}, {dd}] = {self._operand(self.o, self.omaps, self.v_op, self._o_dims(batch, '0', f'{j0} + {cc}', dd))}")
-                    w(f"if {nc} < {BKV}:")         # the last, partial step: no stale keys or values
-                    with w.indent():
-                        if k_in is None:
-                            w(f"{kt}[:, {nc}:] = {zero}")
-                        if v_in is None:
-                            w(f"{vs}[{nc}:, :] = {zero}")
-                k_in = k_in or (kt, NO_TRANS, BKV)
-                v_in = v_in or (vs, NO_TRANS, DV)
-                (qa, qf, qld), (ka, kf, kld), (va, vf, vld) = q_in, k_in, v_in
-                w(f"{blas}(101, {qf}, {kf}, {BQ}, {BKV}, {D}, {one}, {qa}, {qld}, {ka}, {kld}, "
-                  f"{zero}, {sc}, {BKV})  {BLAS_MARK} the scores tile")
-                r = names.fresh("r")
-                w(f"for {r} in range({nr}):")
-                with w.indent():
-                    # branch-free loops over the step's keys (they vectorise): the score
-                    # function, the row max, the exponentials and their sum
-                    mn, ls, alpha = names.fresh("mn"), names.fresh("ls"), names.fresh("al")
-                    cc = names.fresh("c")
-                    w(f"for {cc} in range({nc}):")
-                    with w.indent():
-                        w(f"{sc}[{r}, {cc}] = {self._z(batch, f'{i0} + {r}', f'{j0} + {cc}', f'{sc}[{r}, {cc}]')}")
-                    w(f"{mn} = {mm}[{r}]")
-                    w(f"for {cc} in range({nc}):")
-                    with w.indent():
-                        w(f"{mn} = {self._max(f'{sc}[{r}, {cc}]', mn)}")
-                    w(f"{ls} = {zero}")
-                    w(f"if {mn} == {ninf}:")       # nothing but -inf on this row so far: p = 0
-                    with w.indent():
-                        w(f"{alpha} = {c.float(1.0, self.elem)}")
-                        w(f"for {cc} in range({nc}):")
-                        with w.indent():
-                            w(f"{pt}[{r}, {cc}] = {zero}")
-                    w("else:")
-                    with w.indent():
-                        w(f"{alpha} = {self._exp_sub(f'{mm}[{r}]', mn)}")
-                        w(f"for {cc} in range({nc}):")
-                        with w.indent():
-                            p = names.fresh("p")
-                            w(f"{p} = {self._exp_sub(f'{sc}[{r}, {cc}]', mn)}")
-                            w(f"{pt}[{r}, {cc}] = {p}")
-                            w(f"{ls} = {ls} + {p}")
-                    w(f"for {cc} in range({nc}, {BKV}):")   # keys past the end
-                    with w.indent():
-                        w(f"{pt}[{r}, {cc}] = {zero}")
-                    w(f"{ll}[{r}] = {ll}[{r}] * {alpha} + {ls}")
-                    w(f"{mm}[{r}] = {mn}")
-                    w(f"for {cc} in range({DV}):")
-                    with w.indent():
-                        w(f"{acc}[{r}, {cc}] = {acc}[{r}, {cc}] * {alpha}")
-                w(f"{pt}[{nr}:, :] = {zero}")           # queries past the end
-                w(f"{blas}(101, {NO_TRANS}, {vf}, {BQ}, {DV}, {BKV}, {one}, {pt}, {BKV}, {va}, {vld}, "
-                  f"{zero}, {tmp}, {DV})  {BLAS_MARK} P · V")
-                w(f"{acc} += {tmp}")
-            r, dv = names.fresh("r"), names.fresh("dv")
-            w(f"for {r} in range({nr}):")
-            with w.indent():
-                w(f"for {dv} in range({DV}):")
-                with w.indent():
-                    ov = names.fresh("ov")
-                    w(f"{ov} = {acc}[{r}, {dv}] / {ll}[{r}]")
-                    self._store(batch, f"{i0} + {r}", dv, ov)
-

@@ -90,7 +90,7 @@ class Helpers:
         return key
 
     def use_text(self, key: str, lines: list[str]) -> str:
-        """A module-level block given whole (its own decorators): emit/gemm.py's intrinsics."""
+        """A module-level block given whole (its own decorators): emit/mma.py's intrinsics."""
         if key not in self.used:
             self.used[key] = lines
             self.decorated.add(key)

@@ -1,32 +1,16 @@
-"""The scan template: a running sum or product (cumsum, cumprod) along one axis, in one pass.
+"""The scan template: a running sum or product (cumsum, cumprod) along one axis, in one pass
+(docs/ARCHITECTURE.md, "Scans").
 
 A `linalg.generic` marked `fusec.scan` (compiler/lowering/reduction.py) means out[.., i, ..] =
-combine over j <= i of f(x[.., j, ..]): its loops are the output's and j, its body reads the
-inputs at j (elementwise producers fused in by the graph passes), selects the neutral element
-where j > i and combines into the output's element. The kernel is that op alone, not tiled
-by MLIR (compiler/plan/tilechoice.py: Tiling.scan); here it is written whole. The body is
-evaluated as it stands at i = j = k, with the running value as its accumulator, so the value it
-yields is the running value after element k, whatever f is.
-
-cpu (in the host function): a prange over the rows (every index but the axis); each row a
-sequential loop along the axis.
-
-gpu, along another axis than the last (a launch of blocks of T threads, transforms/to_target.py:
-scan_blocks): a thread per row, each row walked in order as on the cpu; consecutive threads
-take consecutive rows, which lie side by side along the contiguous last axis, so every step's
-loads and stores are coalesced.
-
-gpu, along the contiguous last axis (a launch of one block of T threads per row): the row in chunks
-of T elements. Per chunk thread t evaluates element c*T + t, the block takes an inclusive scan
-of the chunk, adds the carry of the chunks before, stores, and the carry grows by the chunk's
-total. The block scan: on a GPU, each warp scans its 32 values with `shfl_up_sync` (5 steps),
-lane 31 puts the warp's total in a shared slot, warp 0 scans the slots the same way, and each
-warp adds the total of the warps before it; under the simulator (no warp shuffles) and for a T
-that is not a warp multiple, a Hillis-Steele scan in shared memory (log2 T steps, a barrier each).
+combine over j <= i of f(x[.., j, ..]); its kernel is that op alone, not tiled by MLIR, and is
+written here whole. The body is evaluated as it stands at i = j = k with the running value as
+its accumulator, so it yields the running value after element k, whatever f is. cpu: a prange
+over the rows, each walked in order; gpu: a block per row along the contiguous last axis
+(`emit_gpu`), else a thread per row (`emit_gpu_rows`; the blocks: transforms/to_target.py).
 """
 from __future__ import annotations
 
-from .gemm import _maps, _n_inputs, affine
+from .template_values import affine, indexing_maps, load, n_inputs
 from .values import EmitError
 from ..mlir import ir
 from ..marks import SCAN, SCAN_AXIS
@@ -41,13 +25,16 @@ def block_scan(body, op) -> None:
 
 
 class _Scan:
+    """The scan template at one `fusec.scan` op (module doc); its inputs are loaded as
+    template_values.load reads an element."""
+
     def __init__(self, body, op):
         self.body, self.op = body, op
         self.w, self.names, self.ctx = body.w, body.names, body.ctx
-        self.n_in = _n_inputs(op)
+        self.n_in = n_inputs(op)
         if len(op.operands) != self.n_in + 1:
             raise EmitError("a fusec.scan writes one output", op)
-        self.maps = _maps(op)
+        self.maps = indexing_maps(op)
         self.out = body.view(op.operands[self.n_in])
         self.rank = len(self.out.shape)
         self.axis = ir.IntegerAttr(op.attributes[SCAN_AXIS]).value
@@ -79,10 +66,7 @@ class _Scan:
         """The body at i = j = k for the row `idx` (dim -> index), accumulating onto `acc`."""
         dims = [k if d == self.axis else idx[d] for d in range(self.rank)] + [k]
         for i, arg in enumerate(list(self.block.arguments)[:self.n_in]):
-            view = self.body.view(self.op.operands[i])
-            e = view.at([affine(r, dims) for r in self.maps[i].results])
-            if view.array.storage != view.array.elem.compute:
-                e = f"np.{view.array.elem.compute}({e})"
+            e = load(self.body.view(self.op.operands[i]), [affine(r, dims) for r in self.maps[i].results])
             name = self.names.temp("x")
             self.w(f"{name} = {e}")
             self.ctx.expr[arg] = name
@@ -135,7 +119,8 @@ class _Scan:
             self.body.parallel_depth -= 1
 
     def emit_gpu_rows(self, n: str) -> None:
-        """A thread per row (the axis is not the contiguous one)."""
+        """A thread per row (the axis is not the contiguous one): consecutive threads take
+        consecutive rows, side by side along the last axis, so each step's accesses coalesce."""
         w = self.w
         T = self._threads()
         r = self.names.temp("row")
@@ -179,6 +164,13 @@ class _Scan:
         return name
 
     def emit_gpu(self, n: str) -> None:
+        """A block of T threads per row, the row in chunks of T elements. Per chunk thread t
+        evaluates element c*T + t, the block takes an inclusive scan of the chunk, adds the
+        carry of the chunks before, stores, and the carry grows by the chunk's total. The block
+        scan: each warp scans its 32 values with `shfl_up_sync`, lane 31 puts the warp's total
+        in a shared slot, warp 0 scans the slots the same way, and each warp adds the total of
+        the warps before it; under the simulator (no warp shuffles) and for a T that is not a
+        warp multiple, a Hillis-Steele scan in shared memory (log2 T steps, a barrier each)."""
         w, names, comb = self.w, self.names, self.comb
         T = self._threads()
         self.ctx.helpers.cudasim = True

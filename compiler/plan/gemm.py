@@ -190,7 +190,7 @@ def tile_pad(mma: bool) -> int:
 
 def mma_kind(info: ChainInfo, gk: GemmKernel, shape: GemmShape, hw=None) -> str | None:
     """'f16' when the kernel runs on tensor cores (mma.sync.m16n8k16, f32 accumulate): both
-    operands f16 (bf16 chains do not run on the Numba targets; emit/gemm.py would take bf16
+    operands f16 (bf16 chains do not run on the Numba targets; emit/mma.py would take bf16
     too), a multiply-add body into an f32 accumulator, a device that has them
     (`hw.tensor_flops_fp16`; None: any), and tiles a warp grid covers: TQ and TP even, BK a
     multiple of 16, BQ a multiple of 8 TQ and BP of 4 TP. Else None (the SIMT form)."""

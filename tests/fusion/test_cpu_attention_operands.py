@@ -1,5 +1,5 @@
 """The cpu attention kernel passes Q, K and V to BLAS as they lie in their arrays where it can
-(emit/attention.py: _as_it_lies): no producer in the kernel (a transpose of K is read through,
+(emit/attention_cpu.py: _as_it_lies): no producer in the kernel (a transpose of K is read through,
 with BLAS's transpose flag), row-major, and a whole tile in every query block and key step.
 Elsewhere a copy gathers the tile, as before. Each chain is checked against the reference, and
 the emitted scores and P · V calls say which operands went in as they lie."""

@@ -1,0 +1,256 @@
+"""The values of a template kernel's buffers (docs/ARCHITECTURE.md, "GPU kernels").
+
+A template (emit/gemm.py, emit/attention.py, emit/scan.py) writes a whole kernel at its marked
+root, so no statement is emitted per op: the value of a buffer at an index is what the kernel's
+ops before the reader left there. `TemplateValues` gives it: a value the template holds in a
+register (a contraction's accumulator: `supply`), an absorbed producer's body evaluated at that
+index (a fill's value, a copy read through), else a load (`load`). The functions read linalg
+ops' indexing maps as Python index text.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from .values import EmitError, add, atom, elem_of, floordiv, is_memref, mod, mul, no_rule
+from ..mlir import ir
+
+
+# ---------------------------------------------------------------------- linalg ops' structure
+
+def ints(attr) -> list[int]:
+    """A DenseI64ArrayAttr (a template's marks) as ints."""
+    return [int(x) for x in ir.DenseI64ArrayAttr(attr)]
+
+
+def indexing_maps(op) -> list["ir.AffineMap"]:
+    return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+
+
+def n_inputs(op) -> int:
+    """How many of a linalg op's operands are ins (the rest are outs)."""
+    try:
+        return len(op.opview.inputs)
+    except AttributeError:
+        raise EmitError("the emitter cannot split the operands of this op into ins and outs", op) from None
+
+
+def affine(e: "ir.AffineExpr", dims: list[str]) -> str:
+    """An affine expression over loop coordinates `dims` as a Python index expression."""
+    e = e.maybe_downcast() if hasattr(e, "maybe_downcast") else e
+    if isinstance(e, ir.AffineDimExpr):
+        return dims[e.position]
+    if isinstance(e, ir.AffineConstantExpr):
+        return str(e.value)
+    if isinstance(e, ir.AffineAddExpr):
+        return add(affine(e.lhs, dims), affine(e.rhs, dims))
+    if isinstance(e, ir.AffineMulExpr):
+        return mul(affine(e.lhs, dims), affine(e.rhs, dims))
+    if isinstance(e, ir.AffineFloorDivExpr):
+        return floordiv(affine(e.lhs, dims), affine(e.rhs, dims))
+    if isinstance(e, ir.AffineModExpr):
+        return mod(affine(e.lhs, dims), affine(e.rhs, dims))
+    raise EmitError(f"the emitter has no rule for the affine expression {e}")
+
+
+def dims_of(e: "ir.AffineExpr") -> set[int]:
+    """The loops an affine expression reads."""
+    e = e.maybe_downcast() if hasattr(e, "maybe_downcast") else e
+    if isinstance(e, ir.AffineDimExpr):
+        return {e.position}
+    if isinstance(e, ir.AffineConstantExpr):
+        return set()
+    if isinstance(e, ir.AffineBinaryExpr):
+        return dims_of(e.lhs) | dims_of(e.rhs)
+    return set()
+
+
+def dims_of_map(m: "ir.AffineMap") -> set[int]:
+    """The loops any result of an affine map reads."""
+    out = set()
+    for e in m.results:
+        out |= dims_of(e)
+    return out
+
+
+def pure_dim(e: "ir.AffineExpr") -> int | None:
+    """The loop an affine expression is by itself, else None."""
+    e = e.maybe_downcast() if hasattr(e, "maybe_downcast") else e
+    return e.position if isinstance(e, ir.AffineDimExpr) else None
+
+
+def is_identity(m: "ir.AffineMap") -> bool:
+    return m.n_dims == len(m.results) and all(pure_dim(e) == i for i, e in enumerate(m.results))
+
+
+def load(view, idx: list[str]) -> str:
+    """Element `idx` of a view as a value (an f16 array's element widened to its compute type)."""
+    e = view.at(idx)
+    if view.array.storage != view.array.elem.compute:
+        e = f"np.{view.array.elem.compute}({e})"
+    return e
+
+
+def elem(v):
+    """The element type of a value (a memref's elements)."""
+    return elem_of(v.type)
+
+
+# ---------------------------------------------------------------------- values inside a kernel
+
+class TemplateValues:
+    """The value of a buffer at an index inside one template kernel (module doc).
+
+    `writers`: the kernel's ops (block order) whose writes are evaluated where read; `supplied`:
+    those whose results the template holds in registers, readable only at the element last
+    given to `supply`. Values computed as statements are reused at the same element until
+    `forget` (or the end of a `guarded` region). Its errors say fusec.block_gemm whichever
+    template meets them."""
+
+    def __init__(self, body, root, writers, supplied):
+        self.body, self.w, self.names, self.ctx = body, body.w, body.names, body.ctx
+        block = [o.operation for o in root.block.operations]
+        self.order = {op: i for i, op in enumerate(block)}
+        self.writers, self.supplied = writers, tuple(supplied)
+        self.memo: dict = {}            # (writer, index) -> the temporaries holding its results
+        self.acc: dict = {}             # (a supplied op's buffer, index) -> the register holding it
+
+    def supply(self, v, idx: list[str], value: str) -> None:
+        """From now on buffer `v` (a supplied op's) holds `value` at `idx`, and nothing else."""
+        self.acc = {(v, tuple(idx)): value}
+
+    def forget(self) -> None:
+        """Values computed so far are out of scope: compute them again where read."""
+        self.memo = {}
+
+    @contextmanager
+    def guarded(self, conds: list[str]):
+        """Statements under `if <conds>:` (none: unguarded); values first computed there are
+        forgotten after it, those from before stay."""
+        if not conds:
+            yield
+            return
+        saved = dict(self.memo)
+        self.w(f"if {' and '.join(conds)}:")
+        self.w.depth += 1
+        yield
+        self.w.depth -= 1
+        self.memo = saved
+
+    def writer(self, v, before) -> "ir.Operation | None":
+        """The last kernel op before `before` that writes the buffer `v`."""
+        limit = self.order[before]
+        found = None
+        for op in self.writers:
+            if self.order[op] >= limit:
+                break
+            outs = [op.operands[1]] if op.name == "memref.copy" else list(op.operands)[n_inputs(op):]
+            if v in outs:
+                found = op
+        return found
+
+    def written_through_another_view(self, v) -> bool:
+        """Whether a kernel op writes the array under buffer `v` through another view than `v`."""
+        name = self.body.view(v).array.name
+        return any(v2 != v and self.body.view(v2).array.name == name
+                   for op in self.writers if op.name != "memref.copy" for v2 in list(op.operands)[n_inputs(op):])
+
+    def read(self, v, idx: list[str], before) -> str:
+        """The value of buffer `v` at `idx` as the kernel's ops before `before` left it."""
+        writer = self.writer(v, before)
+        if writer is None:
+            if self.written_through_another_view(v):
+                raise EmitError("a fusec.block_gemm kernel reads a buffer through another view than the one "
+                                "its op wrote", before)
+            return load(self.body.view(v), idx)
+        if writer.name == "linalg.fill":
+            return self.body.val(writer.operands[0])
+        if writer.name == "memref.copy":          # an absorbed copy between the kernel's buffers
+            return self.read(writer.operands[0], idx, writer)
+        if writer in self.supplied:
+            key = (v, tuple(idx))
+            if key not in self.acc:
+                raise EmitError("a fusec.block_gemm epilogue reads the contraction's result at another "
+                                "element than its own", before)
+            return self.acc[key]
+        if writer.name != "linalg.generic":
+            raise no_rule(writer, "inside a fusec.block_gemm kernel")
+        n_in = n_inputs(writer)
+        k = list(writer.operands)[n_in:].index(v)
+        out_map = indexing_maps(writer)[n_in + k]
+        if not is_identity(out_map):
+            raise EmitError("a producer inside a fusec.block_gemm kernel must write its result in loop order", writer)
+        key = (id(writer), tuple(idx))
+        if key not in self.memo:
+            temps = []
+            for e in self._inline(writer, list(idx)):
+                t = self.names.fresh("t")
+                self.w(f"{t} = {e}")
+                temps.append(t)
+            self.memo[key] = temps
+        return self.memo[key][k]
+
+    def store_results(self, op, dims: list[str]) -> None:
+        """Op's body at loop coordinates `dims`, each result stored into its output there."""
+        maps = indexing_maps(op)
+        n_in = n_inputs(op)
+        outs = list(op.operands)[n_in:]
+        values = self._inline(op, dims)
+        for k, (v, m) in enumerate(zip(outs, maps[n_in:])):
+            idx = [affine(e, dims) for e in m.results]
+            self.w(f"{self.body.view(v).at(idx)} = {values[k]}")
+
+    def contraction_step(self, op, x: str, y: str, acc: str) -> str:
+        """A contraction's body on one pair of operands and its accumulator (an expression)."""
+        block = op.regions[0].blocks[0]
+        args = list(block.arguments)
+        env = {args[0]: x, args[1]: y, args[2]: acc}
+        ops = [o.operation for o in block.operations]
+        for o in ops[:-1]:
+            if len(o.results) != 1 or o.regions or any(v not in env and v not in self.ctx.expr for v in o.operands):
+                raise EmitError("a fusec.gemm_contraction body must be scalar arithmetic", op)
+            e = self.ctx.rules.expr(o, [env[v] if v in env else self.body.val(v) for v in o.operands])
+            if e is None:
+                raise no_rule(o)
+            env[o.results[0]] = atom(e)
+        (y_,) = ops[-1].operands
+        return env[y_] if y_ in env else self.body.val(y_)
+
+    def _inline(self, op, dims: list[str]) -> list[str]:
+        """Op's body at loop coordinates `dims`: its results as expressions (statements for
+        values used more than once)."""
+        if any("parallel" not in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"])):
+            raise EmitError("a producer inside a fusec.block_gemm kernel must be elementwise", op)
+        maps = indexing_maps(op)
+        block = op.regions[0].blocks[0]
+        args = list(block.arguments)
+        expr = self.ctx.expr
+        for a, v, m in zip(args, op.operands, maps):
+            if not list(a.uses):
+                continue
+            expr[a] = self.read(v, [affine(e, dims) for e in m.results], op)
+        inner = [o.operation for o in block.operations]
+        for o in inner[:-1]:
+            if o.name == "linalg.index":
+                expr[o.results[0]] = dims[ir.IntegerAttr(o.attributes["dim"]).value]
+                continue
+            if o.name == "arith.constant":
+                self.body.op(o)
+                continue
+            if o.regions or len(o.results) != 1:
+                raise no_rule(o, "inside a fusec.block_gemm producer")
+            if o.name == "memref.load":
+                src = o.operands[0]
+                idx = [self.body.val(i) for i in o.operands[1:]]
+                e = self.read(src, idx, op)
+            else:
+                if any(is_memref(x) for x in o.operands):
+                    raise no_rule(o, "inside a fusec.block_gemm producer")
+                e = self.ctx.rules.expr(o, [self.body.val(x) for x in o.operands])
+                if e is None:
+                    raise no_rule(o)
+            r = o.results[0]
+            if len(list(r.uses)) == 1:
+                expr[r] = atom(e)
+            else:
+                self.body.assign(r, e)
+        return [self.body.val(x) for x in inner[-1].operands]
