@@ -50,6 +50,7 @@ def readme_commands() -> list[str]:
     return block.rstrip("\n").split("\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", ["README.md", "docs/GUIDE.md"])
 def test_the_main_job_sample_is_what_fusec_prints(page, monkeypatch, capsys):
     lines = main_job_block(page)

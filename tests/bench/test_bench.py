@@ -143,6 +143,7 @@ def test_floor_is_bytes_at_bandwidth_or_flops_at_gemm_rate():
     assert machine.machine_id("NVIDIA H200") == "gpu-nvidia-h200"
 
 
+@pytest.mark.slow
 def test_gpu_script_runs_from_artifacts_on_the_simulator(tmp_path):
     """`prepare` compiles for cuda here; `run` needs only the artifacts (checked on cuda-sim)."""
     (tmp_path / "art" / "wheels").mkdir(parents=True)
@@ -169,6 +170,7 @@ def test_gpu_script_runs_from_artifacts_on_the_simulator(tmp_path):
                                                                   abs=1e-3)
 
 
+@pytest.mark.slow
 def test_blas_epilogue_script_times_each_form_in_its_own_process_and_writes_its_json(tmp_path):
     """Each form is fusec's own build (the whole form planned with the old rule), checked against
     NumPy before it is timed, in a process of its own."""

@@ -28,6 +28,7 @@ def _plans(path, target):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=[os.path.basename(p) for p in EXAMPLES])
 @pytest.mark.parametrize("target", ["gpu", "cpu"])
 def test_explain_and_plots_for_every_example(path, target, tmp_path):

@@ -193,6 +193,7 @@ def test_an_accumulating_conv_into_a_strided_output(tmp_path, algo):
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hw, stride, padding, dilation", [
     ((9, 11), 1, 1, 1), ((9, 11), 2, [1, 0], [1, 2]), ((40, 33), 1, 1, 1)])   # the last: several row blocks
 def test_conv_chains_match_the_reference(hw, stride, padding, dilation):
@@ -211,6 +212,7 @@ def test_conv_chains_match_the_reference(hw, stride, padding, dilation):
     assert prog.c.check(binding={"B": 2})[0].ok
 
 
+@pytest.mark.slow
 def test_f64_contractions_call_dgemm():
     src = ("chain f(x: f64[M, K], w: f64[N, K]) -> f64[M, N] {\n    return tanh(x @ transpose(w))\n}\n")
     prog = fusec.compile(src, target="cpu", options={"baseline": False})

@@ -113,6 +113,7 @@ def test_vectorised_reductions_keep_nan_inf_and_signed_zero():
 
 # ----------------------------------------------------------------------------- library calls
 
+@pytest.mark.slow
 def test_contractions_become_blas_calls_with_their_zero_fill_dropped():
     src = ("chain mlp(x: f32[M, K], w: f32[K, N], b: f32[N]) -> f32[M, N] { return gelu(x @ w + b) }\n"
            "chain att(q: f32[B, S, 8], k: f32[B, S, 8], v: f32[B, S, 8]) -> f32[B, S, 8] {\n"

@@ -134,6 +134,7 @@ def _inputs(f, binding):
 RUNS = [(c, "cuda-sim") for c in CASES] + [(c, "cpu") for c in CASES if c[1] in ("causal", "masked", "big")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case,target", RUNS, ids=[f"{c[1]}-{t}" for c, t in RUNS])
 def test_online_softmax_matches_the_reference(case, target):
     src, chain, binding, tiles = case
@@ -195,18 +196,21 @@ def _check_attention(src, binding, tiles, target):
     assert compare(fused[0], unfused[0], "f32").ok
 
 
+@pytest.mark.slow
 @settings(max_examples=5, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
 @given(attention_chains())
 def test_random_attention_variants_on_cuda_sim(case):
     _check_attention(*case, "cuda-sim")
 
 
+@pytest.mark.slow
 @settings(max_examples=1, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
 @given(attention_chains())
 def test_random_attention_variants_on_cpu(case):
     _check_attention(*case, "cpu")
 
 
+@pytest.mark.slow
 def test_the_gpu_kernel_report_at_16_heads_of_2048():
     """The issue's measure at B·H = 16, S = 2048, D = 64 (ptxas -v for sm_90, occupancy on the
     H200): shared memory, no local memory or spills, at least one full wave."""

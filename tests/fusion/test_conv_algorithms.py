@@ -45,6 +45,7 @@ def test_the_model_picks_the_algorithm_per_shape(what, dims, kw, batch, algo):
     assert plan.summary()["groups"][g.id]["conv"] == algo
 
 
+@pytest.mark.slow
 def test_winograd_f4x4_is_picked_in_f32_too_and_within_the_tolerance():
     """F(4x4, 3x3) at its better-conditioned points: picked where predicted fastest in f32 as in
     f64, and its f32 output passes the numerics check (three seeds) at 64 channels."""
@@ -121,6 +122,7 @@ RUNS = [(ODD, "im2col", CHUNKS), (ODD, "winograd", CHUNKS), (ODD, "winograd", WH
         ((3, 4, 3, 11, 12, 2, 1, 1), "im2col", CHUNKS)]                   # stride 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case, algo, tiles", RUNS,
                          ids=[f"{'x'.join(map(str, c[:5]))}-s{c[5]}-p{c[6]}-d{c[7]}-{a}-{'chunks' if t[0] else 'whole'}"
                               for c, a, t in RUNS])

@@ -43,6 +43,7 @@ def _calls(source: str) -> dict[str, list[str]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_operands_as_they_lie_where_they_can(name):
     params, out, body, binding, want = CASES[name]

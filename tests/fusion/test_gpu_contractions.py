@@ -95,6 +95,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("src,binding,block,gemm", CASES)
 def test_contraction_kernels_match_the_reference_on_the_simulator(src, binding, block, gemm):
     planned = stages(src, binding=binding, plan=None).plan

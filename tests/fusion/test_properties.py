@@ -75,6 +75,7 @@ def _check(src: str, binding: dict, target: str):
         assert c.ok, f"fused vs unfused output {i}: {c.describe()}"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="runs on the CUDA simulator")
 @settings(max_examples=45, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
 @given(chains())
@@ -83,6 +84,7 @@ def test_random_chains_on_cuda_sim(case):
     _check(src, binding, "cuda-sim")
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
 @given(chains())
 def test_random_chains_on_cpu(case):

@@ -16,12 +16,14 @@ EXAMPLES = os.path.join(ROOT, "examples")
 FUSEC = [sys.executable, "-m", "fusec"]
 
 
+@pytest.mark.slow
 def test_every_example_matches_golden_on_cpu(capsys):
     assert main(["test", EXAMPLES, "--target", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "20 passed, 0 failed" in out or (" 0 failed" in out and "[cpu] ok" in out)
 
 
+@pytest.mark.slow
 def test_every_example_matches_golden_on_cuda_sim():
     # the simulator is process-wide: its own process
     r = subprocess.run(FUSEC + ["test", EXAMPLES, "--target", "cuda-sim"], capture_output=True, text=True,
@@ -30,6 +32,7 @@ def test_every_example_matches_golden_on_cuda_sim():
     assert "[cuda-sim] ok" in r.stdout and " 0 failed" in r.stdout
 
 
+@pytest.mark.slow
 def test_main_job_reports_kernels_times_and_numerics(tmp_path, capsys):
     report = tmp_path / "r.json"
     saved = tmp_path / "o.npz"
@@ -49,6 +52,7 @@ def test_main_job_reports_kernels_times_and_numerics(tmp_path, capsys):
     assert np.load(saved)["mlp_piped/out/0"].shape == (16, 64)
 
 
+@pytest.mark.slow
 def test_no_fuse_runs_the_unfused_build(tmp_path, capsys, monkeypatch):
     f = os.path.join(EXAMPLES, "softmax.fdsl")
     assert main([f, "--target", "cpu", "--chain", "softmax_rows", "--bind", "M=8,N=16", "--no-fuse"]) == 0
@@ -79,6 +83,7 @@ def test_numerics_failure_exits_3_and_names_output_and_place(monkeypatch, capsys
     assert "worst at [1, 2]" in captured.err
 
 
+@pytest.mark.slow
 def test_compile_then_run_an_artifact_without_mlir(tmp_path):
     out = tmp_path / "art"
     r = subprocess.run(FUSEC + ["compile", os.path.join(EXAMPLES, "layernorm.fdsl"), "-o", str(out),

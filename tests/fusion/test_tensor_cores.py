@@ -61,6 +61,7 @@ def test_a_profile_without_tensor_cores_keeps_fmas():
     assert "on FMAs, not tensor cores: h200 has no tensor cores in its profile" in note   # --explain says why
 
 
+@pytest.mark.slow
 def test_the_tensor_core_kernel_report():
     st = _stages(F16, {"M": 512, "K": 1024, "N": 4096})
     (r,) = report_kernels(st.emitted.source, st.emitted.entries["t"], H200, blocks=("middle",))

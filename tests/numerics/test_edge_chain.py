@@ -58,6 +58,7 @@ def runs(inputs, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_every_target_exits_0_with_the_references_nan_and_inf(runs, target):
     status, printed, saved = runs[target]

@@ -95,6 +95,7 @@ def _mismatches(labels, got, want, types) -> list[str]:
     return bad
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target,part", sorted(PARTS), ids=[f"{t}-{p}" for t, p in sorted(PARTS)])
 def test_per_op_cases_match_the_reference(target, part, fast_simulator):
     items = PARTS[(target, part)]
@@ -145,6 +146,7 @@ def _fusion_program(target: str):
     return _PROGRAMS[target]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chain", FUSION_CHAINS)
 @pytest.mark.parametrize("target", TARGETS)
 def test_fused_and_unfused_builds_match_the_reference(target, chain, fast_simulator):
@@ -194,6 +196,7 @@ def _rows_inputs():
     return [x, h, y, z, w, v]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_row_kernels_and_the_block_scan_match_the_reference(target, fast_simulator):
     prog = fusec.compile(ROWS, target=target, options={"baseline": False})

@@ -67,6 +67,7 @@ def test_the_values_hit_the_thresholds():
             assert np.isinf(sq[np.isfinite(x)]).any() and (x == np.finfo(t).smallest_subnormal).any()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", sv.DTYPES)
 @pytest.mark.parametrize("target", TARGETS)
 def test_special_values_match_the_reference(target, dtype, fast_simulator):

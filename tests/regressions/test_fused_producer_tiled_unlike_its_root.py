@@ -17,6 +17,7 @@ SRC = """chain f(x: f32[N, N]) -> f32[N, N] {
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["cpu", "cuda-sim"])
 def test_a_producer_read_through_a_transpose_fuses_and_checks(tmp_path, capsys, target):
     path = tmp_path / "t.fdsl"

@@ -5,9 +5,12 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.mark.slow
 def test_compile_run_and_the_main_job_leave_the_temp_directory_empty(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()

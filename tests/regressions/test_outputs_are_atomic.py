@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from fusec.cli import main
 from fusec.runtime import compare as compare_module, npz
@@ -16,6 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SOFTMAX = os.path.join(ROOT, "examples", "softmax.fdsl")
 
 
+@pytest.mark.slow
 def test_an_interrupted_save_leaves_the_previous_file_whole(tmp_path):
     out = tmp_path / "out.npz"
     cmd = [sys.executable, "-m", "fusec", SOFTMAX, "--target", "reference", "--save", str(out)]
@@ -80,6 +82,7 @@ def test_a_dump_dir_that_cannot_be_made_is_a_user_error(tmp_path, capsys):
                                        "directory\n")
 
 
+@pytest.mark.slow
 def test_a_numerics_failure_on_a_compiled_target_is_recorded_too(tmp_path, capsys, monkeypatch):
     real, real_truth = compare_module.compare, compare_module.compare_to_truth
     monkeypatch.setattr("fusec.report.compare", lambda a, e, d: real(np.asarray(a) * 1.5, e, d))

@@ -59,6 +59,7 @@ def _arrays_read(info, g, producer) -> int:
     return sum(_arrays_read(info, g, p) for p in info.op(producer).producers) or 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("src,chain,binding,gathered", CASES, ids=[f"{c[1]}-{'-'.join(map(str, c[2].values()))}" for c in CASES])
 def test_contraction_kernels_at_size(src, chain, binding, gathered):
     st = _compile(src, chain, binding)
@@ -98,6 +99,7 @@ def test_contraction_kernels_at_size(src, chain, binding, gathered):
         assert expected / 1.5 <= traced <= expected * 1.5, f"{what}: {traced / 1e6:.1f} MB read, formula {expected / 1e6:.1f} MB"
 
 
+@pytest.mark.slow
 def test_large_contractions_run_in_full_waves():
     st = _compile("bench/fdsl/mlp.fdsl", "mlp", {"M": 4096, "K": 1024, "N": 4096})
     (r,) = report_kernels(st.emitted.source, st.emitted.entries["mlp"], H200, trace=False)

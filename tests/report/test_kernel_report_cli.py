@@ -58,6 +58,7 @@ def test_cuda_sim_runs_each_build_once_untimed(tmp_path, capsys, monkeypatch):
     assert chain["kernel_report"] is None
 
 
+@pytest.mark.slow
 def test_fusec_run_dir_reports_the_kernels_of_a_compiled_artifact(tmp_path, capsys, monkeypatch):
     art = tmp_path / "art"
     assert main(["compile", EW, "--chain", "bias_gelu_res", "--bind", "M=8,N=64", "-o", str(art)]) == 0

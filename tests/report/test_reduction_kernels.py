@@ -56,6 +56,7 @@ def _enough_work(plan, group: int) -> bool:
     return (cost.bytes_read / 4) >= H200.units * 64 * 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("src,chain,binding", CASES, ids=[c[1] for c in CASES])
 def test_reduction_kernels_at_size(src, chain, binding):
     st = _compile(src, chain, binding)

@@ -54,6 +54,7 @@ def reports():
     return out, reps
 
 
+@pytest.mark.slow
 def test_every_kernel_compiles_to_ptx_without_local_memory_or_spills(reports):
     _, reps = reports
     for r in reps:

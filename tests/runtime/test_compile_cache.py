@@ -77,6 +77,7 @@ def entries(cache: Path) -> list[Path]:
     return sorted(p for p in (cache / "compiled").iterdir() if not p.name.startswith("."))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", [SOURCE, BLAS_SOURCE], ids=["loops", "blas"])
 def test_a_second_process_loads_the_build_without_mlir_or_numba_compiling(cache, tmp_path, source):
     first = api_run(cache, tmp_path, source)
@@ -127,6 +128,7 @@ def test_the_key_holds_the_source_binding_and_options(cache, tmp_path):
     assert again.cache_entry(again.f.typed, {"M": 4}) == prog.cache_entry(prog.f.typed, {"M": 4})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncate module", "edit manifest", "delete plan"])
 def test_a_damaged_entry_is_said_in_one_line_and_built_again(cache, tmp_path, damage):
     assert api_run(cache, tmp_path)["cache"] == "miss"
@@ -149,6 +151,7 @@ def test_a_damaged_entry_is_said_in_one_line_and_built_again(cache, tmp_path, da
     assert api_run(cache, tmp_path)["cache"] == "hit"
 
 
+@pytest.mark.slow
 def test_the_main_job_reports_the_cache_and_a_second_run_skips_the_stages(cache, tmp_path):
     argv = [sys.executable, "-m", "fusec", SOFTMAX, "--chain", "softmax_rows", "--target", "cpu", "--bind", "M=4,N=8"]
     reports = []
@@ -164,6 +167,7 @@ def test_the_main_job_reports_the_cache_and_a_second_run_skips_the_stages(cache,
     assert json.loads(report.read_text())["chains"][0]["cache"] == "off"
 
 
+@pytest.mark.slow
 def test_processes_at_once_share_one_entry(cache, tmp_path):
     src = tmp_path / "f.fdsl"
     src.write_text(SOURCE)
@@ -177,6 +181,7 @@ def test_processes_at_once_share_one_entry(cache, tmp_path):
     assert api_run(cache, tmp_path)["cache"] == "hit"
 
 
+@pytest.mark.slow
 def test_nothing_is_left_in_the_system_temp_directory(cache, tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()

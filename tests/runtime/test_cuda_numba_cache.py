@@ -96,6 +96,7 @@ def _real_cuda(copy: Path, numba_cache: bool) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_every_kernel_compiles_with_numbas_cache_in_the_artifact(artifact, tmp_path):
     """The real compiler's view: each kernel's dispatcher has a CUDACache in the artifact's
     __pycache__, and what that cache would store (the kernel's code library reduced and
@@ -109,6 +110,7 @@ def test_every_kernel_compiles_with_numbas_cache_in_the_artifact(artifact, tmp_p
     assert out["t.k0"]["mma"] and not out["rows.k0"]["mma"]
 
 
+@pytest.mark.slow
 def test_without_numba_cache_the_kernels_compile_afresh(artifact, tmp_path):
     out = _real_cuda(_copy(artifact, tmp_path), False)
     assert {(k["flag"], k["cache"], k["path"]) for k in out.values()} == {(False, "NullCache", None)}

@@ -54,6 +54,7 @@ def test_size_classes_are_power_of_two_buckets():
     assert size_class(600) == "513..1024" and size_class(1) == "1" and size_class(2) == "2..2"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source, name, fixed", [(ROWS, "rows", {"N": 48}), (MLP, "mlp", {"D": 24, "H": 40})],
                          ids=["row-kernel", "blas"])
 def test_three_extents_run_from_one_build(tmp_path, source, name, fixed):
@@ -88,6 +89,7 @@ def test_the_kernels_read_the_extent_and_the_plan_says_the_class(tmp_path, capsy
     assert "dynamic" not in capsys.readouterr().out        # static stays the default
 
 
+@pytest.mark.slow
 def test_the_main_job_checks_a_dynamic_build_at_the_bound_extent(tmp_path, capsys):
     f = write(tmp_path, "c.fdsl", MLP)
     assert main([f, "--target", "cpu", "--dynamic", "M", "--bind", "M=37,D=16,H=24"]) == 0
@@ -149,6 +151,7 @@ def test_a_run_time_extent_refuses_arithmetic_and_compares_by_symbol():
             op()
 
 
+@pytest.mark.slow
 def test_the_examples_that_take_their_rows_at_run_time(capsys):
     """The row chains of the examples run with their row symbol dynamic, at an extent off the class."""
     for f, chain, bind in [("layernorm.fdsl", "layernorm_builtin", "T=45"),
@@ -216,6 +219,7 @@ def test_a_matmul_over_run_time_rows_is_one_blas_call_per_chunk(tmp_path, capsys
     assert re.search(rf"{call.group(1)} = min\(", src)                     # the chunk's rows, taken at run time
 
 
+@pytest.mark.slow
 def test_an_artifact_compiled_dynamic_runs_other_extents_there(tmp_path, capsys):
     f = write(tmp_path, "c.fdsl", ROWS)
     out = str(tmp_path / "art")
@@ -279,6 +283,7 @@ def test_a_stage_that_cannot_take_a_run_time_extent_is_a_user_error_at_the_chain
     assert main([f, "--target", "cpu", "--bind", "M=8,N=8", "--emit", "tiled"]) == 2      # static: still a bug
 
 
+@pytest.mark.slow
 def test_slices_concats_and_gathers_take_run_time_extents_on_the_axes_they_keep(capsys):
     """RoPE's slices and concat cut the head dim, embedding indexes the vocabulary: with the
     sequence (and the batch) at run time both run, at an extent off the class."""

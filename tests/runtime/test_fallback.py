@@ -46,6 +46,7 @@ def wrong_when_fused(monkeypatch):
 ARGV = [SOFTMAX, "--chain", "softmax_rows", "--target", "cpu", "--bind", "M=4,N=8"]
 
 
+@pytest.mark.slow
 def test_a_wrong_fused_kernel_is_replaced_and_the_run_goes_on(wrong_when_fused, tmp_path, capsys):
     wrong_when_fused({1, 2})
     report, saved = tmp_path / "r.json", tmp_path / "out.npz"
@@ -97,6 +98,7 @@ def test_only_the_wrong_kernel_is_replaced(wrong_when_fused):
                                rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_no_fallback_when_the_unfused_kernels_are_wrong_too(wrong_when_fused, capsys):
     wrong_when_fused(set())                              # every build is wrong
     assert main(ARGV) == 3

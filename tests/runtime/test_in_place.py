@@ -64,6 +64,7 @@ def test_each_kernel_of_a_chain_op_by_op_writes_over_the_last_ones_result(target
     assert _memory(src, "g", dict(M=16, N=64), target, OP_BY_OP)["intermediates"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["cpu", "cuda-sim"])
 @pytest.mark.parametrize("name", sorted(SAFE))
 def test_writing_over_inputs_gives_the_reference_numbers(name, target):
