@@ -22,6 +22,7 @@ from __future__ import annotations
 from ..errors import CompilerInternalError
 from ..mlir import ir
 from ..plan.gemm import gemm_kernel, gemm_shape
+from ..plan.templates import ContractionConfig, groups_of
 from ..plan.planner import FusionPlan, Group
 from .script import ANY, Step, apply_script, script_text, tag_of
 from ..marks import ABSORBED, BLOCK_GEMM, CONTRACTION, GEMM_MARKS, GEMM_MMA, GEMM_PREFETCH, GEMM_ROOT_LOOPS, GEMM_SIDES, GEMM_TILES, TAG
@@ -45,9 +46,9 @@ def _tagged(module: ir.Module) -> dict[int, "ir.Operation"]:
     return found
 
 
-def mark_gemm_kernels(module: ir.Module, plans: dict[str, FusionPlan]) -> int:
+def mark_gemm_kernels(module: ir.Module, plans: dict[str, FusionPlan], target: str = "gpu") -> int:
     """Generalize and mark the contraction kernels' ops; returns how many kernels."""
-    groups = [(plan, g) for plan in plans.values() for g in plan.groups if g.gemm]
+    groups = groups_of(plans, ContractionConfig)
     if not groups:
         return 0
     with module.context, ir.Location.unknown():
@@ -88,17 +89,18 @@ def _one(tagged: dict, tag: int, what: str, g: Group, stage: str = "gpu") -> "ir
 def _mark(plan: FusionPlan, g: Group, tagged: dict) -> None:
     info = plan.info
     gk = gemm_kernel(info, g.ops, g.root)
-    shape = gemm_shape(info, gk, g.root, g.block_tiles, g.gemm[:3])
+    cfg = g.config
+    shape = gemm_shape(info, gk, g.root, g.block_tiles, cfg.steps)
     c = _one(tagged, tag_of(g.id, gk.contraction), "contraction", g)
     root = _one(tagged, tag_of(g.id, g.root), "root", g)
     c.attributes[CONTRACTION] = ir.UnitAttr.get()
-    root.attributes[BLOCK_GEMM] = _i64_array(g.gemm[:3])
+    root.attributes[BLOCK_GEMM] = _i64_array(cfg.steps)
     root.attributes[GEMM_TILES] = _i64_array(shape.tiles)
     root.attributes[GEMM_SIDES] = ir.ArrayAttr.get([ir.StringAttr.get(s) for s in gk.sides])
     root.attributes[GEMM_ROOT_LOOPS] = _i64_array(gk.root_loops)
-    if g.mma:
-        root.attributes[GEMM_MMA] = ir.StringAttr.get(g.mma)
-    if g.prefetch:
+    if cfg.mma:
+        root.attributes[GEMM_MMA] = ir.StringAttr.get(cfg.mma)
+    if cfg.prefetch:
         root.attributes[GEMM_PREFETCH] = ir.UnitAttr.get()
     block = root.block
     if c.block != block:
