@@ -2,8 +2,9 @@
 
 A plan is a frozen value computed from `ChainInfo` (analysis.py) and a hardware profile
 (hardware.py); it never touches IR. The tiling stage (compiler/transforms/tile_and_fuse.py)
-reads it. Plans print (`--emit plan`), compare, and can be given by hand (`plan_from_dict`),
-so tests pin groups and tiles without the model.
+reads it. Plans print (`--emit plan`), compare, and can be given by hand (handplan.py:
+`plan_from_dict`), so tests pin groups and tiles without the model. Each kernel's template is
+one config (templates.py).
 
 The planner grows one kernel per root, consumers first. A producer joins a kernel when the
 cost model (cost.py) predicts the kernel with it faster than the kernel without it
@@ -30,16 +31,15 @@ import heapq
 import re
 from dataclasses import asdict, dataclass, field, replace
 
-from .attention import THREADS_X, THREADS_Y, Attention, attention_kernel, find_attention
+from .attention import Attention, attention_kernel, find_attention
 from .analysis import ChainInfo, OpInfo, analyze, sibling_tiles, siblings, sinks, tag_ops, tileable_loops
 from .hardware import HardwareProfile
 from .measured import Measured
 from .describe import bytes_text, format_plan, time_text
 from .cost import (KernelCost, Tiling, big_transfers, cpu_chunks, hoistable_matmuls, hoisted_matmuls, op_flops,
                    total_time, unfused_kernels, with_cheap_producers)
-from .gemm import gemm_kernel, gemm_shape, gemm_tiling_error, mma_error, mma_kind
-from .rows import row_tiling_error
-from .conv import choose as choose_conv, library_conv, not_applicable as conv_not_applicable, op_shape as conv_op_shape
+from .gemm import gemm_kernel, gemm_shape, mma_error
+from .conv import choose as choose_conv
 from .tilechoice import TileChooser, group_signature
 from .templates import (AttentionConfig, Config, ContractionConfig, ConvConfig, ElementwiseConfig, candidate_fields,
                         resolved, summary_fields)
@@ -936,4 +936,4 @@ def signatures(plan: FusionPlan) -> list[str]:
 # ---- plans given by hand ---------------------------------------------------------------------
 
 class PlanError(ValueError):
-    """A hand-written plan that does not fit the chain."""
+    """A hand-written plan that does not fit the chain (handplan.py reads them)."""

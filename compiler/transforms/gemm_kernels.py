@@ -89,18 +89,17 @@ def _one(tagged: dict, tag: int, what: str, g: Group, stage: str = "gpu") -> "ir
 def _mark(plan: FusionPlan, g: Group, tagged: dict) -> None:
     info = plan.info
     gk = gemm_kernel(info, g.ops, g.root)
-    cfg = g.config
-    shape = gemm_shape(info, gk, g.root, g.block_tiles, cfg.steps)
+    shape = gemm_shape(info, gk, g.root, g.block_tiles, g.config.steps)
     c = _one(tagged, tag_of(g.id, gk.contraction), "contraction", g)
     root = _one(tagged, tag_of(g.id, g.root), "root", g)
     c.attributes[CONTRACTION] = ir.UnitAttr.get()
-    root.attributes[BLOCK_GEMM] = _i64_array(cfg.steps)
+    root.attributes[BLOCK_GEMM] = _i64_array(g.config.steps)
     root.attributes[GEMM_TILES] = _i64_array(shape.tiles)
     root.attributes[GEMM_SIDES] = ir.ArrayAttr.get([ir.StringAttr.get(s) for s in gk.sides])
     root.attributes[GEMM_ROOT_LOOPS] = _i64_array(gk.root_loops)
-    if cfg.mma:
-        root.attributes[GEMM_MMA] = ir.StringAttr.get(cfg.mma)
-    if cfg.prefetch:
+    if g.config.mma:
+        root.attributes[GEMM_MMA] = ir.StringAttr.get(g.config.mma)
+    if g.config.prefetch:
         root.attributes[GEMM_PREFETCH] = ir.UnitAttr.get()
     block = root.block
     if c.block != block:
