@@ -28,7 +28,7 @@ import importlib
 from dataclasses import dataclass, field, replace
 from typing import Callable, ClassVar
 
-from ..marks import BLOCK_ATTENTION, BLOCK_GEMM, BLOCK_REDUCE, SCAN
+from ..marks import ATTENTION_MARKS, BLOCK_ATTENTION, BLOCK_GEMM, BLOCK_REDUCE, GEMM_MARKS, SCAN
 from .attention import THREADS_X, THREADS_Y
 
 
@@ -191,6 +191,7 @@ class Template:
     grid: str = ""
     mark: str = ""
     emit: tuple[str, str] = ("", "")
+    owns: tuple[str, ...] = ()  # the marks of the ops its emitter writes or absorbs: not lowered to loops
     _resolved: dict = field(default_factory=dict, compare=False, repr=False)
 
     def stage(self, which: str) -> Callable | None:
@@ -216,18 +217,19 @@ TEMPLATES: dict[str, Template] = {t.config.name: t for t in (
     Template(AttentionConfig, "plan.tilechoice:TileChooser.attention_search", claims=True,
              cost="plan.cost:attention_time", grid="transforms.attention_kernels:grid",
              mark="transforms.attention_kernels:mark_attention_kernels",
-             emit=(BLOCK_ATTENTION, "emit.attention:block_attention")),
+             emit=(BLOCK_ATTENTION, "emit.attention:block_attention"), owns=ATTENTION_MARKS),
     Template(ScanConfig, "plan.tilechoice:TileChooser.scan_search", claims=True, cost="plan.cost:scan_time",
-             grid="transforms.to_target:scan_grid", emit=(SCAN, "emit.scan:block_scan")),
+             grid="transforms.to_target:scan_grid", emit=(SCAN, "emit.scan:block_scan"),
+             owns=(SCAN,)),
     Template(ElementwiseConfig, "plan.tilechoice:TileChooser.loop_search", cost="plan.cost:loop_time",
              resolve="plan.conv:resolved_config"),
     Template(ContractionConfig, "plan.tilechoice:TileChooser.gemm_search", valid="plan.tilechoice:gemm_valid",
              cost="plan.cost:gemm_time", resolve="plan.gemm:resolved_config",
              mark="transforms.gemm_kernels:mark_gemm_kernels",
-             emit=(BLOCK_GEMM, "emit.gemm:block_gemm")),
+             emit=(BLOCK_GEMM, "emit.gemm:block_gemm"), owns=GEMM_MARKS),
     Template(RowConfig, "plan.tilechoice:TileChooser.row_search", valid="plan.tilechoice:row_valid",
              cost="plan.cost:row_time",
-             emit=(BLOCK_REDUCE, "emit.reduce:block_reduce")),
+             emit=(BLOCK_REDUCE, "emit.reduce:block_reduce"), owns=(BLOCK_REDUCE,)),
     Template(ConvConfig, cost="plan.cost:conv_time", resolve="plan.conv:resolved_config", mark="transforms.cpu_library_calls:mark_conv_algorithms"),
 )}
 

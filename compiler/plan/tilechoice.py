@@ -133,7 +133,6 @@ class TileChooser:
 
     def _choose(self, members: frozenset) -> Choice:
         root = self.root(members)
-        n = len(self.info.op(root).loops)
         tile = tileable_loops(self.info, root, set(members))
         tuned = self.tuned.get(group_signature(self.info, members))
         if tuned is not None:
@@ -162,7 +161,7 @@ class TileChooser:
         search = self._gpu_search if self.target == "gpu" else self._cpu_search
         return search(members, root, tile)
 
-    def attention_search(self, members, root=None, tile=None) -> Choice | None:
+    def attention_search(self, members, root, tile) -> Choice | None:
         """An attention kernel's tiles (plan/attention.py): on the gpu every (queries per block,
         keys per step) whose shared memory fits, on the cpu query blocks of 32-256 rows and key
         steps of 64-512; None when `members` are not an attention kernel."""
@@ -189,7 +188,7 @@ class TileChooser:
         best = evaluated[0]
         return Choice(best[0], best[1], tuple((t, c.time_s) for t, c in evaluated[:3]))
 
-    def scan_search(self, members, root, tile=None) -> Choice | None:
+    def scan_search(self, members, root, tile) -> Choice | None:
         """A scan kernel (cumsum, cumprod) is not tiled by MLIR: its template walks each row along
         the axis. gpu, along the last axis: T threads per row (a block each), a warp multiple up
         to the row's length, 128 to 1024 tried; along another axis: a thread per row, blocks of

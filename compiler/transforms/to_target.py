@@ -17,7 +17,7 @@ from .cpu_library_calls import (fold_transposed_operands, hoist_whole_contractio
                                 loops_script, mark_library_calls)
 from .script import ANY, MEMREF_VIEWS, Step, apply_script, i64, run_passes, script_text, tag_of
 from ..plan.analysis import OpInfo
-from ..marks import ATTENTION_MARKS, BLOCK_REDUCE, GEMM_MARKS, GROUP, SCAN, TAG, THREADS_OF, TO_LOOPS
+from ..marks import GROUP, TAG, THREADS_OF, TO_LOOPS
 
 
 def scan_rows(op: OpInfo) -> int:
@@ -205,10 +205,11 @@ def block_dims(g: Group) -> list[int]:
 
 def _lower_all_but_emitter_ops(module: ir.Module) -> None:
     """linalg to loops, except what the emitter writes itself: the block-wide combines of row
-    kernels (split_rows.py) and the ops of contraction kernels (gemm_kernels.py)."""
+    kernels (split_rows.py) and the ops of contraction kernels (gemm_kernels.py): what each
+    template owns (plan/templates.py)."""
+    owned = tuple(m for t in TEMPLATES.values() for m in t.owns)
     for op in linalg_ops(module):
-        if BLOCK_REDUCE not in op.attributes and SCAN not in op.attributes and \
-                not any(m in op.attributes for m in GEMM_MARKS + ATTENTION_MARKS):
+        if not any(m in op.attributes for m in owned):
             op.attributes[TO_LOOPS] = ir.UnitAttr.get()
     apply_script(module, loops_script(), "gpu")
 

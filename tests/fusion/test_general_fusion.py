@@ -193,7 +193,7 @@ def test_a_kernel_writes_a_producer_its_other_users_need(name, target):
     assert written or kernels[target] > 1, plan.format()
     for g, m in written:                              # each goes out for users outside its kernel
         assert any(u == -1 or u not in g.ops for u in plan.info.op(m).users)
-        assert plan.info.op(m).kind == "reduction" or target == "cpu" or g.row_threads
+        assert plan.info.op(m).kind == "reduction" or target == "cpu" or g.template == "row"
     assert any("which also writes it for" in d for d in plan.decisions) or not written, plan.decisions
 
 

@@ -145,9 +145,11 @@ def test_the_model_double_buffers_where_it_pays():
     for binding in ({"M": 512, "K": 1024, "N": 4096}, {"M": 4096, "K": 1024, "N": 4096}, {"M": 64, "K": 64, "N": 64}):
         st = stages(MLP, binding=binding)
         (g,) = st.plan.groups
-        other = Tiling(g.block_tiles, g.thread_tiles, g.mapped, replace(g.tiling.config, prefetch=not g.config.prefetch))
+        buffered = g.template == "contraction" and g.config.prefetch
         chosen = {t: s for t, s in st.plan.candidates[0]}
         assert g.tiling in chosen
-        assert other not in chosen or chosen[g.tiling] <= chosen[other]      # the faster of the two
-        assert ("double-buffered" in st.plan.format()) == g.config.prefetch
+        if g.template == "contraction":
+            other = Tiling(g.block_tiles, g.thread_tiles, g.mapped, replace(g.tiling.config, prefetch=not buffered))
+            assert other not in chosen or chosen[g.tiling] <= chosen[other]      # the faster of the two
+        assert ("double-buffered" in st.plan.format()) == buffered
     assert stages(MLP, binding={"M": 4096, "K": 1024, "N": 4096}).plan.groups[0].config.prefetch   # 128x256 tiles, one block an SM

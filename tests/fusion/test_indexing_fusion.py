@@ -61,7 +61,7 @@ def test_router_argmax_is_in_the_softmax_row_kernel():
 def test_a_scan_is_a_kernel_of_its_own(target):
     plan = _compile(_example("router.fdsl"), "top_p", dict(T=64, V=32000), target).plan
     scan = plan.groups[0]
-    assert scan.scan and scan.ops == (scan.root,) or all(plan.info.op(m).kind == "fill" for m in scan.ops
+    assert scan.template == "scan" and scan.ops == (scan.root,) or all(plan.info.op(m).kind == "fill" for m in scan.ops
                                                           if m != scan.root), plan.format()
     assert not any(plan.info.op(m).scan for g in plan.groups[1:] for m in g.ops), plan.format()
     text = plan.format()
