@@ -42,7 +42,8 @@ from .plan import autotune
 from .dynamic import chain_dynamic, taken_at_run_time
 from .plan.analysis import analyze, payload_ops, tag_ops
 from .plan.hardware import DEFAULT_GPU, GPUS, HardwareProfile, cache_dir
-from .plan.planner import FusionPlan, plan_chain, plan_from_dict, with_eager_transfers, with_measured
+from .plan.handplan import plan_from_dict
+from .plan.planner import FusionPlan, plan_chain, with_eager_transfers, with_measured
 from .report import report_kernels
 from .transforms.graph import check_pass_names, run_graph_passes
 from .transforms.tile_and_fuse import tile_and_fuse

@@ -44,16 +44,9 @@ def _compute_ops(group: dict) -> list[dict]:
 
 
 def _spec(group: dict, ops: list[int] | None = None) -> dict:
-    """A hand plan's group from a plan summary's group (its ops and tiles)."""
-    spec = {"ops": ops if ops is not None else [o["id"] for o in _compute_ops(group)],
-            "block_tiles": list(group["block_tiles"]), "thread_tiles": list(group["thread_tiles"])}
-    if group.get("row_threads"):
-        spec["row_threads"] = group["row_threads"]
-    if group.get("gemm"):
-        spec["gemm"] = list(group["gemm"])
-        if group.get("double_buffered"):
-            spec["double_buffered"] = True      # (tensor cores follow from the dtypes and the profile)
-    return spec
+    """A hand plan's group from a plan summary's group: its ops, tiles and template (plan/handplan.py)."""
+    from fusec.compiler.plan.handplan import group_spec       # (the compiler loads MLIR: only when repairing)
+    return group_spec(group, ops)
 
 
 def repair(program: Program, compiled: CompiledChain, inputs, error: str) -> Fallback | None:

@@ -9,22 +9,28 @@ from typing import Callable
 from . import cpu as emit_cpu
 from . import views
 from .control import ControlFlow
-from .gemm import block_gemm
-from .attention import block_attention
-from .reduce import block_reduce
-from .scan import block_scan
 from .siblings import FusedLoops, access, fuse_siblings, operation
 from .scalar import Helpers, ScalarRules
 from .values import (Constants, EmitError, Globals, Names, elem_of, is_int, is_memref,
                           memref_shape, no_rule)
 from .views import Array, View, shape_tuple
 from ..mlir import ir
-from ..marks import BLOCK_ATTENTION, BLOCK_GEMM, BLOCK_REDUCE, GPU_TEMPLATE_MARKS, SCAN
+from ..marks import GPU_TEMPLATE_MARKS
+from ..plan.templates import TEMPLATES
 
 _DYNAMIC = -9223372036854775808  # ShapedType::kDynamic in static_offsets/sizes/strides
 _GPU_DIMS = {"x": 0, "y": 1, "z": 2}
 _GPU_IDS = {"gpu.block_id": "cuda.blockIdx", "gpu.thread_id": "cuda.threadIdx",
             "gpu.block_dim": "cuda.blockDim", "gpu.grid_dim": "cuda.gridDim"}
+
+
+def _template_emitter(op) -> Callable | None:
+    """The emitter of the template whose root mark `op` carries (plan/templates.py); None if none."""
+    for t in TEMPLATES.values():
+        mark = t.emit[0]
+        if mark and mark in op.attributes:
+            return t.stage("emit")
+    return None
 
 
 class Writer:
@@ -151,10 +157,9 @@ class Body(ControlFlow):
             self.ctx.constant.add(op.results[0])
             return
         if any(m in op.attributes for m in GPU_TEMPLATE_MARKS):
-            if BLOCK_GEMM in op.attributes:
-                block_gemm(self, op)         # the whole contraction kernel, at its root
-            elif BLOCK_ATTENTION in op.attributes:
-                block_attention(self, op)    # the whole attention kernel, at its root
+            emit = _template_emitter(op)
+            if emit is not None:
+                emit(self, op)               # the whole kernel (contraction, attention), at its root
             elif name == "memref.alloc":      # a buffer only the template's ops used: never allocated
                 dyn = iter(self.val(v) for v in op.operands)
                 shape = tuple(str(d) if d is not None else next(dyn) for d in memref_shape(op.results[0].type))
@@ -333,13 +338,11 @@ class Body(ControlFlow):
         emit_cpu.library_call(self, op)
 
     def generic(self, op):
-        if SCAN in op.attributes:
-            block_scan(self, op)
-            return
-        if BLOCK_REDUCE not in op.attributes:
+        emit = _template_emitter(op)
+        if emit is None:
             raise no_rule(op, "(linalg is lowered to loops before the emitter, but for the block-wide "
                               "combines of row kernels and scans)")
-        block_reduce(self, op)
+        emit(self, op)
 
     # ------------------------------------------------------------------ gpu
     def gpu_id(self, op):

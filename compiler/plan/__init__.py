@@ -4,7 +4,8 @@
 users); `hardware.py` holds the machines as data (datasheet GPUs, the measured cpu profile's
 cache); `cost.py` is the cost model, pure functions from ChainInfo, ops, tiles and a profile
 to predicted numbers; `tilechoice.py` picks tiles by the model; `planner.py` grows the
-kernels and gives the FusionPlan (a frozen value); `describe.py` prints a plan (from its
-summary, so artifacts print without MLIR); `autotune.py` keeps measured tile choices. Nothing
-here rewrites IR.
+kernels and gives the FusionPlan (a frozen value); `templates.py` holds each kernel
+template's config and the registry of its stages; `handplan.py` reads and writes hand plans;
+`describe.py` prints a plan (from its summary, so artifacts print without MLIR); `autotune.py`
+keeps measured tile choices. Nothing here rewrites IR.
 """

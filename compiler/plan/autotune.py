@@ -18,6 +18,7 @@ from typing import Callable
 from .cost import Tiling
 from .hardware import cache_dir, move_aside, profile_key
 from .planner import FusionPlan
+from .templates import candidate_fields
 from .tilechoice import group_signature
 
 
@@ -96,8 +97,7 @@ def save_cache(cache: dict, path: Path | None = None) -> None:
 
 
 def tiles(t: Tiling) -> dict:
-    return {"block": list(t.block), "thread": list(t.thread), "mapped": list(t.mapped),
-            "row_threads": t.row_threads, "gemm": list(t.gemm)}
+    return {"block": list(t.block), "thread": list(t.thread), "mapped": list(t.mapped), **candidate_fields(t.config)}
 
 
 def top_candidates(plan: FusionPlan, group: int, k: int) -> list[tuple[Tiling, float]]:

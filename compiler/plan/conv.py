@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from .analysis import ChainInfo, OpInfo, loop_correspondence
 from .hardware import HardwareProfile
+from .templates import ConvConfig, ElementwiseConfig
 
 NAME = "linalg.conv_2d_nchw_fchw"
 ALGORITHMS = ("gemm", "im2col", "winograd", "winograd4", "direct")
@@ -243,3 +244,13 @@ def choose(info: ChainInfo, members, root: int, block: tuple[int, ...], mapped: 
         return ConvChoice(conv, forced, predicted, whole, chunk, forced=True)
     best = min(predicted, key=lambda p: p[1])[0]
     return ConvChoice(conv, best, predicted, whole, chunk)
+
+
+def resolved_config(info: ChainInfo, members, root: int, t, hw: HardwareProfile, target: str):
+    """A cpu kernel's config as its group holds it: a conv kernel with the algorithm the plan gave
+    (ConvConfig) or the model's pick, when the kernel has a conv computed with BLAS; else the
+    search's (an elementwise kernel's)."""
+    if target != "cpu" or any(t.thread):
+        return t.config
+    choice = choose(info, members, root, t.block, t.mapped, hw, t.config.fields().get("conv", ""))
+    return ConvConfig(algorithm=choice.algorithm) if choice else ElementwiseConfig()

@@ -29,6 +29,7 @@ from .gemm import MMA_K, gemm_kernel, gemm_registers, gemm_shape, mma_kind
 from .rows import RowKernel, row_kernel
 from .conv import choose as choose_conv
 from .hardware import HardwareProfile
+from .templates import Config, ElementwiseConfig, template
 
 CHEAP = ("fill", "pad")
 # gpu execution constants (documented estimates, not datasheet numbers)
@@ -51,11 +52,7 @@ class Tiling:
     block: tuple[int, ...]
     thread: tuple[int, ...]
     mapped: tuple[int, ...]
-    row_threads: int = 0              # gpu row kernels: threads splitting each row (plan/rows.py); 0: none
-    gemm: tuple[int, ...] = ()        # gpu contraction kernels: (bk, tq, tp[, double-buffered 0|1]) (plan/gemm.py); (): none
-    attention: tuple[int, ...] = ()   # attention kernels: (queries per block, keys per step) (plan/attention.py)
-    scan: int = 0                     # scan kernels (cumsum): threads per row on the gpu (1 on the cpu); 0: none
-    conv: str = ""                    # cpu kernels with a conv: its algorithm (plan/conv.py); "": the model's pick
+    config: Config = ElementwiseConfig()   # the kernel's template and its own levels (plan/templates.py)
 
 
 @dataclass(frozen=True)
@@ -229,17 +226,39 @@ def kernel_cost(info: ChainInfo, members, root: int, tiling: Tiling, hw: Hardwar
     common = dict(ops=tuple(compute_ops), flops=flops, recompute_flops=recompute, bytes_read=first + uncached_rereads,
                   bytes_written=wbytes, bytes_cached=cached, bytes_unfused=_unfused[0], flops_unfused=_unfused[1],
                   kernels_unfused=_unfused[2], intermediates=len(intermediates), writes=len(written))
-    if tiling.attention:
-        return _attention_time(info, members, tiling, hw, common, measured)
-    if tiling.scan:
-        return _scan_time(info, root, tiling, hw, common)
-    if gpu and tiling.row_threads:
-        return _gpu_row_time(info, members, root, tiling, hw, common, reads, corr, measured)
-    if gpu and tiling.gemm:
-        return _gpu_gemm_time(info, members, root, tiling, hw, common, reads, corr, measured)
-    if gpu:
+    return template(tiling.config).stage("cost")(info, members, root, tiling, hw, common, footprint, reads, corr,
+                                                 measured)
+
+
+# each template's cost (plan/templates.py: TEMPLATES), all called alike
+def loop_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured):
+    if hw.kind == "gpu":
         return _gpu_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured)
     return _cpu_time(info, members, root, tiling, hw, common, footprint, reads)
+
+
+def conv_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured):
+    return _cpu_time(info, members, root, tiling, hw, common, footprint, reads, tiling.config.algorithm)
+
+
+def row_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured):
+    if hw.kind == "gpu":
+        return _gpu_row_time(info, members, root, tiling, hw, common, reads, corr, measured)
+    return _cpu_time(info, members, root, tiling, hw, common, footprint, reads)
+
+
+def gemm_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured):
+    if hw.kind == "gpu":
+        return _gpu_gemm_time(info, members, root, tiling, hw, common, reads, corr, measured)
+    return _cpu_time(info, members, root, tiling, hw, common, footprint, reads)
+
+
+def attention_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured):
+    return _attention_time(info, members, tiling, hw, common, measured)
+
+
+def scan_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured):
+    return _scan_time(info, root, tiling, hw, common)
 
 
 def _operand_varies(op: OpInfo, k: int, corr_m: dict[int, frozenset]) -> set[int]:
@@ -373,7 +392,7 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
     rk = row_kernel(info, members, root)
     if isinstance(rk, str):
         raise ValueError(f"not a row kernel: {rk}")
-    T = tiling.row_threads
+    T = tiling.config.threads
     R = tiling.block[tiling.mapped[-1]] if tiling.mapped else 1
     threads = T * R
     r = info.op(root)
@@ -459,7 +478,7 @@ def _scan_time(info, root: int, tiling: Tiling, hw: HardwareProfile, common):
     rows = max(1, r.points // max(1, n))
     io = common["bytes_read"] + common["bytes_written"]
     if hw.kind == "gpu":
-        T = tiling.scan
+        T = tiling.config.threads
         warps = math.ceil(T / WARP)
         per_sm = max(1, min(hw.max_blocks_per_unit, hw.max_threads_per_unit // (warps * WARP)))
         along_rows = r.scan_axis == len(r.loops) - 2
@@ -502,7 +521,7 @@ def _attention_time(info, members, tiling: Tiling, hw: HardwareProfile, common, 
     a = attention_kernel(info, members)
     if isinstance(a, str):
         raise ValueError(f"not an attention kernel: {a}")
-    bq, bkv = tiling.attention[:2]
+    bq, bkv = tiling.config.block_q, tiling.config.block_kv
     nq = math.ceil(a.sq / bq)
     blocks = nq * a.batch
     steps = math.ceil(a.sk / bkv)
@@ -578,14 +597,14 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
     SMs) blocks (the waves). Memory: each operand tile is read once per block (the re-reads of
     an operand by the blocks along the other side come from L2 when it holds them). On tensor
     cores (plan/gemm.py: mma_kind) the FMAs are mma.sync instructions at the tensor rate, plus
-    the fragments' shared loads and f16x2 packing. Double buffering (`gemm[3]`: the next K
+    the fragments' shared loads and f16x2 packing. Double buffering (`ContractionConfig.prefetch`: the next K
     step's elements loaded into registers before this step's products) hides the load latency
     behind the block's own compute, for as many registers more as the thread loads per step."""
     gk = gemm_kernel(info, members, root)
     if isinstance(gk, str):
         raise ValueError(f"not a contraction kernel: {gk}")
     co = info.op(gk.contraction)
-    s = gemm_shape(info, gk, root, tiling.block, tiling.gemm)
+    s = gemm_shape(info, gk, root, tiling.block, tiling.config.steps)
     T = s.threads
     warps = math.ceil(T / WARP)
     blocks = s.blocks(co.loops)
@@ -597,7 +616,7 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
                 for side, op in (("q", gk.q_operand), ("p", 1 - gk.q_operand))}
     gathered = sum(n for side, n in side_loads.items() if computed[side])
     mma = mma_kind(info, gk, s, hw)
-    prefetch = len(tiling.gemm) > 3 and bool(tiling.gemm[3])
+    prefetch = tiling.config.prefetch
     regs, smem, local = (gemm_registers(s.tq, s.tp, loads - gathered, gathered, bool(mma))
                          + (loads if prefetch else 0),       # the next K step's elements, held
                          s.mma_shared_bytes if mma else s.shared_bytes, 0)
@@ -725,7 +744,7 @@ def _strided(info: ChainInfo, m: int, k: int, corr_m: dict[int, frozenset], tili
 
 # ---- cpu ------------------------------------------------------------------------------------
 
-def _cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, footprint, reads):
+def _cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, footprint, reads, algorithm: str = ""):
     r = info.op(root)
     cores = hw.units
     chunks = cpu_chunks(info, root, tiling.block, tiling.mapped)
@@ -757,7 +776,7 @@ def _cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, 
     per_core = hw.peak(eb) / cores
     hoist = hoisted_matmuls(info, members, root, tiling.mapped, chunks, cores)
     hoisted = sum(op_flops(info.op(m), hw) for m in hoist)
-    conv = choose_conv(info, members, root, tiling.block, tiling.mapped, hw, tiling.conv)
+    conv = choose_conv(info, members, root, tiling.block, tiling.mapped, hw, algorithm)
     conv_flops = op_flops(info.op(conv.op), hw) if conv else 0.0
     conv_s = dict(conv.predicted)[conv.algorithm] if conv else 0.0       # its algorithm's own model
     per_chunk = [m for m in members if info.op(m).kind == "contraction" and m not in hoist

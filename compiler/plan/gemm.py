@@ -1,6 +1,6 @@
 """Tiled contraction kernels (gpu): which kernels can be one, and the shape of its tiles.
 
-A contraction kernel (Group.gemm) computes a block tile of a contraction's output as a GEMM:
+A contraction kernel (ContractionConfig) computes a block tile of a contraction's output as a GEMM:
 the contraction's parallel loops fall on two sides, Q (loops only the Q operand reads) and P
 (loops only the P operand reads; P is the side of the output's contiguous dim, so threads x run
 along it), its reduction loops flatten into one K. Per block, K is walked BK at a time: both
@@ -26,7 +26,7 @@ take block tile 1. Tile sizes need not divide the loops: the edges are guarded.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .analysis import ChainInfo, loop_correspondence
 
@@ -261,3 +261,11 @@ def gemm_registers(tq: int, tp: int, loads: int, gathered: int = 0, mma: bool = 
     (104)): the kernel report's measured registers re-price the plan."""
     regs = 34 + tq * tp + tq + tp + loads + 7 * gathered
     return regs + (tq * tp + 2 * tq + tp if mma else 0)
+
+
+def resolved_config(info: ChainInfo, members, root: int, t, hw, target: str):
+    """A contraction kernel's config as its group holds it: the search's (bk, tm, tn, prefetch)
+    with the threads its block tile gives and its tensor-core type (`mma_kind`; "" on FMAs)."""
+    gk = gemm_kernel(info, members, root)
+    s = gemm_shape(info, gk, root, t.block, t.config.steps)
+    return replace(t.config, threads_m=s.ty, threads_n=s.tx, mma=mma_kind(info, gk, s, hw) or "")

@@ -2,8 +2,9 @@
 
 A plan is a frozen value computed from `ChainInfo` (analysis.py) and a hardware profile
 (hardware.py); it never touches IR. The tiling stage (compiler/transforms/tile_and_fuse.py)
-reads it. Plans print (`--emit plan`), compare, and can be given by hand (`plan_from_dict`),
-so tests pin groups and tiles without the model.
+reads it. Plans print (`--emit plan`), compare, and can be given by hand (handplan.py:
+`plan_from_dict`), so tests pin groups and tiles without the model. Each kernel's template is
+one config (templates.py).
 
 The planner grows one kernel per root, consumers first. A producer joins a kernel when the
 cost model (cost.py) predicts the kernel with it faster than the kernel without it
@@ -30,17 +31,18 @@ import heapq
 import re
 from dataclasses import asdict, dataclass, field, replace
 
-from .attention import THREADS_X, THREADS_Y, Attention, attention_kernel, find_attention
+from .attention import Attention, attention_kernel, find_attention
 from .analysis import ChainInfo, OpInfo, analyze, sibling_tiles, siblings, sinks, tag_ops, tileable_loops
 from .hardware import HardwareProfile
 from .measured import Measured
 from .describe import bytes_text, format_plan, time_text
 from .cost import (KernelCost, Tiling, big_transfers, cpu_chunks, hoistable_matmuls, hoisted_matmuls, op_flops,
                    total_time, unfused_kernels, with_cheap_producers)
-from .gemm import gemm_kernel, gemm_shape, gemm_tiling_error, mma_error, mma_kind
-from .rows import row_tiling_error
-from .conv import choose as choose_conv, library_conv, not_applicable as conv_not_applicable, op_shape as conv_op_shape
+from .gemm import gemm_kernel, gemm_shape, mma_error
+from .conv import choose as choose_conv
 from .tilechoice import TileChooser, group_signature
+from .templates import (AttentionConfig, Config, ContractionConfig, ConvConfig, ElementwiseConfig, candidate_fields,
+                        resolved, summary_fields)
 from ..dynamic import taken_at_run_time
 from ..errors import CompilerInternalError
 from ..mlir import ir
@@ -48,7 +50,7 @@ from ..mlir import ir
 CHEAP = ("fill", "pad")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Group:
     id: int
     root: int
@@ -57,44 +59,32 @@ class Group:
     block_tiles: tuple[int, ...]         # per root loop; 0 = not tiled at this level
     thread_tiles: tuple[int, ...]        # per root loop (gpu only); 0 = not tiled
     mapped: tuple[int, ...]              # root loops mapped to block/thread dims, outermost first
-    row_threads: int = 0                 # row kernels (gpu): threads that split each row, cyclically
-    gemm: tuple[int, ...] = ()           # contraction kernels (gpu): (bk, tq, tp, tx, ty), plan/gemm.py
-    mma: str = ""                        # contraction kernels on tensor cores: their operands' type (f16, bf16)
-    prefetch: bool = False               # contraction kernels: the K loop double-buffered through registers
-    attention: tuple[int, ...] = ()      # attention kernels: (queries per block, keys per step), plan/attention.py
+    config: Config = ElementwiseConfig()  # the template that writes the kernel, and its levels (plan/templates.py)
     # members the kernel computes for itself only: other kernels compute them too, or one writes
     # them. The kernel writes its root and every other member used outside it or returned.
     recomputed: tuple[int, ...] = ()
     # other ops no member reads (horizontal fusion): the kernel writes them too, each tiled with
     # the root's tiles over the loops of its position (analysis.sibling_tiles)
     siblings: tuple[int, ...] = ()
-    scan: int = 0                        # scan kernels (cumsum): threads per row on the gpu, 1 on the cpu
-    conv: str = ""                       # cpu kernels with a conv: its algorithm (plan/conv.py)
     whole_calls: tuple[int, ...] = ()    # cpu: matmuls called once, whole, before the chunk loop (cost.hoisted_matmuls)
+
+    @property
+    def template(self) -> str:
+        return self.config.name
 
     @property
     def serial(self) -> bool:
         """One thread does it all (no loop split across blocks, no row split across threads)."""
-        return not any(self.block_tiles) and not self.row_threads and not self.attention and not self.scan
+        return not any(self.block_tiles) and not self.config.parallel
 
     def threads(self) -> tuple[int, ...]:
         """Threads per mapped loop, outermost first (1 each when there is no thread level), then
         the row threads of a row kernel."""
-        if self.gemm:
-            return (self.gemm[4], self.gemm[3])
-        if self.attention:                   # gpu kernels have thread tiles (zeros), cpu kernels none
-            return (THREADS_Y, THREADS_X) if self.thread_tiles else ()
-        out = []
-        for loop in self.mapped:
-            b, t = self.block_tiles[loop], self.thread_tiles[loop] if self.thread_tiles else 0
-            out.append(b // t if t else 1)
-        return tuple(out) + ((self.row_threads,) if self.row_threads else ())
+        return self.config.mapped_threads(self.block_tiles, self.thread_tiles, self.mapped)
 
     @property
     def tiling(self) -> Tiling:
-        gemm = self.gemm[:3] + ((1,) if self.prefetch else ())
-        return Tiling(self.block_tiles, self.thread_tiles, self.mapped, self.row_threads, gemm, self.attention,
-                      self.scan, self.conv)
+        return Tiling(self.block_tiles, self.thread_tiles, self.mapped, self.config.searched())
 
 
 @dataclass(frozen=True)
@@ -140,13 +130,13 @@ class FusionPlan:
             "groups": [{
                 "kernel": g.id, "root": g.root, "serial": g.serial, "loops": list(self.info.op(g.root).loops),
                 "block_tiles": list(g.block_tiles), "thread_tiles": list(g.thread_tiles),
-                "threads": list(g.threads()), "row_threads": g.row_threads, "gemm": list(g.gemm[:3]),
-                "tensor_cores": g.mma, "double_buffered": g.prefetch, "attention": list(g.attention),
-                "recomputed": list(g.recomputed), "siblings": list(g.siblings), "scan": g.scan,
-                "scan_axis": self.info.op(g.root).scan_axis, "conv": g.conv,
+                "threads": list(g.threads()), "row_threads": f["row_threads"], "gemm": f["gemm"],
+                "tensor_cores": f["tensor_cores"], "double_buffered": f["double_buffered"], "attention": f["attention"],
+                "recomputed": list(g.recomputed), "siblings": list(g.siblings), "scan": f["scan"],
+                "scan_axis": self.info.op(g.root).scan_axis, "conv": f["conv"],
                 "ops": [{"id": op, "label": self.info.op(op).label, "role": role,
                          "loc": _loc(self.info.op(op).loc)} for op, role in g.roles],
-            } for g in self.groups],
+            } for g, f in ((g, summary_fields(g.config)) for g in self.groups)],
             "decisions": list(self.decisions),
         }
         if self.dynamic:
@@ -158,8 +148,7 @@ class FusionPlan:
                 if g["kernel"] in measured:
                     g["measured"] = asdict(measured[g["kernel"]])
                 g["candidates"] = [{"block_tiles": list(t.block), "thread_tiles": list(t.thread),
-                                    "row_threads": t.row_threads, "gemm": list(t.gemm),
-                                    "predicted_s": s} for t, s in cands[:5]]
+                                    **candidate_fields(t.config), "predicted_s": s} for t, s in cands[:5]]
             out["model"] = {
                 "hardware": self.hardware, "roof": dict(self.roof), "predicted_s": self.predicted_s,
                 "unfused_predicted_s": self.predicted_unfused_s,
@@ -279,7 +268,7 @@ def _recompute(info: ChainInfo, chooser: TileChooser, members_list: list[set[int
                 continue                            # a scan's kernel is its template: the scan alone
             alone = with_cheap_producers(info, p.id)
             trials = [frozenset(members_list[j] | alone) for j in users]
-            if any(cost(members_list[j], unwritten[j]).tiling.attention or
+            if any(cost(members_list[j], unwritten[j]).tiling.config.whole or
                    (tileable_loops(info, max(members_list[j]), members_list[j]) and
                     not tileable_loops(info, max(members_list[j]), set(t)))
                    for j, t in zip(users, trials)):
@@ -403,9 +392,9 @@ def _horizontal_partner(info: ChainInfo, chooser: TileChooser, target: str, memb
             continue                                # the grower's refusal (_Grower._shared_init) holds
         merged = chooser.best(union)
         t = merged.tiling
-        if not any(t.block) or t.attention or t.gemm or not _siblings_fit(info, roots[b], union, t):
+        if not any(t.block) or t.config.one_root or not _siblings_fit(info, roots[b], union, t):
             continue
-        if any(second_output_error(info.op(x), target, bool(t.row_threads)) for x in union
+        if any(second_output_error(info.op(x), target, t.config.row_outputs) for x in union
                if x not in sinks(info, union) and info.op(x).kind not in CHEAP
                and any(u == -1 or u not in union for u in info.op(x).users)):
             continue
@@ -489,7 +478,7 @@ def _check_writers(info: ChainInfo, groups: list[Group], target: str) -> None:
                             "(a group writes its root and its other members used outside it, but its \"recomputed\" ones)")
         if writers and writers[0].root != o.id:
             g = writers[0]
-            if any(info.op(m).kind == "contraction" for m in g.ops) or g.attention:
+            if any(info.op(m).kind == "contraction" for m in g.ops) or g.config.one_root:
                 raise PlanError(f"group {g.id}: a contraction kernel writes its root only, not op {o.id}")
             early = [u for u in o.users if u != -1 and u not in g.ops and u < g.root]
             if early:
@@ -500,7 +489,7 @@ def _check_writers(info: ChainInfo, groups: list[Group], target: str) -> None:
                     raise PlanError(f"group {g.id}: op {o.id} is a second root (no member reads it): a kernel with "
                                     "several roots tiles them alike, so it needs block tiles")
                 continue
-            why = second_output_error(o, target, bool(g.row_threads))
+            why = second_output_error(o, target, g.config.row_outputs)
             if why:
                 raise PlanError(f"group {g.id} cannot write op {o.id} besides its root: {why}")
 
@@ -551,13 +540,13 @@ def _attention_kernels(info: ChainInfo, chooser: TileChooser, members_list: list
             decisions.append(f"not attention: {where}: {kernel}")
             continue
         choice = chooser.best(frozenset(union))
-        if not choice.tiling.attention:
+        if not isinstance(choice.tiling.config, AttentionConfig):
             decisions.append(f"not attention: {where}: no tile fits the device's shared memory "
                              f"(head dims {a.d} and {a.dv})")
             continue
         apart = sum(chooser.best(frozenset(members_list[k])).cost.time_s for k in touched)
         fused = choice.cost.time_s
-        bq, bkv = choice.tiling.attention
+        bq, bkv = choice.tiling.config.block_q, choice.tiling.config.block_kv
         score = info.op(a.scores).result_bytes
         if fused >= apart:
             decisions.append(f"not attention: {where}: predicted {time_text(fused)} as one online-softmax kernel "
@@ -593,25 +582,26 @@ def _contraction_note(info: ChainInfo, g: Group, chooser: TileChooser) -> list[s
     gk = gemm_kernel(info, g.ops, g.root)
     if isinstance(gk, str):
         return [f"kernel {g.id}: %{c.id} {c.label} as {direct_name} (not a {tiled_name}: {gk})"]
-    tiled = [(t, s) for t, s in choice.candidates if t.gemm]
-    direct = [(t, s) for t, s in choice.candidates if not t.gemm]
+    tiled = [(t, s) for t, s in choice.candidates if isinstance(t.config, ContractionConfig)]
+    direct = [(t, s) for t, s in choice.candidates if not isinstance(t.config, ContractionConfig)]
     if not tiled:
         return [f"kernel {g.id}: %{c.id} {c.label} as {direct_name} (no {tiled_name} shape fits the device)"]
     k = f"K = {gk.k}" + (" (channels x kernel window)" if conv else "")
     best_t = min(tiled, key=lambda x: x[1])[1]
     other = (f"; {direct_name} {time_text(min(s for _, s in direct))}" if direct else "")
-    if g.gemm:
-        if g.mma:
-            how = f", on {g.mma} tensor cores (mma.sync)"
+    cfg = g.config
+    if isinstance(cfg, ContractionConfig):
+        if cfg.mma:
+            how = f", on {cfg.mma} tensor cores (mma.sync)"
         elif c.operand_dtypes[:2] == ("f16", "f16"):
-            why = mma_error(info, gk, gemm_shape(info, gk, g.root, g.block_tiles, g.gemm), chooser.hw)
+            why = mma_error(info, gk, gemm_shape(info, gk, g.root, g.block_tiles, cfg.steps), chooser.hw)
             how = f", on FMAs, not tensor cores: {why}"
         else:
             how = ""
-        if g.prefetch:
+        if cfg.prefetch:
             how += ", double-buffered (the next K step loaded into registers while this one computes)"
-        return [f"kernel {g.id}: %{c.id} {c.label} as {tiled_name}, {k} in steps of {g.gemm[0]} through "
-                f"shared memory, {g.gemm[1]}x{g.gemm[2]} outputs per thread{how}: predicted "
+        return [f"kernel {g.id}: %{c.id} {c.label} as {tiled_name}, {k} in steps of {cfg.bk} through "
+                f"shared memory, {cfg.tm}x{cfg.tn} outputs per thread{how}: predicted "
                 f"{time_text(choice.cost.time_s)}{other}"]
     return [f"kernel {g.id}: %{c.id} {c.label} as {direct_name}: predicted {time_text(choice.cost.time_s)}; "
             f"{tiled_name} {time_text(best_t)}"]
@@ -622,8 +612,8 @@ def _conv_notes(info: ChainInfo, groups, hw: HardwareProfile, given=frozenset())
     prediction; `given`: the roots of kernels whose algorithm a hand plan gave."""
     out = []
     for g in groups:
-        if g.conv:
-            forced = g.conv if g.root in given else ""
+        if isinstance(g.config, ConvConfig):
+            forced = g.config.algorithm if g.root in given else ""
             choice = choose_conv(info, g.ops, g.root, g.block_tiles, g.mapped, hw, forced)
             out.append(f"kernel {g.id}: {choice.reason()}")
     return out
@@ -654,14 +644,6 @@ def _library_notes(info: ChainInfo, groups) -> list[str]:
                 out.append(f"kernel {g.id}: %{m} {o.label}: one BLAS call per chunk ({chunks} chunks), on one "
                            f"thread per worker, then the rest of the kernel on that chunk while it is in cache{why}")
     return out
-
-
-def _conv_of(info: ChainInfo, members, root: int, t: Tiling, hw: HardwareProfile) -> str:
-    """The algorithm of a cpu kernel's conv at tiling t ("" when it has none)."""
-    if t.gemm or t.attention or t.scan or t.row_threads or any(t.thread):
-        return ""
-    choice = choose_conv(info, members, root, t.block, t.mapped, hw, t.conv)
-    return choice.algorithm if choice else ""
 
 
 def _with_costs(plan: FusionPlan, chooser: TileChooser) -> FusionPlan:
@@ -804,7 +786,7 @@ class _Grower:
                 m != self.root.id and info.op(m).kind == "elementwise" and -1 in info.op(m).users for m in members):
             return False
         choice = self.chooser.best(members)
-        return not choice.tiling.row_threads and not any(c.row_threads for c, _ in choice.candidates)
+        return not choice.tiling.config.row_outputs and not any(c.config.row_outputs for c, _ in choice.candidates)
 
     def _second_output_error(self, prod: OpInfo, outside: list[int]) -> str | None:
         """Why the kernel cannot compute `prod` and also write it for its users outside (None: it
@@ -819,7 +801,7 @@ class _Grower:
         if early:
             return f"%{early[0]} runs before this kernel's root %{self.root.id}"
         row = (prod.kind == "elementwise" and self.chooser.target == "gpu" and
-               bool(self.chooser.best(frozenset(self.members | with_cheap_producers(info, prod.id))).tiling.row_threads))
+               self.chooser.best(frozenset(self.members | with_cheap_producers(info, prod.id))).tiling.config.row_outputs)
         return second_output_error(prod, self.chooser.target, row)
 
     def _view_stop(self, view: OpInfo) -> None:
@@ -898,40 +880,22 @@ def _make_group(info: ChainInfo, gid: int, members: set[int], chooser: TileChoos
     t = choice.tiling
     if not any(t.block) and any(r == "written" for _, r in roles):   # a second output needs the tiled loop
         t = next(c for c, _ in choice.candidates if any(c.block))
-    if (chooser.target == "gpu" and not t.row_threads and
+    if (chooser.target == "gpu" and not t.config.row_outputs and
             any(r == "written" and info.op(m).kind == "elementwise" for m, r in roles)):
-        t = next((c for c, _ in choice.candidates if c.row_threads), None)   # split_rows stores it
+        t = next((c for c, _ in choice.candidates if c.config.row_outputs), None)   # split_rows stores it
         if t is None:
             raise CompilerInternalError("plan", f"kernel {gid} writes an elementwise second output but has no "
                                         "row-kernel tiling")
-    return Group(gid, root, ops, roles, t.block, t.thread, t.mapped, t.row_threads, _gemm_dims(info, members, root, t),
-                 _gemm_mma(info, members, root, t, chooser.hw), len(t.gemm) > 3 and bool(t.gemm[3]),
-                 tuple(t.attention), tuple(sorted(unwritten)), siblings(info, members), t.scan,
-                 _conv_of(info, members, root, t, chooser.hw) if chooser.target == "cpu" else "",
-                 _whole_calls(info, members, root, t, chooser.hw) if chooser.target == "cpu" else ())
+    return Group(id=gid, root=root, ops=ops, roles=roles, block_tiles=t.block, thread_tiles=t.thread, mapped=t.mapped,
+                 config=resolved(info, members, root, t, chooser.hw, chooser.target),
+                 recomputed=tuple(sorted(unwritten)), siblings=siblings(info, members),
+                 whole_calls=_whole_calls(info, members, root, t, chooser.hw) if chooser.target == "cpu" else ())
 
 
 def _whole_calls(info: ChainInfo, members, root: int, t: Tiling, hw: HardwareProfile) -> tuple[int, ...]:
     """The matmuls a cpu kernel calls whole before its chunk loop at tiling t (cost.hoisted_matmuls)."""
     chunks = cpu_chunks(info, root, t.block, t.mapped)
     return tuple(hoisted_matmuls(info, members, root, t.mapped, chunks, hw.units))
-
-
-def _gemm_dims(info: ChainInfo, members, root: int, t: Tiling) -> tuple[int, ...]:
-    """A contraction kernel's (bk, tq, tp, tx, ty); () for other kernels."""
-    if not t.gemm:
-        return ()
-    gk = gemm_kernel(info, members, root)
-    s = gemm_shape(info, gk, root, t.block, t.gemm)
-    return tuple(t.gemm[:3]) + (s.tx, s.ty)
-
-
-def _gemm_mma(info: ChainInfo, members, root: int, t: Tiling, hw) -> str:
-    """A contraction kernel's tensor-core type (plan/gemm.py: mma_kind); "" when it runs on FMAs."""
-    if not t.gemm:
-        return ""
-    gk = gemm_kernel(info, members, root)
-    return mma_kind(info, gk, gemm_shape(info, gk, root, t.block, t.gemm), hw) or ""
 
 
 def _role(info: ChainInfo, op: int, root: int, members=(), unwritten=frozenset()) -> str:
@@ -972,126 +936,4 @@ def signatures(plan: FusionPlan) -> list[str]:
 # ---- plans given by hand ---------------------------------------------------------------------
 
 class PlanError(ValueError):
-    """A hand-written plan that does not fit the chain."""
-
-
-def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProfile) -> FusionPlan:
-    """A plan from {"groups": [{"ops": [...], "block_tiles": [...], "thread_tiles": [...],
-    "row_threads": T, "gemm": [bk, tq, tp], "double_buffered": false}]} (row_threads: a gpu row
-    kernel's threads per row, plan/rows.py; gemm: a gpu contraction kernel's K step and register
-    tile, plan/gemm.py; double_buffered: its K loop prefetches the next step into registers).
-    Fills and pads may be omitted: they join the group of their consumer. A group whose ops are
-    not all read by its root has siblings (ops no member reads, tiled with the root's tiles:
-    horizontal fusion); it needs block tiles. The model prices it (predicted times) but decides
-    nothing. On the cpu, "conv" names a kernel's conv algorithm (plan/conv.py: gemm, im2col,
-    winograd, winograd4, direct); without it the model picks one."""
-    groups = []
-    seen: set[int] = set()
-    roots: dict[int, int] = {}
-    given_conv: set[int] = set()          # roots of groups whose conv algorithm the plan gives
-    for gid, g in enumerate(spec["groups"]):
-        members = set(g["ops"])
-        unknown = sorted((m for m in members if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m < len(info.ops)),
-                         key=repr)
-        if unknown:
-            raise PlanError(f"group {gid}: ops {unknown} are not ops of {info.func} (its ops are 0 to "
-                            f"{len(info.ops) - 1}; --emit plan numbers them)")
-        for m in list(members):
-            members |= {p for p in info.op(m).producers if p is not None and info.op(p).kind in CHEAP}
-        compute = [m for m in members if info.op(m).is_compute]
-        if not compute:
-            raise PlanError(f"group {gid} has no compute op")
-        seen |= set(compute)
-        root = max(compute)
-        if root in roots:
-            raise PlanError(f"op {root} is the root of groups {roots[root]} and {gid} (one kernel writes it)")
-        roots[root] = gid
-        r = info.op(root)
-        block = tuple(g.get("block_tiles", [0] * len(r.loops)))
-        thread = tuple(g.get("thread_tiles", [0] * len(r.loops) if target == "gpu" else []))
-        if len(block) != len(r.loops) or (thread and len(thread) != len(r.loops)):
-            raise PlanError(f"group {gid}: root %{root} has {len(r.loops)} loops")
-        allowed = tileable_loops(info, root, members)
-        bad = [i for i, t in enumerate(block) if t and i not in allowed]
-        if bad:
-            raise PlanError(f"group {gid}: loops {bad} of %{root} cannot be tiled (tileable: {list(allowed)})")
-        mapped = tuple(i for i, t in enumerate(block) if t)
-        if target == "gpu" and len(mapped) > 3:
-            raise PlanError(f"group {gid}: at most 3 loops can be mapped to GPU blocks")
-        row_threads = int(g.get("row_threads", 0))
-        if row_threads:
-            why = row_tiling_error(info, members, root, Tiling(block, thread, mapped, row_threads), target)
-            if why:
-                raise PlanError(f"group {gid}: row_threads {row_threads}: {why}")
-        gemm = tuple(int(x) for x in g.get("gemm", ()))
-        if gemm:
-            if target != "gpu" or row_threads or any(thread):
-                raise PlanError(f"group {gid}: gemm is a gpu contraction kernel, without thread tiles or row threads")
-            if len(gemm) > 3:
-                raise PlanError(f"group {gid}: gemm {list(gemm)}: needs [bk, tq, tp] (double buffering is "
-                                "\"double_buffered\": true)")
-            why = gemm_tiling_error(info, members, root, block, gemm, hw.max_threads_per_block)
-            if why:
-                raise PlanError(f"group {gid}: gemm {list(gemm)}: {why}")
-        prefetch = g.get("double_buffered", False)
-        if not isinstance(prefetch, bool):
-            raise PlanError(f"group {gid}: double_buffered must be true or false, not {prefetch!r}")
-        if prefetch and not gemm:
-            raise PlanError(f"group {gid}: double_buffered is for a contraction kernel (gemm)")
-        gemm = gemm[:3] + ((1,) if prefetch else ())
-        att = tuple(int(x) for x in g.get("attention", ()))
-        if att:
-            kernel = attention_kernel(info, members, target)
-            if isinstance(kernel, str):
-                raise PlanError(f"group {gid}: attention {list(att)}: not an attention kernel: {kernel}")
-            if len(att) != 2 or any(block) or gemm or row_threads or min(att) < 1:
-                raise PlanError(f"group {gid}: attention needs [queries per block, keys per step] and no block "
-                                "tiles, gemm or row threads")
-            if target == "gpu" and (att[0] % THREADS_Y or att[1] % THREADS_X):
-                raise PlanError(f"group {gid}: attention {list(att)}: on the gpu the queries per block are a "
-                                f"multiple of {THREADS_Y} and the keys per step of {THREADS_X}")
-        scan = 0
-        if r.scan:                    # a scan's kernel is its template's: no tiles to give
-            if any(block) or any(thread) or row_threads or gemm or att or len(compute) > 1:
-                raise PlanError(f"group {gid}: %{root} is a scan ({r.scan}): its group holds it alone, "
-                                "without tiles")
-            scan = TileChooser(info, target, hw).best(frozenset(members)).tiling.scan
-        elif any(info.op(m).scan for m in compute):
-            raise PlanError(f"group {gid}: a scan is the root of a group of its own")
-        conv = g.get("conv", "")
-        if conv:
-            if target != "cpu":
-                raise PlanError(f"group {gid}: conv {conv!r}: conv algorithms are the cpu target's (the gpu's "
-                                "conv is a tiled contraction: \"gemm\")")
-            convs = [m for m in compute if library_conv(info.op(m))]
-            if len(convs) != 1:
-                raise PlanError(f"group {gid}: conv {conv!r}: the group has no conv the cpu target computes "
-                                "with BLAS (a float conv, f32 or f64)")
-            shape = conv_op_shape(info.op(convs[0]))
-            why = conv_not_applicable(shape, conv)
-            if why:
-                raise PlanError(f"group {gid}: conv {conv!r} {why} (%{convs[0]} is {shape.text()})")
-            given_conv.add(root)
-        t = Tiling(block, thread, mapped, row_threads, gemm, att, scan, conv)
-        if target == "cpu":
-            conv = _conv_of(info, members, root, t, hw)
-        recomputed = frozenset(int(x) for x in g.get("recomputed", ()))
-        if recomputed - (set(compute) - {root}):
-            raise PlanError(f"group {gid}: recomputed {sorted(recomputed)}: only the group's compute ops other than "
-                            f"its root %{root} can be")
-        groups.append(Group(gid, root, tuple(sorted(members)),
-                            tuple((m, _role(info, m, root, members, recomputed)) for m in sorted(members)),
-                            block, thread, mapped, row_threads, _gemm_dims(info, members, root, t),
-                            _gemm_mma(info, members, root, t, hw), prefetch, att, tuple(sorted(recomputed)),
-                            siblings(info, members), scan, conv,
-                            _whole_calls(info, members, root, t, hw) if target == "cpu" else ()))
-    missing = [o.id for o in info.ops if o.is_compute and o.id not in seen]
-    if missing:
-        raise PlanError(f"ops {missing} are in no group")
-    _check_writers(info, groups, target)
-    groups.sort(key=lambda g: g.root)
-    groups = [replace(g, id=i) for i, g in enumerate(groups)]
-    plan = FusionPlan(info.func, target, True, tuple(groups), ("plan given by hand",) + tuple(_conv_notes(info, groups, hw, given_conv))
-                      + tuple(_library_notes(info, groups) if target == "cpu" else ()),
-                      info)
-    return _with_costs(plan, TileChooser(info, target, hw))
+    """A hand-written plan that does not fit the chain (handplan.py reads them)."""

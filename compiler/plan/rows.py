@@ -228,8 +228,8 @@ def row_tiling_error(info: ChainInfo, members, root: int, t, target: str, max_th
     rk = row_kernel(info, members, root)
     if isinstance(rk, str):
         return f"not a row kernel: {rk}"
-    if rk.extent % t.row_threads:
-        return f"{t.row_threads} threads do not divide a {rk.extent}-element row"
+    if rk.extent % t.config.threads:
+        return f"{t.config.threads} threads do not divide a {rk.extent}-element row"
     if rk.root_loop is not None and t.block[rk.root_loop]:
         return "the row loop itself cannot be tiled"
     if len(t.mapped) > 2:
@@ -239,6 +239,6 @@ def row_tiling_error(info: ChainInfo, members, root: int, t, target: str, max_th
     if t.mapped and t.thread[t.mapped[-1]] != 1:
         return "each row of a block is one row of threads (thread tile 1)"
     rows = t.block[t.mapped[-1]] if t.mapped else 1
-    if rows * t.row_threads > max_threads:
-        return f"{rows} rows x {t.row_threads} threads exceed {max_threads} threads per block"
+    if rows * t.config.threads > max_threads:
+        return f"{rows} rows x {t.config.threads} threads exceed {max_threads} threads per block"
     return None

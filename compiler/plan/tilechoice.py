@@ -23,6 +23,7 @@ from .measured import Measured
 from .attention import Attention, attention_kernel, attention_tiles
 from .gemm import gemm_kernel, gemm_tiling_error
 from .rows import row_kernel, row_tiling_error
+from .templates import TEMPLATES, AttentionConfig, ContractionConfig, RowConfig, ScanConfig, searched_config
 
 MARGIN = 0.02          # a candidate must be this much faster than the incumbent to replace it
 MAX_CPU_CANDIDATES = 48
@@ -123,46 +124,44 @@ class TileChooser:
 
     def _valid(self, members, t: Tiling) -> bool:
         allowed = tileable_loops(self.info, self.root(members), set(members))
-        if t.gemm:
-            return gemm_tiling_error(self.info, members, self.root(members), t.block, t.gemm,
-                                     self.hw.max_threads_per_block) is None
-        if t.row_threads:
-            return (tuple(t.mapped) == tuple(allowed[-3:]) and
-                    row_tiling_error(self.info, members, self.root(members), t, self.target,
-                                     self.hw.max_threads_per_block) is None)
+        valid = TEMPLATES[t.config.name].stage("valid")
+        if valid is not None:
+            return valid(self, members, t, allowed)
         if not t.mapped:
             return not allowed
         return set(t.mapped) <= set(allowed) and (self.target != "gpu" or tuple(t.mapped) == tuple(allowed[-3:]))
 
     def _choose(self, members: frozenset) -> Choice:
         root = self.root(members)
-        n = len(self.info.op(root).loops)
         tile = tileable_loops(self.info, root, set(members))
         tuned = self.tuned.get(group_signature(self.info, members))
         if tuned is not None:
             t = Tiling(tuple(tuned["block"]), tuple(tuned.get("thread", ())), tuple(tuned["mapped"]),
-                       int(tuned.get("row_threads", 0)), tuple(tuned.get("gemm", ())))
+                       searched_config(int(tuned.get("row_threads", 0)), tuple(tuned.get("gemm", ()))))
             c = self.cost(members, t)
             return Choice(t, c, ((t, c.time_s),), tuned=True)
-        att = self._attention_search(members)
-        if att is not None:
-            return att
-        if self.info.op(root).scan:
-            return self._scan_search(members, root)
-        rows = self._row_search(members, root, tile) if self.target == "gpu" else None
-        gemm = self._gemm_search(members, root) if self.target == "gpu" and tile else None
+        choice = None
+        for t in TEMPLATES.values():           # plan/templates.py: claiming searches first, then the rest compete
+            search = t.stage("search")
+            found = search(self, members, root, tile) if search else None
+            if found is not None and t.claims:
+                return found
+            if found is not None:
+                choice = _prefer(found, choice) if choice else found
+        return choice
+
+    def loop_search(self, members, root, tile) -> Choice:
+        """A loop nest's tiles: one block when no loop can be split, else the gpu's hill-climb
+        or the cpu's divisors."""
         if not tile:
+            n = len(self.info.op(root).loops)
             serial = Tiling((0,) * n, (0,) * n if self.target == "gpu" else (), ())
             c = self.cost(members, serial)
-            choice = Choice(serial, c, ((serial, c.time_s),))
-        else:
-            search = self._gpu_search if self.target == "gpu" else self._cpu_search
-            choice = search(members, root, tile)
-        if gemm:
-            choice = _prefer(gemm, choice)
-        return _prefer(rows, choice) if rows else choice
+            return Choice(serial, c, ((serial, c.time_s),))
+        search = self._gpu_search if self.target == "gpu" else self._cpu_search
+        return search(members, root, tile)
 
-    def _attention_search(self, members) -> Choice | None:
+    def attention_search(self, members, root, tile) -> Choice | None:
         """An attention kernel's tiles (plan/attention.py): on the gpu every (queries per block,
         keys per step) whose shared memory fits, on the cpu query blocks of 32-256 rows and key
         steps of 64-512; None when `members` are not an attention kernel."""
@@ -178,7 +177,7 @@ class TileChooser:
                       if bq <= max(32, a.sq) and bkv <= max(64, a.sk)]
         evaluated = []
         for bq, bkv in shapes:
-            t = Tiling((0,) * n, (0,) * n if gpu else (), (), attention=(bq, bkv))
+            t = Tiling((0,) * n, (0,) * n if gpu else (), (), AttentionConfig(block_q=bq, block_kv=bkv))
             evaluated.append((t, self.cost(members, t)))
         if not evaluated:
             return None
@@ -189,15 +188,17 @@ class TileChooser:
         best = evaluated[0]
         return Choice(best[0], best[1], tuple((t, c.time_s) for t, c in evaluated[:3]))
 
-    def _scan_search(self, members, root) -> Choice:
+    def scan_search(self, members, root, tile) -> Choice | None:
         """A scan kernel (cumsum, cumprod) is not tiled by MLIR: its template walks each row along
         the axis. gpu, along the last axis: T threads per row (a block each), a warp multiple up
         to the row's length, 128 to 1024 tried; along another axis: a thread per row, blocks of
         64 to 256; cpu: a prange over the rows."""
         r = self.info.op(root)
+        if not r.scan:
+            return None
         n = len(r.loops)
         if self.target != "gpu":
-            t = Tiling((0,) * n, (), (), scan=1)
+            t = Tiling((0,) * n, (), (), ScanConfig(threads=1))
             c = self.cost(members, t)
             return Choice(t, c, ((t, c.time_s),))
         extent = r.loops[r.scan_axis]
@@ -207,7 +208,7 @@ class TileChooser:
         else:                              # a thread per row, consecutive rows side by side
             counts = [T for T in (64, 128, 256) if T <= self.hw.max_threads_per_block]
         evaluated = [(t, self.cost(members, t)) for t in
-                     (Tiling((0,) * n, (0,) * n, (), scan=T) for T in counts)]
+                     (Tiling((0,) * n, (0,) * n, (), ScanConfig(threads=T)) for T in counts)]
         evaluated.sort(key=lambda x: x[1].time_s)
         return Choice(evaluated[0][0], evaluated[0][1], tuple((t, c.time_s) for t, c in evaluated))
 
@@ -240,10 +241,12 @@ class TileChooser:
         return Choice(chosen, evaluated[best], ranked)
 
     # ---- gpu row kernels: threads per row x rows per block -----------------------------------
-    def _row_search(self, members, root, tile) -> Choice | None:
+    def row_search(self, members, root, tile) -> Choice | None:
         """Every (row threads T, rows per block R) of a row kernel (plan/rows.py), fastest first;
         the start is T = 256 or the largest warp multiple below that divides the row, with
         enough rows per block for 128 threads; another shape must be 2% faster to win."""
+        if self.target != "gpu":
+            return None
         rk = row_kernel(self.info, members, root)
         if isinstance(rk, str) or (not rk.coalesced and tile):
             return None           # strided rows: threads along the contiguous axis instead
@@ -271,7 +274,7 @@ class TileChooser:
                 block[loop] = 1
             if mapped:
                 block[mapped[-1]], thread[mapped[-1]] = R, 1
-            return Tiling(tuple(block), tuple(thread), mapped, T)
+            return Tiling(tuple(block), tuple(thread), mapped, RowConfig(threads=T))
 
         evaluated = {}
         for T in counts:
@@ -295,7 +298,7 @@ class TileChooser:
         return Choice(tiling(*best), evaluated[best], ranked)
 
     # ---- gpu contraction kernels: block tiles x K step x register tiles -----------------------
-    def _gemm_search(self, members, root) -> Choice | None:
+    def gemm_search(self, members, root, tile) -> Choice | None:
         """Every contraction-kernel shape (plan/gemm.py) from side tiles of 16-128 (Q) and 32-256
         (P) outputs, K steps of 8-32 and register tiles of 2-8 a side, each with and without
         double buffering, priced by the model, less
@@ -303,6 +306,8 @@ class TileChooser:
         start is 64 x 64, K step 16, 4 x 4 per thread; another shape must be 2% faster to win.
         Only shapes that give every SM a block of 64 threads or more are taken, when there are
         any (issue 10's full wave: >= 132 blocks on the H200)."""
+        if self.target != "gpu" or not tile:
+            return None
         gk = gemm_kernel(self.info, members, root)
         if isinstance(gk, str):
             return None
@@ -338,10 +343,11 @@ class TileChooser:
                 for bk in (8, 16, 32):
                     for tq in (t for t in (2, 4, 8) if bq % t == 0):
                         for tp, buffered in itertools.product(sorted({t for t in (2, 4, 7, 8) if bp % t == 0}), (0, 1)):
-                            t = Tiling(block, (0,) * n, mapped, 0, (bk, tq, tp) + ((1,) if buffered else ()))
+                            t = Tiling(block, (0,) * n, mapped, ContractionConfig(bk=bk, tm=tq, tn=tp,
+                                                                                  prefetch=bool(buffered)))
                             if t in evaluated or (bq // tq) * (bp // tp) < min_threads:
                                 continue
-                            if gemm_tiling_error(self.info, members, root, block, t.gemm,
+                            if gemm_tiling_error(self.info, members, root, block, t.config.steps,
                                                  self.hw.max_threads_per_block) is None:
                                 c = self.cost(members, t)
                                 if c.occupancy == 0 or c.bytes_spilled > 0:
@@ -390,7 +396,7 @@ class TileChooser:
         seen: dict[Tiling, KernelCost] = {start: self.cost(members, start)}
         best = start
         for seed in self.seeds.get(root, []):
-            if (not seed.row_threads and not seed.gemm and seed not in seen and self._valid(members, seed)
+            if (seed.config == start.config and seed not in seen and self._valid(members, seed)
                     and self._one_point(seed, root)):
                 seen[seed] = self.cost(members, seed)
                 if seen[seed].time_s < seen[best].time_s * (1 - MARGIN):
@@ -455,3 +461,15 @@ def _threads(t: Tiling) -> int:
     for loop in t.mapped:
         n *= t.block[loop] // t.thread[loop] if t.thread and t.thread[loop] else 1
     return n
+
+
+# each template's check of a tiling another kernel's search found (TileChooser.offer; plan/templates.py)
+def gemm_valid(chooser: TileChooser, members, t: Tiling, allowed) -> bool:
+    return gemm_tiling_error(chooser.info, members, chooser.root(members), t.block, t.config.steps,
+                             chooser.hw.max_threads_per_block) is None
+
+
+def row_valid(chooser: TileChooser, members, t: Tiling, allowed) -> bool:
+    return (tuple(t.mapped) == tuple(allowed[-3:]) and
+            row_tiling_error(chooser.info, members, chooser.root(members), t, chooser.target,
+                             chooser.hw.max_threads_per_block) is None)

@@ -1,6 +1,6 @@
 """attention-kernels: hand an attention kernel's ops to the emitter's online-softmax template.
 
-An attention kernel (plan/attention.py; Group.attention) is not tiled by MLIR: tile-and-fuse
+An attention kernel (plan/attention.py; AttentionConfig) is not tiled by MLIR: tile-and-fuse
 would fuse the scores into the row max, the exponentials and the sum once per use, which is
 the recomputation online softmax exists to avoid, and a [BQ, S] tile of the scores would stay
 on chip. Its ops are bufferized whole; then, on both targets:
@@ -25,6 +25,7 @@ from __future__ import annotations
 from ..errors import CompilerInternalError
 from ..mlir import ir
 from ..plan.attention import attention_kernel
+from ..plan.templates import AttentionConfig, groups_of
 from ..plan.planner import FusionPlan, Group
 from ..marks import (ABSORBED, ATTENTION_BATCH, ATTENTION_LOOPS, ATTENTION_MARKS, ATTENTION_ROLE, ATTENTION_V,
                      ATTENTION_Z, BLOCK_ATTENTION)
@@ -34,7 +35,7 @@ from .script import apply_script, script_text, tag_of
 
 
 def attention_groups(plans: dict[str, FusionPlan]) -> list[tuple[FusionPlan, Group]]:
-    return [(plan, g) for plan in plans.values() for g in plan.groups if g.attention]
+    return groups_of(plans, AttentionConfig)
 
 
 def grid(plan: FusionPlan, g: Group) -> tuple[int, int]:
@@ -42,7 +43,7 @@ def grid(plan: FusionPlan, g: Group) -> tuple[int, int]:
     a = attention_kernel(plan.info, g.ops)
     if isinstance(a, str):
         raise CompilerInternalError("gpu", f"kernel {g.id} is planned as attention but {a}")
-    return -(-a.sq // g.attention[0]), a.batch
+    return -(-a.sq // g.config.block_q), a.batch
 
 
 def mark_attention_kernels(module: ir.Module, plans: dict[str, FusionPlan], stage: str) -> int:
@@ -75,7 +76,7 @@ def _mark(plan: FusionPlan, g: Group, tagged: dict, stage: str) -> None:
     i64 = ir.IntegerType.get_signless(64)
     _one(tagged, tag_of(g.id, a.exp), "exp", g, stage).attributes[ATTENTION_Z] = ir.IntegerAttr.get(i64, a.z_operand)
     _one(tagged, tag_of(g.id, a.out), "out", g, stage).attributes[ATTENTION_V] = ir.IntegerAttr.get(i64, a.v_operand)
-    root.attributes[BLOCK_ATTENTION] = _i64_array(g.attention)
+    root.attributes[BLOCK_ATTENTION] = _i64_array([g.config.block_q, g.config.block_kv])
     root.attributes[ATTENTION_LOOPS] = _i64_array([a.q_loop, a.k_loop, a.d_loop])
     root.attributes[ATTENTION_BATCH] = _i64_array(a.batch_loops)
     members.add(root)

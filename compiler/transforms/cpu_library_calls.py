@@ -29,6 +29,7 @@ import math
 from ..errors import CompilerInternalError
 from ..mlir import ir, memref
 from ..plan.conv import NAME as CONV, library_conv
+from ..plan.templates import ConvConfig, groups_of
 from .script import MEMREF_VIEWS, tag_of
 from ..marks import CONV_ALGORITHM, CPU_CALL, CPU_TEMPLATE_MARKS, TAG, TO_LOOPS
 
@@ -343,7 +344,7 @@ def _transposed_type(t, perm: list[int]) -> "ir.Type":
     return ir.MemRefType.get(shape, mt.element_type, layout, mt.memory_space)
 
 
-def mark_conv_algorithms(module: ir.Module, plans: dict) -> int:
+def mark_conv_algorithms(module: ir.Module, plans: dict, target: str = "cpu") -> int:
     """Give each conv of a cpu kernel its group's algorithm (plan/conv.py) as CONV_ALGORITHM;
     returns how many."""
     tagged: dict[int, list] = {}
@@ -351,18 +352,15 @@ def mark_conv_algorithms(module: ir.Module, plans: dict) -> int:
         if op.name == CONV and TAG in op.attributes:
             tagged.setdefault(ir.IntegerAttr(op.attributes[TAG]).value, []).append(op)
     count = 0
-    for plan in plans.values():
-        for g in plan.groups:
-            if not g.conv:
-                continue
-            convs = [m for m in g.ops if library_conv(plan.info.op(m))]
-            found = [op for m in convs for op in tagged.get(tag_of(g.id, m), [])]
-            if len(convs) != 1 or not found:
-                raise CompilerInternalError("cpu", f"kernel {g.id} of {plan.chain}: its conv ({g.conv}) is not "
-                                           "in the module")
-            for op in found:
-                op.attributes[CONV_ALGORITHM] = ir.StringAttr.get(g.conv)
-                count += 1
+    for plan, g in groups_of(plans, ConvConfig):
+        convs = [m for m in g.ops if library_conv(plan.info.op(m))]
+        found = [op for m in convs for op in tagged.get(tag_of(g.id, m), [])]
+        if len(convs) != 1 or not found:
+            raise CompilerInternalError("cpu", f"kernel {g.id} of {plan.chain}: its conv ({g.config.algorithm}) "
+                                       "is not in the module")
+        for op in found:
+            op.attributes[CONV_ALGORITHM] = ir.StringAttr.get(g.config.algorithm)
+            count += 1
     return count
 
 

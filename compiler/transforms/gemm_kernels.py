@@ -1,6 +1,6 @@
 """gemm-kernels: hand a contraction kernel's block to the emitter's GEMM template (stage `gpu`).
 
-After the kernel's forall is a gpu.launch (compiler/plan/gemm.py; Group.gemm), its block holds
+After the kernel's forall is a gpu.launch (compiler/plan/gemm.py; ContractionConfig), its block holds
 the block-level linalg ops on memrefs: the fills, the producers of the operands (a pad's
 gather...), the contraction and the elementwise epilogue down to the root. They are not lowered
 to loops. Instead:
@@ -9,8 +9,8 @@ to loops. Instead:
 - the root is marked `fusec.block_gemm` with the tiles: [bk, tq, tp], the static block tile of
   each contraction loop (`fusec.gemm_tiles`), each loop's side (`fusec.gemm_sides`: q, p,
   batch, k), per root loop, the contraction loop it is (`fusec.gemm_root_loops`) and, on
-  tensor cores (Group.mma), the operands' type (`fusec.gemm_mma`) and, double-buffered
-  (Group.prefetch), `fusec.gemm_prefetch`;
+  tensor cores (ContractionConfig.mma), the operands' type (`fusec.gemm_mma`) and, double-buffered
+  (ContractionConfig.prefetch), `fusec.gemm_prefetch`;
 - every other linalg op of the kernel, and every buffer of the block that only those ops use, is
   marked `fusec.absorbed`: the template evaluates them where it needs their values (producers in
   the tile loader, the epilogue from the accumulators), so they never run as loops and their
@@ -22,6 +22,7 @@ from __future__ import annotations
 from ..errors import CompilerInternalError
 from ..mlir import ir
 from ..plan.gemm import gemm_kernel, gemm_shape
+from ..plan.templates import ContractionConfig, groups_of
 from ..plan.planner import FusionPlan, Group
 from .script import ANY, Step, apply_script, script_text, tag_of
 from ..marks import ABSORBED, BLOCK_GEMM, CONTRACTION, GEMM_MARKS, GEMM_MMA, GEMM_PREFETCH, GEMM_ROOT_LOOPS, GEMM_SIDES, GEMM_TILES, TAG
@@ -45,9 +46,9 @@ def _tagged(module: ir.Module) -> dict[int, "ir.Operation"]:
     return found
 
 
-def mark_gemm_kernels(module: ir.Module, plans: dict[str, FusionPlan]) -> int:
+def mark_gemm_kernels(module: ir.Module, plans: dict[str, FusionPlan], target: str = "gpu") -> int:
     """Generalize and mark the contraction kernels' ops; returns how many kernels."""
-    groups = [(plan, g) for plan in plans.values() for g in plan.groups if g.gemm]
+    groups = groups_of(plans, ContractionConfig)
     if not groups:
         return 0
     with module.context, ir.Location.unknown():
@@ -88,17 +89,17 @@ def _one(tagged: dict, tag: int, what: str, g: Group, stage: str = "gpu") -> "ir
 def _mark(plan: FusionPlan, g: Group, tagged: dict) -> None:
     info = plan.info
     gk = gemm_kernel(info, g.ops, g.root)
-    shape = gemm_shape(info, gk, g.root, g.block_tiles, g.gemm[:3])
+    shape = gemm_shape(info, gk, g.root, g.block_tiles, g.config.steps)
     c = _one(tagged, tag_of(g.id, gk.contraction), "contraction", g)
     root = _one(tagged, tag_of(g.id, g.root), "root", g)
     c.attributes[CONTRACTION] = ir.UnitAttr.get()
-    root.attributes[BLOCK_GEMM] = _i64_array(g.gemm[:3])
+    root.attributes[BLOCK_GEMM] = _i64_array(g.config.steps)
     root.attributes[GEMM_TILES] = _i64_array(shape.tiles)
     root.attributes[GEMM_SIDES] = ir.ArrayAttr.get([ir.StringAttr.get(s) for s in gk.sides])
     root.attributes[GEMM_ROOT_LOOPS] = _i64_array(gk.root_loops)
-    if g.mma:
-        root.attributes[GEMM_MMA] = ir.StringAttr.get(g.mma)
-    if g.prefetch:
+    if g.config.mma:
+        root.attributes[GEMM_MMA] = ir.StringAttr.get(g.config.mma)
+    if g.config.prefetch:
         root.attributes[GEMM_PREFETCH] = ir.UnitAttr.get()
     block = root.block
     if c.block != block:

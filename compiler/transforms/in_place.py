@@ -38,7 +38,7 @@ def write_in_place(func_op, plan: FusionPlan) -> list[int]:
     done_after = {m: max(ends[g.id] for g in plan.groups if m in g.ops) for m in kernels_of}
     done = []
     for g in plan.groups:
-        if g.siblings or g.row_threads or g.gemm or g.attention or kernels_of[g.root] > 1:
+        if g.siblings or not g.config.in_place or kernels_of[g.root] > 1:
             continue
         root = ops.get(g.root)
         if root is None or root.name != "linalg.generic" or len(root.results) != 1:

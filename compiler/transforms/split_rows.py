@@ -1,7 +1,7 @@
 """split-rows: inside a row kernel's block, each row is split cyclically over T threads.
 
 Runs between the block level and the thread level of tile-and-fuse, on the ops of a row kernel
-(compiler/plan/rows.py; Group.row_threads = T) as fused into the kernel's block forall, where
+(compiler/plan/rows.py; RowConfig(threads=T)) as fused into the kernel's block forall, where
 they work on the block's rows of N elements:
 - every tensor dim along the row becomes two, [N/T, T] (tensor.expand_shape: element j*T + t),
   and every op's loop along the row a loop over j in place and a loop over t appended last;
@@ -100,7 +100,7 @@ def _label(op, tag, part: str) -> None:
 class _Splitter:
     def __init__(self, g: Group, info: ChainInfo, rk: RowKernel, ops: dict[int, "ir.Operation"]):
         self.g, self.info, self.rk, self.ops = g, info, rk, ops
-        self.T = g.row_threads
+        self.T = g.config.threads
         self.roots = {g.root, *g.siblings}       # the kernel's results that no member reads
         self.J = rk.extent // self.T
         self.expanded: dict = {}       # (value, dim) -> the value with that row dim split [.., J, T, ..]

@@ -3,7 +3,7 @@
 Per kernel, in a scratch module of its own (_apply_alone): tile the root with
 `tile_using_forall` (GPU blocks; cpu: chunks), each sibling alike into the same loop, fuse its
 producers into the forall, consumers first, then (gpu) tile again to threads and fuse the
-producers there too. A row kernel (Group.row_threads) is different at the thread level: after
+producers there too. A row kernel (RowConfig) is different at the thread level: after
 the block level its ops are rewritten to split each row over the threads (split_rows.py) and
 each phase gets a thread forall of its own (a second script). Then canonicalize, CSE and
 one-shot bufferize the whole module. Pads become gather generics first (pad_to_generic.py), so
@@ -177,7 +177,7 @@ def group_steps(plan: FusionPlan, g: Group) -> list[Step]:
         block_loop = loop
         steps.append(Step(f"%g{k} = transform.param.constant {k} : i64 -> !transform.param<i64>"))
         steps.append(Step(f'transform.annotate %{loop} "{GROUP}" = %g{k} : {ANY}, !transform.param<i64>'))
-        if gpu and any(g.thread_tiles) and not g.row_threads:
+        if gpu and any(g.thread_tiles) and g.config.mlir_threads:
             steps.append(Step(f"%tt{k}, %h{k}_0 = transform.structured.tile_using_forall %t{k} tile_sizes "
                               f"{list(g.thread_tiles)}{_mapping(g, 'thread')} : ({ANY}) -> ({ANY}, {ANY})"))
             loop = _fuse_siblings(steps, plan, g, g.thread_tiles, _mapping(g, "thread"), f"h{k}_0", block_loop, "t")
@@ -277,12 +277,12 @@ def tile_and_fuse(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
             own_destinations(f, plan)
             own_inits(f, plan)
             for g in plan.groups:
-                if g.scan:
+                if g.config.drops_init:
                     _scan_without_init(f, g)
                 steps = group_steps(plan, g)
                 if steps:
                     _apply_alone(f, g, steps)
-        rows = [(f, plan, g) for f, plan in funcs for g in plan.groups if g.row_threads]
+        rows = [(f, plan, g) for f, plan in funcs for g in plan.groups if g.config.splits_rows]
         if not rows:
             apply_script(module, script_text(TAIL), "tiled")
             return

@@ -12,13 +12,12 @@ from __future__ import annotations
 from ..errors import CompilerInternalError
 from ..mlir import arith, ir, memref, scf
 from ..plan.planner import FusionPlan, Group
+from ..plan.templates import TEMPLATES, template
 from .cpu_library_calls import (fold_transposed_operands, hoist_whole_contractions, linalg_ops,
-                                loops_script, mark_conv_algorithms, mark_library_calls)
+                                loops_script, mark_library_calls)
 from .script import ANY, MEMREF_VIEWS, Step, apply_script, i64, run_passes, script_text, tag_of
-from .gemm_kernels import mark_gemm_kernels
-from .attention_kernels import grid, mark_attention_kernels
 from ..plan.analysis import OpInfo
-from ..marks import ATTENTION_MARKS, BLOCK_REDUCE, GEMM_MARKS, GROUP, SCAN, TAG, THREADS_OF, TO_LOOPS
+from ..marks import GROUP, TAG, THREADS_OF, TO_LOOPS
 
 
 def scan_rows(op: OpInfo) -> int:
@@ -48,10 +47,9 @@ def to_gpu(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
             plan = plans[ir.StringAttr(f.attributes["sym_name"]).value]
             body = f.regions[0].blocks[0]
             for g in plan.groups:
-                if g.attention:                     # whole ops, one block per (query block, batch)
+                grid = template(g.config).stage("grid")
+                if grid is not None:                # not tiled by MLIR: its ops whole, in the template's grid
                     _wrap_serial(body, g, gpu=True, blocks=grid(plan, g))
-                elif g.scan:                        # the scan whole, one block per row
-                    _wrap_serial(body, g, gpu=True, blocks=(scan_blocks(plan.info.op(g.root), g.scan), 1))
                 elif not any(g.block_tiles):        # one block: serial, or a single-row row kernel
                     _wrap_serial(body, g, gpu=True)
             for op in list(body.operations):
@@ -71,13 +69,26 @@ def to_gpu(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
                 raise CompilerInternalError("gpu", "one chain per module is expected at the gpu stage")
         apply_script(module, script_text(steps), "gpu")
         _run_time_grids(module, grids)
-        if any(g.row_threads or g.gemm or g.attention or g.scan for plan in plans.values() for g in plan.groups):
-            mark_gemm_kernels(module, plans)
-            mark_attention_kernels(module, plans, "gpu")
+        if any(template(g.config).emit[0] for plan in plans.values() for g in plan.groups):
+            _mark_templates(module, plans, "gpu")
             _lower_all_but_emitter_ops(module)
             run_passes(module, GPU_CLEANUP[1:], "gpu")
         else:
             run_passes(module, GPU_CLEANUP, "gpu")
+
+
+def _mark_templates(module: ir.Module, plans: dict[str, FusionPlan], target: str) -> None:
+    """Each template's marking transform (plan/templates.py), in the registry's order: it marks
+    the ops of its kernels that its emitter writes or absorbs."""
+    for t in TEMPLATES.values():
+        mark = t.stage("mark")
+        if mark is not None:
+            mark(module, plans, target)
+
+
+def scan_grid(plan: FusionPlan, g: Group) -> tuple[int, int]:
+    """A scan kernel's grid: the scan whole, one block per row (or a thread per row: scan_blocks)."""
+    return scan_blocks(plan.info.op(g.root), g.config.threads), 1
 
 
 def _static_grid(region) -> list:
@@ -185,19 +196,8 @@ def _run_time_grids(module: ir.Module, grids: list[list]) -> None:
 def block_dims(g: Group) -> list[int]:
     """A kernel's threads per block as (x, y, z): the innermost mapped loop is x; a row
     kernel's row threads are x and its rows y; a contraction kernel's threads are its register
-    tiles, x along the output's contiguous side (plan/gemm.py)."""
-    if g.gemm:
-        return [g.gemm[3], g.gemm[4], 1]
-    if g.scan:
-        return [g.scan, 1, 1]
-    if g.attention:
-        ty, tx = g.threads()
-        return [tx, ty, 1]
-    if g.row_threads:
-        rows = list(reversed(g.threads()[:-1]))
-        dims = [g.row_threads] + rows
-    else:
-        dims = list(reversed(g.threads())) if g.mapped else [1]
+    tiles, x along the output's contiguous side (plan/gemm.py) (plan/templates.py: block_dims)."""
+    dims = g.config.block_dims(g.threads(), g.mapped)
     if len(dims) > 3:
         raise CompilerInternalError("gpu", f"kernel {g.id} needs {len(dims)} thread dims")
     return dims + [1] * (3 - len(dims))
@@ -205,10 +205,11 @@ def block_dims(g: Group) -> list[int]:
 
 def _lower_all_but_emitter_ops(module: ir.Module) -> None:
     """linalg to loops, except what the emitter writes itself: the block-wide combines of row
-    kernels (split_rows.py) and the ops of contraction kernels (gemm_kernels.py)."""
+    kernels (split_rows.py) and the ops of contraction kernels (gemm_kernels.py): what each
+    template owns (plan/templates.py)."""
+    owned = tuple(m for t in TEMPLATES.values() for m in t.owns)
     for op in linalg_ops(module):
-        if BLOCK_REDUCE not in op.attributes and SCAN not in op.attributes and \
-                not any(m in op.attributes for m in GEMM_MARKS + ATTENTION_MARKS):
+        if not any(m in op.attributes for m in owned):
             op.attributes[TO_LOOPS] = ir.UnitAttr.get()
     apply_script(module, loops_script(), "gpu")
 
@@ -220,15 +221,13 @@ def to_cpu(module: ir.Module, plans: dict[str, FusionPlan] | None = None) -> Non
     with module.context:
         run_passes(module, CPU_CLEANUP[:1], "cpu")
         if plans:
-            mark_attention_kernels(module, plans, "cpu")
+            _mark_templates(module, plans, "cpu")
         with ir.Location.unknown():
             fold_transposed_operands(module)
             hoist_whole_contractions(module, None if not plans else
                                      {tag_of(g.id, m) for plan in plans.values() for g in plan.groups
                                       for m in g.whole_calls})
             mark_library_calls(module)
-            if plans:
-                mark_conv_algorithms(module, plans)
             apply_script(module, loops_script(), "cpu")
         run_passes(module, GPU_CLEANUP[1:], "cpu")
 

@@ -9,7 +9,8 @@ import pytest
 
 import fusec
 from fusec.compiler.plan.autotune import cache_key, kendall_tau, machine, top_candidates, tune
-from fusec.compiler.plan.planner import plan_chain, plan_from_dict, signatures
+from fusec.compiler.plan.handplan import plan_from_dict
+from fusec.compiler.plan.planner import plan_chain, signatures
 from model_helpers import CPU, cpu, info_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -9,7 +9,8 @@ from fusec.compiler.plan.analysis import tileable_loops
 from fusec.compiler.plan.cost import cpu_chunks
 from fusec.compiler.plan.hardware import GPUS
 from fusec.compiler.plan.gemm import gemm_tiling_error
-from fusec.compiler.plan.planner import plan_chain, plan_from_dict
+from fusec.compiler.plan.handplan import plan_from_dict
+from fusec.compiler.plan.planner import plan_chain
 from model_helpers import CPU, info_of, plan
 
 SOFTMAX = "chain s(x: f32[M, N]) -> f32[M, N] { return softmax(x) }"
@@ -29,7 +30,7 @@ def test_fusion_refused_when_its_intermediates_overflow_shared_memory():
     assert small.predicted_s < small.predicted_unfused_s
     # and at N=16384 each row is split over a block's threads: nothing row-sized per thread
     split = plan(SOFTMAX, {"M": 8192, "N": 16384})
-    assert split.kernel_count == 1 and split.groups[0].row_threads and split.costs[0].bytes_spilled == 0
+    assert split.kernel_count == 1 and split.groups[0].template == "row" and split.costs[0].bytes_spilled == 0
 
 
 def test_the_budget_is_the_profiles():
@@ -147,8 +148,8 @@ def test_gpu_tiles_respect_the_hardware_and_the_codegen(src, binding, hw):
             threads *= n
         assert threads <= profile.max_threads_per_block
         allowed = tileable_loops(p.info, g.root, set(g.ops))
-        if g.gemm:      # a contraction kernel: any block tiles (edges are guarded), no thread tiles
-            assert gemm_tiling_error(p.info, g.ops, g.root, g.block_tiles, g.gemm[:3],
+        if g.template == "contraction":      # a contraction kernel: any block tiles (edges are guarded), no thread tiles
+            assert gemm_tiling_error(p.info, g.ops, g.root, g.block_tiles, g.config.steps,
                                      profile.max_threads_per_block) is None
             assert not any(g.thread_tiles) and all(loop in allowed for loop in g.mapped)
             continue

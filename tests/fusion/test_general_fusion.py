@@ -37,7 +37,7 @@ def test_chains_written_by_hand_are_one_kernel(example, chain, binding, target):
     if chain not in ("reshape_between", "transpose_between"):
         assert ops >= 2 and not any(d.startswith("not fused") for d in plan.decisions), plan.format()
     if target == "gpu" and chain not in ("reshape_between", "transpose_between"):
-        assert plan.groups[0].row_threads, plan.format()          # rows split over threads
+        assert plan.groups[0].template == "row", plan.format()          # rows split over threads
 
 
 def test_keepdims_reductions_leave_no_reshape_between_the_ops():
@@ -89,7 +89,7 @@ def test_the_row_kernel_is_kept_when_a_thread_per_row_is_not_clearly_faster():
     # two reductions of a 64-wide row (logsumexp): the model predicts a thread per row within 2%
     # of the split rows, so the coalesced row kernel stays
     plan = _compile(_example("reductions.fdsl"), "logsumexp", dict(R=16384), "gpu").plan
-    assert plan.kernel_count == 1 and plan.groups[0].row_threads >= 32, plan.format()
+    assert plan.kernel_count == 1 and plan.groups[0].config.threads >= 32, plan.format()
 
 
 TRI = """chain tri(x: f32[M, N]) -> (f32[M, N], f32[M, N], f32[M]) {
@@ -193,7 +193,7 @@ def test_a_kernel_writes_a_producer_its_other_users_need(name, target):
     assert written or kernels[target] > 1, plan.format()
     for g, m in written:                              # each goes out for users outside its kernel
         assert any(u == -1 or u not in g.ops for u in plan.info.op(m).users)
-        assert plan.info.op(m).kind == "reduction" or target == "cpu" or g.row_threads
+        assert plan.info.op(m).kind == "reduction" or target == "cpu" or g.template == "row"
     assert any("which also writes it for" in d for d in plan.decisions) or not written, plan.decisions
 
 

@@ -14,7 +14,7 @@ LAYERNORM = "chain l(x: f32[M, N], g: f32[N], b: f32[N]) -> f32[M, N] { return l
 def test_a_row_kernel_splits_each_row_over_the_threads_of_its_block():
     st = stages(SOFTMAX, binding={"M": 64, "N": 512})
     (g,) = st.plan.groups
-    assert g.row_threads and 512 % g.row_threads == 0
+    assert g.template == "row" and 512 % g.config.threads == 0
     tiled = st.texts["tiled"]
     # two reductions: each a per-thread partial into workgroup memory and a block-wide combine
     assert tiled.count('fusec.block_reduce = "maximumf"') == 1 and tiled.count('fusec.block_reduce = "addf"') == 1
@@ -22,7 +22,7 @@ def test_a_row_kernel_splits_each_row_over_the_threads_of_its_block():
     assert tiled.count("mapping = [#gpu.thread<x>]") == 3            # max, sum, divide: a thread loop each
     gpu = st.texts["gpu"]
     assert gpu.count("gpu.launch ") == 1 and gpu.count("gpu.barrier") >= 3
-    assert f"threads(%arg4, %arg5, %arg6) in (%arg10 = %c{g.row_threads}" in gpu or f"= %c{g.row_threads}," in gpu
+    assert f"threads(%arg4, %arg5, %arg6) in (%arg10 = %c{g.config.threads}" in gpu or f"= %c{g.config.threads}," in gpu
 
 
 def test_row_kernel_numbers_on_the_simulator():

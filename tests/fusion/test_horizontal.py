@@ -46,7 +46,7 @@ def test_results_of_one_pass_share_a_kernel(name, target):
     x_bytes = TYPICAL["M"] * TYPICAL["N"] * 4
     assert cost.bytes_read == x_bytes, plan.format()                     # x read once, for both results
     if target == "gpu":
-        assert g.row_threads, plan.format()                               # rows split over threads
+        assert g.template == "row", plan.format()                               # rows split over threads
 
 
 def test_the_model_decides_and_says_why():

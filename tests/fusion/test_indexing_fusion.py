@@ -44,7 +44,7 @@ def test_rope_is_one_op_reading_only_the_chains_inputs():
 def test_embedding_and_layernorm_are_one_row_kernel_on_the_gpu():
     plan = _compile(_example("embedding.fdsl"), "embed", dict(V=32000, B=8, S=1024), "gpu").plan
     (g,) = plan.groups
-    assert g.row_threads, plan.format()
+    assert g.template == "row", plan.format()
     gather = [o for o in plan.info.ops if any(k == "arg0" for k, _, _ in o.indirect)]
     assert gather and gather[0].id in g.ops, plan.format()            # the table is read inside the kernel
 
@@ -61,7 +61,7 @@ def test_router_argmax_is_in_the_softmax_row_kernel():
 def test_a_scan_is_a_kernel_of_its_own(target):
     plan = _compile(_example("router.fdsl"), "top_p", dict(T=64, V=32000), target).plan
     scan = plan.groups[0]
-    assert scan.scan and scan.ops == (scan.root,) or all(plan.info.op(m).kind == "fill" for m in scan.ops
+    assert scan.template == "scan" and scan.ops == (scan.root,) or all(plan.info.op(m).kind == "fill" for m in scan.ops
                                                           if m != scan.root), plan.format()
     assert not any(plan.info.op(m).scan for g in plan.groups[1:] for m in g.ops), plan.format()
     text = plan.format()
@@ -70,7 +70,7 @@ def test_a_scan_is_a_kernel_of_its_own(target):
 
 def test_a_scan_along_another_axis_takes_a_thread_per_row():
     plan = _compile(_example("scans.fdsl"), "causal_mean", dict(B=8, S=2048), "gpu").plan
-    assert "a thread per row" in plan.format() and plan.groups[0].scan, plan.format()
+    assert "a thread per row" in plan.format() and plan.groups[0].template == "scan", plan.format()
 
 
 def test_a_scan_keeps_its_mark_when_a_producer_fuses_into_it():

@@ -78,7 +78,7 @@ def test_reductions_keep_their_rows_whole_per_tile():
     st = stages(SOFTMAX, binding={"M": 64, "N": 128})
     (g,) = st.plan.groups
     assert g.block_tiles[1] == 0 and g.block_tiles[0] > 0      # rows split across blocks, columns not
-    assert g.row_threads == 128                                # each row split over 128 threads
+    assert g.config.threads == 128                                # each row split over 128 threads
     assert g.threads() == (g.block_tiles[0], 128)
 
 
@@ -86,7 +86,7 @@ def test_a_small_full_reduction_is_one_block_of_threads():
     # 64 elements (M = N = 8): too few to split over blocks; one block's threads share them
     st = stages("chain f(x: f32[M, N]) -> f32 { return sum(exp(x)) }")
     (g,) = st.plan.groups
-    assert not g.serial and not any(g.block_tiles) and g.row_threads == 64
+    assert not g.serial and not any(g.block_tiles) and g.config.threads == 64
 
 
 def test_a_rank0_kernel_runs_serially():

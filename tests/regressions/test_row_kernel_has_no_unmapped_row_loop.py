@@ -19,5 +19,5 @@ def test_multihead_at_48_compiles_and_its_row_kernels_map_every_tileable_loop():
     st = stages(src, {"S": 48}, chain="multihead")
     assert "def run_multihead(" in st.emitted.source
     for g in st.plan.groups:
-        if g.row_threads:
+        if g.template == "row":
             assert all(g.block_tiles[l] for l in g.mapped)

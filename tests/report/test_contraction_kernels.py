@@ -42,7 +42,7 @@ def _expected_bytes(info, g) -> float:
     """itemsize * (M*K*ceil(N/Tn) + K*N*ceil(M/Tm)): each operand read once per block tile of the
     other side (Q = M, P = N; batch loops multiply both)."""
     gk = gemm_kernel(info, g.ops, g.root)
-    s = gemm_shape(info, gk, g.root, g.block_tiles, g.gemm[:3])
+    s = gemm_shape(info, gk, g.root, g.block_tiles, g.config.steps)
     co = info.op(gk.contraction)
     ext = {side: math.prod(co.loops[l] for l in gk.loops_of(side)) for side in ("q", "p", "batch")}
     blocks = {side: math.prod(math.ceil(co.loops[l] / s.tiles[l]) for l in gk.loops_of(side)) for side in ("q", "p")}
@@ -71,8 +71,8 @@ def test_contraction_kernels_at_size(src, chain, binding, gathered):
         if r.group not in contracting:
             continue
         g = st.plan.groups[r.group]
-        what = f"{chain} {r.kernel} (kernel {g.id}, gemm {g.gemm})"
-        assert g.gemm, f"{what}: not a tiled contraction"
+        what = f"{chain} {r.kernel} (kernel {g.id}, {g.config})"
+        assert g.template == "contraction", f"{what}: not a tiled contraction"
         assert r.registers is not None, (what, r.unmeasured)
         assert r.smem_bytes > 0, f"{what}: no shared memory"
         assert r.stack_frame_bytes == 0 and r.local_bytes == 0, f"{what}: local memory"
@@ -103,4 +103,4 @@ def test_contraction_kernels_at_size(src, chain, binding, gathered):
 def test_large_contractions_run_in_full_waves():
     st = _compile("bench/fdsl/mlp.fdsl", "mlp", {"M": 4096, "K": 1024, "N": 4096})
     (r,) = report_kernels(st.emitted.source, st.emitted.entries["mlp"], H200, trace=False)
-    assert st.plan.groups[0].gemm and r.waves >= 1 and r.stack_frame_bytes == 0
+    assert st.plan.groups[0].template == "contraction" and r.waves >= 1 and r.stack_frame_bytes == 0

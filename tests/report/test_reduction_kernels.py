@@ -68,11 +68,11 @@ def test_reduction_kernels_at_size(src, chain, binding):
         if r.group not in reducing:
             continue
         g = st.plan.groups[r.group]
-        what = f"{chain} {r.kernel} (kernel {g.id}, row threads {g.row_threads})"
+        what = f"{chain} {r.kernel} (kernel {g.id}, {g.config})"
         assert r.registers is not None, (what, r.unmeasured)
         assert r.stack_frame_bytes == 0 and r.local_bytes == 0, f"{what}: local memory"
         assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, f"{what}: spills"
-        if g.row_threads and g.row_threads % 32 == 0:      # a block combines its threads' partials
+        if g.template == "row" and g.config.threads % 32 == 0:      # a block combines its threads' partials
             assert r.smem_bytes > 0 and r.shuffles >= 5, f"{what}: no shared-memory and shuffle combine"
         if _enough_work(st.plan, r.group):
             assert r.blocks >= H200.units and r.threads_per_block >= 64, \
@@ -85,7 +85,7 @@ def test_reduction_kernels_at_size(src, chain, binding):
 def test_normalisations_are_one_row_kernel(src, chain, binding):
     st = _compile(src, chain, binding)
     (g,) = st.plan.groups
-    assert g.row_threads >= 32 and g.row_threads % 32 == 0
+    assert g.config.threads >= 32 and g.config.threads % 32 == 0
 
 
 def test_a_whole_tensor_reduction_is_two_stage_and_fills_the_device():
@@ -93,7 +93,7 @@ def test_a_whole_tensor_reduction_is_two_stage_and_fills_the_device():
     assert st.plan.kernel_count == 2
     partial, final = st.plan.groups
     assert any("split-reductions" in d for d in st.plan.decisions)
-    assert st.plan.costs[0].blocks >= H200.units and final.row_threads
+    assert st.plan.costs[0].blocks >= H200.units and final.template == "row"
 
 
 def test_a_vocabulary_wide_softmax_keeps_no_row_in_local_memory():
@@ -102,6 +102,6 @@ def test_a_vocabulary_wide_softmax_keeps_no_row_in_local_memory():
     # chunks one element at a time with the copies it reads fused in (tile_and_fuse.row_script)
     st = _compile("chain s(x: f32[M, N]) -> f32[M, N] { return softmax(x, axis=-1) }", "s", {"M": 2048, "N": 32000})
     (g,) = st.plan.groups
-    assert g.row_threads == 256, st.plan.format()
+    assert g.config.threads == 256, st.plan.format()
     (r,) = report_kernels(st.emitted.source, st.emitted.entries["s"], H200, trace=False)
     assert r.stack_frame_bytes == 0 and r.local_bytes == 0 and r.registers <= 40, r

@@ -48,7 +48,7 @@ def reports():
     out = {}
     for name, (line, _) in CASES.items():
         mine = [r for r in reps if line in lines[r.group]
-                and (st.plan.groups[r.group].scan or st.plan.groups[r.group].row_threads)]
+                and (st.plan.groups[r.group].template in ("scan", "row"))]
         assert len(mine) == 1, (name, [(r.kernel, lines[r.group]) for r in reps])
         out[name] = st.plan.groups[mine[0].group], mine[0]
     return out, reps
@@ -66,21 +66,21 @@ def test_every_kernel_compiles_to_ptx_without_local_memory_or_spills(reports):
 @pytest.mark.parametrize("name", [n for n in CASES if n.startswith("cum") and "axis 0" not in n])
 def test_the_block_scan_shuffles_within_warps(reports, name):
     g, r = reports[0][name]
-    assert g.scan >= 64 and g.scan % 32 == 0 and r.threads_per_block == g.scan
+    assert g.config.threads >= 64 and g.config.threads % 32 == 0 and r.threads_per_block == g.config.threads
     assert r.blocks == CASES[name][1], "a block per row"
-    steps = 5 + math.ceil(math.log2(g.scan // 32))        # a warp's scan, then the scan of the warps' totals
+    steps = 5 + math.ceil(math.log2(g.config.threads // 32))        # a warp's scan, then the scan of the warps' totals
     assert r.shuffles >= steps, f"{name}: {r.shuffles} shuffles, not the {steps} steps of the warp-shuffle scan"
     assert r.smem_bytes > 0 and r.barriers >= 1
 
 
 def test_a_scan_along_another_axis_is_a_thread_per_row(reports):
     g, r = reports[0]["cumsum f32 axis 0"]
-    assert g.scan and r.shuffles == 0 and r.smem_bytes == 0
+    assert g.template == "scan" and r.shuffles == 0 and r.smem_bytes == 0
     assert r.blocks * r.threads_per_block >= CASES["cumsum f32 axis 0"][1]
 
 
 @pytest.mark.parametrize("name", ["argmax f32", "argmin i32"])
 def test_the_argmax_row_kernel_combines_across_the_block(reports, name):
     g, r = reports[0][name]
-    assert g.row_threads >= 32 and g.row_threads % 32 == 0
+    assert g.config.threads >= 32 and g.config.threads % 32 == 0
     assert r.shuffles >= 5 and r.smem_bytes > 0, f"{name}: no shared-memory and shuffle combine"

@@ -108,3 +108,43 @@ def test_no_fallback_when_the_unfused_kernels_are_wrong_too(wrong_when_fused, ca
 def _softmax_rows():
     import fusec
     return fusec.check(SOFTMAX).chain("softmax_rows")
+
+
+
+# a kernel of a template, then a fused softmax the fixture makes wrong
+TEMPLATE_CHAINS = {
+    "attention": ("""chain t(q: f32[B, S, 32], k: f32[B, S, 32], v: f32[B, S, 32]) -> f32[B, S, 32] {
+    p = softmax(q @ transpose(k) / 5.656854249492381, axis=-1)
+    return softmax(p @ v, axis=-1)
+}
+""", {"groups": [{"ops": [0, 2, 3, 5, 6, 8, 9, 11], "attention": [16, 8]}, {"ops": [12, 13, 14, 15]}]}),
+    "conv": ("""chain t(x: f32[B, 8, 12, 12], w: f32[8, 8, 3, 3]) -> f32[B, 8, 12, 12] {
+    return softmax(relu(conv2d(x, w, padding=1)), axis=-1)
+}
+""", {"groups": [{"ops": [2, 3], "conv": "im2col"}, {"ops": [5, 6, 8, 9]}]}),    # (the model picks direct)
+}
+
+
+@pytest.mark.parametrize("template", sorted(TEMPLATE_CHAINS))
+def test_a_kept_kernel_keeps_its_template(wrong_when_fused, tmp_path, template):
+    """The fallback's hand plan (plan/handplan.py: group_spec) keeps every other kernel's template
+    and its config: an attention kernel stays one with its tiles, a conv keeps the algorithm the
+    plan gave it, while the wrong kernel after it is replaced."""
+    import fusec
+    from fusec.fallback import repair
+    src, plan = TEMPLATE_CHAINS[template]
+    path = tmp_path / "t.fdsl"
+    path.write_text(src)
+    wrong_when_fused(set(plan["groups"][1]["ops"]))
+    prog = fusec.compile(str(path), target="cpu", options={"plans": {"t": plan}})
+    compiled = prog.t.compiled({"B": 2, "S": 16})
+    kept, other = compiled.plan["groups"]
+    assert kept[template] == plan["groups"][0][template]
+    x = reference.random_inputs(compiled.chain, compiled.binding, 0)
+    fb = repair(prog, compiled, x, "out 0: wrong")
+    assert fb is not None and fb.narrowed and [k["kernel"] for k in fb.kernels] == [other["kernel"]]
+    after = fb.compiled.plan["groups"][0]
+    assert after["root"] == kept["root"] and after[template] == kept[template]
+    assert len(fb.compiled.plan["groups"]) == 1 + len(other["ops"]) - sum(o["role"] == "init" for o in other["ops"])
+    np.testing.assert_allclose(fb.compiled.fused(*x)[0], reference.run_chain(compiled.chain, x, compiled.binding)[0],
+                               rtol=1e-4, atol=1e-5)
