@@ -68,18 +68,20 @@ def _mark(plan: FusionPlan, g: Group, tagged: dict, stage: str) -> None:
     if a.norm is not None:
         roles["norm"] = a.norm
     root = _one(tagged, tag_of(g.id, g.root), "root", g, stage)
-    members = set()
-    for role, m in roles.items():
-        op = _one(tagged, tag_of(g.id, m), role, g, stage)
-        op.attributes[ATTENTION_ROLE] = ir.StringAttr.get(role)
-        members.add(op)
+    # every attribute is set before an op joins `members`: an ir.Operation hashes by its
+    # attributes too, so an op given one later is no longer found in the set
     i64 = ir.IntegerType.get_signless(64)
     _one(tagged, tag_of(g.id, a.exp), "exp", g, stage).attributes[ATTENTION_Z] = ir.IntegerAttr.get(i64, a.z_operand)
     _one(tagged, tag_of(g.id, a.out), "out", g, stage).attributes[ATTENTION_V] = ir.IntegerAttr.get(i64, a.v_operand)
+    role_ops = []
+    for role, m in roles.items():
+        op = _one(tagged, tag_of(g.id, m), role, g, stage)
+        op.attributes[ATTENTION_ROLE] = ir.StringAttr.get(role)
+        role_ops.append(op)
     root.attributes[BLOCK_ATTENTION] = _i64_array([g.config.block_q, g.config.block_kv])
     root.attributes[ATTENTION_LOOPS] = _i64_array([a.q_loop, a.k_loop, a.d_loop])
     root.attributes[ATTENTION_BATCH] = _i64_array(a.batch_loops)
-    members.add(root)
+    members = set(role_ops) | {root}
     block = root.block
     for m in g.ops:
         for op in tagged.get(tag_of(g.id, m), []):

@@ -75,11 +75,6 @@ def test_without_an_attention_plan_nothing_is_marked():
         assert mark not in st.texts["gpu"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "attention_kernels._mark adds the exp and out ops to its `members` set, then sets ATTENTION_Z / "
-    "ATTENTION_V on them; an ir.Operation's hash changes with its attributes, so they are no longer found "
-    "in the set and are marked fusec.absorbed as 'every other op' too (the emitter reads the role first, "
-    "so the kernels are still right)"))
 @pytest.mark.parametrize("src", [SRC, EPILOGUE], ids=["plain", "epilogue"])
 def test_the_patterns_own_ops_are_not_absorbed(src):
     attrs = _attrs(_gpu("gpu", src))
