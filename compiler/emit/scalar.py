@@ -113,7 +113,7 @@ class Helpers:
         math.floor(f32) is an f32 and the copysign keeps the sign (trunc is floor of |x|); the
         CUDA simulator, where math.floor goes through a Python int (and raises for NaN and the
         infinities), and the CPU target, whose math.floor returns an int, use NumPy's."""
-        sim = f"np.{mathfns.BY_OP[f'math.{fn}'].sim}({x})"
+        sim = f"np.{mathfns.BY_MLIR_OP[f'math.{fn}'].sim}({x})"
         if self.target == "cpu":
             return f"np.{elem.compute}({sim})"
         inner = f"math.floor(abs({x}))" if fn == "trunc" else f"math.{fn}({x})"
