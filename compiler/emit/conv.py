@@ -27,7 +27,7 @@ from ..plan.conv import WINOGRAD, ConvShape, im2col_rows, winograd_rows, winogra
 from ..marks import CONV_ALGORITHM
 from .values import add, mul
 
-NO_TRANS = 111
+NO_TRANS, TRANS = 111, 112      # CBLAS transpose flags (CblasNoTrans, CblasTrans); emit/cpu.py imports them
 _JIT = '@numba.njit(nogil=True, fastmath={"contract", "reassoc"}, error_model="numpy")'
 
 

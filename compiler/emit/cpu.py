@@ -28,7 +28,7 @@ from .. import mathfns
 from ..mlir import ir
 from ..marks import CPU_CALL
 from ..plan.analysis import conv_window
-from .conv import conv_call, strides
+from .conv import NO_TRANS, TRANS, conv_call, strides     # CBLAS flags: conv.py (imported here) has them
 from .values import add, mul
 
 IMPORTS = ("from llvmlite import ir as llvmir", "from numba.core import types as nbtypes",
@@ -316,9 +316,6 @@ def library_call(body, op) -> None:
         _conv_loops(body, *views, conv_window(op), zero)
     else:
         _matmul_loops(body, *views, zero)
-
-
-NO_TRANS, TRANS = 111, 112
 
 
 def blas_layout(value) -> tuple[int, int] | None:
