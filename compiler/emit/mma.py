@@ -7,9 +7,8 @@ moves the accumulators through shared memory into a thread grid for the epilogue
 """
 from __future__ import annotations
 
+from ..plan.hardware import WARP
 from .values import add, mul
-
-WARP = 32
 
 
 def mma_helpers(kind: str) -> list[str]:

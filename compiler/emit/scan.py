@@ -15,8 +15,7 @@ from .values import EmitError
 from ..mlir import ir
 from ..marks import SCAN, SCAN_AXIS
 from .. import combiners
-
-WARP = 32
+from ..plan.hardware import WARP
 
 
 def block_scan(body, op) -> None:
