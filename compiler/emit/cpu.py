@@ -29,7 +29,7 @@ from ..mlir import ir
 from ..marks import CPU_CALL
 from ..plan.analysis import conv_window
 from .conv import NO_TRANS, TRANS, conv_call, strides     # CBLAS flags: conv.py (imported here) has them
-from .values import add, mul
+from .values import expr_add, expr_mul
 
 IMPORTS = ("from llvmlite import ir as llvmir", "from numba.core import types as nbtypes",
            "from numba.extending import intrinsic")
@@ -433,7 +433,7 @@ def _conv_loops(body, x, w, y, window, zero: bool) -> None:
     s = body.names.temp("w")
     body.w(f"{s} = {w.at([f, c, p, q])}")
     (ow,) = _loops(body, (y.shape[3],))
-    src = x.at([n, c, add(mul(oh, sh), mul(p, dh)), add(mul(ow, sw), mul(q, dw))])
+    src = x.at([n, c, expr_add(expr_mul(oh, sh), expr_mul(p, dh)), expr_add(expr_mul(ow, sw), expr_mul(q, dw))])
     body.w(f"{y.at([n, f, oh, ow])} = {y.at([n, f, oh, ow])} + {s} * {src}")
     body.w.depth = depth
 

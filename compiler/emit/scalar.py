@@ -19,8 +19,8 @@ from typing import Callable
 
 from .. import mathfns
 from . import cpu as emit_cpu
-from .values import (Constants, EmitError, Elem, add, atom, elem_of, elem_of_name, floordiv,
-                          mod, mul, no_rule)
+from .values import (Constants, Elem, EmitError, atom, elem_of, elem_of_name, expr_add, expr_mul,
+                          floordiv, mod, no_rule)
 from ..mlir import ir
 
 _CMPF = {  # arith.cmpf predicate number -> template over a, b (NaN compares false except une)
@@ -313,15 +313,15 @@ def _affine_expr(e: "ir.AffineExpr", dims: list[str], syms: list[str]) -> str:
         neg = e.rhs.maybe_downcast()
         if type(neg).__name__ == "AffineMulExpr" and str(neg.rhs) == "-1":
             return f"{lhs} - {atom(_affine_expr(neg.lhs, dims, syms))}"
-        return add(lhs, rhs)
+        return expr_add(lhs, rhs)
     if kind == "AffineMulExpr":
-        return mul(lhs, rhs)
+        return expr_mul(lhs, rhs)
     if kind == "AffineModExpr":
         return mod(lhs, rhs)
     if kind == "AffineFloorDivExpr":
         return floordiv(lhs, rhs)
     if kind == "AffineCeilDivExpr":  # divisors are positive constants: ceil(l/r) = (l+r-1)//r
-        return floordiv(add(lhs, str(int(rhs) - 1)) if rhs.isdigit() else f"{lhs} + {rhs} - 1", rhs)
+        return floordiv(expr_add(lhs, str(int(rhs) - 1)) if rhs.isdigit() else f"{lhs} + {rhs} - 1", rhs)
     raise AssertionError(kind)
 
 

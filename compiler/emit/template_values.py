@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from .values import EmitError, add, atom, elem_of, floordiv, is_memref, mod, mul, no_rule
+from .values import EmitError, atom, elem_of, expr_add, expr_mul, floordiv, is_memref, mod, no_rule
 from ..mlir import ir
 
 
@@ -42,9 +42,9 @@ def affine(e: "ir.AffineExpr", dims: list[str]) -> str:
     if isinstance(e, ir.AffineConstantExpr):
         return str(e.value)
     if isinstance(e, ir.AffineAddExpr):
-        return add(affine(e.lhs, dims), affine(e.rhs, dims))
+        return expr_add(affine(e.lhs, dims), affine(e.rhs, dims))
     if isinstance(e, ir.AffineMulExpr):
-        return mul(affine(e.lhs, dims), affine(e.rhs, dims))
+        return expr_mul(affine(e.lhs, dims), affine(e.rhs, dims))
     if isinstance(e, ir.AffineFloorDivExpr):
         return floordiv(affine(e.lhs, dims), affine(e.rhs, dims))
     if isinstance(e, ir.AffineModExpr):

@@ -306,7 +306,7 @@ def atom(e: str) -> str:
     return f"({e})" if e.startswith("-") else e
 
 
-def add(a: str, b: str) -> str:
+def expr_add(a: str, b: str) -> str:
     if is_int(a) and is_int(b):
         return str(int(a) + int(b))
     if a == "0":
@@ -318,7 +318,7 @@ def add(a: str, b: str) -> str:
     return f"{a} + {b}"
 
 
-def mul(a: str, b: str) -> str:
+def expr_mul(a: str, b: str) -> str:
     if is_int(a) and is_int(b):
         return str(int(a) * int(b))
     if a == "0" or b == "0":
