@@ -13,7 +13,7 @@ import math
 
 from .mma import TensorCores
 from .template_values import TemplateValues, affine, dims_of, dims_of_map, indexing_maps, ints, pure_dim
-from .values import EmitError, elem_of, expr_add, expr_mul, floordiv, is_int, mod
+from .values import EmitError, elem_of_type, expr_add, expr_mul, floordiv, is_int, mod
 from ..mlir import ir
 from ..plan.gemm import mma_tiles_error, tile_pad
 from ..marks import ABSORBED, BLOCK_GEMM, CONTRACTION, GEMM_MMA, GEMM_PREFETCH, GEMM_ROOT_LOOPS, GEMM_SIDES, GEMM_TILES
@@ -142,8 +142,8 @@ class _Gemm:
         if tc:
             sq, sp = tc.tiles(pad)
         else:
-            w(f"{sq} = cuda.shared.array(({self.bk}, {self.bq + pad}), numba.{elem_of(self.c.operands[self.q_op].type).compute})")
-            w(f"{sp} = cuda.shared.array(({self.bk}, {self.bp + pad}), numba.{elem_of(self.c.operands[self.p_op].type).compute})")
+            w(f"{sq} = cuda.shared.array(({self.bk}, {self.bq + pad}), numba.{elem_of_type(self.c.operands[self.q_op].type).compute})")
+            w(f"{sp} = cuda.shared.array(({self.bk}, {self.bp + pad}), numba.{elem_of_type(self.c.operands[self.p_op].type).compute})")
             sq, sp = Tile(sq), Tile(sp)
         loads = [self._loader("q", self.q_op, sq, self.bq), self._loader("p", self.p_op, sp, self.bp)]
         init = self._init()
@@ -263,7 +263,7 @@ class _Gemm:
                 w(f"{ok} = {' and '.join(conds)}")
             sides.append((sl, coords, ok, guard))
         k_pos = pos_across if side_fast else pos_along
-        zero = self.ctx.consts.zero(elem_of(self.c.operands[operand].type))
+        zero = self.ctx.consts.zero(elem_of_type(self.c.operands[operand].type))
         K = self.K()
         k_ok_needed = not (is_int(K) and int(K) % self.bk == 0)
         ext_k = [self.ext[l] for l in self.loops["k"]]

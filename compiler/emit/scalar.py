@@ -19,8 +19,8 @@ from typing import Callable
 
 from .. import mathfns
 from . import cpu as emit_cpu
-from .values import (Constants, Elem, EmitError, atom, elem_of, elem_of_name, expr_add, expr_mul,
-                          floordiv, mod, no_rule)
+from .values import (Constants, Elem, EmitError, atom, elem_of_name, elem_of_type, expr_add,
+                          expr_mul, floordiv, mod, no_rule)
 from ..mlir import ir
 
 _CMPF = {  # arith.cmpf predicate number -> template over a, b (NaN compares false except une)
@@ -220,7 +220,7 @@ class ScalarRules:
 
     def constant(self, op: "ir.Operation") -> str:
         attr = op.attributes["value"]
-        elem = elem_of(op.results[0].type, op)
+        elem = elem_of_type(op.results[0].type, op)
         if isinstance(attr.maybe_downcast(), ir.FloatAttr):
             return self.consts.float(ir.FloatAttr(attr).value, elem)
         if isinstance(attr.maybe_downcast(), ir.IntegerAttr):
@@ -232,13 +232,13 @@ class ScalarRules:
     def expr(self, op: "ir.Operation", args: list[str]) -> str | None:
         name = op.name
         if name == "ub.poison":
-            return self.consts.zero(elem_of(op.results[0].type, op))
+            return self.consts.zero(elem_of_type(op.results[0].type, op))
         if name.startswith("affine."):
             return self._affine(op, args)
         if not (name.startswith("arith.") or name.startswith("math.")):
             return None
-        out = elem_of(op.results[0].type, op)
-        ins = [elem_of(v.type, op) for v in op.operands]
+        out = elem_of_type(op.results[0].type, op)
+        ins = [elem_of_type(v.type, op) for v in op.operands]
         return self._arith_math(op, name, args, out, ins)
 
     def _arith_math(self, op, name, a, out: Elem, ins: list[Elem]) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from .values import EmitError, atom, elem_of, expr_add, expr_mul, floordiv, is_memref, mod, no_rule
+from .values import EmitError, atom, elem_of_type, expr_add, expr_mul, floordiv, is_memref, mod, no_rule
 from ..mlir import ir
 
 
@@ -92,7 +92,7 @@ def load(view, idx: list[str]) -> str:
 
 def elem(v):
     """The element type of a value (a memref's elements)."""
-    return elem_of(v.type)
+    return elem_of_type(v.type)
 
 
 # ---------------------------------------------------------------------- values inside a kernel

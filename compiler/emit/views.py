@@ -94,7 +94,7 @@ def _kept_dims(sizes: Index, result_shape: tuple[int | None, ...], op) -> list[b
     return keep
 
 
-def expand(src: View, groups: list[list[int]], out_shape: Index) -> View:
+def expand_shape(src: View, groups: list[list[int]], out_shape: Index) -> View:
     """expand_shape: source dim g is the row-major linearisation of result dims groups[g]."""
     parent = src.to_base
 
@@ -111,7 +111,7 @@ def expand(src: View, groups: list[list[int]], out_shape: Index) -> View:
     return View(src.array, tuple(out_shape), to_base, src.free, host, src.contiguous)
 
 
-def collapse(src: View, groups: list[list[int]]) -> View:
+def collapse_shape(src: View, groups: list[list[int]]) -> View:
     """collapse_shape: result dim k runs row-major over source dims groups[k]."""
     parent, sizes = src.to_base, src.shape
 
