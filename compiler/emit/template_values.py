@@ -4,8 +4,8 @@ A template (emit/gemm.py, emit/attention.py, emit/scan.py) writes a whole kernel
 root, so no statement is emitted per op: the value of a buffer at an index is what the kernel's
 ops before the reader left there. `TemplateValues` gives it: a value the template holds in a
 register (a contraction's accumulator: `supply`), an absorbed producer's body evaluated at that
-index (a fill's value, a copy read through), else a load (`load`). The functions read linalg
-ops' indexing maps as Python index text.
+index (a fill's value, a copy read through), else a load (`load_element`). The functions read
+linalg ops' indexing maps as Python index text.
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def is_identity(m: "ir.AffineMap") -> bool:
     return m.n_dims == len(m.results) and all(pure_dim(e) == i for i, e in enumerate(m.results))
 
 
-def load(view, idx: list[str]) -> str:
+def load_element(view, idx: list[str]) -> str:
     """Element `idx` of a view as a value (an f16 array's element widened to its compute type)."""
     e = view.at(idx)
     if view.array.storage != view.array.elem.compute:
@@ -161,7 +161,7 @@ class TemplateValues:
             if self.written_through_another_view(v):
                 raise EmitError("a fusec.block_gemm kernel reads a buffer through another view than the one "
                                 "its op wrote", before)
-            return load(self.body.view(v), idx)
+            return load_element(self.body.view(v), idx)
         if writer.name == "linalg.fill":
             return self.body.val(writer.operands[0])
         if writer.name == "memref.copy":          # an absorbed copy between the kernel's buffers
