@@ -111,21 +111,22 @@ TABLE: tuple[Combiner, ...] = (
 )
 COMBINERS: dict[str, Combiner] = {c.name: c for c in TABLE}
 ADD, MUL, MAX, MIN = (COMBINERS[n] for n in ("add", "mul", "max", "min"))
-BY_OP: dict[str, tuple[Combiner, Form]] = {f.op: (c, f) for c in TABLE for f in c.forms()}
+# arith op short name (addf, maxsi) -> its combiner and the form it is
+BY_ARITH_OP: dict[str, tuple[Combiner, Form]] = {f.op: (c, f) for c in TABLE for f in c.forms()}
 BY_REDUCTION: dict[str, Combiner] = {r: c for c in TABLE for r in c.reductions}
 BY_SCAN: dict[str, Combiner] = {c.scan: c for c in TABLE if c.scan}
 
 
 def of_op(op: str) -> tuple[Combiner, Form] | None:
     """The combiner an arith op (short name: addf) is a form of; None for an op that is none."""
-    return BY_OP.get(op)
+    return BY_ARITH_OP.get(op)
 
 
 def form_of(op: str, stage: str) -> Form:
     """The form of an arith op a stage knows to be a combiner (it had it from this table)."""
-    if op not in BY_OP:
+    if op not in BY_ARITH_OP:
         raise CompilerInternalError(stage, f"{op} is not a reduction combiner (compiler/combiners.py)")
-    return BY_OP[op][1]
+    return BY_ARITH_OP[op][1]
 
 
 def of_reduction(op: str, stage: str) -> Combiner:

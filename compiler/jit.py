@@ -24,7 +24,7 @@ from fusec.dsl.types import DType
 from .errors import CompilerInternalError
 from . import mlir
 from .lowering.builder import element_type, parallel, tensor_type
-from .lowering.lower import check_binding
+from .lowering.lower import validated_binding
 from .mlir import MLIRError, PassManager, arith, bufferization, func, ir, linalg, print_ir
 from .options import CompileOptions
 from .pipeline import compile_typed
@@ -201,7 +201,7 @@ def _libm_calls(module: ir.Module) -> None:
 
 def jit_compile_module(graph_module: ir.Module, chain: TypedChain, binding: dict[str, int] | None = None) -> JitChain:
     """Compile `chain`'s function from a graph-stage module (left untouched) to native code."""
-    binding = check_binding(chain, binding)
+    binding = validated_binding(chain, binding)
     inputs = [BoundaryArg(p.type.concrete(binding), p.type.dtype) for p in chain.param_nodes]
     outputs = [BoundaryArg(t.concrete(binding), t.dtype) for t in chain.output_types]
     with graph_module.context, ir.Location.unknown():
@@ -248,7 +248,7 @@ def jit_compile(typed: TypedModule | TypedChain, chain_name: str | None, binding
                 disabled_passes: Sequence[str] = ()) -> JitChain:
     """Front-end output -> stages -> native code, cached per (chain, binding, disabled passes)."""
     chain = _chain_of(typed, chain_name)
-    binding = check_binding(chain, binding)
+    binding = validated_binding(chain, binding)
     options = CompileOptions(disabled_passes=frozenset(disabled_passes), baseline=False)
     key = (chain, tuple(sorted(binding.items())), options)
     try:

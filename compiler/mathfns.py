@@ -83,7 +83,8 @@ FUNCTIONS: dict[str, MathFn] = dict([
 ])
 
 CALLS: frozenset[str] = frozenset(n for n, f in FUNCTIONS.items() if f.call)
-BY_OP: dict[str, MathFn] = {f.op: f for f in FUNCTIONS.values()}
+# the MLIR op (math.exp, arith.divf) -> its entry (FUNCTIONS is keyed by the short name)
+BY_MLIR_OP: dict[str, MathFn] = {f.op: f for f in FUNCTIONS.values()}
 
 
 def python_calls(arity: int) -> dict[str, str]:

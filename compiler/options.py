@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from .plan.hardware import HardwareProfile
 
-TARGETS = ("gpu", "cpu")
+COMPILE_TARGETS = ("gpu", "cpu")
 
 
 class OptionsError(ValueError):
@@ -51,8 +51,8 @@ class CompileOptions:
     dynamic: tuple[str, ...] = ()
 
     def __post_init__(self):
-        if self.target not in TARGETS:
-            raise OptionsError(f"unknown compile target {self.target!r}; expected one of {', '.join(TARGETS)}")
+        if self.target not in COMPILE_TARGETS:
+            raise OptionsError(f"unknown compile target {self.target!r}; expected one of {', '.join(COMPILE_TARGETS)}")
         if not isinstance(self.disabled_passes, frozenset):
             object.__setattr__(self, "disabled_passes", frozenset(self.disabled_passes))
         if isinstance(self.dynamic, str):

@@ -288,19 +288,19 @@ def compile_source(text: str, path: str, chain: str, binding: dict[str, int] | N
     return _run(job, ChainStages(chain), until, dump_dir)
 
 
-Progress = Callable[[str], None]             # told each stage's name before it runs
+StageProgress = Callable[[str], None]        # told each stage's name before it runs
 
 
 def compile_typed(chain: TypedChain, binding: dict[str, int] | None = None, *,
                   options: CompileOptions = CompileOptions(), until: str | None = None,
-                  dump_dir: str | Path | None = None, progress: Progress | None = None) -> ChainStages:
+                  dump_dir: str | Path | None = None, progress: StageProgress | None = None) -> ChainStages:
     """The stages from `linalg` on, for a chain already parsed and checked."""
     job = Job(chain.name, tuple(sorted((binding or {}).items())), options)
     return _run(job, ChainStages(chain.name, typed=chain), until, dump_dir, progress=progress)
 
 
 def _run(job: Job, st: ChainStages, until: str | None, dump_dir, done: dict[str, float] | None = None,
-         progress: Progress | None = None) -> ChainStages:
+         progress: StageProgress | None = None) -> ChainStages:
     """The stages in order, from `ast` or, for a chain already parsed and checked, from
     `linalg`. `done`: front-end stages run once for the whole file (stage -> its seconds): their
     texts are recorded and dumped here, their work is not done again. `progress`: told the
@@ -437,12 +437,12 @@ class ChainBuild:
 
 
 def build_chain(chain: TypedChain, binding: dict[str, int], options: CompileOptions,
-                timer: Timer | None = None, progress: Progress | None = None, unfused: bool = True) -> ChainBuild:
+                timer: Timer | None = None, progress: StageProgress | None = None, unfused: bool = True) -> ChainBuild:
     """Compile one chain: the build that runs and (options.baseline, fusing, `unfused`) the unfused
     one (a Program makes it apart, when first asked for: fusec/program.py CompiledChain.unfused).
     With options.autotune, `timer` times candidate builds on the target (compiler/plan/autotune.py).
     `progress`: told what is being done ("fused: tiled", "autotune: candidate 3", ...)."""
-    def told(prefix: str) -> Progress | None:
+    def told(prefix: str) -> StageProgress | None:
         return None if progress is None else (lambda what: progress(f"{prefix}: {what}"))
     if options.autotune and options.fuse and options.tuned is None and options.plan_for(chain.name) is None:
         if timer is None:
@@ -478,7 +478,7 @@ def _measured(st: ChainStages, options: CompileOptions, binding: dict[str, int])
 
 
 def _autotuned(chain: TypedChain, binding: dict[str, int], options: CompileOptions, timer: Timer,
-               progress: Progress | None = None) -> str:
+               progress: StageProgress | None = None) -> str:
     """Measured tiles for the chain's kernels: the model's best candidates of each, timed."""
     base = replace(options, autotune=False, tuned=None, baseline=False)
     if progress is not None:

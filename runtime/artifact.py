@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 FORMAT = 2
-TARGETS = ("cuda", "cuda-sim", "cpu")
+ARTIFACT_TARGETS = ("cuda", "cuda-sim", "cpu")
 
 
 @dataclass
@@ -282,8 +282,8 @@ def load(directory: str | Path) -> Artifact:
     if m.get("format") != FORMAT:
         raise ArtifactError(f"{d}: artifact format {json.dumps(m.get('format'))[:20]} is not {FORMAT}; recompile it")
     target = _expect(d, m, "target", str)
-    if target not in TARGETS:
-        _fail(d, f"target '{target}' is not one of {', '.join(TARGETS)}")
+    if target not in ARTIFACT_TARGETS:
+        _fail(d, f"target '{target}' is not one of {', '.join(ARTIFACT_TARGETS)}")
     for key, kind in (("fusec", str), ("source", str), ("options", dict), ("options_key", str), ("chains", dict),
                       ("files", dict), ("checksum", str)):
         _expect(d, m, key, kind)

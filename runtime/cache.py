@@ -37,7 +37,7 @@ MAX_SIZE_VAR = "FUSEC_CACHE_MAX_SIZE"
 STAGING = ".staging"
 
 
-class CacheError(Exception):
+class CompileCacheError(Exception):
     """The compile cache cannot be used as configured (a bad $FUSEC_CACHE_MAX_SIZE, a cache
     directory that is a file): a user error, exit 1, naming the variable or the path."""
 
@@ -50,7 +50,7 @@ def max_bytes() -> int:
     try:
         return parse_size(text)
     except ValueError as e:
-        raise CacheError(f"{MAX_SIZE_VAR}={text}: {e}") from None
+        raise CompileCacheError(f"{MAX_SIZE_VAR}={text}: {e}") from None
 
 
 def key(**parts) -> str:
@@ -65,7 +65,7 @@ def entry_name(chain: str, binding: dict[str, int], digest: str) -> str:
 
 
 @dataclass(frozen=True)
-class Entry:
+class CacheEntry:
     name: str
     path: Path
     bytes: int
@@ -83,13 +83,13 @@ class CompileCache:
         self.cap = cap
 
     def check(self) -> None:
-        """A CacheError when the cap is not a size, or the cache cannot be a directory (it, or a
+        """A CompileCacheError when the cap is not a size, or the cache cannot be a directory (it, or a
         folder above, is a file)."""
         max_bytes() if self.cap is None else None
         above = next((p for p in (self.root, *self.root.parents) if p.exists()), None)
         if above is not None and not above.is_dir():
-            raise CacheError(f"the compile cache {self.root} cannot be a directory: {above} is a file; remove it "
-                             "or set FUSEC_CACHE_DIR to a directory")
+            raise CompileCacheError(f"the compile cache {self.root} cannot be a directory: {above} is a file; remove it "
+                                    "or set FUSEC_CACHE_DIR to a directory")
 
     def lookup(self, name: str, accept: Callable[[art.Artifact], str | None] | None = None) -> art.Artifact | None:
         """The checked artifact of entry `name`, marked as just used; None when there is none.
@@ -131,11 +131,11 @@ class CompileCache:
                 shutil.rmtree(staging, ignore_errors=True)      # stored by another process first
         except OSError as e:
             shutil.rmtree(staging, ignore_errors=True)
-            raise CacheError(f"cannot write to the compile cache {self.root}: {e.strerror or e}") from None
+            raise CompileCacheError(f"cannot write to the compile cache {self.root}: {e.strerror or e}") from None
         self.evict(keep=name)
         return d
 
-    def entries(self) -> list[Entry]:
+    def entries(self) -> list[CacheEntry]:
         """Every entry, least recently used first."""
         if not self.root.is_dir():
             return []
@@ -144,12 +144,12 @@ class CompileCache:
             if p.name.startswith(".") or not p.is_dir() or p.is_symlink():
                 continue
             try:
-                out.append(Entry(p.name, p, _tree_bytes(p), p.stat().st_mtime))
+                out.append(CacheEntry(p.name, p, _tree_bytes(p), p.stat().st_mtime))
             except OSError:
                 continue                     # removed meanwhile
         return sorted(out, key=lambda e: (e.last_used, e.name))
 
-    def evict(self, keep: str | None = None) -> list[Entry]:
+    def evict(self, keep: str | None = None) -> list[CacheEntry]:
         """Remove the least recently used entries (never `keep`) until the cache is under its cap."""
         cap = self.cap if self.cap is not None else max_bytes()
         entries = self.entries()
@@ -165,7 +165,7 @@ class CompileCache:
             removed.append(e)
         return removed
 
-    def clear(self) -> list[Entry]:
+    def clear(self) -> list[CacheEntry]:
         """Remove every entry (and anything left in the staging folder)."""
         gone = self.entries()
         for e in gone:

@@ -68,7 +68,7 @@ def _headers(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     return out
 
 
-def load(path: str, max_bytes: int | None = None) -> dict[str, dict[str, dict[str, np.ndarray]]]:
+def load_npz(path: str, max_bytes: int | None = None) -> dict[str, dict[str, dict[str, np.ndarray]]]:
     """{chain: {"in": {arg: array}, "out": {"0": array, ...}, "failed": {"0": why, ...}}}."""
     if os.path.isdir(path):
         raise NpzError(f"{path} is a directory, not an npz file")

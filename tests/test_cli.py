@@ -70,7 +70,7 @@ def test_save_then_inputs_round_trip(tmp_path, capsys):
     f = os.path.join(EXAMPLES, "reductions.fdsl")
     out1 = str(tmp_path / "a.npz")
     assert main([f, "--target", "reference", "--bind", "R=3", "--save", out1]) == 0
-    data = npz.load(out1)
+    data = npz.load_npz(out1)
     assert set(data) == {"row_stats", "l2_normalize", "logsumexp"}
     assert data["row_stats"]["in"]["x"].shape == (3, 4, 32)
     assert sorted(data["row_stats"]["out"]) == ["0", "1", "2"]
@@ -78,7 +78,7 @@ def test_save_then_inputs_round_trip(tmp_path, capsys):
     first = capsys.readouterr().out
     assert main([f, "--target", "reference", "--inputs", out1, "--save", out2]) == 0   # R from the inputs
     assert capsys.readouterr().out == first
-    again = npz.load(out2)
+    again = npz.load_npz(out2)
     np.testing.assert_array_equal(again["logsumexp"]["out"]["0"], data["logsumexp"]["out"]["0"])
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from .attention_cpu import emit_cpu
 from .template_values import (TemplateValues, affine, dims_of_map, indexing_maps, ints, n_inputs,
                               pure_dim)
-from .values import EmitError, elem_of, floordiv, mod, mul
+from .values import EmitError, elem_of_type, expr_mul, floordiv, mod
 from ..mlir import ir
 from ..plan.attention import THREADS_X, THREADS_Y
 from ..marks import ABSORBED, ATTENTION_BATCH, ATTENTION_LOOPS, ATTENTION_ROLE, ATTENTION_V, ATTENTION_Z, BLOCK_ATTENTION
@@ -102,7 +102,7 @@ class AttentionKernel:
         self.SQ, self.SK = int(self.ext[self.q_loop]), int(self.ext[self.k_loop])
         self.D, self.DV = int(self.ext[self.d_loop]), int(self.dv)
         self.nq = -(-self.SQ // self.bq)
-        self.elem = elem_of(self.s.operands[-1].type)
+        self.elem = elem_of_type(self.s.operands[-1].type)
 
     def _extent_or(self, op, loop: int, default: str) -> str:
         try:
@@ -184,7 +184,7 @@ class AttentionKernel:
         for l in reversed(self.batch_loops):
             n = str(self.ext[l])
             out[l] = mod(floordiv(flat, inner), n) if l != self.batch_loops[0] else floordiv(flat, inner)
-            inner = mul(inner, n)
+            inner = expr_mul(inner, n)
         named = {}
         for l, e in out.items():
             v = self.names.fresh(f"b{l}_")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .cpu import BLAS_MARK, NO_TRANS, TRANS, blas_fn, blas_layout
 from .template_values import indexing_maps, pure_dim
-from .values import mul
+from .values import expr_mul
 from ..mlir import ir
 from ..transforms.cpu_library_calls import copy_permutation
 from ..marks import BLOCK_ATTENTION
@@ -25,14 +25,14 @@ def emit_cpu(att) -> None:
     ninf, zero = c.float(float("-inf"), att.elem), c.zero(att.elem)
     nb = "1"                  # the batch's extent: a number, or read at run time (--dynamic)
     for lp in att.batch_loops:
-        nb = mul(nb, str(att.ext[lp]))
+        nb = expr_mul(nb, str(att.ext[lp]))
     att.ctx.helpers.blas = True
     blas = blas_fn(att.elem)
     one = c.float(1.0, att.elem)
     w(f"# {BLOCK_ATTENTION}: {BQ} queries per block, keys in steps of {BKV} (online softmax; the tile "
       f"products by BLAS)")
     blk = names.fresh("blk")
-    w(f"for {blk} in numba.prange(0, {mul(nb, str(att.nq))}):")      # a start: a signed index (emit/control.py)
+    w(f"for {blk} in numba.prange(0, {expr_mul(nb, str(att.nq))}):")      # a start: a signed index (emit/control.py)
     with w.indent():
         i0, bflat = names.fresh("i0"), names.fresh("bb")
         w(f"{bflat} = {blk} // {att.nq}")

@@ -11,7 +11,7 @@ from . import views
 from .control import ControlFlow
 from .siblings import FusedLoops, access, fuse_siblings, operation
 from .scalar import Helpers, ScalarRules
-from .values import (Constants, EmitError, Globals, Names, elem_of, is_int, is_memref,
+from .values import (Constants, EmitError, Globals, Names, elem_of_type, is_int, is_memref,
                           memref_shape, no_rule)
 from .views import Array, View, shape_tuple
 from ..mlir import ir
@@ -163,7 +163,7 @@ class Body(ControlFlow):
             elif name == "memref.alloc":      # a buffer only the template's ops used: never allocated
                 dyn = iter(self.val(v) for v in op.operands)
                 shape = tuple(str(d) if d is not None else next(dyn) for d in memref_shape(op.results[0].type))
-                elem = elem_of(ir.MemRefType(op.results[0].type), op)
+                elem = elem_of_type(ir.MemRefType(op.results[0].type), op)
                 array = Array(self.names(op.results[0]), elem, max(1, len(shape)), elem.compute)
                 self.ctx.phantom.add(array.name)
                 self.ctx.views[op.results[0]] = views.whole(array, shape)
@@ -189,7 +189,7 @@ class Body(ControlFlow):
     def alloc(self, op):
         result = op.results[0]
         mt = ir.MemRefType(result.type)
-        elem = elem_of(mt, op)
+        elem = elem_of_type(mt, op)
         dyn = iter(self.val(v) for v in op.operands)
         shape = tuple(str(d) if d is not None else next(dyn) for d in memref_shape(mt))
         carried = shape or ("1",)
@@ -255,12 +255,12 @@ class Body(ControlFlow):
         dyn = iter(self.val(v) for v in op.operands[1:])
         out = tuple(next(dyn) if d == _DYNAMIC else str(d)
                     for d in _ints(op.attributes["static_output_shape"]))
-        v = views.expand(src, _reassociation(op), out)
+        v = views.expand_shape(src, _reassociation(op), out)
         self.ctx.views[op.results[0]] = _with_free(v, self._free(list(op.operands[1:])))
 
     def collapse_shape(self, op):
         src = self.view(op.operands[0])
-        self.ctx.views[op.results[0]] = views.collapse(src, _reassociation(op))
+        self.ctx.views[op.results[0]] = views.collapse_shape(src, _reassociation(op))
 
     def cast(self, op):
         src = self.view(op.operands[0])

@@ -5,7 +5,7 @@ parallel loop runs serially (inside a CUDA thread, or inside a prange iteration)
 from __future__ import annotations
 
 from . import views
-from .values import EmitError, add, floordiv, is_int, is_memref, mod, mul
+from .values import EmitError, expr_add, expr_mul, floordiv, is_int, is_memref, mod
 from .views import Array
 from ..mlir import ir
 from .siblings import access, defined_in, nested_ops, operation, within
@@ -194,17 +194,17 @@ class ControlFlow:
         trips = [_trip(lb, ub, s) for lb, ub, s in zip(lbs, ubs, steps)]
         total = "1"
         for t in trips:
-            total = mul(total, t)
+            total = expr_mul(total, t)
         p = self.names.temp("p")
         self.w(f"for {p} in numba.prange(0, {total}):")
         self.w.depth += 1
         for k, (iv, lb, step) in enumerate(zip(ivs, lbs, steps)):
             inner = "1"
             for t in trips[k + 1:]:
-                inner = mul(inner, t)
+                inner = expr_mul(inner, t)
             i = floordiv(p, inner)
             i = i if k == 0 else mod(i, trips[k])
-            self.w(f"{self.names(iv)} = {add(lb, mul(i, step))}")
+            self.w(f"{self.names(iv)} = {expr_add(lb, expr_mul(i, step))}")
 
     def _reduce(self, term, accs):
         for k, region in enumerate(term.regions):
@@ -256,4 +256,4 @@ def _trip(lb: str, ub: str, step: str) -> str:
     if is_int(lb) and is_int(ub) and is_int(step):
         return str(max(0, -(-(int(ub) - int(lb)) // int(step))))
     span = f"{ub} - {lb}" if lb != "0" else ub
-    return floordiv(add(span, str(int(step) - 1)) if is_int(step) else f"{span} + {step} - 1", step)
+    return floordiv(expr_add(span, str(int(step) - 1)) if is_int(step) else f"{span} + {step} - 1", step)

@@ -25,9 +25,9 @@ from ..mlir import ir
 from ..plan.analysis import conv_window
 from ..plan.conv import WINOGRAD, ConvShape, im2col_rows, winograd_rows, winograd_tiles
 from ..marks import CONV_ALGORITHM
-from .values import add, mul
+from .values import expr_add, expr_mul
 
-NO_TRANS = 111
+NO_TRANS, TRANS = 111, 112      # CBLAS transpose flags (CblasNoTrans, CblasTrans); emit/cpu.py imports them
 _JIT = '@numba.njit(nogil=True, fastmath={"contract", "reassoc"}, error_model="numpy")'
 
 
@@ -201,8 +201,8 @@ def _im2col(body, op, views, s: ConvShape, zero: bool, gemm: "_Blas") -> None:
     w.depth += 1
     w(f"for {q} in range({ow}):")
     w.depth += 1
-    src = x.at([n, ci, add(mul(f"({p0} + {p})", str(s.sh)), mul(i, str(s.dh))),
-                add(mul(q, str(s.sw)), mul(j, str(s.dw)))])
+    src = x.at([n, ci, expr_add(expr_mul(f"({p0} + {p})", str(s.sh)), expr_mul(i, str(s.dh))),
+                expr_add(expr_mul(q, str(s.sw)), expr_mul(j, str(s.dw)))])
     w(f"{cols}[{row}, {p} * {ow} + {q}] = {src}")
     w.depth -= 5
     if direct:                                  # into y's block of rows

@@ -28,8 +28,8 @@ from .. import mathfns
 from ..mlir import ir
 from ..marks import CPU_CALL
 from ..plan.analysis import conv_window
-from .conv import conv_call, strides
-from .values import add, mul
+from .conv import NO_TRANS, TRANS, conv_call, strides     # CBLAS flags: conv.py (imported here) has them
+from .values import expr_add, expr_mul
 
 IMPORTS = ("from llvmlite import ir as llvmir", "from numba.core import types as nbtypes",
            "from numba.extending import intrinsic")
@@ -318,9 +318,6 @@ def library_call(body, op) -> None:
         _matmul_loops(body, *views, zero)
 
 
-NO_TRANS, TRANS = 111, 112
-
-
 def blas_layout(value) -> tuple[int, int] | None:
     """(CBLAS transpose flag, leading dimension) of a memref's last two axes as a ?gemm operand:
     NO_TRANS and its row stride when a row's elements are adjacent, TRANS and its column stride
@@ -436,7 +433,7 @@ def _conv_loops(body, x, w, y, window, zero: bool) -> None:
     s = body.names.temp("w")
     body.w(f"{s} = {w.at([f, c, p, q])}")
     (ow,) = _loops(body, (y.shape[3],))
-    src = x.at([n, c, add(mul(oh, sh), mul(p, dh)), add(mul(ow, sw), mul(q, dw))])
+    src = x.at([n, c, expr_add(expr_mul(oh, sh), expr_mul(p, dh)), expr_add(expr_mul(ow, sw), expr_mul(q, dw))])
     body.w(f"{y.at([n, f, oh, ow])} = {y.at([n, f, oh, ow])} + {s} * {src}")
     body.w.depth = depth
 

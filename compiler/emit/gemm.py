@@ -13,7 +13,7 @@ import math
 
 from .mma import TensorCores
 from .template_values import TemplateValues, affine, dims_of, dims_of_map, indexing_maps, ints, pure_dim
-from .values import EmitError, add, elem_of, floordiv, is_int, mod, mul
+from .values import EmitError, elem_of_type, expr_add, expr_mul, floordiv, is_int, mod
 from ..mlir import ir
 from ..plan.gemm import mma_tiles_error, tile_pad
 from ..marks import ABSORBED, BLOCK_GEMM, CONTRACTION, GEMM_MMA, GEMM_PREFETCH, GEMM_ROOT_LOOPS, GEMM_SIDES, GEMM_TILES
@@ -37,10 +37,10 @@ class Grid:
         self.y, self.ny, self.x, self.nx = y, ny, x, nx
 
     def row(self, i: int) -> str:
-        return add(self.y, str(i * self.ny))
+        return expr_add(self.y, str(i * self.ny))
 
     def col(self, j: int) -> str:
-        return add(self.x, str(j * self.nx))
+        return expr_add(self.x, str(j * self.nx))
 
 
 class _Loader:
@@ -117,7 +117,7 @@ class _Gemm:
         """The flattened reduction's extent (every K loop's)."""
         n = "1"
         for l in self.loops["k"]:
-            n = mul(n, self.ext[l])
+            n = expr_mul(n, self.ext[l])
         return n
 
     # -- emission ------------------------------------------------------------------------------
@@ -142,8 +142,8 @@ class _Gemm:
         if tc:
             sq, sp = tc.tiles(pad)
         else:
-            w(f"{sq} = cuda.shared.array(({self.bk}, {self.bq + pad}), numba.{elem_of(self.c.operands[self.q_op].type).compute})")
-            w(f"{sp} = cuda.shared.array(({self.bk}, {self.bp + pad}), numba.{elem_of(self.c.operands[self.p_op].type).compute})")
+            w(f"{sq} = cuda.shared.array(({self.bk}, {self.bq + pad}), numba.{elem_of_type(self.c.operands[self.q_op].type).compute})")
+            w(f"{sp} = cuda.shared.array(({self.bk}, {self.bp + pad}), numba.{elem_of_type(self.c.operands[self.p_op].type).compute})")
             sq, sp = Tile(sq), Tile(sp)
         loads = [self._loader("q", self.q_op, sq, self.bq), self._loader("p", self.p_op, sp, self.bp)]
         init = self._init()
@@ -243,7 +243,7 @@ class _Gemm:
             """(index, guard) per position: base + i * step for i < n, guarded below extent."""
             out = []
             for i in range(n):
-                idx = add(base, str(i * step))
+                idx = expr_add(base, str(i * step))
                 guard = None
                 if (i + 1) * step > extent and extent % step:
                     guard = f"{idx} < {extent}"
@@ -263,7 +263,7 @@ class _Gemm:
                 w(f"{ok} = {' and '.join(conds)}")
             sides.append((sl, coords, ok, guard))
         k_pos = pos_across if side_fast else pos_along
-        zero = self.ctx.consts.zero(elem_of(self.c.operands[operand].type))
+        zero = self.ctx.consts.zero(elem_of_type(self.c.operands[operand].type))
         K = self.K()
         k_ok_needed = not (is_int(K) and int(K) % self.bk == 0)
         ext_k = [self.ext[l] for l in self.loops["k"]]
@@ -335,7 +335,7 @@ class _Gemm:
         for l, n in reversed(list(zip(loops, sizes))):
             e = floordiv(flat, inner)
             out[l] = e if l == loops[0] else mod(e, n)
-            inner = mul(inner, n)
+            inner = expr_mul(inner, n)
         named = {l: "0" for l in out if out[l] == "0" and l not in loops}
         for l in loops:
             if is_int(out[l]) or " " not in out[l]:

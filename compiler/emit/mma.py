@@ -7,9 +7,8 @@ moves the accumulators through shared memory into a thread grid for the epilogue
 """
 from __future__ import annotations
 
-from .values import add, mul
-
-WARP = 32
+from ..plan.hardware import WARP
+from .values import expr_add, expr_mul
 
 
 def mma_helpers(kind: str) -> list[str]:
@@ -60,7 +59,7 @@ class FlatTile:
         self.array, self.offset, self.stride = array, offset, stride
 
     def at(self, k: str, x: str) -> str:
-        return f"{self.array}[{add(add(mul(k, str(self.stride)), x), str(self.offset))}]"
+        return f"{self.array}[{expr_add(expr_add(expr_mul(k, str(self.stride)), x), str(self.offset))}]"
 
 
 class Fragments:
@@ -72,10 +71,10 @@ class Fragments:
         self.qb, self.pb = qb, pb
 
     def row(self, i: int) -> str:
-        return add(self.qb, str((i // 2) * 16 + (i % 2) * 8))
+        return expr_add(self.qb, str((i // 2) * 16 + (i % 2) * 8))
 
     def col(self, j: int) -> str:
-        return add(self.pb, str((j // 2) * 8 + j % 2))
+        return expr_add(self.pb, str((j // 2) * 8 + j % 2))
 
 
 class TensorCores:
@@ -125,17 +124,17 @@ class TensorCores:
         w(f"{k} = {kk0} + {self.kf}")
 
         def pair(tile: FlatTile, k_off: int, col: str) -> str:
-            return f"{pack}({tile.at(add(k, str(k_off)), col)}, {tile.at(add(k, str(k_off + 1)), col)})"
+            return f"{pack}({tile.at(expr_add(k, str(k_off)), col)}, {tile.at(expr_add(k, str(k_off + 1)), col)})"
 
         a, b = [], []
         for mi in range(self.tq // 2):
-            r0, r8 = add(self.qb, str(16 * mi)), add(self.qb, str(16 * mi + 8))
+            r0, r8 = expr_add(self.qb, str(16 * mi)), expr_add(self.qb, str(16 * mi + 8))
             regs = [names.fresh(f"fa{mi}_") for _ in range(4)]
             for n, (ko, r) in zip(regs, ((0, r0), (0, r8), (8, r0), (8, r8))):
                 w(f"{n} = {pair(qt, ko, r)}")
             a.append(regs)
         for ni in range(self.tp // 2):
-            c = add(self.pf, str(8 * ni))
+            c = expr_add(self.pf, str(8 * ni))
             regs = [names.fresh(f"fb{ni}_") for _ in range(2)]
             for n, ko in zip(regs, (0, 8)):
                 w(f"{n} = {pair(pt, ko, c)}")
@@ -155,7 +154,7 @@ class TensorCores:
         arr, stride = self.array, self.bp + 1
         for i in range(self.tq):
             for j in range(self.tp):
-                w(f"{arr}[{add(mul(frags.row(i), str(stride)), frags.col(j))}] = {accs[i][j]}")
+                w(f"{arr}[{expr_add(expr_mul(frags.row(i), str(stride)), frags.col(j))}] = {accs[i][j]}")
         w("cuda.syncthreads()")
         txr = max(d for d in range(1, self.bp + 1)
                   if self.bp % d == 0 and self.T % d == 0 and self.bq % (self.T // d) == 0)
@@ -168,5 +167,5 @@ class TensorCores:
         out = [[names.fresh(f"o{i}_{j}") for j in range(np_)] for i in range(nq)]
         for i in range(nq):
             for j in range(np_):
-                w(f"{out[i][j]} = {arr}[{add(mul(at.row(i), str(stride)), at.col(j))}]")
+                w(f"{out[i][j]} = {arr}[{expr_add(expr_mul(at.row(i), str(stride)), at.col(j))}]")
         return out, at

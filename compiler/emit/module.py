@@ -18,7 +18,7 @@ from .body import GPU_TEMPLATE_MARKS, Body, FuncCtx, Writer, arena_param, operan
 from .memplan import MemoryPlan, plan_memory
 from .scalar import Helpers, ScalarRules
 from .shared import block_shared_allocs
-from .values import (Constants, EmitError, Globals, Names, elem_of, floordiv,
+from .values import (Constants, EmitError, Globals, Names, elem_of_type, floordiv,
                           format_location, is_memref, is_memref_type, memref_shape, mod,
                           py_ident, type_label)
 from .views import Array, View, whole
@@ -199,7 +199,7 @@ class _FuncEmitter:
         w = Writer(1)
         mode = "host" if self.target == "cuda" else "cpu"
         params = [self._bind_arg(a, w, mode) for a in block.arguments]
-        memory = plan_memory(block, lambda mt, op: (elem_of(mt, op).storage if mode == "host" else elem_of(mt, op).compute),
+        memory = plan_memory(block, lambda mt, op: (elem_of_type(mt, op).storage if mode == "host" else elem_of_type(mt, op).compute),
                              skip=lambda op: any(m in op.attributes for m in GPU_TEMPLATE_MARKS))
         self.memory = memory
         user_params = params
@@ -280,7 +280,7 @@ class _FuncEmitter:
         if not is_memref(arg):
             self.ctx.expr[arg] = name
             return name
-        elem = elem_of(arg.type, self.op)
+        elem = elem_of_type(arg.type, self.op)
         shape = memref_shape(arg.type)
         storage = elem.storage if mode == "host" else elem.compute
         carried = name
@@ -361,9 +361,9 @@ class _FuncEmitter:
                     continue          # a buffer the kernel's template never touches in memory
                 params.setdefault(view.array.name, view.array.signature)
                 for s in view.free:
-                    params.setdefault(self.ctx.expr[s], elem_of(s.type).numba_compute)
+                    params.setdefault(self.ctx.expr[s], elem_of_type(s.type).numba_compute)
             elif v not in self.ctx.constant:
-                params.setdefault(self.ctx.expr[v], elem_of(v.type).numba_compute)
+                params.setdefault(self.ctx.expr[v], elem_of_type(v.type).numba_compute)
         return list(params), list(params.values())
 
     def _host_copy(self, op: "ir.Operation", host: Body) -> None:
@@ -379,7 +379,7 @@ class _FuncEmitter:
         for view in (src, dst):
             params.setdefault(view.array.name, view.array.signature)
             for s in view.free:
-                params.setdefault(self.ctx.expr[s], elem_of(s.type).numba_compute)
+                params.setdefault(self.ctx.expr[s], elem_of_type(s.type).numba_compute)
         w = Writer(1)
         t = self.ctx.names.temp("t")
         w(f"{t} = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x")

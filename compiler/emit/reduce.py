@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from .values import EmitError
 from ..marks import BLOCK_REDUCE
-
-WARP = 32
+from ..plan.hardware import WARP
 
 
 def block_reduce(body, op) -> None:

@@ -19,8 +19,8 @@ from typing import Callable
 
 from .. import mathfns
 from . import cpu as emit_cpu
-from .values import (Constants, EmitError, Elem, add, atom, elem_of, elem_of_name, floordiv,
-                          mod, mul, no_rule)
+from .values import (Constants, Elem, EmitError, atom, elem_of_name, elem_of_type, expr_add,
+                          expr_mul, floordiv, mod, no_rule)
 from ..mlir import ir
 
 _CMPF = {  # arith.cmpf predicate number -> template over a, b (NaN compares false except une)
@@ -113,7 +113,7 @@ class Helpers:
         math.floor(f32) is an f32 and the copysign keeps the sign (trunc is floor of |x|); the
         CUDA simulator, where math.floor goes through a Python int (and raises for NaN and the
         infinities), and the CPU target, whose math.floor returns an int, use NumPy's."""
-        sim = f"np.{mathfns.BY_OP[f'math.{fn}'].sim}({x})"
+        sim = f"np.{mathfns.BY_MLIR_OP[f'math.{fn}'].sim}({x})"
         if self.target == "cpu":
             return f"np.{elem.compute}({sim})"
         inner = f"math.floor(abs({x}))" if fn == "trunc" else f"math.{fn}({x})"
@@ -220,7 +220,7 @@ class ScalarRules:
 
     def constant(self, op: "ir.Operation") -> str:
         attr = op.attributes["value"]
-        elem = elem_of(op.results[0].type, op)
+        elem = elem_of_type(op.results[0].type, op)
         if isinstance(attr.maybe_downcast(), ir.FloatAttr):
             return self.consts.float(ir.FloatAttr(attr).value, elem)
         if isinstance(attr.maybe_downcast(), ir.IntegerAttr):
@@ -232,13 +232,13 @@ class ScalarRules:
     def expr(self, op: "ir.Operation", args: list[str]) -> str | None:
         name = op.name
         if name == "ub.poison":
-            return self.consts.zero(elem_of(op.results[0].type, op))
+            return self.consts.zero(elem_of_type(op.results[0].type, op))
         if name.startswith("affine."):
             return self._affine(op, args)
         if not (name.startswith("arith.") or name.startswith("math.")):
             return None
-        out = elem_of(op.results[0].type, op)
-        ins = [elem_of(v.type, op) for v in op.operands]
+        out = elem_of_type(op.results[0].type, op)
+        ins = [elem_of_type(v.type, op) for v in op.operands]
         return self._arith_math(op, name, args, out, ins)
 
     def _arith_math(self, op, name, a, out: Elem, ins: list[Elem]) -> str:
@@ -313,15 +313,15 @@ def _affine_expr(e: "ir.AffineExpr", dims: list[str], syms: list[str]) -> str:
         neg = e.rhs.maybe_downcast()
         if type(neg).__name__ == "AffineMulExpr" and str(neg.rhs) == "-1":
             return f"{lhs} - {atom(_affine_expr(neg.lhs, dims, syms))}"
-        return add(lhs, rhs)
+        return expr_add(lhs, rhs)
     if kind == "AffineMulExpr":
-        return mul(lhs, rhs)
+        return expr_mul(lhs, rhs)
     if kind == "AffineModExpr":
         return mod(lhs, rhs)
     if kind == "AffineFloorDivExpr":
         return floordiv(lhs, rhs)
     if kind == "AffineCeilDivExpr":  # divisors are positive constants: ceil(l/r) = (l+r-1)//r
-        return floordiv(add(lhs, str(int(rhs) - 1)) if rhs.isdigit() else f"{lhs} + {rhs} - 1", rhs)
+        return floordiv(expr_add(lhs, str(int(rhs) - 1)) if rhs.isdigit() else f"{lhs} + {rhs} - 1", rhs)
     raise AssertionError(kind)
 
 

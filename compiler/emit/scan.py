@@ -10,13 +10,12 @@ over the rows, each walked in order; gpu: a block per row along the contiguous l
 """
 from __future__ import annotations
 
-from .template_values import affine, indexing_maps, load, n_inputs
+from .template_values import affine, indexing_maps, load_element, n_inputs
 from .values import EmitError
 from ..mlir import ir
 from ..marks import SCAN, SCAN_AXIS
 from .. import combiners
-
-WARP = 32
+from ..plan.hardware import WARP
 
 
 def block_scan(body, op) -> None:
@@ -26,7 +25,7 @@ def block_scan(body, op) -> None:
 
 class _Scan:
     """The scan template at one `fusec.scan` op (module doc); its inputs are loaded as
-    template_values.load reads an element."""
+    template_values.load_element reads an element."""
 
     def __init__(self, body, op):
         self.body, self.op = body, op
@@ -66,7 +65,7 @@ class _Scan:
         """The body at i = j = k for the row `idx` (dim -> index), accumulating onto `acc`."""
         dims = [k if d == self.axis else idx[d] for d in range(self.rank)] + [k]
         for i, arg in enumerate(list(self.block.arguments)[:self.n_in]):
-            e = load(self.body.view(self.op.operands[i]), [affine(r, dims) for r in self.maps[i].results])
+            e = load_element(self.body.view(self.op.operands[i]), [affine(r, dims) for r in self.maps[i].results])
             name = self.names.temp("x")
             self.w(f"{name} = {e}")
             self.ctx.expr[arg] = name

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 from ..mlir import ir
 
-VIEW_OPS = ("memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast",
-            "memref.reinterpret_cast", "memref.transpose")
+# views of a buffer (plan/analysis.py's VIEW_OPS are the tensor reshapes)
+MEMREF_VIEW_OPS = ("memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast",
+                   "memref.reinterpret_cast", "memref.transpose")
 _PURE_PREFIXES = ("arith.", "math.", "index.")
 _STRUCTURED = ("scf.for", "scf.if", "scf.yield")
 
@@ -78,7 +79,7 @@ def _defining(v):
 def _root(v):
     while True:
         op = _defining(v)
-        if op is None or op.name not in VIEW_OPS:
+        if op is None or op.name not in MEMREF_VIEW_OPS:
             return v
         v = op.operands[0]
 
@@ -88,7 +89,7 @@ def _name(attribute) -> str:
 
 
 def _pure(op) -> bool:
-    return op.name.startswith(_PURE_PREFIXES) or op.name in VIEW_OPS or op.name == "memref.dim"
+    return op.name.startswith(_PURE_PREFIXES) or op.name in MEMREF_VIEW_OPS or op.name == "memref.dim"
 
 
 def within(operation, loop) -> bool:

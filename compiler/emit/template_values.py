@@ -4,14 +4,14 @@ A template (emit/gemm.py, emit/attention.py, emit/scan.py) writes a whole kernel
 root, so no statement is emitted per op: the value of a buffer at an index is what the kernel's
 ops before the reader left there. `TemplateValues` gives it: a value the template holds in a
 register (a contraction's accumulator: `supply`), an absorbed producer's body evaluated at that
-index (a fill's value, a copy read through), else a load (`load`). The functions read linalg
-ops' indexing maps as Python index text.
+index (a fill's value, a copy read through), else a load (`load_element`). The functions read
+linalg ops' indexing maps as Python index text.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
 
-from .values import EmitError, add, atom, elem_of, floordiv, is_memref, mod, mul, no_rule
+from .values import EmitError, atom, elem_of_type, expr_add, expr_mul, floordiv, is_memref, mod, no_rule
 from ..mlir import ir
 
 
@@ -42,9 +42,9 @@ def affine(e: "ir.AffineExpr", dims: list[str]) -> str:
     if isinstance(e, ir.AffineConstantExpr):
         return str(e.value)
     if isinstance(e, ir.AffineAddExpr):
-        return add(affine(e.lhs, dims), affine(e.rhs, dims))
+        return expr_add(affine(e.lhs, dims), affine(e.rhs, dims))
     if isinstance(e, ir.AffineMulExpr):
-        return mul(affine(e.lhs, dims), affine(e.rhs, dims))
+        return expr_mul(affine(e.lhs, dims), affine(e.rhs, dims))
     if isinstance(e, ir.AffineFloorDivExpr):
         return floordiv(affine(e.lhs, dims), affine(e.rhs, dims))
     if isinstance(e, ir.AffineModExpr):
@@ -82,7 +82,7 @@ def is_identity(m: "ir.AffineMap") -> bool:
     return m.n_dims == len(m.results) and all(pure_dim(e) == i for i, e in enumerate(m.results))
 
 
-def load(view, idx: list[str]) -> str:
+def load_element(view, idx: list[str]) -> str:
     """Element `idx` of a view as a value (an f16 array's element widened to its compute type)."""
     e = view.at(idx)
     if view.array.storage != view.array.elem.compute:
@@ -92,7 +92,7 @@ def load(view, idx: list[str]) -> str:
 
 def elem(v):
     """The element type of a value (a memref's elements)."""
-    return elem_of(v.type)
+    return elem_of_type(v.type)
 
 
 # ---------------------------------------------------------------------- values inside a kernel
@@ -161,7 +161,7 @@ class TemplateValues:
             if self.written_through_another_view(v):
                 raise EmitError("a fusec.block_gemm kernel reads a buffer through another view than the one "
                                 "its op wrote", before)
-            return load(self.body.view(v), idx)
+            return load_element(self.body.view(v), idx)
         if writer.name == "linalg.fill":
             return self.body.val(writer.operands[0])
         if writer.name == "memref.copy":          # an absorbed copy between the kernel's buffers

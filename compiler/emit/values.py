@@ -80,7 +80,7 @@ _ELEMS = {
 }
 
 
-def elem_of(t: "ir.Type", op: "ir.Operation | None" = None) -> Elem:
+def elem_of_type(t: "ir.Type", op: "ir.Operation | None" = None) -> Elem:
     """The Elem of a scalar type, or of a memref's element type."""
     if isinstance(t.maybe_downcast(), ir.MemRefType):
         t = ir.MemRefType(t).element_type
@@ -186,7 +186,7 @@ class Globals:
             raise EmitError(f"the emitter has no rule for a mutable or uninitialised "
                             f"'memref.global' @{sym}", op)
         mtype = ir.TypeAttr(op.attributes["type"]).value
-        elem = elem_of(mtype, op)
+        elem = elem_of_type(mtype, op)
         shape = memref_shape(mtype)
         if any(d is None for d in shape):
             raise EmitError(f"the emitter needs a static shape for 'memref.global' @{sym}", op)
@@ -306,7 +306,7 @@ def atom(e: str) -> str:
     return f"({e})" if e.startswith("-") else e
 
 
-def add(a: str, b: str) -> str:
+def expr_add(a: str, b: str) -> str:
     if is_int(a) and is_int(b):
         return str(int(a) + int(b))
     if a == "0":
@@ -318,7 +318,7 @@ def add(a: str, b: str) -> str:
     return f"{a} + {b}"
 
 
-def mul(a: str, b: str) -> str:
+def expr_mul(a: str, b: str) -> str:
     if is_int(a) and is_int(b):
         return str(int(a) * int(b))
     if a == "0" or b == "0":

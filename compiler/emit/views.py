@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from .values import EmitError, Elem, add, floordiv, is_int, mod, mul
+from .values import Elem, EmitError, expr_add, expr_mul, floordiv, is_int, mod
 from ..mlir import ir
 
 Index = tuple[str, ...]
@@ -64,12 +64,12 @@ def subview(src: View, offsets: Index, sizes: Index, strides: Index,
 
     def to_base(idx: Index) -> Index:
         it = iter(idx)
-        return parent(tuple(add(o, mul(next(it), s)) if k else o
+        return parent(tuple(expr_add(o, expr_mul(next(it), s)) if k else o
                             for o, s, k in zip(offsets, strides, keep)))
 
     host = None
     if src.host is not None:
-        parts = [f"{o}:{add(o, mul(n, s))}" + ("" if s == "1" else f":{s}") if k else o
+        parts = [f"{o}:{expr_add(o, expr_mul(n, s))}" + ("" if s == "1" else f":{s}") if k else o
                  for o, n, s, k in zip(offsets, sizes, strides, keep)]
         host = f"{src.host}[{', '.join(parts)}]"
     shape = tuple(n for n, k in zip(sizes, keep) if k)
@@ -94,7 +94,7 @@ def _kept_dims(sizes: Index, result_shape: tuple[int | None, ...], op) -> list[b
     return keep
 
 
-def expand(src: View, groups: list[list[int]], out_shape: Index) -> View:
+def expand_shape(src: View, groups: list[list[int]], out_shape: Index) -> View:
     """expand_shape: source dim g is the row-major linearisation of result dims groups[g]."""
     parent = src.to_base
 
@@ -103,7 +103,7 @@ def expand(src: View, groups: list[list[int]], out_shape: Index) -> View:
         for g in groups:
             e = idx[g[0]]
             for d in g[1:]:
-                e = add(mul(e, out_shape[d]), idx[d])
+                e = expr_add(expr_mul(e, out_shape[d]), idx[d])
             out.append(e)
         return parent(tuple(out))
 
@@ -111,7 +111,7 @@ def expand(src: View, groups: list[list[int]], out_shape: Index) -> View:
     return View(src.array, tuple(out_shape), to_base, src.free, host, src.contiguous)
 
 
-def collapse(src: View, groups: list[list[int]]) -> View:
+def collapse_shape(src: View, groups: list[list[int]]) -> View:
     """collapse_shape: result dim k runs row-major over source dims groups[k]."""
     parent, sizes = src.to_base, src.shape
 
@@ -121,7 +121,7 @@ def collapse(src: View, groups: list[list[int]]) -> View:
             for p, d in enumerate(g):
                 inner = "1"
                 for later in g[p + 1:]:
-                    inner = mul(inner, sizes[later])
+                    inner = expr_mul(inner, sizes[later])
                 e = floordiv(i, inner)
                 out.append(e if p == 0 else mod(e, sizes[d]))
         return parent(tuple(out))
@@ -130,7 +130,7 @@ def collapse(src: View, groups: list[list[int]]) -> View:
     for g in groups:
         n = "1"
         for d in g:
-            n = mul(n, sizes[d])
+            n = expr_mul(n, sizes[d])
         shape.append(n)
     host = f"{src.host}.reshape({shape_tuple(shape)})" if src.host and src.contiguous else None
     return View(src.array, tuple(shape), to_base, src.free, host, src.contiguous)
@@ -162,14 +162,14 @@ def reinterpret(src: View, offset: str, sizes: Index, strides: Index, op) -> Vie
     def to_base(idx: Index) -> Index:
         flat = offset
         for i, s in zip(idx, strides):
-            flat = add(flat, mul(i, s))
+            flat = expr_add(flat, expr_mul(i, s))
         if not base_shape:
             return ("0",)
         out = []
         for p, n in enumerate(base_shape):
             inner = "1"
             for later in base_shape[p + 1:]:
-                inner = mul(inner, later)
+                inner = expr_mul(inner, later)
             e = floordiv(flat, inner)
             out.append(e if p == 0 else mod(e, n))
         return tuple(out)

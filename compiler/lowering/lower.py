@@ -37,7 +37,7 @@ def location_of(span: Span | None) -> ir.Location:
     return ir.Location.file(span.file.path, span.line, span.col)
 
 
-def check_binding(chain: TypedChain, binding: dict[str, int] | None) -> dict[str, int]:
+def validated_binding(chain: TypedChain, binding: dict[str, int] | None) -> dict[str, int]:
     """The binding restricted to the chain's symbols; every symbol must be bound to an extent >= 1."""
     binding = dict(binding or {})
     missing = [s for s in chain.symbols if s not in binding]
@@ -51,12 +51,12 @@ def check_binding(chain: TypedChain, binding: dict[str, int] | None) -> dict[str
 
 def _lower_chain_into(block: ir.Block, chain: TypedChain, binding: dict[str, int],
                       dynamic: frozenset[str] = frozenset()) -> None:
-    binding = check_binding(chain, binding)
+    binding = validated_binding(chain, binding)
     dynamic = frozenset(dynamic) & set(chain.symbols)
     ctx = LoweringContext(chain, binding, dynamic=dynamic)
     params = chain.param_nodes
     if dynamic:
-        check_dynamic(chain, dynamic)
+        check_dynamic_chain(chain, dynamic)
     arg_types = [tensor_type(ctx.shape(p), ctx.elem(p)) for p in params]
     result_types = [tensor_type(ctx.shape(chain.node(i)), element_type(t.dtype))
                     for i, t in zip(chain.outputs, chain.output_types)]
@@ -82,7 +82,7 @@ def _lower_chain_into(block: ir.Block, chain: TypedChain, binding: dict[str, int
             func.ReturnOp([ctx.tensor(i) for i in chain.outputs])
 
 
-def check_dynamic(chain: TypedChain, dynamic: frozenset[str]) -> None:
+def check_dynamic_chain(chain: TypedChain, dynamic: frozenset[str]) -> None:
     """User errors, at the op, for what cannot take a symbol's extent at run time: a symbol no
     parameter carries, and ops whose kernels need it at compile time (STATIC_ONLY)."""
     carried = {d for p in chain.param_nodes for d in p.type.shape if isinstance(d, str)}

@@ -63,7 +63,7 @@ def sigmoid(x):
     """As dsl/ops.py: e = exp(-|x|), (x >= 0 ? 1 : e) / (1 + e): never overflows, and CSE
     shares the exp with an `exp(-abs(x))` of the same kernel."""
     e = math.exp(neg(math.absf(x)))
-    return div(arith.select(compare("ge", x, c(0, x)), c(1, x), e), add(c(1, x), e))
+    return div(arith.select(cmp("ge", x, c(0, x)), c(1, x), e), add(c(1, x), e))
 
 
 def gelu(x, approximate: str):
@@ -84,7 +84,9 @@ _ICMP = {"eq": "eq", "ne": "ne", "lt": "slt", "le": "sle", "gt": "sgt", "ge": "s
 _UCMP = {"eq": "eq", "ne": "ne", "lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge"}  # i1: true > false
 
 
-def compare(kind: str, a, b):
+def cmp(kind: str, a, b):
+    """arith.cmpf or arith.cmpi (unsigned on bools) of `kind` (eq, ne, lt, le, gt, ge); on floats
+    ordered, and `ne` unordered, as NumPy's."""
     if _f(a):
         return arith.cmpf(getattr(arith.CmpFPredicate, _FCMP[kind]), a, b)
     table = _UCMP if _is_bool(a.type) else _ICMP
@@ -101,7 +103,7 @@ def convert(x: ir.Value, to: ir.Type) -> ir.Value:
     if src == to:
         return x
     if _is_bool(to):
-        return compare("ne", x, c(0, x))            # NaN -> true, as NumPy
+        return cmp("ne", x, c(0, x))                # NaN -> true, as NumPy
     if is_float(src) and is_float(to):
         # f16 <-> bf16 goes through f32 (exact). f64 -> f16/bf16 also does: LLVM lowers the
         # direct truncation to compiler-rt calls (__truncdfhf2) the JIT process lacks; the
@@ -154,7 +156,7 @@ EMITTERS: dict[str, Emitter] = {
     "pow": _binary(power),
     "maximum": _binary(maximum),
     "minimum": _binary(minimum),
-    **{k: (lambda k: _binary(lambda a, b: compare(k, a, b)))(k) for k in _FCMP},
+    **{k: (lambda k: _binary(lambda a, b: cmp(k, a, b)))(k) for k in _FCMP},
     "where": lambda xs, out, node: arith.select(xs[0], xs[1], xs[2]),
     "clamp": lambda xs, out, node: minimum(maximum(xs[0], xs[1]), xs[2]),
 }

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from .. import mathfns
 
+WARP = 32
 KB, MB, GB = 1024, 1024 ** 2, 1024 ** 3
 CALIBRATION_VERSION = 7          # bump when the measurement changes: cached profiles are re-measured
 

@@ -14,7 +14,7 @@ operand dim to give its range is skipped.
 from __future__ import annotations
 
 from ..mlir import ir
-from .generic import RESHAPES, map_attr, maps, shape_of
+from .generic import RESHAPES, map_attr, maps, type_shape
 
 NAME = "fold-unit-reshapes"
 
@@ -37,7 +37,7 @@ def _groups(op) -> list[list[int]]:
 def _source_exprs(op, exprs: list) -> list | None:
     """The index expressions of the reshape's source, given those of its result; None when the
     reshape moves more than unit dims."""
-    src, out = shape_of(op.operands[0]), shape_of(op.results[0])
+    src, out = type_shape(op.operands[0]), type_shape(op.results[0])
     zero = ir.AffineConstantExpr.get(0)
     groups = _groups(op)
     if op.name == "tensor.expand_shape":          # one group of result dims per source dim

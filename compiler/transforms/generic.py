@@ -38,12 +38,9 @@ def is_dim(expr, loop: int) -> bool:
     return isinstance(e, ir.AffineDimExpr) and e.position == loop
 
 
-def shape_of(v) -> list[int]:
+def type_shape(v) -> list[int]:
+    """The shape `v`'s tensor type says: a run-time extent is MLIR's dynamic size."""
     return list(ir.RankedTensorType(v.type).shape)
-
-
-def elem_of(v):
-    return ir.RankedTensorType(v.type).element_type
 
 
 def split_groups(rank: int, dim: int) -> list[list[int]]:

@@ -15,7 +15,7 @@ fusion (planner.py: `_view_reason`).
 from __future__ import annotations
 
 from ..mlir import ir, tensor
-from .generic import RESHAPES, iterators, maps, rebuild, shape_of
+from .generic import RESHAPES, iterators, maps, rebuild, type_shape
 
 NAME = "hoist-reshapes"
 
@@ -51,7 +51,7 @@ def movable_generic(gen) -> bool:
     for v, m in zip(gen.opview.inputs, amaps[:n_in]):
         if not isinstance(v.type, ir.RankedTensorType):
             return False
-        if m != ident and not (len(m.results) == 0 and not shape_of(v)):
+        if m != ident and not (len(m.results) == 0 and not type_shape(v)):
             return False
     return not any(o.name == "linalg.index" for o in gen.regions[0].blocks[0].operations)
 

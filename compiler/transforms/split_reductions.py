@@ -19,10 +19,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..lowering.builder import collapse, expand
+from ..lowering.builder import collapse, elem_of, expand
 from ..mlir import arith, ir, linalg, tensor
 from ..plan.hardware import HardwareProfile
-from .generic import elem_of, is_dim, iterators, map_attr, maps, rebuild, shape_of, split_groups
+from .generic import is_dim, iterators, map_attr, maps, rebuild, split_groups, type_shape
 from ..marks import NOTE
 from .. import combiners
 
@@ -117,7 +117,7 @@ def _split(op, hw: HardwareProfile) -> int:
 
 def _last(v) -> int:
     """The innermost dim of `v` that is not a unit dim."""
-    shape = shape_of(v)
+    shape = type_shape(v)
     return max((d for d, n in enumerate(shape) if n != 1), default=len(shape) - 1)
 
 
@@ -128,7 +128,7 @@ def _compound(m, r: int) -> bool:
 def _extents(op, amaps) -> list[int]:
     out = [0] * len(iterators(op))
     for v, m in zip(op.operands, amaps):
-        for e, n in zip(m.results, shape_of(v)):
+        for e, n in zip(m.results, type_shape(v)):
             x = e.maybe_downcast()
             if isinstance(x, ir.AffineDimExpr):
                 out[x.position] = n
@@ -142,9 +142,9 @@ def _one_axis(op, red: list[int], amaps, n_in: int):
     if len(red) != len(kinds) or any(m != ir.AffineMap.get_identity(len(kinds)) for m in amaps[:n_in]):
         return None
     gen = op.opview
-    n = math.prod(shape_of(gen.inputs[0]))
+    n = math.prod(type_shape(gen.inputs[0]))
     with ir.InsertionPoint(op), op.location:
-        flat = [collapse(v, (n,), [list(range(len(shape_of(v))))]) for v in gen.inputs]
+        flat = [collapse(v, (n,), [list(range(len(type_shape(v))))]) for v in gen.inputs]
     one = ir.AffineMap.get_identity(1)
     out_map = ir.AffineMap.get(1, 0, [])
     new = rebuild(op, [(v, one) for v in flat], [(gen.outputs[0], out_map)], ["reduction"])
@@ -167,7 +167,7 @@ def _rewrite(op, r: int, g: int, combiner: str, amaps, n_in: int, steps: int) ->
                 ins.append((v, ir.AffineMap.get(n + 1, 0, list(m.results))))
                 continue
             (d,) = dims
-            shape = shape_of(v)
+            shape = type_shape(v)
             v = expand(v, tuple(shape[:d] + [g, shape[d] // g] + shape[d + 1:]), split_groups(len(shape), d))
             exprs = list(m.results[:d + 1]) + [k_expr] + list(m.results[d + 1:])
             ins.append((v, ir.AffineMap.get(n + 1, 0, exprs)))
@@ -175,7 +175,7 @@ def _rewrite(op, r: int, g: int, combiner: str, amaps, n_in: int, steps: int) ->
         out_map = amaps[n_in]
         elem = elem_of(init)
         kept = [e.maybe_downcast().position for e in out_map.results]
-        extents = {**dict(zip(kept, shape_of(init))), r: g}
+        extents = {**dict(zip(kept, type_shape(init))), r: g}
         p_dims = sorted(kept + [r])                     # the partials in loop order: stores follow threads
         form = combiners.form_of(combiner, "graph")
         width = None if isinstance(elem, ir.FloatType) else ir.IntegerType(elem).width

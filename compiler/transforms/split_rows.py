@@ -26,12 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import CompilerInternalError
-from ..lowering.builder import collapse, expand
+from ..lowering.builder import collapse, elem_of, expand
 from ..mlir import arith, bufferization, ir, linalg, tensor
 from ..plan.analysis import ChainInfo, loop_correspondence
 from ..plan.planner import Group
 from ..plan.rows import RowKernel, row_kernel
-from .generic import elem_of, empty_like, is_dim, iterator_attr, iterators, map_attr, maps, rebuild, shape_of, split_groups
+from .generic import empty_like, is_dim, iterator_attr, iterators, map_attr, maps, rebuild, split_groups, type_shape
 from .script import tag_of
 from ..marks import BLOCK_REDUCE, GROUP, PART, TAG, THREADS_OF
 from .. import combiners
@@ -150,7 +150,7 @@ class _Splitter:
             return self.replaced[v], new_map
         key = (v, dim)
         if key not in self.expanded:
-            shape = shape_of(v)
+            shape = type_shape(v)
             if shape[dim] != self.rk.extent:
                 raise CompilerInternalError("tiled", f"a row dim of {shape[dim]} elements, not {self.rk.extent}")
             if any(n == ir.ShapedType.get_dynamic_size() for n in shape):
@@ -221,7 +221,7 @@ class _Splitter:
             if outside:                                # the forall's result: the block's tile, collapsed
                 src = writer.results[r] if writer is not None else r_new
                 with ir.InsertionPoint.after(writer or new), old.location:
-                    flat = collapse(src, tuple(shape_of(r_old)), split_groups(len(shape_of(r_old)), dim))
+                    flat = collapse(src, tuple(type_shape(r_old)), split_groups(len(type_shape(r_old)), dim))
                 for u in outside:
                     u.owner.operands[u.operand_number] = flat
         self.new[m] = new
@@ -254,7 +254,7 @@ class _Splitter:
         (init,) = gen.outputs
         if init.owner.name != "linalg.fill":
             raise CompilerInternalError("tiled", f"%{m}: its accumulator is not filled in the kernel")
-        neutral, rows, elem = init.owner.operands[0], shape_of(init), elem_of(init)
+        neutral, rows, elem = init.owner.operands[0], type_shape(init), elem_of(init)
         space = ir.Attribute.parse(WORKGROUP)
         tag = old.attributes[TAG]
         with ir.InsertionPoint(old), old.location:

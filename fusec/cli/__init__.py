@@ -27,7 +27,7 @@ import sys
 from fusec.compiler.errors import CacheError
 from fusec.dsl.diagnostics import FdslError
 from fusec.runtime.artifact import ArtifactError
-from fusec.runtime.cache import CacheError as CompileCacheError
+from fusec.runtime.cache import CompileCacheError
 from fusec.runtime.npz import NpzError
 from fusec.runtime.targets import TargetError
 

@@ -92,7 +92,7 @@ def _listing(keys: list[str], limit: int = 8) -> str:
 def read_npz(flag: str, path: str, limit: int | None) -> dict:
     """An npz file in the golden layout (runtime/npz.py); one that cannot be read is a UsageError."""
     try:
-        return npz.load(path, max_bytes=limit)
+        return npz.load_npz(path, max_bytes=limit)
     except NpzError as e:
         raise UsageError(f"{flag} {e}") from None
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fusec.compiler import combiners
-from fusec.compiler.combiners import BY_OP, BY_REDUCTION, BY_SCAN, TABLE
+from fusec.compiler.combiners import BY_ARITH_OP, BY_REDUCTION, BY_SCAN, TABLE
 from fusec.compiler.emit.scalar import _HELPERS, has_rule
 from fusec.compiler.errors import CompilerInternalError
 from fusec.compiler.mlir import ir, new_context, parse_module
@@ -54,7 +54,7 @@ def _bits(x) -> bytes:
 
 def test_each_op_is_one_form_of_one_combiner():
     ops = [f.op for c in TABLE for f in c.forms()]
-    assert len(ops) == len(set(ops)) == len(BY_OP)
+    assert len(ops) == len(set(ops)) == len(BY_ARITH_OP)
     assert len(combiners.COMBINERS) == len(TABLE)
 
 
@@ -70,7 +70,7 @@ def test_a_missing_entry_is_an_internal_error_naming_it():
 
 def test_every_form_is_an_arith_op_the_emitter_writes():
     from fusec.compiler.mlir import arith
-    for op in BY_OP:
+    for op in BY_ARITH_OP:
         assert hasattr(arith, op) and has_rule(f"arith.{op}"), op
 
 
@@ -168,9 +168,9 @@ def _row_combiner(expr: str, dtype: str, swap=None) -> str:
     return rows._combiner(info, reds[-1])
 
 
-@pytest.mark.parametrize("op", sorted(BY_OP))
+@pytest.mark.parametrize("op", sorted(BY_ARITH_OP))
 def test_the_row_planner_takes_every_combiner_of_the_table(op):
-    c, form = BY_OP[op]
+    c, form = BY_ARITH_OP[op]
     dtype = "f32" if form is c.on_float else "i32"
     # a combiner no FDSL reduction lowers to (maxnum): swapped into one that starts from its neutral
     lowered = c if c.reductions else next(o for o in TABLE if o.reductions and o.on_float.neutral == form.neutral)
@@ -186,7 +186,7 @@ def test_the_row_planner_refuses_what_is_not_a_combiner_or_not_its_neutral():
 
 
 def _split_combiner(op: str) -> str | None:
-    c, form = BY_OP.get(op, (None, None))
+    c, form = BY_ARITH_OP.get(op, (None, None))
     t = "f32" if form is None or form is c.on_float else "i32"
     text = f"""func.func @f(%x: tensor<4096x{t}>, %init: tensor<{t}>) -> tensor<{t}> {{
       %r = linalg.generic {{indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>],
@@ -205,7 +205,7 @@ def _split_combiner(op: str) -> str | None:
 
 
 def test_split_reductions_splits_the_tables_combiners_that_split():
-    assert {op for op in BY_OP if _split_combiner(op) == op} == {op for op, (_, f) in BY_OP.items() if f.splits}
+    assert {op for op in BY_ARITH_OP if _split_combiner(op) == op} == {op for op, (_, f) in BY_ARITH_OP.items() if f.splits}
     assert _split_combiner("subf") is None
 
 

@@ -31,7 +31,7 @@ def _typed(path):
 @pytest.mark.parametrize("path", EXAMPLES, ids=[os.path.basename(p) for p in EXAMPLES])
 def test_example_runs_on_mlir_jit(path):
     typed = _typed(path)
-    golden = npz.load(path[:-len(".fdsl")] + ".golden.npz")
+    golden = npz.load_npz(path[:-len(".fdsl")] + ".golden.npz")
     for chain in typed.chains:
         entry = golden[chain.name]
         inputs = [entry["in"][p.name] for p in chain.param_nodes]
@@ -58,5 +58,5 @@ def test_example_stages_verify_with_locations(path, tmp_path):
 def test_there_are_examples_and_each_has_a_golden_file_with_every_chain():
     assert len(EXAMPLES) >= 10, "examples/ holds fewer .fdsl files than the suite expects"
     for path in EXAMPLES:
-        golden = npz.load(path[:-len(".fdsl")] + ".golden.npz")
+        golden = npz.load_npz(path[:-len(".fdsl")] + ".golden.npz")
         assert set(golden) == {c.name for c in _typed(path).chains}, path

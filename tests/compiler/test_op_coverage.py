@@ -71,7 +71,7 @@ def test_every_produced_op_has_an_emitter_rule(op):
 
 @pytest.mark.parametrize("op", [o for o in PRODUCED if o.startswith("math.")])
 def test_every_produced_math_function_has_a_table_entry_and_a_weight(op):
-    fn = mathfns.BY_OP.get(op)
+    fn = mathfns.BY_MLIR_OP.get(op)
     assert fn is not None, f"{op} has no entry in compiler/mathfns.py"
     name = op.split(".", 1)[1]
     assert GPUS["h200"].weight(name) == fn.gpu_weight > 0

@@ -13,7 +13,7 @@ import pytest
 import fusec.compiler.emit as emit_pkg
 from fusec.compiler.emit.gemm import Grid, Tile
 from fusec.compiler.emit.mma import FlatTile, Fragments, mma_helpers
-from fusec.compiler.emit.template_values import affine, dims_of_map, is_identity, load, pure_dim
+from fusec.compiler.emit.template_values import affine, dims_of_map, is_identity, load_element, pure_dim
 from fusec.compiler.mlir import ir
 
 
@@ -45,7 +45,7 @@ def test_affine_index_text_evaluates_as_the_map():
 def test_an_element_is_loaded_in_its_compute_type(storage, compute, want):
     view = SimpleNamespace(at=lambda idx: f"x[{', '.join(idx)}]",
                            array=SimpleNamespace(storage=storage, elem=SimpleNamespace(compute=compute)))
-    assert load(view, ["i", "j"]) == want
+    assert load_element(view, ["i", "j"]) == want
 
 
 def test_staging_tiles_address_the_same_element():

@@ -54,7 +54,7 @@ def runs(inputs, tmp_path_factory):
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed), fast_simulator():
             status = main([EDGE, "--target", target, "--inputs", inputs, "--save", saved])
-        out[target] = status, printed.getvalue(), npz.load(saved)
+        out[target] = status, printed.getvalue(), npz.load_npz(saved)
     return out
 
 

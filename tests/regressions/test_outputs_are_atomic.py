@@ -31,7 +31,7 @@ def test_an_interrupted_save_leaves_the_previous_file_whole(tmp_path):
     assert r.returncode == 1
     assert f"fusec: error: --save: cannot write {out}: File too large" in r.stderr
     assert out.read_bytes() == before                       # untouched, and still loads
-    assert npz.load(str(out))["softmax_rows"]["in"]["x"].shape == (300, 300)
+    assert npz.load_npz(str(out))["softmax_rows"]["in"]["x"].shape == (300, 300)
     assert sorted(os.listdir(tmp_path)) == ["out.npz"]      # no temporary file left
 
 
@@ -45,7 +45,7 @@ def test_a_numerics_failure_is_recorded_in_the_saved_file_and_the_report(tmp_pat
     rc = main([SOFTMAX, "--target", "mlir-jit", "--bind", "M=2,N=3", "--save", str(saved), "--report", str(report)])
     assert rc == 3
     assert "fusec: numerics failure: chain softmax_rows output 0" in capsys.readouterr().err
-    data = npz.load(str(saved))
+    data = npz.load_npz(str(saved))
     assert "max abs err" in data["softmax_rows"]["failed"]["0"]
     assert "0" in data["softmax_rows"]["out"] and data["softmax_temperature"]["failed"].keys() == {"0"}
     r = json.loads(report.read_text())
@@ -92,7 +92,7 @@ def test_a_numerics_failure_on_a_compiled_target_is_recorded_too(tmp_path, capsy
                "--report", str(report)])
     assert rc == 3
     assert "fusec: numerics failure: chain softmax_rows output 0 (f32[2, 3])" in capsys.readouterr().err
-    data = npz.load(str(saved))["softmax_rows"]
+    data = npz.load_npz(str(saved))["softmax_rows"]
     assert data["failed"].keys() == {"0"} and data["out"]["0"].shape == (2, 3)
     r = json.loads(report.read_text())
     assert r["status"] == "numerics mismatch" and r["exit_status"] == 3

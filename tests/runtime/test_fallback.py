@@ -67,7 +67,7 @@ def test_a_wrong_fused_kernel_is_replaced_and_the_run_goes_on(wrong_when_fused, 
     chain = data["chains"][0]
     assert chain["fallback"]["kernels"] == fb["kernels"] and all(n["ok"] for n in chain["numerics"])
     assert chain["plan"]["kernels"] == 4                 # the replaced kernel's ops, one kernel each
-    entry = npz.load(str(saved))["softmax_rows"]
+    entry = npz.load_npz(str(saved))["softmax_rows"]
     x = entry["in"]["x"]
     np.testing.assert_allclose(entry["out"]["0"], reference.run_chain(_softmax_rows(), [x], {"M": 4, "N": 8})[0],
                                rtol=1e-5, atol=1e-6)

@@ -2,9 +2,10 @@
 linalg.generic's maps and iterators, a tensor.empty like a value (run-time extents read with
 tensor.dim), the reassociation that splits one dim in two, and `rebuild`, which moves an op's body
 into a generic with new operands and keeps its attributes."""
+from fusec.compiler.lowering.builder import elem_of
 from fusec.compiler.mlir import ir, parse_module, print_ir
-from fusec.compiler.transforms.generic import (elem_of, empty_like, is_dim, iterator_attr, iterators, map_attr, maps,
-                                               rebuild, shape_of, split_groups)
+from fusec.compiler.transforms.generic import (empty_like, is_dim, iterator_attr, iterators, map_attr, maps, rebuild,
+                                               split_groups, type_shape)
 
 ROW_SUM = """
 #in = affine_map<(d0, d1) -> (d0, d1)>
@@ -34,7 +35,7 @@ def test_reading_a_generic():
         assert [str(a) for a in maps(g)] == ["(d0, d1) -> (d0, d1)", "(d0, d1) -> (d0)"]
         assert is_dim(maps(g)[0].results[1], 1) and not is_dim(maps(g)[0].results[1], 0)
         x = g.operands[0]
-        assert shape_of(x)[1] == 6 and ir.ShapedType(x.type).is_dynamic_dim(0)
+        assert type_shape(x)[1] == 6 and ir.ShapedType(x.type).is_dynamic_dim(0)
         assert str(elem_of(x)) == "f32"
 
 
