@@ -440,7 +440,7 @@ class ChainBuild:
 def build_chain(chain: TypedChain, binding: dict[str, int], options: CompileOptions,
                 timer: Timer | None = None, progress: Progress | None = None, unfused: bool = True) -> ChainBuild:
     """Compile one chain: the build that runs and (options.baseline, fusing, `unfused`) the unfused
-    one (a Program makes it apart, when first asked for: fusec/program.py CompiledChain.unfused).
+    one (a Program makes it apart, when first asked for: fusec/compiled.py CompiledChain.unfused).
     With options.autotune, `timer` times candidate builds on the target (compiler/plan/autotune.py).
     `progress`: told what is being done ("fused: tiled", "autotune: candidate 3", ...)."""
     def told(prefix: str) -> Progress | None:
