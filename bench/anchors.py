@@ -56,7 +56,7 @@ def _timed_first(fn: Callable[[], object]) -> tuple[object, float]:
 def fusec_impls(w: Workload, binding: dict, inputs: list[np.ndarray], target: str) -> list[Impl]:
     """fusec's fused and unfused builds of the workload's chain (one compile gives both)."""
     import fusec
-    from fusec.program import load_chain
+    from fusec.artifacts import load_chain
     from fusec.runtime import artifact as art
 
     t0 = time.perf_counter()

@@ -40,7 +40,8 @@ def prepare(out: Path, only: list[str] | None = None, size: str = "full") -> Non
 
     import fusec
     from fusec.compiler.pipeline import build_chain
-    from fusec.program import compile_options, write_artifact
+    from fusec.artifacts import write_artifact
+    from fusec.target_options import compile_options
     from fusec.runtime.targets import Target
 
     from .workloads import WORKLOADS
@@ -82,7 +83,8 @@ def _prepare_dynamic(out: Path, w, chain, binding: dict, text: str) -> dict:
     from fusec.compiler.dynamic import planning_binding
     from fusec.compiler.pipeline import build_chain
     from fusec.dsl.diagnostics import FdslError
-    from fusec.program import compile_options, write_artifact
+    from fusec.artifacts import write_artifact
+    from fusec.target_options import compile_options
     from fusec.runtime.targets import Target
 
     from .workloads import DYNAMIC_SYMBOL
@@ -264,7 +266,7 @@ def run(directory: Path, out: Path, only: list[str] | None = None, target_name: 
 def _load(directory: Path, chain_name: str, target):
     """A chain's builds from its artifact with fusec's runtime only, and the seconds that took."""
     import fusec
-    from fusec.program import load_chain
+    from fusec.artifacts import load_chain
     from fusec.runtime import artifact as art
     a = art.load(directory)
     chain = next(c for c in fusec.check(a.source()).chains if c.name == chain_name)
@@ -281,7 +283,7 @@ def start(directory: Path, chain_name: str, target_name: str) -> dict:
     simulator caches nothing: both 0)."""
     _ensure_fusec()
     import fusec
-    from fusec.program import load_chain
+    from fusec.artifacts import load_chain
     from fusec.runtime import artifact as art
     from fusec.runtime.reference import random_inputs
     from fusec.runtime.targets import select

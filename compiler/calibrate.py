@@ -27,8 +27,8 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from fusec.dsl.checker import check
-from fusec.dsl.parser import parse
+from fusec.dsl.checker import check_module
+from fusec.dsl.parser import parse_text
 
 from . import mathfns
 from .emit.module import CPU_FASTMATH
@@ -233,7 +233,7 @@ def emitted_chain(src: str, binding: dict[str, int], vector_bits: int = 0):
     """(host function, inputs) of an FDSL chain compiled for the cpu target, planned for the
     fixed CALIBRATION profile (its loops vectorized `vector_bits` wide; 0: LLVM's default);
     inputs are seeded uniform [0, 1) f32 arrays."""
-    chain = check(parse(src, "<calibrate>")).chains[0]
+    chain = check_module(parse_text(src, "<calibrate>")).chains[0]
     hw = replace(CALIBRATION, vector_bits=vector_bits)
     st = compile_typed(chain, binding, options=CompileOptions(target="cpu", hardware=hw))
     mod = types.ModuleType(f"fusec_calibrate_{chain.name}")

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from fusec.dsl import ast as A
-from fusec.dsl.checker import check
+from fusec.dsl.ast_format import format_ast
+from fusec.dsl.checker import check_module
 from fusec.dsl.diagnostics import Diagnostic, FdslError
-from fusec.dsl.parser import format_ast, parse
+from fusec.dsl.parser import parse_text
 from fusec.dsl.typed import TypedChain, TypedModule
 
 from .emit import EmittedModule, emit
@@ -84,11 +85,11 @@ class Stage:
 
 
 def _ast(job: Job, st: ChainStages) -> None:
-    st.ast = parse(job.text, job.path)
+    st.ast = parse_text(job.text, job.path)
 
 
 def _typed(job: Job, st: ChainStages) -> None:
-    st.typed = check(st.ast).chain(job.chain)
+    st.typed = check_module(st.ast).chain(job.chain)
 
 
 def _linalg(job: Job, st: ChainStages) -> None:
@@ -377,9 +378,9 @@ def run_source_stages(text: str, path: str, chains: Iterable[str], bindings: dic
     texts are kept."""
     bindings = bindings or {}
     t0 = time.perf_counter()
-    module = parse(text, path)
+    module = parse_text(text, path)
     t1 = time.perf_counter()
-    typed = check(module)
+    typed = check_module(module)
     done = {"ast": t1 - t0, "typed": time.perf_counter() - t1}
     by_name = {c.name: c for c in typed.chains}
     per_chain = []
@@ -439,7 +440,7 @@ class ChainBuild:
 def build_chain(chain: TypedChain, binding: dict[str, int], options: CompileOptions,
                 timer: Timer | None = None, progress: StageProgress | None = None, unfused: bool = True) -> ChainBuild:
     """Compile one chain: the build that runs and (options.baseline, fusing, `unfused`) the unfused
-    one (a Program makes it apart, when first asked for: fusec/program.py CompiledChain.unfused).
+    one (a Program makes it apart, when first asked for: fusec/compiled.py CompiledChain.unfused).
     With options.autotune, `timer` times candidate builds on the target (compiler/plan/autotune.py).
     `progress`: told what is being done ("fused: tiled", "autotune: candidate 3", ...)."""
     def told(prefix: str) -> StageProgress | None:

@@ -28,7 +28,7 @@ from .types import BOOL, DTYPES, DType, TensorType
 _NOT_CALLABLE = {"slice": "; a slice is written as a subscript: x[a:b], x[::2], x[..., 0]"}
 
 
-def check(module: A.Module) -> TypedModule:
+def check_module(module: A.Module) -> TypedModule:
     """Type-check every chain of a parsed module; raise FdslError listing every error found."""
     with recursion_room():          # the walks below recurse once per level of an expression
         return _check(module)

@@ -1,4 +1,6 @@
-"""The library front door: load and check FDSL, bind symbols, run the reference."""
+"""The library front door: read FDSL (a path or source text), parse and check it, run the
+NumPy reference of a typed chain, read a `--bind` list. `parse_text` (source text and the path
+its diagnostics name) is dsl.parser's, re-exported."""
 from __future__ import annotations
 
 import os
@@ -7,9 +9,9 @@ import re
 import numpy as np
 
 from fusec.dsl import ast as A
-from fusec.dsl.checker import check as _check
-from fusec.dsl.parser import parse as _parse
+from fusec.dsl.checker import check_module
 from fusec.dsl.encoding import decode
+from fusec.dsl.parser import parse_text
 from fusec.dsl.typed import TypedChain, TypedModule
 from fusec.runtime import reference as _ref
 
@@ -39,18 +41,13 @@ def read_source(path_or_source: str) -> tuple[str, str]:
 def parse(path_or_source: str) -> A.Module:
     """Parse FDSL (a file path or source text) into an AST; raises FdslError on syntax errors."""
     text, path = read_source(path_or_source)
-    return _parse(text, path)
-
-
-def parse_text(text: str, path: str) -> A.Module:
-    """Parse FDSL source `text`, read from `path` (diagnostics name it)."""
-    return _parse(text, path)
+    return parse_text(text, path)
 
 
 def check(module_or_source: A.Module | str) -> TypedModule:
     """Type-check a parsed module (or a path / source text) into typed chains; raises FdslError."""
     module = module_or_source if isinstance(module_or_source, A.Module) else parse(module_or_source)
-    return _check(module)
+    return check_module(module)
 
 
 def reference(chain: TypedChain, inputs: list[np.ndarray], binding: dict[str, int] | None = None,

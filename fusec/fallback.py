@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 
 from fusec.compiler.errors import CompilerInternalError
 
-from .program import CompiledChain, Program
+from .compiled import CompiledChain
+from .program import Program
 
 
 @dataclass

@@ -15,7 +15,7 @@ from fusec.runtime.compare import Comparison, compare, compare_to_truth
 from fusec.runtime.executable import Timing, unreliable
 from fusec.runtime.memory import format_bytes
 
-from .program import CompiledChain
+from .compiled import CompiledChain
 
 
 @dataclass

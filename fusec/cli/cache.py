@@ -1,4 +1,4 @@
-"""`fusec cache list|info|clear`: show or empty the compile cache (fusec/program.py names its
+"""`fusec cache list|info|clear`: show or empty the compile cache (fusec/build_cache.py names its
 directory; runtime/cache.py keeps it). Exit 0.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fusec.program import compile_cache_dir
+    from fusec.build_cache import compile_cache_dir
     from fusec.runtime.cache import CompileCache, age
     from fusec.runtime.memory import format_bytes
     cache = CompileCache(compile_cache_dir())

@@ -36,7 +36,8 @@ def parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from fusec.compiler.pipeline import build_chain
-    from fusec.program import check_supported, compile_options, write_artifact
+    from fusec.artifacts import write_artifact
+    from fusec.target_options import check_supported, compile_options
     text, path = api.read_file(args.file)
     typed = api.check(api.parse_text(text, path))
     chains = select_chains(typed, args.chain)

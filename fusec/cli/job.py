@@ -148,9 +148,9 @@ def _run_compiled(args, program, plans, seed: int) -> int:
 def _report_without_running(args, plans) -> int:
     """--kernel-report on cuda without a GPU: compile each chain and report its kernels."""
     from fusec.compiler.pipeline import build_chain
-    from fusec.program import compile_options
+    from fusec.target_options import compile_options
     from ..report import UnrunReport
-    from fusec.program import check_supported
+    from fusec.target_options import check_supported
     options = compile_options(Target("cuda"), user_options(args, baseline=False))
     reports = []
     progress = progress_for(args)
@@ -170,13 +170,13 @@ def _report_without_running(args, plans) -> int:
 def _stage_texts(text: str, path: str, plans, args, target: Target) -> dict[str, str]:
     """--emit / --dump-dir: the stages' texts for the selected chains, compiled for `target`."""
     from fusec.compiler.pipeline import STAGE_NAMES, run_source_stages
-    from fusec.program import compile_options
+    from fusec.target_options import compile_options
     planned = args.emit is None or STAGE_NAMES.index(args.emit) >= STAGE_NAMES.index("plan")
     if planned and not target.compiled:
         raise UsageError(f"--emit {args.emit or 'all stages'} needs a compiled target (cuda, cuda-sim, cpu), "
                          f"not {target.name}")
     if args.emit is None or args.emit == "kernels":        # the Numba emitter: what it cannot write
-        from fusec.program import check_supported
+        from fusec.target_options import check_supported
         for chain, _, _ in plans:
             check_supported(chain, target)
     options = compile_options(target, user_options(args), plans=planned)

@@ -32,8 +32,8 @@ def user_options(args, baseline: bool = True) -> dict:
 
 
 def make_program(text: str, path: str, target: str | None, args, baseline: bool = True):
-    from fusec.program import compile_source
-    program = compile_source(text, path, target, user_options(args, baseline),
+    from fusec.program import compile_text
+    program = compile_text(text, path, target, user_options(args, baseline),
                              max_memory=getattr(args, "max_memory", None),
                              cache=False if getattr(args, "no_cache", False) else None)
     program.progress = progress_for(args)

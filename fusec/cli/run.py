@@ -37,7 +37,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fusec.program import artifact_kernel_report, load_chain
+    from fusec.artifacts import artifact_kernel_report, load_chain
     from fusec.runtime import artifact as art
     from fusec.runtime.targets import select
     from ..report import run_and_check
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _report_artifact_without_running(args, a, typed: TypedModule) -> int:
     """fusec run DIR --kernel-report on cuda without a GPU: report each chain's kernels."""
-    from fusec.program import artifact_kernel_report
+    from fusec.artifacts import artifact_kernel_report
     from ..report import UnrunReport
     build = "fused" if a.options.get("fuse", True) else "unfused"
     reports = []

@@ -25,7 +25,7 @@ def _source(path):
 
 
 def _typed(path):
-    return checker.check(parser.parse(*_source(path)))
+    return checker.check_module(parser.parse_text(*_source(path)))
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[os.path.basename(p) for p in EXAMPLES])

@@ -406,7 +406,7 @@ from fdsl_doc import doc_programs as _doc_programs
 from fdsl_doc import doc_text as _doc_text
 from fusec.dsl import ast as A
 from fusec.dsl.ops import OPS, REQUIRED
-from fusec.dsl.parser import parse
+from fusec.dsl.parser import parse_text
 
 
 def test_every_program_in_fdsl_md_checks():
@@ -436,7 +436,7 @@ def test_fdsl_md_documents_errors_with_notes():
 @pytest.mark.parametrize("src,expected,path", _DOC_ERRORS, ids=[p for _, _, p in _DOC_ERRORS])
 def test_every_error_in_fdsl_md_is_what_fusec_prints(src, expected, path):
     with pytest.raises(FdslError) as info:
-        fusec.check(parse(src, path))
+        fusec.check(parse_text(src, path))
     assert info.value.render() == expected
 
 
@@ -492,7 +492,7 @@ def _literal(e: A.Expr):
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_fdsl_md_signature_matches_the_op_table(name):
     (sig,) = [sig for n, sig, _ in _op_rows() if n == name]
-    (call,) = parse(f"chain t() -> f32 {{\n    return {sig}\n}}\n").chains[0].body[0].values
+    (call,) = parse_text(f"chain t() -> f32 {{\n    return {sig}\n}}\n").chains[0].body[0].values
     op = OPS[name]
     if name == "slice":                 # written `x[items]`: a subscript of the op's tensor argument
         assert isinstance(call, A.Subscript) and [a.name for a in op.args] == [call.value.id, "items"]

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from fdsl_doc import doc_programs
 from fusec.dsl import ast
 from fusec.dsl.diagnostics import FdslError
-from fusec.dsl.parser import format_ast, format_expr, parse
+from fusec.dsl.ast_format import format_ast, format_expr
+from fusec.dsl.parser import parse_text
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -39,7 +40,7 @@ def test_fdsl_md_holds_the_contract_programs():
 def test_every_program_in_fdsl_md_parses(src, expected, path):
     """Every program parses, except a documented syntax error, which fails exactly as documented."""
     try:
-        module = parse(src, path)
+        module = parse_text(src, path)
     except FdslError as e:
         assert expected is not None, f"an undocumented syntax error:\n{e.render()}"
         assert e.render() == expected
@@ -106,18 +107,18 @@ chain ops(x: f32[M, N], y: f32[M, N], s: f32, n: i32[4], bf: bf16[M, N], h: f16[
 @pytest.mark.parametrize("src", [MLP, MLP_PIPED, BAD_TYPES, EVERYTHING],
                          ids=["mlp", "mlp_piped", "bad_types", "everything"])
 def test_documented_programs_parse(src):
-    module = parse(src, "doc.fdsl")
+    module = parse_text(src, "doc.fdsl")
     assert module.chains
     assert format_ast(module)  # the printer handles every node kind
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.fdsl")), ids=lambda p: p.name)
 def test_examples_parse(path):
-    assert parse(path.read_text(), str(path)).chains
+    assert parse_text(path.read_text(), str(path)).chains
 
 
 def test_mlp_ast():
-    module = parse(MLP)
+    module = parse_text(MLP)
     (mlp,) = module.items
     assert mlp.name == "mlp"
     assert [p.name for p in mlp.params] == ["x", "w1", "b1", "w2", "b2"]
@@ -132,7 +133,7 @@ def test_mlp_ast():
 
 
 def test_pipeline_desugars_to_calls():
-    ret = parse(MLP_PIPED).chains[0].body[0]
+    ret = parse_text(MLP_PIPED).chains[0].body[0]
     (gelu,) = ret.values
     assert isinstance(gelu, ast.Call) and gelu.piped and gelu.func == "gelu"
     (add,) = gelu.args
@@ -144,7 +145,7 @@ def test_pipeline_desugars_to_calls():
 
 
 def test_format_ast():
-    text = format_ast(parse("const eps = 1e-5\n" + MLP))
+    text = format_ast(parse_text("const eps = 1e-5\n" + MLP))
     lines = text.splitlines()
     assert lines[0] == "(const eps 1e-05)"
     assert lines[1] == ""
@@ -153,12 +154,12 @@ def test_format_ast():
     assert "  (returns f32[M,768])" in lines
     assert "    (assign h (call gelu (+ (@ x w1) b1)))" in lines
     assert lines[-1] == "    (return (+ (+ (@ h w2) b2) x))))"
-    assert format_ast(parse("const eps = 1e-5\n" + MLP)) == text  # deterministic
+    assert format_ast(parse_text("const eps = 1e-5\n" + MLP)) == text  # deterministic
     assert "0x" not in text
 
 
 def test_format_multi_return_and_literals():
-    text = format_ast(parse(
+    text = format_ast(parse_text(
         'chain f(x: f32[N], s: f32) -> (f32[N], f32) {\n'
         '    y = gelu(x, approximate="none") |> cast(f16)\n'
         '    return y, sum(x, axis=[0], keepdims=false)\n}'))
@@ -170,7 +171,7 @@ def test_format_multi_return_and_literals():
 # ---- precedence ---------------------------------------------------------------------------
 
 def expr(src: str) -> ast.Expr:
-    return parse(f"const c = {src}").items[0].value
+    return parse_text(f"const c = {src}").items[0].value
 
 
 @pytest.mark.parametrize("src, shape", [
@@ -239,13 +240,13 @@ def test_subscript_nodes():
 
 
 def test_split_binds_several_names():
-    (c,) = parse("chain f(x: f32[4]) -> f32[2] {\n    a, b = split(x, [2, 2])\n    return a\n}\n").chains
+    (c,) = parse_text("chain f(x: f32[4]) -> f32[2] {\n    a, b = split(x, [2, 2])\n    return a\n}\n").chains
     multi, _ = c.body
     assert isinstance(multi, ast.MultiAssign) and multi.names == ("a", "b")
     assert [where(s) for s in multi.name_spans] == [(2, 5, 2, 6), (2, 8, 2, 9)]
     assert where(multi.span) == (2, 5, 2, 28)
     assert format_expr(multi.value) == "(call split x [2 2])"
-    text = format_ast(parse("chain f(x: f32[4]) -> f32[2] {\n    a, b = x |> split([2, 2])\n    return a\n}\n"))
+    text = format_ast(parse_text("chain f(x: f32[4]) -> f32[2] {\n    a, b = x |> split([2, 2])\n    return a\n}\n"))
     assert "    (assign (a b) (call split |> x [2 2]))" in text.splitlines()
 
 
@@ -288,7 +289,7 @@ def test_keywords_and_names():
 # ---- layout: newlines, semicolons, comments ------------------------------------------------
 
 def test_types():
-    (chain,) = parse("chain f(s: f32, x: bf16[M, 4, seq], b: bool[1]) -> (f32[M],) {\n return s\n}").chains
+    (chain,) = parse_text("chain f(s: f32, x: bf16[M, 4, seq], b: bool[1]) -> (f32[M],) {\n return s\n}").chains
     s, x, b = (p.type for p in chain.params)
     assert s.dims is None and s.dtype == "f32"
     assert x.dtype == "bf16" and [d.value for d in x.dims] == ["M", 4, "seq"]
@@ -324,7 +325,7 @@ def test_layout_is_free_where_documented():
     chain g() -> (f32[4],
                   f32) { return a; }
     # trailing comment"""
-    module = parse(textwrap.dedent(src))
+    module = parse_text(textwrap.dedent(src))
     const_a, const_b, f, g = module.items
     assert isinstance(const_a, ast.ConstDecl) and const_b.name == "b"
     assert [type(s).__name__ for s in f.body] == ["Assign", "Assign", "Assign", "Return"]
@@ -333,14 +334,14 @@ def test_layout_is_free_where_documented():
 
 
 def test_crlf_and_empty_inputs():
-    assert parse("").items == ()
-    assert parse("\n\n# nothing\n;\n").items == ()
-    module = parse("chain f(x: f32) -> f32 {\r\n    return x\r\n}\r\n")
+    assert parse_text("").items == ()
+    assert parse_text("\n\n# nothing\n;\n").items == ()
+    module = parse_text("chain f(x: f32) -> f32 {\r\n    return x\r\n}\r\n")
     assert module.chains[0].body[0].span.line == 2
 
 
 def test_const_in_body_and_multi_return():
-    (chain,) = parse("chain f(x: f32[N]) -> (f32[N], f32[N]) {\n const h = 0.5\n return x * h, x\n}").chains
+    (chain,) = parse_text("chain f(x: f32[N]) -> (f32[N], f32[N]) {\n const h = 0.5\n return x * h, x\n}").chains
     const, ret = chain.body
     assert isinstance(const, ast.ConstDecl) and const.name == "h" and const.value.value == 0.5
     assert len(ret.values) == 2
@@ -353,7 +354,7 @@ def where(span) -> tuple[int, int, int, int]:
 
 
 def test_spans():
-    (mlp,) = parse(MLP, "mlp.fdsl").chains
+    (mlp,) = parse_text(MLP, "mlp.fdsl").chains
     assert where(mlp.span) == (2, 1, 3, 44)          # `chain` .. the `)` of the params
     assert where(mlp.name_span) == (2, 7, 2, 10)
     x = mlp.params[0]
@@ -387,7 +388,7 @@ def span_text(src: str, span) -> str:
 
 def test_more_spans():
     src = "const c = -x ** 2\nconst d = softmax((a), axis=-1) |> f(k=1)\n"
-    c, d = parse(src).items
+    c, d = parse_text(src).items
     assert where(c.span) == (1, 1, 1, 18) and where(c.name_span) == (1, 7, 1, 8)
     neg = c.value
     assert isinstance(neg, ast.Unary) and where(neg.op_span) == (1, 11, 1, 12)
@@ -402,12 +403,12 @@ def test_more_spans():
     assert span_text(src, inner.kwargs[0].span) == "axis=-1"
     assert span_text(src, pipe.kwargs[0].value.span) == "1"
     lst = "const e = [1, 2]"
-    assert span_text(lst, parse(lst).items[0].value.span) == "[1, 2]"
+    assert span_text(lst, parse_text(lst).items[0].value.span) == "[1, 2]"
 
 
 def test_subscript_spans():
     src = "const e = -f(a)[1:n:2, ...,  k][-1] ** 2"
-    neg = parse(src).items[0].value
+    neg = parse_text(src).items[0].value
     outer = neg.operand.lhs
     assert span_text(src, outer.span) == "f(a)[1:n:2, ...,  k][-1]"
     inner = outer.value
@@ -417,7 +418,7 @@ def test_subscript_spans():
     assert [span_text(src, p.span) for p in (sl.start, sl.stop, sl.step)] == ["1", "n", "2"]
     assert span_text(src, outer.items[0].span) == "-1"
     only = "const e = x[:, ::]"
-    assert [span_text(only, i.span) for i in parse(only).items[0].value.items] == [":", "::"]
+    assert [span_text(only, i.span) for i in parse_text(only).items[0].value.items] == [":", "::"]
 
 
 # ---- syntax errors -----------------------------------------------------------------------
@@ -521,7 +522,7 @@ BAD = [
 @pytest.mark.parametrize("src, line, col, message", BAD, ids=[f"{i}:{b[3][:40]}" for i, b in enumerate(BAD)])
 def test_syntax_errors(src, line, col, message):
     with pytest.raises(FdslError) as info:
-        parse(src, "bad.fdsl")
+        parse_text(src, "bad.fdsl")
     first = info.value.diagnostics[0]
     assert (first.span.line, first.span.col, first.message) == (line, col, message)
     assert first.span.file.path == "bad.fdsl"
@@ -537,7 +538,7 @@ def test_syntax_errors(src, line, col, message):
 def test_errors_from_the_ast_are_collected():
     src = "chain f(x: f99[4], y: f32[2.5]) -> f32 {\n    return softmax(k=1, x)\n}\n"
     with pytest.raises(FdslError) as info:
-        parse(src)
+        parse_text(src)
     got = [(d.span.line, d.span.col, d.message) for d in info.value.diagnostics]
     assert got == [
         (1, 12, "unknown dtype 'f99'"),
@@ -548,7 +549,7 @@ def test_errors_from_the_ast_are_collected():
 
 def test_positional_after_keyword_points_at_the_keyword():
     with pytest.raises(FdslError) as info:
-        parse(HEAD + "    return softmax(axis=-1, x)\n}\n")
+        parse_text(HEAD + "    return softmax(axis=-1, x)\n}\n")
     (note,) = info.value.diagnostics[0].notes
     assert (note.span.line, note.span.col, note.span.end_col) == (2, 20, 27)
 
@@ -560,7 +561,7 @@ CORPUS = [MLP, MLP_PIPED, EVERYTHING] + [src for src, *_ in BAD]
 
 def parses_or_fdsl_error(text: str) -> None:
     try:
-        module = parse(text)
+        module = parse_text(text)
     except FdslError as e:
         assert e.diagnostics and all(d.span is not None for d in e.diagnostics)
         e.render()
@@ -598,9 +599,9 @@ def test_arbitrary_text(text):
 def test_subscripts_count_toward_the_nesting_limit_and_their_items_do_not():
     from fusec.dsl.limits import MAX_NESTING
     ok = "chain f(x: f32[4]) -> f32[4] {\n    return x" + "[0:4, ...]" * (MAX_NESTING - 10) + "\n}\n"
-    assert format_ast(parse(ok)).count("(index") == MAX_NESTING - 10
+    assert format_ast(parse_text(ok)).count("(index") == MAX_NESTING - 10
     deep = "chain f(x: f32[4]) -> f32[4] {\n    return x" + "[:]" * (MAX_NESTING + 10) + "\n}\n"
     with pytest.raises(FdslError) as info:
-        parse(deep)
+        parse_text(deep)
     d = info.value.diagnostics[0]
     assert d.span.line == 2 and d.message.startswith(f"this expression is nested more than {MAX_NESTING} levels deep")

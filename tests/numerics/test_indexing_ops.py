@@ -27,7 +27,8 @@ import pytest
 
 import fusec
 from fusec.dsl.typed import TypedModule
-from fusec.program import Program, compile_options
+from fusec.program import Program
+from fusec.target_options import compile_options
 from fusec.runtime import reference
 from fusec.runtime.compare import compare
 from fusec.runtime.targets import select

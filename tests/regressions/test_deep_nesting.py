@@ -7,7 +7,8 @@ import pytest
 import fusec
 from fusec.cli import main
 from fusec.dsl.limits import MAX_NESTING
-from fusec.dsl.parser import format_ast, parse
+from fusec.dsl.ast_format import format_ast
+from fusec.dsl.parser import parse_text
 
 
 def chain(expr: str) -> str:
@@ -28,7 +29,7 @@ def test_deep_programs_run_on_the_reference(tmp_path, capsys, expr, value):
     np.testing.assert_allclose(prog.f(np.ones(4, np.float32)), np.full(4, value, np.float32))
     assert main([str(path), "--target", "reference", "--emit", "ast"]) == 0
     assert capsys.readouterr().out.startswith("(chain f")
-    assert format_ast(parse(chain(expr)))
+    assert format_ast(parse_text(chain(expr)))
 
 
 def test_deeper_than_the_limit_is_a_user_error_at_the_place(tmp_path, capsys):

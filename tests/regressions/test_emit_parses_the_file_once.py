@@ -25,8 +25,8 @@ def counted(monkeypatch):
             calls[name] += 1
             return fn(*a, **k)
         return wrapper
-    monkeypatch.setattr(pipeline, "parse", counting("parse", pipeline.parse))
-    monkeypatch.setattr(pipeline, "check", counting("check", pipeline.check))
+    monkeypatch.setattr(pipeline, "parse_text", counting("parse", pipeline.parse_text))
+    monkeypatch.setattr(pipeline, "check_module", counting("check", pipeline.check_module))
     return calls
 
 

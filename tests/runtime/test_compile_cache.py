@@ -1,4 +1,4 @@
-"""The persistent compile cache (runtime/cache.py, wired in fusec/program.py): a second process
+"""The persistent compile cache (runtime/cache.py, keyed in fusec/build_cache.py): a second process
 loads the first's build without MLIR and without Numba compiling; a damaged entry is said in
 one line and built again; concurrent processes share one entry; LRU eviction under a cap;
 `fusec cache list|info|clear`; nothing left in the system temp directory. Every test uses a

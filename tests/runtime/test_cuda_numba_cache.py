@@ -17,7 +17,7 @@ import pytest
 
 import fusec
 from fusec.cli import main
-from fusec.program import load_chain
+from fusec.artifacts import load_chain
 from fusec.runtime import artifact as art
 from fusec.runtime.targets import select
 

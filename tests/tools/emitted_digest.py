@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from fusec.compiler.options import CompileOptions
     from fusec.compiler.pipeline import compile_source
     from fusec.compiler.plan.hardware import get, profile_from_dict
-    from fusec.dsl.parser import parse
+    from fusec.dsl.parser import parse_text
 
     cpu = profile_from_dict(json.loads((ROOT / "tests" / "data" / "cpu-profile.json").read_text()))
     profiles = {"cpu": cpu, "gpu": get("h200")}
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for f in _files(args.keep):
         text = f.read_text()
-        ast = parse(text, str(f))
+        ast = parse_text(text, str(f))
         for chain in [c.name for c in ast.chains]:
             symbols = sorted(set(re.findall(r"\b[A-Z][A-Za-z0-9_]*\b", _signature(text, chain))))
             for size in BINDINGS:
