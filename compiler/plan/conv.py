@@ -48,7 +48,7 @@ WINOGRAD = {"winograd": 2, "winograd4": 4}     # outputs per tile side
 FLOATS = ("f32", "f64")
 
 CALL_S = 0.5e-6            # one ?gemm call's fixed cost (dispatch, packing set-up)
-GEMM_SIDES = (2, 32, 16)   # GEMM efficiency m/(m+2) * n/(n+32) * k/(k+16): small sides idle the kernel
+GEMM_EFFICIENCY = (2, 32, 16)   # GEMM efficiency m/(m+2) * n/(n+32) * k/(k+16): small sides idle the kernel
 COPY_SLOWDOWN = 2.5        # im2col's gather: this many times one core's share of the LLC bandwidth
 WINOGRAD_SLOWDOWN = 2.0    # Winograd's input and output transforms: likewise, per value moved
 WINOGRAD4_ARITHMETIC = 1.5  # F(4x4, 3x3)'s transforms: more arithmetic per value moved than F(2x2, 3x3)'s
@@ -139,7 +139,7 @@ def winograd_rows(s: ConvShape, m: int) -> int:
 
 
 def _efficiency(m: int, n: int, k: int) -> float:
-    a, b, c = GEMM_SIDES
+    a, b, c = GEMM_EFFICIENCY
     return m / (m + a) * n / (n + b) * k / (k + c)
 
 

@@ -28,7 +28,7 @@ from .attention import THREADS_X, THREADS_Y, attention_kernel, attention_registe
 from .gemm import MMA_K, gemm_kernel, gemm_registers, gemm_shape, mma_kind
 from .rows import RowKernel, row_kernel
 from .conv import choose as choose_conv
-from .hardware import HardwareProfile
+from .hardware import WARP, HardwareProfile
 from .templates import Config, ElementwiseConfig, template
 
 CHEAP = ("fill", "pad")
@@ -43,8 +43,6 @@ COALESCED = 0.9               # sector efficiency above which accesses count as 
 SMEM_RESERVED = 1024           # shared memory the driver reserves per block (sm_80 and later)
 GEMM_REG_HEADROOM = 32   # contraction kernels: registers short of the limit at which ptxas starts to spill
 COMBINE_CYCLES = 120           # a block-wide combine: warp shuffles, a shared-memory slot per warp, two barriers
-WARP = 32
-CALLS = mathfns.CALLS               # function calls: a loop holding one does not vectorise on a cpu
 
 
 @dataclass(frozen=True)
@@ -110,11 +108,11 @@ def op_flops(op: OpInfo, hw: HardwareProfile) -> float:
     counts = op.flop_counts()
     if not counts:
         return 0.0
-    calls = any(c in CALLS for c in counts)
+    calls = any(c in mathfns.CALLS for c in counts)      # a loop holding a call does not vectorise on a cpu
     per_point = 0.0
     for name, n in counts.items():
         w = hw.weight(name)
-        if name not in CALLS and name not in ("reduce", "mac") and calls and op.kind == "elementwise":
+        if name not in mathfns.CALLS and name not in ("reduce", "mac") and calls and op.kind == "elementwise":
             w = max(w, hw.weight("scalar"))        # a loop with calls does not vectorise
         per_point += n * w
     return per_point * op.points

@@ -32,7 +32,7 @@ from .analysis import ChainInfo, loop_correspondence
 
 SIDES = ("q", "p", "batch", "k")
 SMEM_LIMIT = 48 * 1024          # static shared memory per block that Numba can declare
-F32 = 4
+F32_BYTES = 4                  # bytes of an f32 element (shared-memory tiles)
 
 
 @dataclass(frozen=True)
@@ -140,14 +140,14 @@ class GemmShape:
     @property
     def shared_bytes(self) -> int:
         """The two staging tiles, f32, with their padding (`tile_pad`; at most 4 words a row)."""
-        return F32 * self.bk * (self.bq + 4 + self.bp + 4)
+        return F32_BYTES * self.bk * (self.bq + 4 + self.bp + 4)
 
     @property
     def mma_shared_bytes(self) -> int:
         """Tensor cores: one f32 array for the staging tiles (4 words of padding a row), then the
         block's output tile (one word a row) that the epilogue reads back coalesced."""
         pad = tile_pad(True)
-        return F32 * max(self.bk * (self.bq + pad + self.bp + pad), self.bq * (self.bp + 1))
+        return F32_BYTES * max(self.bk * (self.bq + pad + self.bp + pad), self.bq * (self.bp + 1))
 
     def blocks(self, extents) -> int:
         return math.prod(math.ceil(e / t) for e, t in zip(extents, self.tiles) if t)
