@@ -215,22 +215,22 @@ _COMPILER = __name__.rsplit(".", 2)[0]
 # earlier choice is 2% faster (tilechoice._prefer).
 TEMPLATES: dict[str, Template] = {t.config.name: t for t in (
     Template(AttentionConfig, "plan.tilechoice:TileChooser.attention_search", claims=True,
-             cost="plan.cost:attention_time", grid="transforms.attention_kernels:grid",
+             cost="plan.attention_time:attention_time", grid="transforms.attention_kernels:grid",
              mark="transforms.attention_kernels:mark_attention_kernels",
              emit=(BLOCK_ATTENTION, "emit.attention:block_attention"), owns=ATTENTION_MARKS),
-    Template(ScanConfig, "plan.tilechoice:TileChooser.scan_search", claims=True, cost="plan.cost:scan_time",
+    Template(ScanConfig, "plan.tilechoice:TileChooser.scan_search", claims=True, cost="plan.scan:scan_time",
              grid="transforms.to_target:scan_grid", emit=(SCAN, "emit.scan:block_scan"),
              owns=(SCAN,)),
-    Template(ElementwiseConfig, "plan.tilechoice:TileChooser.loop_search", cost="plan.cost:loop_time",
+    Template(ElementwiseConfig, "plan.tilechoice:TileChooser.loop_search", cost="plan.loops:loop_time",
              resolve="plan.conv:resolved_config"),
     Template(ContractionConfig, "plan.tilechoice:TileChooser.gemm_search", valid="plan.tilechoice:gemm_valid",
-             cost="plan.cost:gemm_time", resolve="plan.gemm:resolved_config",
+             cost="plan.gemm:gemm_time", resolve="plan.gemm:resolved_config",
              mark="transforms.gemm_kernels:mark_gemm_kernels",
              emit=(BLOCK_GEMM, "emit.gemm:block_gemm"), owns=GEMM_MARKS),
     Template(RowConfig, "plan.tilechoice:TileChooser.row_search", valid="plan.tilechoice:row_valid",
-             cost="plan.cost:row_time",
+             cost="plan.rows:row_time",
              emit=(BLOCK_REDUCE, "emit.reduce:block_reduce"), owns=(BLOCK_REDUCE,)),
-    Template(ConvConfig, cost="plan.cost:conv_time", resolve="plan.conv:resolved_config", mark="transforms.cpu_library_calls:mark_conv_algorithms"),
+    Template(ConvConfig, cost="plan.cost_cpu:conv_time", resolve="plan.conv:resolved_config", mark="transforms.cpu_library_calls:mark_conv_algorithms"),
 )}
 
 
