@@ -13,6 +13,7 @@ from .measured import Measured
 
 
 def attention_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured):
+    """The attention template's cost stage (templates.py: Template.cost)."""
     return _attention_time(info, members, tiling, hw, common, measured)
 
 

@@ -274,9 +274,8 @@ def hoisted_matmuls(info: ChainInfo, members, root: int, mapped, chunks: int, co
     chunk loop (transforms/cpu_library_calls.py: hoist_whole_contractions): those that could be
     (hoistable_matmuls), where the loop has fewer chunks than cores, so that calls per chunk
     would leave cores idle. With a chunk for every core, each chunk calls BLAS on one thread and
-    runs the rest of the kernel on its rows while they are in cache: measured 1.3-1.6x faster
-    than the whole call followed by the chunk loop, whose BLAS and Numba thread pools spin on the
-    same cores while the other works (python -m bench.blas_epilogue, each form in its own process)."""
+    runs the rest of the kernel on its rows while they are in cache (docs/ARCHITECTURE.md: a
+    product's epilogue runs on its chunk; bench/blas_epilogue.py compares the two forms)."""
     return hoistable_matmuls(info, members, root, mapped) if chunks < cores else []
 
 

@@ -1,6 +1,8 @@
-"""The cpu time model: every template's kernel on a cpu (a prange over chunks of the mapped
-loops, contractions as BLAS calls, a conv as its chosen algorithm: plan/conv.py), from the
-numbers cost.kernel_cost gathers. docs/ARCHITECTURE.md: the cpu kernels.
+"""The cpu time model of loop-nest kernels (the elementwise, row, contraction and conv templates
+on a cpu): a prange over chunks of the mapped loops, contractions as BLAS calls, a conv as its
+chosen algorithm (plan/conv.py), from the numbers cost.kernel_cost gathers. The attention and
+scan templates price their cpu kernels in their own modules, with `cpu_bandwidth`.
+docs/ARCHITECTURE.md: the cpu kernels.
 """
 from __future__ import annotations
 
@@ -13,10 +15,13 @@ from .hardware import HardwareProfile
 
 
 def conv_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured):
+    """The conv template's cost stage: the cpu model with the config's algorithm (plan/conv.py)."""
     return cpu_time(info, members, root, tiling, hw, common, footprint, reads, tiling.config.algorithm)
 
 
 def cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, footprint, reads, algorithm: str = ""):
+    """A loop-nest kernel on a cpu: chunks in rounds over the cores, BLAS calls per chunk or
+    hoisted, a conv at its algorithm's price, spills past a core's cache (`algorithm`: a conv's)."""
     r = info.op(root)
     cores = hw.units
     chunks = cpu_chunks(info, root, tiling.block, tiling.mapped)

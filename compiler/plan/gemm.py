@@ -279,6 +279,7 @@ def resolved_config(info: ChainInfo, members, root: int, t, hw, target: str):
 # ---- the time model (the registry's cost stage: templates.py) ------------------------------------
 
 def gemm_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured):
+    """The contraction template's cost stage (templates.py: Template.cost)."""
     if hw.kind == "gpu":
         return _gpu_gemm_time(info, members, root, tiling, hw, common, reads, corr, measured)
     return cpu_time(info, members, root, tiling, hw, common, footprint, reads)

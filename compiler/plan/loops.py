@@ -18,6 +18,7 @@ REG_ARRAY_ELEMS = 16           # private arrays up to this size live in register
 
 
 def loop_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured):
+    """The elementwise template's cost stage (templates.py: Template.cost)."""
     if hw.kind == "gpu":
         return _gpu_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured)
     return cpu_time(info, members, root, tiling, hw, common, footprint, reads)

@@ -253,6 +253,7 @@ def row_tiling_error(info: ChainInfo, members, root: int, t, target: str, max_th
 # ---- the time model (the registry's cost stage: templates.py) ------------------------------------
 
 def row_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured):
+    """The row template's cost stage (templates.py: Template.cost)."""
     if hw.kind == "gpu":
         return _gpu_row_time(info, members, root, tiling, hw, common, reads, corr, measured)
     return cpu_time(info, members, root, tiling, hw, common, footprint, reads)
@@ -349,12 +350,9 @@ ROW_UNROLL_LIMIT = 96     # elements per thread beyond which LLVM no longer unro
 
 def row_registers(per_thread: int, rows: int) -> int:
     """Registers per thread of a row kernel, estimated from the elements each thread handles per
-    row (`per_thread` = N/T: LLVM unrolls those loops) and whether the block holds several rows:
-    fitted to ptxas -v on this emitter's softmax, layernorm and rmsnorm kernels (N = 512-1024,
-    N/T = 1-32: 26-32 registers at N/T <= 4, 40-51 at 8, 56-96 at 16; the kernel report
-    measures the real ones). Past ROW_UNROLL_LIMIT the loops stay loops: softmax and layernorm
-    rows of 32000 at N/T = 100 and 125 take 29-38 registers, a max 17-22 at any N/T (ptxas -v,
-    sm_90; at N/T = 64-80 softmax still unrolls, to 168-252)."""
+    row (`per_thread` = N/T: LLVM unrolls those loops up to ROW_UNROLL_LIMIT) and whether the
+    block holds several rows; the kernel report measures the real ones.
+    Fitted to ptxas -v (sm_90) on this emitter's softmax, layernorm and rmsnorm kernels."""
     if per_thread > ROW_UNROLL_LIMIT:
         return 32 + (4 if rows > 1 else 0)
     return min(255, 26 + 3 * per_thread + (4 if rows > 1 else 0))

@@ -11,6 +11,7 @@ from .hardware import WARP, HardwareProfile
 
 
 def scan_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured):
+    """The scan template's cost stage (templates.py: Template.cost)."""
     return _scan_time(info, root, tiling, hw, common)
 
 

@@ -14,7 +14,8 @@ own levels, named as IREE's `lowering_config` names them where they apply:
 | conv | ConvConfig(algorithm) | cpu: the conv's algorithm (plan/conv.py) |
 
 `TEMPLATES` maps each template's name to its config type and its stages: the tile search (a
-`TileChooser` method, plan/tilechoice.py), the cost model (plan/cost.py), the launch grid when
+`TileChooser` method, plan/tilechoice.py), the time model (beside the template's planning code;
+cost.kernel_cost calls it), the launch grid when
 MLIR does not tile it, the marking transform (compiler/transforms/) and the emitter (its root's
 mark, compiler/emit/). Each stage asks the registry, or a property of the config, instead of
 branching on the kind of kernel; `tests/compiler/test_templates.py` fails on such a branch
