@@ -268,7 +268,7 @@ def gemm_registers(tq: int, tp: int, loads: int, gathered: int = 0, mma: bool = 
     return regs + (tq * tp + 2 * tq + tp if mma else 0)
 
 
-def resolved_config(info: ChainInfo, members, root: int, t, hw, target: str):
+def resolve_contraction(info: ChainInfo, members, root: int, t, hw, target: str):
     """A contraction kernel's config as its group holds it: the search's (bk, tm, tn, prefetch)
     with the threads its block tile gives and its tensor-core type (`mma_kind`; "" on FMAs)."""
     gk = gemm_kernel(info, members, root)

@@ -223,15 +223,15 @@ TEMPLATES: dict[str, Template] = {t.config.name: t for t in (
              grid="transforms.to_target:scan_grid", emit=(SCAN, "emit.scan:block_scan"),
              owns=(SCAN,)),
     Template(ElementwiseConfig, "plan.tilechoice:TileChooser.loop_search", cost="plan.loops:loop_time",
-             resolve="plan.conv:resolved_config"),
+             resolve="plan.conv:resolve_conv"),
     Template(ContractionConfig, "plan.tilechoice:TileChooser.gemm_search", valid="plan.tilechoice:gemm_valid",
-             cost="plan.gemm:gemm_time", resolve="plan.gemm:resolved_config",
+             cost="plan.gemm:gemm_time", resolve="plan.gemm:resolve_contraction",
              mark="transforms.gemm_kernels:mark_gemm_kernels",
              emit=(BLOCK_GEMM, "emit.gemm:block_gemm"), owns=GEMM_MARKS),
     Template(RowConfig, "plan.tilechoice:TileChooser.row_search", valid="plan.tilechoice:row_valid",
              cost="plan.rows:row_time",
              emit=(BLOCK_REDUCE, "emit.reduce:block_reduce"), owns=(BLOCK_REDUCE,)),
-    Template(ConvConfig, cost="plan.cost_cpu:conv_time", resolve="plan.conv:resolved_config", mark="transforms.cpu_library_calls:mark_conv_algorithms"),
+    Template(ConvConfig, cost="plan.cost_cpu:conv_time", resolve="plan.conv:resolve_conv", mark="transforms.cpu_library_calls:mark_conv_algorithms"),
 )}
 
 

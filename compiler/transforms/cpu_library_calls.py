@@ -28,7 +28,7 @@ import math
 
 from ..errors import CompilerInternalError
 from ..mlir import ir, memref
-from ..plan.conv import NAME as CONV, library_conv
+from ..plan.conv import CONV_OP as CONV, library_conv
 from ..plan.templates import ConvConfig, groups_of
 from .script import MEMREF_VIEWS, tag_of
 from ..marks import CONV_ALGORITHM, CPU_CALL, CPU_TEMPLATE_MARKS, TAG, TO_LOOPS
