@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 from .attention import THREADS_X, THREADS_Y, attention_kernel, attention_registers, shared_bytes
-from .cost import GEMM_REG_HEADROOM, SCHEDULERS, Tiling, fitting_blocks, finish_cost, op_flops
+from .cost import (GEMM_REG_HEADROOM, SCHEDULERS, Tiling, finish_cost, fitting_blocks, op_flops,
+                   warp_occupancy)
 from .cost_cpu import cpu_bandwidth
 from .hardware import WARP, HardwareProfile
 from .measured import Measured
@@ -68,7 +69,7 @@ def _attention_time(info, members, tiling: Tiling, hw: HardwareProfile, common, 
     fit = fitting_blocks(hw, warps, regs_alloc, smem)
     per_sm = max(1, fit)
     resident = min(per_sm, math.ceil(blocks / hw.units))
-    occupancy = fit * T / hw.max_threads_per_unit
+    occupancy = warp_occupancy(hw, fit, warps)
     fma_rate = hw.peak(4) / (2 * WARP * hw.units * hw.clock_hz)
     loads = math.ceil(bkv * (a.d + a.dv) / T)
     fma = a.d * rq * ck + bkv * rq * cd + rq * cd                 # scores, P · V, the rescale

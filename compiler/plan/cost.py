@@ -260,6 +260,11 @@ def fitting_blocks(hw: HardwareProfile, warps: int, regs: int, smem: int) -> int
                hw.onchip_per_unit // (smem + SMEM_RESERVED) if smem else hw.max_blocks_per_unit)
 
 
+def warp_occupancy(hw: HardwareProfile, blocks: int, warps: int) -> float:
+    """Resident warps of `blocks` blocks of `warps` warps over an SM's warp slots (may pass 1)."""
+    return blocks * warps * WARP / hw.max_threads_per_unit
+
+
 # ---- cpu kernels' chunks and library calls (the planner's and cost_cpu.py's) ------------------
 
 

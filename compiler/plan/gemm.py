@@ -29,8 +29,8 @@ import math
 from dataclasses import dataclass, replace
 
 from .analysis import ChainInfo, loop_correspondence
-from .cost import (COALESCED, GEMM_REG_HEADROOM, SCHEDULERS, SECTOR, Tiling, fitting_blocks, finish_cost,
-                   op_flops)
+from .cost import (COALESCED, GEMM_REG_HEADROOM, SCHEDULERS, SECTOR, Tiling, finish_cost, fitting_blocks,
+                   op_flops, warp_occupancy)
 from .cost_cpu import cpu_time
 from .hardware import WARP, HardwareProfile
 from .measured import Measured
@@ -338,7 +338,7 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
     fit = fitting_blocks(hw, warps, regs_alloc, smem)
     per_sm = max(1, fit)                  # fit == 0: a block does not fit on an SM (occupancy 0)
     resident = min(per_sm, math.ceil(blocks / hw.units))
-    occupancy = fit * warps * WARP / hw.max_threads_per_unit
+    occupancy = warp_occupancy(hw, fit, warps)
 
     # warp instructions per K step of one warp
     fma_rate = hw.peak(4) / (2 * WARP * hw.units * hw.clock_hz)        # FMA warp instructions per SM cycle

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 
 from .analysis import ChainInfo
-from .cost import (COALESCED, DEP_LATENCY, MEM_PARALLELISM, SCHEDULERS, SECTOR, Tiling, fitting_blocks,
-                   finish_cost, product)
+from .cost import (COALESCED, DEP_LATENCY, MEM_PARALLELISM, SCHEDULERS, SECTOR, Tiling, finish_cost,
+                   fitting_blocks, product, warp_occupancy)
 from .cost_cpu import cpu_time
 from .hardware import WARP, HardwareProfile
 from .measured import Measured
@@ -44,7 +44,7 @@ def _gpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, 
     per_sm = max(1, fitting_blocks(hw, warps, regs, smem))
     resident_blocks = min(blocks, per_sm * hw.units)
     waves = math.ceil(blocks / (per_sm * hw.units))
-    occupancy = per_sm * warps * WARP / hw.max_threads_per_unit
+    occupancy = warp_occupancy(hw, per_sm, warps)
     threads_per_sm = resident_blocks * threads / min(hw.units, resident_blocks)
     total_threads = blocks * threads
     lanes = threads / (warps * WARP)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from .analysis import ChainInfo, OpInfo
 from .. import combiners
 from .cost import (COALESCED, COMBINE_CYCLES, DEP_LATENCY, MEM_PARALLELISM, SCHEDULERS, SECTOR, Tiling,
-                   fitting_blocks, finish_cost, op_flops, product)
+                   finish_cost, fitting_blocks, op_flops, product, warp_occupancy)
 from .cost_cpu import cpu_time
 from .hardware import WARP, HardwareProfile
 from .measured import Measured
@@ -302,7 +302,7 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
     per_sm = max(1, fitting_blocks(hw, warps, regs, smem))
     resident = min(blocks, per_sm * hw.units)
     waves = math.ceil(blocks / (per_sm * hw.units))
-    occupancy = per_sm * warps * WARP / hw.max_threads_per_unit
+    occupancy = warp_occupancy(hw, per_sm, warps)
 
     # re-reads of the row by later phases: from L1 when the resident rows fit beside shared memory
     row_inputs = {key for key in rk.inputs_along_row if key in reads}

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from .cost import COMBINE_CYCLES, DEP_LATENCY, MEM_PARALLELISM, Tiling, fitting_blocks, finish_cost
+from .cost import (COMBINE_CYCLES, DEP_LATENCY, MEM_PARALLELISM, Tiling, finish_cost, fitting_blocks,
+                   warp_occupancy)
 from .cost_cpu import cpu_bandwidth
 from .hardware import WARP, HardwareProfile
 
@@ -40,7 +41,7 @@ def _scan_time(info, root: int, tiling: Tiling, hw: HardwareProfile, common):
         share = min(1.0, blocks * T / (hw.units * hw.max_threads_per_unit))
         memory_s = max(io / hw.bandwidth / max(share, 1e-9) * min(1.0, share * 4), latency)
         compute_s = common["flops"] / hw.peak(r.elem_bytes)
-        occupancy = min(1.0, per_sm * warps * WARP / hw.max_threads_per_unit)
+        occupancy = min(1.0, warp_occupancy(hw, per_sm, warps))
         return finish_cost(dict(common, bytes_spilled=0.0, onchip_bytes=0), hw, compute_s, memory_s, hw.launch_s,
                        hw.alloc_s * common["writes"], threads=T,
                        blocks=blocks, occupancy=occupancy, recompute_s=0.0, spill_s=0.0, waves=waves)

@@ -45,6 +45,8 @@ def test_fitting_blocks_is_the_occupancy_estimate_every_gpu_model_uses():
     assert cost.fitting_blocks(h200, 1, 16, 0) == 32             # the block limit
     assert cost.fitting_blocks(h200, 4, 32, 48 * 1024) == 4      # 228 KiB / (48 KiB + the driver's 1 KiB)
     assert cost.fitting_blocks(h200, 4, 32, 300 * 1024) == 0     # does not fit
+    assert cost.warp_occupancy(h200, 8, 8) == 1.0 and cost.warp_occupancy(h200, 4, 4) == 0.25
     for module in ("loops", "rows", "gemm", "attention_time", "scan"):
         src = (PLAN / f"{module}.py").read_text()
         assert "fitting_blocks(" in src and "regs_per_unit //" not in src, module
+        assert "warp_occupancy(" in src, module
