@@ -322,9 +322,8 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
                          + (loads if prefetch else 0),       # the next K step's elements, held
                          s.mma_shared_bytes if mma else s.shared_bytes, 0)
     ksteps = math.ceil(gk.k / s.bk)
-    # words each thread spills and reloads per K step; the estimate runs up to ~30 registers low at
-    # the top end (ptxas: 242 for a predicted 211, and 255 plus 96 B of spills for a predicted 235),
-    # so within GEMM_REG_HEADROOM of the limit counts as spilling
+    # words each thread spills and reloads per K step; the estimate runs low at the top end (against
+    # ptxas), so within GEMM_REG_HEADROOM of the limit counts as spilling
     spilled = max(0, regs - (hw.regs_per_thread - GEMM_REG_HEADROOM))
     regs = min(regs, hw.regs_per_thread)
     coalesced = True                  # the loader walks each operand along its contiguous dim
