@@ -41,11 +41,11 @@ def build(form: str, rows: int, m: int, k: int, n: int):
     """The chain compiled in this process in `form` ('chunk' | 'whole') with `rows` rows per
     chunk (0: the plan's own choice), and the emitted text of its kernels."""
     import fusec
-    from fusec.compiler.plan import cost, planner
+    from fusec.compiler.plan import cost, cost_cpu, planner
     if form == "whole":           # the old rule: every hoistable matmul is one call before the loop
         def old_rule(info, members, root, mapped, chunks, cores):
             return cost.hoistable_matmuls(info, members, root, mapped)
-        cost.hoisted_matmuls = planner.hoisted_matmuls = old_rule
+        cost.hoisted_matmuls = cost_cpu.hoisted_matmuls = planner.hoisted_matmuls = old_rule
     options = {"baseline": False}
     if rows:
         options["plans"] = {"mlp": {"groups": [{"ops": [1, 2], "block_tiles": [rows, 0]}]}}

@@ -2,8 +2,9 @@
 
 `analysis.py` reads the graph-stage IR into plain data (ChainInfo: ops, loops, producers,
 users); `hardware.py` holds the machines as data (datasheet GPUs, the measured cpu profile's
-cache); `cost.py` is the cost model, pure functions from ChainInfo, ops, tiles and a profile
-to predicted numbers; `tilechoice.py` picks tiles by the model; `planner.py` grows the
+cache); `cost.py` is the cost model's shared part, pure functions from ChainInfo, ops, tiles and a
+profile to predicted numbers, each template's time model beside its planning code (`loops.py`,
+`rows.py`, `gemm.py`, `attention_time.py`, `scan.py`; `cost_cpu.py` on a cpu); `tilechoice.py` picks tiles by the model; `planner.py` grows the
 kernels and gives the FusionPlan (a frozen value); `templates.py` holds each kernel
 template's config and the registry of its stages; `handplan.py` reads and writes hand plans;
 `describe.py` prints a plan (from its summary, so artifacts print without MLIR); `autotune.py`

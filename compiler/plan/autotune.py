@@ -33,7 +33,7 @@ def cache_path() -> Path:
     return cache_dir() / "autotune.json"
 
 
-def cache_key(signature: str, hw: str, target: str) -> str:
+def tuning_key(signature: str, hw: str, target: str) -> str:
     return hashlib.sha1(f"{signature}|{hw}|{target}".encode()).hexdigest()
 
 
@@ -123,7 +123,7 @@ def tune(plan: FusionPlan, measure: Callable[[dict], float], k: int = 3, cache: 
         if g.serial:
             continue
         sig = group_signature(plan.info, g.ops)
-        key = cache_key(sig, machine(plan), plan.target)
+        key = tuning_key(sig, machine(plan), plan.target)
         if key in cache:
             tuned[sig] = cache[key]["tiles"]
             continue

@@ -40,7 +40,7 @@ from .analysis import ChainInfo, OpInfo, loop_correspondence
 from .hardware import HardwareProfile
 from .templates import ConvConfig, ElementwiseConfig
 
-NAME = "linalg.conv_2d_nchw_fchw"
+CONV_OP = "linalg.conv_2d_nchw_fchw"
 ALGORITHMS = ("gemm", "im2col", "winograd", "winograd4", "direct")
 TITLES = {"gemm": "one GEMM per image (1x1)", "im2col": "im2col + GEMM", "winograd": "Winograd F(2x2, 3x3)",
           "winograd4": "Winograd F(4x4, 3x3)", "direct": "direct convolution"}
@@ -48,7 +48,7 @@ WINOGRAD = {"winograd": 2, "winograd4": 4}     # outputs per tile side
 FLOATS = ("f32", "f64")
 
 CALL_S = 0.5e-6            # one ?gemm call's fixed cost (dispatch, packing set-up)
-GEMM_SIDES = (2, 32, 16)   # GEMM efficiency m/(m+2) * n/(n+32) * k/(k+16): small sides idle the kernel
+GEMM_EFFICIENCY = (2, 32, 16)   # GEMM efficiency m/(m+2) * n/(n+32) * k/(k+16): small sides idle the kernel
 COPY_SLOWDOWN = 2.5        # im2col's gather: this many times one core's share of the LLC bandwidth
 WINOGRAD_SLOWDOWN = 2.0    # Winograd's input and output transforms: likewise, per value moved
 WINOGRAD4_ARITHMETIC = 1.5  # F(4x4, 3x3)'s transforms: more arithmetic per value moved than F(2x2, 3x3)'s
@@ -139,7 +139,7 @@ def winograd_rows(s: ConvShape, m: int) -> int:
 
 
 def _efficiency(m: int, n: int, k: int) -> float:
-    a, b, c = GEMM_SIDES
+    a, b, c = GEMM_EFFICIENCY
     return m / (m + a) * n / (n + b) * k / (k + c)
 
 
@@ -202,7 +202,7 @@ def _ms(t: float) -> str:
 
 def library_conv(op: OpInfo) -> bool:
     """A conv the cpu target hands to BLAS (floats of one type; others are loops)."""
-    return op.name == NAME and len(set(op.operand_dtypes)) == 1 and op.operand_dtypes[0] in FLOATS
+    return op.name == CONV_OP and len(set(op.operand_dtypes)) == 1 and op.operand_dtypes[0] in FLOATS
 
 
 def chunk_tiles(info: ChainInfo, members, root: int, conv: int, block: tuple[int, ...],
@@ -246,7 +246,7 @@ def choose(info: ChainInfo, members, root: int, block: tuple[int, ...], mapped: 
     return ConvChoice(conv, best, predicted, whole, chunk)
 
 
-def resolved_config(info: ChainInfo, members, root: int, t, hw: HardwareProfile, target: str):
+def resolve_conv(info: ChainInfo, members, root: int, t, hw: HardwareProfile, target: str):
     """A cpu kernel's config as its group holds it: a conv kernel with the algorithm the plan gave
     (ConvConfig) or the model's pick, when the kernel has a conv computed with BLAS; else the
     search's (an elementwise kernel's)."""

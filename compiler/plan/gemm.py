@@ -29,10 +29,15 @@ import math
 from dataclasses import dataclass, replace
 
 from .analysis import ChainInfo, loop_correspondence
+from .cost import (COALESCED, GEMM_REG_HEADROOM, SCHEDULERS, SECTOR, Tiling, finish_cost, fitting_blocks,
+                   op_flops, warp_occupancy)
+from .cost_cpu import cpu_time
+from .hardware import WARP, HardwareProfile
+from .measured import Measured
 
 SIDES = ("q", "p", "batch", "k")
 SMEM_LIMIT = 48 * 1024          # static shared memory per block that Numba can declare
-F32 = 4
+F32_BYTES = 4                  # bytes of an f32 element (shared-memory tiles)
 
 
 @dataclass(frozen=True)
@@ -140,14 +145,14 @@ class GemmShape:
     @property
     def shared_bytes(self) -> int:
         """The two staging tiles, f32, with their padding (`tile_pad`; at most 4 words a row)."""
-        return F32 * self.bk * (self.bq + 4 + self.bp + 4)
+        return F32_BYTES * self.bk * (self.bq + 4 + self.bp + 4)
 
     @property
     def mma_shared_bytes(self) -> int:
         """Tensor cores: one f32 array for the staging tiles (4 words of padding a row), then the
         block's output tile (one word a row) that the epilogue reads back coalesced."""
         pad = tile_pad(True)
-        return F32 * max(self.bk * (self.bq + pad + self.bp + pad), self.bq * (self.bp + 1))
+        return F32_BYTES * max(self.bk * (self.bq + pad + self.bp + pad), self.bq * (self.bp + 1))
 
     def blocks(self, extents) -> int:
         return math.prod(math.ceil(e / t) for e, t in zip(extents, self.tiles) if t)
@@ -263,9 +268,125 @@ def gemm_registers(tq: int, tp: int, loads: int, gathered: int = 0, mma: bool = 
     return regs + (tq * tp + 2 * tq + tp if mma else 0)
 
 
-def resolved_config(info: ChainInfo, members, root: int, t, hw, target: str):
+def resolve_contraction(info: ChainInfo, members, root: int, t, hw, target: str):
     """A contraction kernel's config as its group holds it: the search's (bk, tm, tn, prefetch)
     with the threads its block tile gives and its tensor-core type (`mma_kind`; "" on FMAs)."""
     gk = gemm_kernel(info, members, root)
     s = gemm_shape(info, gk, root, t.block, t.config.steps)
     return replace(t.config, threads_m=s.ty, threads_n=s.tx, mma=mma_kind(info, gk, s, hw) or "")
+
+
+# ---- the time model (the registry's cost stage: templates.py) ------------------------------------
+
+def gemm_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured):
+    """The contraction template's cost stage (templates.py: Template.cost)."""
+    if hw.kind == "gpu":
+        return _gpu_gemm_time(info, members, root, tiling, hw, common, reads, corr, measured)
+    return cpu_time(info, members, root, tiling, hw, common, footprint, reads)
+
+
+def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, reads, corr,
+                   measured: Measured | None = None):
+    """A contraction kernel (plan/gemm.py): per block, K in steps of BK through shared memory,
+    a TQ x TP register tile per thread, the epilogue from registers.
+
+    Compute is counted in warp instructions per K step and priced at an SM's issue rates: FMAs at
+    the FP32 lanes' rate, shared loads and stores at one warp instruction per cycle (128 B/cycle),
+    the loader's index arithmetic at the integer lanes' rate (half the FP32 lanes). An SM keeps
+    its resident blocks' warps busy while one block waits at its barrier for the K step's global
+    loads; a lone block pays the load latency every K step. The busiest SM runs ceil(blocks /
+    SMs) blocks (the waves). Memory: each operand tile is read once per block (the re-reads of
+    an operand by the blocks along the other side come from L2 when it holds them). On tensor
+    cores (plan/gemm.py: mma_kind) the FMAs are mma.sync instructions at the tensor rate, plus
+    the fragments' shared loads and f16x2 packing. Double buffering (`ContractionConfig.prefetch`: the next K
+    step's elements loaded into registers before this step's products) hides the load latency
+    behind the block's own compute, for as many registers more as the thread loads per step."""
+    gk = gemm_kernel(info, members, root)
+    if isinstance(gk, str):
+        raise ValueError(f"not a contraction kernel: {gk}")
+    co = info.op(gk.contraction)
+    s = gemm_shape(info, gk, root, tiling.block, tiling.config.steps)
+    T = s.threads
+    warps = math.ceil(T / WARP)
+    blocks = s.blocks(co.loops)
+    side_loads = {"q": math.ceil(s.bk * s.bq / T), "p": math.ceil(s.bk * s.bp / T)}
+    loads = side_loads["q"] + side_loads["p"]
+    # elements whose operand a producer of the kernel computes in the loader (a pad's gather)
+    computed = {side: (co.producers[op] is not None and co.producers[op] in members
+                       and info.op(co.producers[op]).kind in ("pad", "elementwise"))
+                for side, op in (("q", gk.q_operand), ("p", 1 - gk.q_operand))}
+    gathered = sum(n for side, n in side_loads.items() if computed[side])
+    mma = mma_kind(info, gk, s, hw)
+    prefetch = tiling.config.prefetch
+    regs, smem, local = (gemm_registers(s.tq, s.tp, loads - gathered, gathered, bool(mma))
+                         + (loads if prefetch else 0),       # the next K step's elements, held
+                         s.mma_shared_bytes if mma else s.shared_bytes, 0)
+    ksteps = math.ceil(gk.k / s.bk)
+    # words each thread spills and reloads per K step; the estimate runs low at the top end (against
+    # ptxas), so within GEMM_REG_HEADROOM of the limit counts as spilling
+    spilled = max(0, regs - (hw.regs_per_thread - GEMM_REG_HEADROOM))
+    regs = min(regs, hw.regs_per_thread)
+    coalesced = True                  # the loader walks each operand along its contiguous dim
+    if measured is not None:
+        regs, smem = measured.registers, measured.shared_bytes
+        local = measured.local_bytes + measured.spill_bytes
+        spilled = local // 4
+        if measured.coalescing is not None:
+            coalesced = measured.coalescing >= COALESCED
+    regs_alloc = math.ceil(regs / 8) * 8
+    fit = fitting_blocks(hw, warps, regs_alloc, smem)
+    per_sm = max(1, fit)                  # fit == 0: a block does not fit on an SM (occupancy 0)
+    resident = min(per_sm, math.ceil(blocks / hw.units))
+    occupancy = warp_occupancy(hw, fit, warps)
+
+    # warp instructions per K step of one warp
+    fma_rate = hw.peak(4) / (2 * WARP * hw.units * hw.clock_hz)        # FMA warp instructions per SM cycle
+    loader_ops, todo = set(), [p for p in co.producers[:2] if p is not None and p in members]
+    while todo:                                   # the operands' producers, evaluated per element loaded
+        m = todo.pop()
+        if m not in loader_ops and info.op(m).kind in ("elementwise", "pad"):
+            loader_ops.add(m)
+            todo += [p for p in info.op(m).producers if p is not None and p in members]
+    producers = sum(op_flops(info.op(m), hw) / max(1, info.op(m).points) for m in loader_ops)
+    sts = loads
+    ints = loads * 8 + gathered * (12 + producers)      # index math; a gather's window and bounds
+    if mma:
+        # per 16 of K: (TQ/2) x (TP/2) mma.sync.m16n8k16 (2048 MACs each), the fragments' words
+        # read from shared memory (8 per A fragment, 4 per B) and packed in pairs to f16x2
+        steps = s.bk // MMA_K
+        fma = steps * (s.tq // 2) * (s.tp // 2)
+        lds = steps * (4 * s.tq + 2 * s.tp)
+        cvt = steps * (2 * s.tq + s.tp)
+        mma_rate = hw.tensor_flops_fp16 / (2 * 2048 * hw.units * hw.clock_hz)   # mma per SM cycle
+        issue = fma + lds + cvt + sts + 2 * loads + ints + 2 * spilled
+        cyc = max(fma / mma_rate, lds + sts + 2 * spilled, (ints + cvt) / (fma_rate / 2), issue / SCHEDULERS)
+    else:
+        fma = s.bk * s.tq * s.tp
+        lds = s.bk * (s.tq + s.tp)
+        issue = fma + lds + sts + 2 * loads + ints
+        issue += 2 * spilled                                          # a spilled word: a local store and load
+        cyc = max(fma / fma_rate, lds + sts + 2 * spilled, ints / (fma_rate / 2), issue / SCHEDULERS)
+    latency = hw.mem_latency_s * hw.clock_hz                        # cycles a K step's loads take
+    barrier = 2 * 20                                                # two barriers per K step
+    if prefetch:      # the next step's global loads are in flight while this step computes
+        per_round = max(resident * warps * cyc, latency) + barrier
+    else:             # a block waits for its loads before it computes: others fill the wait
+        per_round = max(resident * warps * cyc, latency + warps * cyc) + barrier
+    per_sm_blocks = math.ceil(blocks / hw.units)
+    cycles = math.ceil(per_sm_blocks / resident) * ksteps * per_round
+    if prefetch:      # the first step's loads, before the loop, are waited for
+        cycles += math.ceil(per_sm_blocks / resident) * latency
+    # the epilogue from registers, once per output
+    epilogue = sum(op_flops(info.op(m), hw) for m in common["ops"] if m != gk.contraction)
+    share = min(1.0, blocks / hw.units)
+    compute_s = cycles / hw.clock_hz + epilogue / (hw.peak(4) * share)
+
+    io = common["bytes_read"] + common["bytes_written"]
+    dram = io * (1 if coalesced else SECTOR / 4)
+    bw = hw.cache_bandwidth if io <= hw.l2_bytes else hw.bandwidth
+    spill = spilled * 4 * 2 * ksteps * blocks * T          # a store and a load per K step, through L1/L2
+    memory_s = (dram / bw + common["bytes_cached"] / hw.cache_bandwidth + spill / hw.cache_bandwidth) / max(share, 1e-9)
+    alloc_s = hw.alloc_s * common["writes"]
+    return finish_cost(dict(common, bytes_spilled=float(spill), onchip_bytes=int(smem)), hw, compute_s, memory_s,
+                   hw.launch_s, alloc_s, threads=T, blocks=blocks, occupancy=min(1.0, occupancy),
+                   recompute_s=0.0, spill_s=spill / hw.cache_bandwidth, waves=blocks / (per_sm * hw.units))

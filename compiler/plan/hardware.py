@@ -31,6 +31,7 @@ from .. import mathfns
 WARP = 32
 KB, MB, GB = 1024, 1024 ** 2, 1024 ** 3
 CALIBRATION_VERSION = 7          # bump when the measurement changes: cached profiles are re-measured
+WARP = 32  # threads of a warp
 
 # FLOP-equivalents of one evaluation, for GPUs: the functions' from compiler/mathfns.py, and
 # three pseudo-ops that price loop shapes: `reduce` one step of a reduction, `mac` one point

@@ -13,10 +13,16 @@ they index the same dimension of the same tensor (an input, an op's result, or a
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .analysis import ChainInfo, OpInfo
 from .. import combiners
+from .cost import (COALESCED, COMBINE_CYCLES, DEP_LATENCY, MEM_PARALLELISM, SCHEDULERS, SECTOR, Tiling,
+                   finish_cost, fitting_blocks, op_flops, product, warp_occupancy)
+from .cost_cpu import cpu_time
+from .hardware import WARP, HardwareProfile
+from .measured import Measured
 
 
 @dataclass(frozen=True)
@@ -242,3 +248,128 @@ def row_tiling_error(info: ChainInfo, members, root: int, t, target: str, max_th
     if rows * t.config.threads > max_threads:
         return f"{rows} rows x {t.config.threads} threads exceed {max_threads} threads per block"
     return None
+
+
+# ---- the time model (the registry's cost stage: templates.py) ------------------------------------
+
+def row_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured):
+    """The row template's cost stage (templates.py: Template.cost)."""
+    if hw.kind == "gpu":
+        return _gpu_row_time(info, members, root, tiling, hw, common, reads, corr, measured)
+    return cpu_time(info, members, root, tiling, hw, common, footprint, reads)
+
+
+def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, reads, corr,
+                  measured: Measured | None = None):
+    """A row kernel (plan/rows.py): rows to blocks, each row split cyclically over T threads.
+
+    Each reduction is a phase (every thread accumulates J = N/T elements, then the block
+    combines the T partials: warp shuffles and a shared-memory slot per warp), and so is the
+    root when it walks the row; an elementwise producer along the row is computed again in each
+    phase that needs it (nothing row-sized is kept per thread). A tensor read along the row is
+    read from global memory in the first phase that needs it and again in the later ones, from
+    L1 when the rows of the resident blocks fit there (else from L2, else from memory)."""
+    rk = row_kernel(info, members, root)
+    if isinstance(rk, str):
+        raise ValueError(f"not a row kernel: {rk}")
+    T = tiling.config.threads
+    R = tiling.block[tiling.mapped[-1]] if tiling.mapped else 1
+    threads = T * R
+    r = info.op(root)
+    blocks = product(r.loops[l] // tiling.block[l] for l in tiling.mapped) if tiling.mapped else 1
+    J = rk.extent // T
+    phases = _row_phases(info, members, root, rk)
+    times = {m: sum(1 for closure in phases.values() if m in closure) for m in members}
+
+    # FLOPs: an elementwise op along the row once per phase that uses it
+    flops = recompute = 0.0
+    for m in common["ops"]:
+        f = op_flops(info.op(m), hw)
+        n = max(1, times.get(m, 1)) if rk.loop_of(m) is not None and info.op(m).kind == "elementwise" else 1
+        flops += f * n
+        recompute += f * (n - 1)
+    flops += len(rk.reductions) * product(r.loops[l] for l in tiling.mapped) * T      # the combines
+
+    # on chip: per reduction T partials, one slot per warp and the row's result, per row of the block
+    warps = math.ceil(threads / WARP)
+    smem = sum(R * (T + math.ceil(T / WARP) + 1) * max(4, info.op(m).elem_bytes) for m in rk.reductions)
+    regs = row_registers(J, R)
+    coalesced = rk.coalesced
+    if measured is not None:
+        regs, smem = measured.registers, measured.shared_bytes
+        if measured.coalescing is not None:
+            coalesced = measured.coalescing >= COALESCED
+    per_sm = max(1, fitting_blocks(hw, warps, regs, smem))
+    resident = min(blocks, per_sm * hw.units)
+    waves = math.ceil(blocks / (per_sm * hw.units))
+    occupancy = warp_occupancy(hw, per_sm, warps)
+
+    # re-reads of the row by later phases: from L1 when the resident rows fit beside shared memory
+    row_inputs = {key for key in rk.inputs_along_row if key in reads}
+    row_bytes = sum(reads[k][0] for k in row_inputs) / max(1, blocks)              # one block's rows
+    blocks_per_sm = resident / min(hw.units, max(1, resident))
+    l1_free = hw.onchip_per_unit - blocks_per_sm * smem
+    readers = {k: {m for m in members if k in info.op(m).operand_keys[:info.op(m).n_inputs]} for k in row_inputs}
+    passes = {k: sum(1 for closure in phases.values() if closure & readers[k]) for k in row_inputs}
+    again = sum(reads[k][0] * max(0, passes[k] - 1) for k in row_inputs)
+    l1_hit = row_bytes * blocks_per_sm <= 0.5 * l1_free
+    l1 = again if l1_hit else 0.0
+    cached = common["bytes_cached"] + (again if not l1_hit and again <= hw.l2_bytes else 0.0)
+    dram = common["bytes_read"] + (again if not (l1_hit or again <= hw.l2_bytes) else 0.0) + common["bytes_written"]
+    if not coalesced:                         # a warp's lanes a row apart: a sector per lane
+        dram *= SECTOR / 4
+    l1_bw = hw.units * 128 * hw.clock_hz
+    bw = hw.cache_bandwidth if dram <= hw.l2_bytes else hw.bandwidth             # timed again: in L2
+    share = min(1.0, blocks / hw.units)            # a grid of fewer blocks than SMs leaves SMs idle
+    throughput = (dram / bw + cached / hw.cache_bandwidth + l1 / l1_bw) / share
+
+    # latency: per thread, J loads per row tensor per phase (the first from memory, the others
+    # from L1), a few in flight; each combine a handful of shuffles and two barriers
+    loads_first = J * len(row_inputs)
+    loads_again = J * sum(max(0, n - 1) for n in passes.values())
+    l1_latency = 0.15 * hw.mem_latency_s
+    per_thread = (loads_first * hw.mem_latency_s + loads_again * (l1_latency if l1_hit else hw.mem_latency_s)) / MEM_PARALLELISM
+    per_thread += len(rk.reductions) * (COMBINE_CYCLES + math.log2(max(2, T)) * DEP_LATENCY) / hw.clock_hz
+    latency = waves * per_thread
+    warps_per_scheduler = resident * warps / min(hw.units, max(1, resident)) / SCHEDULERS
+    cycles_per_op = max(1.0, DEP_LATENCY / max(1.0, warps_per_scheduler))
+    latency_cmp = waves * flops / max(1, blocks * threads) * cycles_per_op / hw.clock_hz
+
+    lanes = threads / (warps * WARP)
+    compute_s = max(flops / (hw.peak(r.elem_bytes) * lanes * share), latency_cmp)
+    memory_s = max(throughput, latency)
+    alloc_s = hw.alloc_s * common["writes"]
+    return finish_cost(dict(common, flops=flops, recompute_flops=recompute, bytes_read=dram - common["bytes_written"],
+                        bytes_cached=cached + l1, bytes_spilled=0.0, onchip_bytes=int(smem)), hw,
+                   compute_s, memory_s, hw.launch_s, alloc_s, threads=threads, blocks=blocks,
+                   occupancy=min(1.0, occupancy), recompute_s=compute_s * recompute / max(flops, 1e-30), spill_s=0.0)
+
+
+ROW_UNROLL_LIMIT = 96     # elements per thread beyond which LLVM no longer unrolls a row kernel's loops
+
+
+def row_registers(per_thread: int, rows: int) -> int:
+    """Registers per thread of a row kernel, estimated from the elements each thread handles per
+    row (`per_thread` = N/T: LLVM unrolls those loops up to ROW_UNROLL_LIMIT) and whether the
+    block holds several rows; the kernel report measures the real ones.
+    Fitted to ptxas -v (sm_90) on this emitter's softmax, layernorm and rmsnorm kernels."""
+    if per_thread > ROW_UNROLL_LIMIT:
+        return 32 + (4 if rows > 1 else 0)
+    return min(255, 26 + 3 * per_thread + (4 if rows > 1 else 0))
+
+
+def _row_phases(info: ChainInfo, members, root: int, rk: RowKernel) -> dict[int, frozenset[int]]:
+    """Each phase of a row kernel (a reduction, or the root when it walks the row) with the
+    elementwise ops along the row it computes: the phase op and its producers through such ops."""
+    ends = list(rk.reductions) + ([root] if root not in rk.reductions and rk.loop_of(root) is not None else [])
+    out = {}
+    for end in ends:
+        seen, todo = {end}, [end]
+        while todo:
+            for p in info.op(todo.pop()).producers:
+                o = info.op(p) if p is not None and p in members else None
+                if o is not None and p not in seen and o.kind == "elementwise" and rk.loop_of(p) is not None:
+                    seen.add(p)
+                    todo.append(p)
+        out[end] = frozenset(seen)
+    return out

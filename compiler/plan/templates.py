@@ -14,7 +14,8 @@ own levels, named as IREE's `lowering_config` names them where they apply:
 | conv | ConvConfig(algorithm) | cpu: the conv's algorithm (plan/conv.py) |
 
 `TEMPLATES` maps each template's name to its config type and its stages: the tile search (a
-`TileChooser` method, plan/tilechoice.py), the cost model (plan/cost.py), the launch grid when
+`TileChooser` method, plan/tilechoice.py), the time model (beside the template's planning code;
+cost.kernel_cost calls it), the launch grid when
 MLIR does not tile it, the marking transform (compiler/transforms/) and the emitter (its root's
 mark, compiler/emit/). Each stage asks the registry, or a property of the config, instead of
 branching on the kind of kernel; `tests/compiler/test_templates.py` fails on such a branch
@@ -215,22 +216,22 @@ _COMPILER = __name__.rsplit(".", 2)[0]
 # earlier choice is 2% faster (tilechoice._prefer).
 TEMPLATES: dict[str, Template] = {t.config.name: t for t in (
     Template(AttentionConfig, "plan.tilechoice:TileChooser.attention_search", claims=True,
-             cost="plan.cost:attention_time", grid="transforms.attention_kernels:grid",
+             cost="plan.attention_time:attention_time", grid="transforms.attention_kernels:grid",
              mark="transforms.attention_kernels:mark_attention_kernels",
              emit=(BLOCK_ATTENTION, "emit.attention:block_attention"), owns=ATTENTION_MARKS),
-    Template(ScanConfig, "plan.tilechoice:TileChooser.scan_search", claims=True, cost="plan.cost:scan_time",
+    Template(ScanConfig, "plan.tilechoice:TileChooser.scan_search", claims=True, cost="plan.scan:scan_time",
              grid="transforms.to_target:scan_grid", emit=(SCAN, "emit.scan:block_scan"),
              owns=(SCAN,)),
-    Template(ElementwiseConfig, "plan.tilechoice:TileChooser.loop_search", cost="plan.cost:loop_time",
-             resolve="plan.conv:resolved_config"),
+    Template(ElementwiseConfig, "plan.tilechoice:TileChooser.loop_search", cost="plan.loops:loop_time",
+             resolve="plan.conv:resolve_conv"),
     Template(ContractionConfig, "plan.tilechoice:TileChooser.gemm_search", valid="plan.tilechoice:gemm_valid",
-             cost="plan.cost:gemm_time", resolve="plan.gemm:resolved_config",
+             cost="plan.gemm:gemm_time", resolve="plan.gemm:resolve_contraction",
              mark="transforms.gemm_kernels:mark_gemm_kernels",
              emit=(BLOCK_GEMM, "emit.gemm:block_gemm"), owns=GEMM_MARKS),
     Template(RowConfig, "plan.tilechoice:TileChooser.row_search", valid="plan.tilechoice:row_valid",
-             cost="plan.cost:row_time",
+             cost="plan.rows:row_time",
              emit=(BLOCK_REDUCE, "emit.reduce:block_reduce"), owns=(BLOCK_REDUCE,)),
-    Template(ConvConfig, cost="plan.cost:conv_time", resolve="plan.conv:resolved_config", mark="transforms.cpu_library_calls:mark_conv_algorithms"),
+    Template(ConvConfig, cost="plan.cost_cpu:conv_time", resolve="plan.conv:resolve_conv", mark="transforms.cpu_library_calls:mark_conv_algorithms"),
 )}
 
 

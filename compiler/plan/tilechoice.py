@@ -17,12 +17,12 @@ import math
 from dataclasses import dataclass
 
 from .analysis import ChainInfo, tileable_loops
-from .cost import KernelCost, Tiling, row_registers, kernel_bytes, kernel_cost, op_flops, unfused_kernels
+from .cost import KernelCost, Tiling, kernel_bytes, kernel_cost, op_flops, unfused_kernels
 from .hardware import HardwareProfile
 from .measured import Measured
 from .attention import Attention, attention_kernel, attention_tiles
 from .gemm import gemm_kernel, gemm_tiling_error
-from .rows import row_kernel, row_tiling_error
+from .rows import row_kernel, row_registers, row_tiling_error
 from .templates import TEMPLATES, AttentionConfig, ContractionConfig, RowConfig, ScanConfig, searched_config
 
 MARGIN = 0.02          # a candidate must be this much faster than the incumbent to replace it

@@ -28,14 +28,14 @@ import math
 
 from ..errors import CompilerInternalError
 from ..mlir import ir, memref
-from ..plan.conv import NAME as CONV, library_conv
+from ..plan.conv import CONV_OP as CONV, library_conv
 from ..plan.templates import ConvConfig, groups_of
 from .script import MEMREF_VIEWS, tag_of
 from ..marks import CONV_ALGORITHM, CPU_CALL, CPU_TEMPLATE_MARKS, TAG, TO_LOOPS
 
 NAME = "cpu-library-calls"
 # ops an emitter template writes itself (transforms/attention_kernels.py): neither calls nor loops
-CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.conv_2d_nchw_fchw")
+BLAS_CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.conv_2d_nchw_fchw")
 _FLOATS = ("f32", "f64")
 
 
@@ -371,7 +371,7 @@ def mark_library_calls(module: ir.Module) -> int:
     for op in linalg_ops(module):
         if CPU_CALL in op.attributes or any(m in op.attributes for m in CPU_TEMPLATE_MARKS):
             continue          # hoisted whole already, or an op of the attention template
-        if op.name in CONTRACTIONS and _callable(op):
+        if op.name in BLAS_CONTRACTIONS and _callable(op):
             fill = _zero_fill_before(op)
             op.attributes[CPU_CALL] = ir.StringAttr.get("zero" if fill is not None else "acc")
             if fill is not None:

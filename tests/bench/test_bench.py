@@ -186,8 +186,8 @@ def test_blas_epilogue_script_times_each_form_in_its_own_process_and_writes_its_
 
 def test_blas_epilogue_builds_the_form_it_is_asked_for(monkeypatch):
     from bench import blas_epilogue
-    from fusec.compiler.plan import cost, planner
-    for module in (cost, planner):          # build("whole") replaces the rule for its process
+    from fusec.compiler.plan import cost, cost_cpu, planner
+    for module in (cost, cost_cpu, planner):          # build("whole") replaces the rule for its process
         monkeypatch.setattr(module, "hoisted_matmuls", module.hoisted_matmuls)
     chunk = blas_epilogue.build("chunk", 16, 64, 32, 128)[1]
     assert chunk.index("_sgemm(101, ") > chunk.index("numba.prange(")      # the call in the loop

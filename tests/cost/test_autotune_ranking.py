@@ -8,7 +8,7 @@ import os
 import pytest
 
 import fusec
-from fusec.compiler.plan.autotune import cache_key, kendall_tau, machine, top_candidates, tune
+from fusec.compiler.plan.autotune import tuning_key, kendall_tau, machine, top_candidates, tune
 from fusec.compiler.plan.handplan import plan_from_dict
 from fusec.compiler.plan.planner import plan_chain, signatures
 from model_helpers import CPU, cpu, info_of
@@ -70,7 +70,7 @@ def test_tune_keeps_the_fastest_measured_candidate_and_caches_it():
     assert len(calls) == 3
     (sig,) = signatures(plan)
     assert tuned[sig]["block"] == list(slowest_by_model.block)
-    entry = cache[cache_key(sig, machine(plan), "cpu")]
+    entry = cache[tuning_key(sig, machine(plan), "cpu")]
     assert len(entry["trials"]) == 3 and all("predicted_s" in t and "measured_s" in t for t in entry["trials"])
     # a second compile reuses the cached choice without timing anything
     again, _ = tune(plan, lambda tuned: pytest.fail("timed again"), cache=cache, save=False)

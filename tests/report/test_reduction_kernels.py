@@ -24,7 +24,7 @@ OWN = {
     "total": "chain total(x: f32[N]) -> f32 { return sum(x * x) }",
     "mean_all": "chain mean_all(x: f32[M, N]) -> f32 { return mean(x) }",
     "col_sum": "chain col_sum(x: f32[M, N]) -> f32[N] { return sum(x, axis=0) }",
-    # a vocabulary-wide row: 125 elements per thread, past the loop unroller (cost.ROW_UNROLL_LIMIT)
+    # a vocabulary-wide row: 125 elements per thread, past the loop unroller (rows.ROW_UNROLL_LIMIT)
     "vocab_argmax": "chain vocab_argmax(x: f32[M, N]) -> i64[M] { return argmax(x, axis=-1) }",
 }
 CASES = [  # (file or source, chain, binding): the bench sizes of bench/workloads.py, then others

@@ -1,0 +1,96 @@
+"""The attention template's time model (plan/attention.py finds the pattern and its tiles).
+docs/ARCHITECTURE.md: attention.
+"""
+from __future__ import annotations
+
+import math
+
+from .attention import THREADS_X, THREADS_Y, attention_kernel, attention_registers, shared_bytes
+from .cost import (GEMM_REG_HEADROOM, SCHEDULERS, Tiling, finish_cost, fitting_blocks, op_flops,
+                   warp_occupancy)
+from .cost_cpu import cpu_bandwidth
+from .hardware import WARP, HardwareProfile
+from .measured import Measured
+
+
+def attention_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured):
+    """The attention template's cost stage (templates.py: Template.cost)."""
+    return _attention_time(info, members, tiling, hw, common, measured)
+
+
+def _attention_time(info, members, tiling: Tiling, hw: HardwareProfile, common, measured: Measured | None = None):
+    """An attention kernel (plan/attention.py): per block of BQ queries, K and V in steps of BKV
+    keys through shared memory (gpu) or the cache (cpu); the scores, their exponentials and the
+    running max and sum never leave the chip.
+
+    gpu: 16 x 8 threads; per key step a thread computes a (BQ/16) x (BKV/8) score tile from shared
+    memory, the score function, its share of the row max (a combine through shared memory), the
+    exponentials, and a (BQ/16) x (DV/8) slice of P · V, with four barriers. Priced like a
+    contraction kernel: warp instructions per step at the SM's issue rates, the step's loads
+    waited for unless other resident blocks fill the wait. Memory: Q, K, V and the outside
+    operands once, K and V once more per block of queries (from L2 when they fit there).
+    cpu: two BLAS-sized products per (query block, key step) at the cores' peak, the score
+    function and the exponentials vectorised."""
+    a = attention_kernel(info, members)
+    if isinstance(a, str):
+        raise ValueError(f"not an attention kernel: {a}")
+    bq, bkv = tiling.config.block_q, tiling.config.block_kv
+    nq = math.ceil(a.sq / bq)
+    blocks = nq * a.batch
+    steps = math.ceil(a.sk / bkv)
+    eb = info.op(a.scores).operand_elem_bytes[0]
+    kv_bytes = a.batch * a.sk * (a.d + a.dv) * eb
+    rereads = kv_bytes * (nq - 1)
+    score_flops = sum(op_flops(info.op(m), hw) for m in a.score_ops) / max(1, a.batch * a.sq * a.sk)
+    macs = 2.0 * a.batch * a.sq * a.sk * (a.d + a.dv)
+    io = common["bytes_read"] + common["bytes_written"]
+    if hw.kind != "gpu":
+        cores = hw.units
+        busy = min(blocks, cores)
+        rounds = math.ceil(blocks / cores)
+        per_core = hw.peak(eb) / cores
+        elementwise = a.batch * a.sq * a.sk * (score_flops + hw.weight("exp") + 6) * rounds * busy / blocks
+        compute_s = (macs * rounds * busy / blocks) / (per_core * busy) * 1.6 + elementwise / (per_core * busy) \
+            + blocks * steps * 4e-6 / busy + rounds * hw.chunk_s
+        resident = kv_bytes <= hw.l2_bytes
+        memory_s = io / cpu_bandwidth(hw, busy, resident) + rereads / hw.cache_bandwidth
+        return finish_cost(dict(common, bytes_spilled=0.0, onchip_bytes=int((bq * bkv + bq * a.dv) * 4),
+                            bytes_cached=float(rereads)), hw, compute_s, memory_s, hw.launch_s,
+                       0.0, threads=blocks, blocks=blocks, occupancy=busy / cores, recompute_s=0.0, spill_s=0.0)
+    T = THREADS_X * THREADS_Y
+    warps = T // WARP
+    rq, ck, cd = bq // THREADS_Y, bkv // THREADS_X, -(-a.dv // THREADS_X)
+    regs = attention_registers(a, bq, bkv)
+    smem = shared_bytes(a, bq, bkv)
+    if measured is not None:             # the kernel report's ptxas figures
+        regs, smem = measured.registers, measured.shared_bytes
+    regs_alloc = math.ceil(min(regs, hw.regs_per_thread) / 8) * 8
+    spilled = max(0, regs - (hw.regs_per_thread - GEMM_REG_HEADROOM))
+    fit = fitting_blocks(hw, warps, regs_alloc, smem)
+    per_sm = max(1, fit)
+    resident = min(per_sm, math.ceil(blocks / hw.units))
+    occupancy = warp_occupancy(hw, fit, warps)
+    fma_rate = hw.peak(4) / (2 * WARP * hw.units * hw.clock_hz)
+    loads = math.ceil(bkv * (a.d + a.dv) / T)
+    fma = a.d * rq * ck + bkv * rq * cd + rq * cd                 # scores, P · V, the rescale
+    lds = a.d * (rq + ck) + bkv * (rq + cd) + rq * THREADS_X       # operands, P, the row partials
+    sts = loads + rq * ck + rq                                     # K/V tiles, P, the partials
+    sfu = rq * ck + rq                                             # exponentials (and alpha)
+    other = rq * ck * (score_flops + 4) + loads * 8
+    issue = fma + lds + sts + 2 * loads + sfu * 2 + other + 2 * spilled
+    cyc = max(fma / fma_rate, lds + sts + 2 * spilled, sfu / (fma_rate / 8), issue / SCHEDULERS)
+    latency = hw.mem_latency_s * hw.clock_hz
+    barrier = 4 * 20
+    per_round = max(resident * warps * cyc, latency + warps * cyc) + barrier
+    per_sm_blocks = math.ceil(blocks / hw.units)
+    cycles = math.ceil(per_sm_blocks / resident) * (steps * per_round + latency)
+    share = min(1.0, blocks / hw.units)
+    compute_s = cycles / hw.clock_hz
+    bw = hw.cache_bandwidth if io <= hw.l2_bytes else hw.bandwidth
+    cached = rereads if kv_bytes <= hw.l2_bytes else 0.0
+    memory_s = (io / bw + cached / hw.cache_bandwidth + (rereads - cached) / hw.bandwidth) / max(share, 1e-9)
+    alloc_s = hw.alloc_s * common["writes"]
+    return finish_cost(dict(common, bytes_spilled=0.0, onchip_bytes=int(smem), bytes_cached=float(cached),
+                        bytes_read=common["bytes_read"] + rereads - cached), hw, compute_s, memory_s,
+                   hw.launch_s, alloc_s, threads=T, blocks=blocks, occupancy=min(1.0, occupancy),
+                   recompute_s=0.0, spill_s=0.0, waves=blocks / (per_sm * hw.units))
