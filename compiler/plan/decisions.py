@@ -5,7 +5,7 @@ attention kernel, or their refusal): the verdict, what it is about (the ops it n
 kernels by provisional id), the reason and the model's decisive numbers. The passes that merge
 kernels tell `KernelNames` which kernel took which; a decision's kernels are named by their
 printed numbers once, when the plan is made (`Decision.text`).
-The notes (`contraction_note`, `conv_notes`, `library_notes`) say how a planned kernel runs.
+The notes (`contraction_note`, `template_notes`, `library_notes`) say how a planned kernel runs.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from .describe import time_text
 from .gemm import gemm_kernel, gemm_shape, mma_error
 from .hardware import HardwareProfile
 from .kernels import Group
-from .templates import ContractionConfig, ConvConfig
+from .templates import ContractionConfig, template
 from .tilechoice import TileChooser
 
 
@@ -123,16 +123,23 @@ def contraction_note(info: ChainInfo, g: Group, chooser: TileChooser) -> list[st
             f"{tiled_name} {time_text(best_t)}"]
 
 
-def conv_notes(info: ChainInfo, groups, hw: HardwareProfile, given=frozenset()) -> list[str]:
-    """How each cpu kernel's conv is computed and why (plan/conv.py), with every algorithm's
-    prediction; `given`: the roots of kernels whose algorithm a hand plan gave."""
+def template_notes(info: ChainInfo, groups, hw: HardwareProfile, given=frozenset()) -> list[str]:
+    """Each kernel's line from its template's `note` stage (plan/templates.py), if it has one;
+    `given`: the roots of kernels whose config a hand plan gave."""
     out = []
     for g in groups:
-        if isinstance(g.config, ConvConfig):
-            forced = g.config.algorithm if g.root in given else ""
-            choice = choose_conv(info, g.ops, g.root, g.block_tiles, g.mapped, hw, forced)
-            out.append(f"kernel {g.id}: {choice.reason()}")
+        note = template(g.config).stage("note")
+        if note:
+            out.append(note(info, g, hw, given))
     return out
+
+
+def conv_note(info: ChainInfo, g: Group, hw: HardwareProfile, given=frozenset()) -> str:
+    """How a cpu conv kernel's conv is computed and why (plan/conv.py), with every algorithm's
+    prediction (the conv template's note)."""
+    forced = g.config.algorithm if g.root in given else ""
+    choice = choose_conv(info, g.ops, g.root, g.block_tiles, g.mapped, hw, forced)
+    return f"kernel {g.id}: {choice.reason()}"
 
 
 def library_notes(info: ChainInfo, groups) -> list[str]:

@@ -17,7 +17,7 @@ from .analysis import ChainInfo, siblings, tileable_loops
 from .attention import THREADS_X, THREADS_Y, attention_kernel
 from .conv import library_conv, not_applicable as conv_not_applicable, op_shape as conv_op_shape
 from .cost import CHEAP, Tiling
-from .decisions import conv_notes, library_notes
+from .decisions import library_notes, template_notes
 from .gemm import gemm_tiling_error
 from .grower import second_output_error
 from .hardware import HardwareProfile
@@ -187,7 +187,7 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
     _check_writers(info, groups, target)
     groups.sort(key=lambda g: g.root)
     groups = [replace(g, id=i) for i, g in enumerate(groups)]
-    plan = FusionPlan(info.func, target, True, tuple(groups), ("plan given by hand",) + tuple(conv_notes(info, groups, hw, given_conv))
+    plan = FusionPlan(info.func, target, True, tuple(groups), ("plan given by hand",) + tuple(template_notes(info, groups, hw, given_conv))
                       + tuple(library_notes(info, groups) if target == "cpu" else ()),
                       info)
     return with_costs(plan, TileChooser(info, target, hw))

@@ -12,7 +12,7 @@ from dataclasses import replace
 from .analysis import ChainInfo, analyze, siblings, sinks, tag_ops
 from .attention_merge import attention_kernels
 from .cost import CHEAP, Tiling, big_transfers, cpu_chunks, hoisted_matmuls, unfused_kernels
-from .decisions import Decision, KernelNames, conv_notes, contraction_note, library_notes
+from .decisions import Decision, KernelNames, contraction_note, library_notes, template_notes
 from .grower import Grower
 from .hardware import HardwareProfile
 from .horizontal import horizontal as fuse_horizontally
@@ -67,7 +67,7 @@ def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool 
               for g in groups if chooser.group_best(g).tuned]
     if target == "gpu":
         lines += [d for g in groups for d in contraction_note(info, g, chooser)]
-    lines += conv_notes(info, groups, chooser.hw)
+    lines += template_notes(info, groups, chooser.hw)
     if target == "cpu":
         lines += library_notes(info, groups)
     return with_costs(FusionPlan(info.func, target, fuse, tuple(groups), tuple(lines), info), chooser)

@@ -181,7 +181,8 @@ class Template:
     `cost(info, members, root, tiling, hw, common, footprint, reads, corr, measured)`;
     `grid(plan, group) -> blocks` when MLIR does not tile the kernel; `mark(module, plans,
     target)`, run before the kernels are lowered to loops; `emit`: (the root's mark, the
-    emitter's function(body, op))."""
+    emitter's function(body, op)); `note(info, group, hw, given) -> str`: the plan's line on how
+    the kernel runs (`given`: the roots of kernels whose config a hand plan gave)."""
     config: type
     search: str = ""
     claims: bool = False        # when its search finds the kernel, the kernel is this template's
@@ -191,6 +192,7 @@ class Template:
     grid: str = ""
     mark: str = ""
     emit: tuple[str, str] = ("", "")
+    note: str = ""
     owns: tuple[str, ...] = ()  # the marks of the ops its emitter writes or absorbs: not lowered to loops
     _resolved: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -230,7 +232,8 @@ TEMPLATES: dict[str, Template] = {t.config.name: t for t in (
     Template(RowConfig, "plan.tilechoice:TileChooser.row_search", valid="plan.tilechoice:row_valid",
              cost="plan.cost:row_time",
              emit=(BLOCK_REDUCE, "emit.reduce:block_reduce"), owns=(BLOCK_REDUCE,)),
-    Template(ConvConfig, cost="plan.cost:conv_time", resolve="plan.conv:resolved_config", mark="transforms.cpu_library_calls:mark_conv_algorithms"),
+    Template(ConvConfig, cost="plan.cost:conv_time", resolve="plan.conv:resolved_config", mark="transforms.cpu_library_calls:mark_conv_algorithms",
+             note="plan.decisions:conv_note"),
 )}
 
 

@@ -108,7 +108,6 @@ OWN = {
     ("compiler/plan/attention_merge.py", "attention_kernels"): "the attention template's merge pass asks "
                                                                "whether its own search found tiles",
     ("compiler/plan/decisions.py", "contraction_note"): "says how a contraction runs: tiled (its config) or not",
-    ("compiler/plan/decisions.py", "conv_notes"): "says which algorithm each conv kernel's config holds",
 }
 # the fields Group and Tiling had before plan/templates.py (a template's data is its config's)
 OLD_FIELDS = {"row_threads", "gemm", "mma", "prefetch", "attention", "conv"}
