@@ -13,9 +13,9 @@ from .tilechoice import TileChooser
 from ..dynamic import taken_at_run_time
 
 
-def attention_kernels(info: ChainInfo, chooser: TileChooser, members_list: list[set[int]], names: KernelNames,
-                      decisions: list[Decision], dynamic: tuple[str, ...] = (),
-                      run_time_loops: dict[int, frozenset[int]] | None = None) -> list[set[int]]:
+def merge_attention(info: ChainInfo, chooser: TileChooser, members_list: list[set[int]], names: KernelNames,
+                    decisions: list[Decision], dynamic: tuple[str, ...] = (),
+                    run_time_loops: dict[int, frozenset[int]] | None = None) -> list[set[int]]:
     """Merge the kernels an attention pattern spans (plan/attention.py) into one online-softmax
     kernel when the model predicts it faster than the kernels the greedy planner made. Not over
     queries, keys or a head dim taken at run time (`run_time_loops`): the template is laid out

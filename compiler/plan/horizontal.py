@@ -19,9 +19,9 @@ HORIZONTAL_TRIES = 4      # earlier kernels each kernel is weighed with (the nea
 HORIZONTAL_WINDOW = 16    # how far back it looks for them
 
 
-def horizontal(info: ChainInfo, chooser: TileChooser, target: str, members_list: list[set[int]],
-               unwritten: list[set[int]], names: KernelNames,
-               decisions: list[Decision]) -> tuple[list[set[int]], list[set[int]]]:
+def fuse_horizontally(info: ChainInfo, chooser: TileChooser, target: str, members_list: list[set[int]],
+                      unwritten: list[set[int]], names: KernelNames,
+                      decisions: list[Decision]) -> tuple[list[set[int]], list[set[int]]]:
     """Horizontal fusion: two kernels that read the same tensor, or one of which reads the other's
     results, become one when the model predicts it faster than the two (one launch, shared reads
     once, results the second read from memory kept on chip). The later kernel's root stays the

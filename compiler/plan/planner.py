@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .analysis import ChainInfo, analyze, siblings, sinks, tag_ops
-from .attention_merge import attention_kernels
+from .attention_merge import merge_attention
 from .cost import CHEAP, Tiling, big_transfers, cpu_chunks, hoisted_matmuls, unfused_kernels
 from .decisions import Decision, KernelNames, contraction_note, library_notes, template_notes
 from .grower import Grower
 from .hardware import HardwareProfile
-from .horizontal import horizontal as fuse_horizontally
+from .horizontal import fuse_horizontally
 from .kernels import FusionPlan, Group
 from .measured import Measured
 from .recompute import recompute
@@ -52,7 +52,7 @@ def plan_chain(info: ChainInfo, target: str, *, hw: HardwareProfile, fuse: bool 
     names = KernelNames(len(members_list))
     unwritten: list[set[int]] = [set() for _ in members_list]     # per kernel: members it computes, never writes
     if fuse:
-        members_list = attention_kernels(info, chooser, members_list, names, decisions, dynamic, run_time_loops or {})
+        members_list = merge_attention(info, chooser, members_list, names, decisions, dynamic, run_time_loops or {})
         members_list, unwritten = recompute(info, chooser, members_list, names, decisions)
         if not horizontal:
             members_list, unwritten = fuse_horizontally(info, chooser, target, members_list, unwritten, names,

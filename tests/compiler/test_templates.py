@@ -105,8 +105,8 @@ SCANNED = ("compiler/plan", "compiler/transforms", "compiler/emit")
 REGISTRY = {"compiler/plan/templates.py", "compiler/plan/handplan.py"}
 # functions that are a template's own planning, not a dispatch: each checks its own config
 OWN = {
-    ("compiler/plan/attention_merge.py", "attention_kernels"): "the attention template's merge pass asks "
-                                                               "whether its own search found tiles",
+    ("compiler/plan/attention_merge.py", "merge_attention"): "the attention template's merge pass asks "
+                                                             "whether its own search found tiles",
     ("compiler/plan/decisions.py", "contraction_note"): "says how a contraction runs: tiled (its config) or not",
 }
 # the fields Group and Tiling had before plan/templates.py (a template's data is its config's)
