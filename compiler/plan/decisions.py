@@ -45,8 +45,8 @@ class Decision:
 
     def named(self) -> tuple[int, ...]:
         """Every kernel it names, by provisional id."""
-        return self.kernels + tuple(r.id for r in self.reason if isinstance(r, KernelRef)) \
-            if not isinstance(self.reason, str) else self.kernels
+        refs = () if isinstance(self.reason, str) else tuple(r.id for r in self.reason if isinstance(r, KernelRef))
+        return self.kernels + refs
 
     def text(self, number: Callable[[int], int] = lambda k: k) -> str:
         """The decision as printed, naming each kernel by `number(provisional id)`."""

@@ -1,6 +1,6 @@
 """Kernel templates: one frozen config per template, and the one registry of what each does.
 
-A kernel (planner.Group) and a candidate tiling (cost.Tiling) carry their block and thread tiles
+A kernel (kernels.Group) and a candidate tiling (cost.Tiling) carry their block and thread tiles
 (the loop nest MLIR tiles) and one `config`: which template writes the kernel and its template's
 own levels, named as IREE's `lowering_config` names them where they apply:
 
