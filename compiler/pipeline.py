@@ -44,7 +44,8 @@ from .dynamic import chain_dynamic, taken_at_run_time
 from .plan.analysis import analyze, payload_ops, tag_ops
 from .plan.hardware import DEFAULT_GPU, GPUS, HardwareProfile, cache_dir
 from .plan.handplan import plan_from_dict
-from .plan.planner import FusionPlan, plan_chain, with_eager_transfers, with_measured
+from .plan.kernels import FusionPlan
+from .plan.planner import plan_chain, with_eager_transfers, with_measured
 from .report import report_kernels
 from .transforms.graph import check_pass_names, run_graph_passes
 from .transforms.tile_and_fuse import tile_and_fuse

@@ -17,11 +17,12 @@ Online softmax computes O without S, Z, E or P in memory: per block of queries, 
 streamed in tiles along j, carrying the running max m, the running sum l and the rescaled
 accumulator (acc = acc · exp(m_old - m_new) + exp(z - m_new) · v), and O = acc / l at the
 end. That is only the same O when the intermediate values are used by nothing else; the
-matcher says which condition fails otherwise (`Attention | str`).
+matcher says which condition fails otherwise (`Attention | NotAttention`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from .analysis import ChainInfo, OpInfo
 
@@ -49,6 +50,30 @@ class Attention:
     d: int
     dv: int
     batch: int                  # batch·heads
+
+
+class Mismatch(Enum):
+    UNLIKE = "unlike"   # no softmax-normalised operand of a multiply-add contraction: not the pattern at all
+    UNFIT = "unfit"     # the pattern, or most of it, that one online-softmax kernel cannot compute
+
+
+class NotAttention(str):
+    """Why ops are not an attention kernel: the text (the string itself, as plans print it) and
+    its `kind`, which callers test (a str, so `isinstance(x, str)` callers keep working)."""
+    kind: Mismatch
+
+    def __new__(cls, text: str, kind: Mismatch):
+        self = super().__new__(cls, text)
+        self.kind = kind
+        return self
+
+
+def _unlike(text: str) -> NotAttention:
+    return NotAttention(text, Mismatch.UNLIKE)
+
+
+def _unfit(text: str) -> NotAttention:
+    return NotAttention(text, Mismatch.UNFIT)
 
 
 def _resolve(info: ChainInfo, key: str) -> str:
@@ -168,28 +193,28 @@ def _real(loops: list[int], extents) -> list[int]:
     return big if big or len(loops) <= 1 else loops[:1]
 
 
-def find_attention(info: ChainInfo, out: int) -> Attention | str:
+def find_attention(info: ChainInfo, out: int) -> Attention | NotAttention:
     """The attention pattern ending at contraction `out`, or why it is not one."""
     c2 = info.op(out)
     if c2.kind != "contraction" or c2.name == "linalg.conv_2d_nchw_fchw" or len(c2.body_expr) != 1:
-        return "not a contraction"
+        return _unlike("not a contraction")
     mac = _is_mac(c2.body_expr[0])
     if mac is None:
-        return "its body is not a multiply-add"
+        return _unlike("its body is not a multiply-add")
     # the normalised operand: P = E / L as an op of its own, or divf(E, L) inside the body
     norm = None
     div = next((t for t in mac if _ratio(t) is not None), None)
     if div is None and any(t[0] == "divf" for t in mac):
-        return "its body divides something other than two operands"
+        return _unlike("its body divides something other than two operands")
     if div is not None:
         v_tree = mac[1] if mac[0] is div else mac[0]
         if v_tree[0] != "in":
-            return "its body divides something other than two operands"
+            return _unlike("its body divides something other than two operands")
         e_index, l_index = _ratio(div)
         e_key, l_key, p_index = c2.operand_keys[e_index], c2.operand_keys[l_index], None
     else:
         if mac[0][0] != "in" or mac[1][0] != "in":
-            return "its body multiplies something other than two operands"
+            return _unlike("its body multiplies something other than two operands")
         found = None
         for pi, vi in ((mac[0][1], mac[1][1]), (mac[1][1], mac[0][1])):
             d = _producer(info, c2.operand_keys[pi])
@@ -197,7 +222,7 @@ def find_attention(info: ChainInfo, out: int) -> Attention | str:
                 found = (pi, vi, d)
                 break
         if found is None:
-            return "no operand is a division (softmax's normalisation)"
+            return _unlike("no operand is a division (softmax's normalisation)")
         p_index, vi, norm_op = found
         norm = norm_op.id
         v_tree = ("in", vi)
@@ -206,26 +231,26 @@ def find_attention(info: ChainInfo, out: int) -> Attention | str:
     v_operand = v_tree[1]
     e_op, l_op = _producer(info, e_key), _producer(info, l_key)
     if l_op is None or not _combines(l_op, "addf"):
-        return "the divisor is not a sum reduction"
+        return _unlike("the divisor is not a sum reduction")
     if e_op is None or e_op.kind != "elementwise" or len(e_op.body_expr) != 1:
-        return "the numerator is not an elementwise op"
+        return _unlike("the numerator is not an elementwise op")
     if _resolve(info, l_op.operand_keys[0]) != _resolve(info, e_key):
-        return "the divisor does not sum the numerator"
+        return _unfit("the divisor does not sum the numerator")
     t = _plain(e_op.body_expr[0])
     if t[0] != "exp" or t[1][0] != "subf" or t[1][1][0] != "in" or t[1][2][0] != "in":
-        return "the numerator is not exp(z - m)"
+        return _unlike("the numerator is not exp(z - m)")
     z_operand, m_operand = t[1][1][1], t[1][2][1]
     z_key = _resolve(info, e_op.operand_keys[z_operand])
     m_op = _producer(info, e_op.operand_keys[m_operand])
     if m_op is None or not (_combines(m_op, "maximumf") or _combines(m_op, "maxnumf")):
-        return "the subtracted value is not a max reduction"
+        return _unfit("the subtracted value is not a max reduction")
     if _resolve(info, m_op.operand_keys[0]) != z_key:
-        return "the max is not taken over the exponentiated value"
+        return _unfit("the max is not taken over the exponentiated value")
     mf, lf = _init_fill(info, m_op), _init_fill(info, l_op)
     if mf is None or mf.fill_value is None or mf.fill_value != float("-inf"):
-        return "the max reduction does not start from -inf"
+        return _unfit("the max reduction does not start from -inf")
     if lf is None or lf.fill_value != 0.0:
-        return "the sum reduction does not start from 0"
+        return _unfit("the sum reduction does not start from 0")
     # Z back to the scores contraction through elementwise ops on score-shaped values
     z_op = _producer(info, z_key)
     score_shape = e_op.result_shape
@@ -236,11 +261,11 @@ def find_attention(info: ChainInfo, out: int) -> Attention | str:
         op = todo.pop()
         if op.kind == "contraction":
             if c1 is not None and c1.id != op.id:
-                return "the scores come from two contractions"
+                return _unfit("the scores come from two contractions")
             c1 = op
             continue
         if op.kind != "elementwise" or op.result_shape != score_shape:
-            return f"%{op.id} {op.label} between the contractions is not elementwise on the scores"
+            return _unfit(f"%{op.id} {op.label} between the contractions is not elementwise on the scores")
         if op.id in score_ops:
             continue
         score_ops.append(op.id)
@@ -249,33 +274,33 @@ def find_attention(info: ChainInfo, out: int) -> Attention | str:
             if p is not None and op.operand_shapes[k] == score_shape and p.kind in ("elementwise", "contraction"):
                 todo.append(p)
     if c1 is None:
-        return "the scores are not a contraction"
+        return _unfit("the scores are not a contraction")
     if c1.result_shape != score_shape or len(c1.body_expr) != 1 or _is_mac(c1.body_expr[0]) is None:
-        return "the scores contraction is not a plain multiply-add"
+        return _unfit("the scores contraction is not a plain multiply-add")
     # loops of S = Q · Kᵀ
     red = _real([l for l, it in enumerate(c1.iterators) if it == "reduction"], c1.loops)
     if len(red) != 1:
-        return "the scores contract more than one loop"
+        return _unfit("the scores contract more than one loop")
     used = [frozenset().union(*c1.operand_loops[k]) if c1.operand_loops[k] else frozenset() for k in (0, 1)]
     out_loops = list(c1.result_loops)
     if any(len(x) != 1 for x in out_loops):
-        return "the scores' dims are not loops of their own"
+        return _unfit("the scores' dims are not loops of their own")
     dims = [next(iter(x)) for x in out_loops]
     batch = tuple(l for l in dims if l in used[0] and l in used[1] and c1.loops[l] != 1)
     only = [_real([l for l in dims if l in used[k] and l not in used[1 - k]], c1.loops) for k in (0, 1)]
     if len(only[0]) != 1 or len(only[1]) != 1:
-        return "the scores need one query and one key loop"
+        return _unfit("the scores need one query and one key loop")
     # the softmax axis is the key axis, and the second contraction contracts it
     j_dim = out_loops.index(frozenset({only[1][0]}))
     for r in (m_op, l_op):
         if _reduced_dims(info, r) != {j_dim}:
-            return "the softmax is not over the keys' axis"
+            return _unfit("the softmax is not over the keys' axis")
     c2_red = set(_real([l for l, it in enumerate(c2.iterators) if it == "reduction"], c2.loops))
     p_operand = p_index if p_index is not None else div[1][1]
     p_dims = _source_dims(info, c2.operand_keys[p_operand],
                           {d for d, loops in enumerate(c2.operand_loops[p_operand]) if loops & c2_red})
     if p_dims != {j_dim} or len(c2_red) != 1:
-        return "the second contraction does not contract the softmax's axis"
+        return _unfit("the second contraction does not contract the softmax's axis")
     # nothing but the kernel uses the intermediates
     members = {c1.id, m_op.id, e_op.id, l_op.id, out, *score_ops} | ({norm} if norm is not None else set())
     keys = [e_op.operand_keys[m_operand], e_key, l_key]
@@ -295,7 +320,7 @@ def find_attention(info: ChainInfo, out: int) -> Attention | str:
             who = "the output" if -1 in outside else f"%{outside[0]} {info.op(outside[0]).label}"
             what = {c1.id: "the scores", m_op.id: "the row max", l_op.id: "the row sum",
                     e_op.id: "the exponentials", norm: "the normalised scores"}.get(m, f"%{m}")
-            return f"{what} are also used by {who} (online softmax keeps them on chip only)"
+            return _unfit(f"{what} are also used by {who} (online softmax keeps them on chip only)")
     shape = c1.loops
     sq, sk, d = shape[only[0][0]], shape[only[1][0]], shape[red[0]]
     c2_par = [l for l in range(len(c2.loops)) if c2.iterators[l] == "parallel"]
@@ -303,7 +328,7 @@ def find_attention(info: ChainInfo, out: int) -> Attention | str:
     p_loops = frozenset().union(*c2.operand_loops[p_operand])
     dv_loops = _real([l for l in c2_par if l in v_loops and l not in p_loops], c2.loops)
     if len(dv_loops) != 1:
-        return "the values need one head-dim loop"
+        return _unfit("the values need one head-dim loop")
     dv = c2.loops[dv_loops[0]]
     nb = 1
     for l in batch:
@@ -313,21 +338,21 @@ def find_attention(info: ChainInfo, out: int) -> Attention | str:
                      batch, sq, sk, d, dv, nb)
 
 
-def attention_kernel(info: ChainInfo, members, target: str = "gpu") -> Attention | str:
+def attention_kernel(info: ChainInfo, members, target: str = "gpu") -> Attention | NotAttention:
     """The attention kernel that `members` are (with an elementwise epilogue after it), or why not,
     on `target`."""
     members = set(members)
     cs = [m for m in members if info.op(m).kind == "contraction"]
     if len(cs) != 2:
-        return "not two contractions"
+        return _unfit("not two contractions")
     a = find_attention(info, max(cs))
-    if isinstance(a, str):
+    if isinstance(a, NotAttention):
         return a
     rest = members - set(a.ops)
     for m in rest:
         op = info.op(m)
         if op.kind not in ("elementwise", "fill", "view"):
-            return f"%{m} {op.label} is neither part of the attention nor an elementwise op around it"
+            return _unfit(f"%{m} {op.label} is neither part of the attention nor an elementwise op around it")
     after = {a.out} | {m for m in rest if m > a.out}
     for m in sorted(rest) if target == "cpu" else ():
         op = info.op(m)
@@ -335,8 +360,8 @@ def attention_kernel(info: ChainInfo, members, target: str = "gpu") -> Attention
             # the cpu template evaluates the epilogue on each output of a block from its accumulators,
             # at its own element (the gpu one stages the outputs through shared memory first)
             if p in after and op.kind == "elementwise" and m > a.out and op.operand_loops[k] != op.result_loops:
-                return (f"%{m} {op.label} reads %{p} at another element than its own (a transpose or "
-                        "permute after the attention's output)")
+                return _unfit(f"%{m} {op.label} reads %{p} at another element than its own (a transpose or "
+                              "permute after the attention's output)")
     return a
 
 

@@ -17,7 +17,7 @@ from typing import Callable
 
 from .cost import Tiling
 from .hardware import cache_dir, move_aside, profile_key
-from .planner import FusionPlan
+from .kernels import FusionPlan
 from .templates import candidate_fields
 from .tilechoice import group_signature
 

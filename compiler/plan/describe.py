@@ -186,3 +186,8 @@ def time_text(s: float) -> str:
     if abs(s) >= 1e-3:
         return f"{s * 1e3:.3g} ms"
     return f"{s * 1e6:.3g} us"
+
+
+def signed_time_text(s: float) -> str:
+    """A time difference: +1.2 us, -3.4 ms."""
+    return ("+" if s >= 0 else "-") + time_text(abs(s))

@@ -16,11 +16,13 @@ from dataclasses import replace
 from .analysis import ChainInfo, siblings, tileable_loops
 from .attention import THREADS_X, THREADS_Y, attention_kernel
 from .conv import library_conv, not_applicable as conv_not_applicable, op_shape as conv_op_shape
-from .cost import Tiling
+from .cost import CHEAP, Tiling
+from .decisions import library_notes, template_notes
 from .gemm import gemm_tiling_error
+from .grower import second_output_error
 from .hardware import HardwareProfile
-from .planner import (CHEAP, FusionPlan, Group, PlanError, _check_writers, _conv_notes, _library_notes, _role,
-                      _whole_calls, _with_costs)
+from .kernels import FusionPlan, Group, PlanError
+from .planner import role, whole_calls, with_costs
 from .rows import row_tiling_error
 from .templates import (AttentionConfig, Config, ContractionConfig, ConvConfig, ElementwiseConfig, RowConfig,
                         resolved)
@@ -174,18 +176,61 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
             raise PlanError(f"group {gid}: recomputed {sorted(recomputed)}: only the group's compute ops other than "
                             f"its root %{root} can be")
         groups.append(Group(id=gid, root=root, ops=tuple(sorted(members)),
-                            roles=tuple((m, _role(info, m, root, members, recomputed)) for m in sorted(members)),
+                            roles=tuple((m, role(info, m, root, members, recomputed)) for m in sorted(members)),
                             block_tiles=block, thread_tiles=thread, mapped=mapped,
                             config=resolved(info, members, root, t, hw, target),
                             recomputed=tuple(sorted(recomputed)), siblings=siblings(info, members),
-                            whole_calls=_whole_calls(info, members, root, t, hw) if target == "cpu" else ()))
+                            whole_calls=whole_calls(info, members, root, t, hw) if target == "cpu" else ()))
     missing = [o.id for o in info.ops if o.is_compute and o.id not in seen]
     if missing:
         raise PlanError(f"ops {missing} are in no group")
     _check_writers(info, groups, target)
     groups.sort(key=lambda g: g.root)
     groups = [replace(g, id=i) for i, g in enumerate(groups)]
-    plan = FusionPlan(info.func, target, True, tuple(groups), ("plan given by hand",) + tuple(_conv_notes(info, groups, hw, given_conv))
-                      + tuple(_library_notes(info, groups) if target == "cpu" else ()),
+    plan = FusionPlan(info.func, target, True, tuple(groups), ("plan given by hand",) + tuple(template_notes(info, groups, hw, given_conv))
+                      + tuple(library_notes(info, groups) if target == "cpu" else ()),
                       info)
-    return _with_costs(plan, TileChooser(info, target, hw))
+    return with_costs(plan, TileChooser(info, target, hw))
+
+
+def _needs_writing(info: ChainInfo, op: int, kernels: list[set[int]]) -> bool:
+    """Whether some use of `op` reads it from memory: it is returned, or a kernel computes one of
+    its users without computing it."""
+    for u in info.op(op).users:
+        holding = [k for k in kernels if u in k]
+        if u == -1 or not holding or any(op not in k for k in holding):     # returned, read through a view, or read
+            return True
+    return False
+
+
+def _check_writers(info: ChainInfo, groups: list[Group], target: str) -> None:
+    """A hand plan's ops are written where they are read from memory, once, and before that: a
+    group writes its root and its other members used outside it, but for its `recomputed` ones."""
+    kernels = [set(g.ops) for g in groups]
+    for o in info.ops:
+        if not o.is_compute or o.kind in CHEAP:
+            continue
+        writers = [g for g in groups if o.id in g.ops and o.id not in g.recomputed and
+                   (o.id == g.root or any(u == -1 or u not in g.ops for u in o.users))]
+        if len(writers) > 1:
+            raise PlanError(f"op {o.id} is written by groups {[g.id for g in writers]}: list it under \"recomputed\" "
+                            "in all but one")
+        if not writers and _needs_writing(info, o.id, kernels):
+            raise PlanError(f"ops [{o.id}] are read outside the groups that compute them, but no group writes them "
+                            "(a group writes its root and its other members used outside it, but its \"recomputed\" ones)")
+        if writers and writers[0].root != o.id:
+            g = writers[0]
+            if any(info.op(m).kind == "contraction" for m in g.ops) or g.config.one_root:
+                raise PlanError(f"group {g.id}: a contraction kernel writes its root only, not op {o.id}")
+            early = [u for u in o.users if u != -1 and u not in g.ops and u < g.root]
+            if early:
+                raise PlanError(f"group {g.id} writes op {o.id} after op {early[0]} reads it (groups run in the "
+                                "order of their roots)")
+            if o.id in g.siblings:
+                if not any(g.block_tiles):
+                    raise PlanError(f"group {g.id}: op {o.id} is a second root (no member reads it): a kernel with "
+                                    "several roots tiles them alike, so it needs block tiles")
+                continue
+            why = second_output_error(o, target, g.config.row_outputs)
+            if why:
+                raise PlanError(f"group {g.id} cannot write op {o.id} besides its root: {why}")

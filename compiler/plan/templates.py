@@ -1,6 +1,6 @@
 """Kernel templates: one frozen config per template, and the one registry of what each does.
 
-A kernel (planner.Group) and a candidate tiling (cost.Tiling) carry their block and thread tiles
+A kernel (kernels.Group) and a candidate tiling (cost.Tiling) carry their block and thread tiles
 (the loop nest MLIR tiles) and one `config`: which template writes the kernel and its template's
 own levels, named as IREE's `lowering_config` names them where they apply:
 
@@ -182,7 +182,8 @@ class Template:
     `cost(info, members, root, tiling, hw, common, footprint, reads, corr, measured)`;
     `grid(plan, group) -> blocks` when MLIR does not tile the kernel; `mark(module, plans,
     target)`, run before the kernels are lowered to loops; `emit`: (the root's mark, the
-    emitter's function(body, op))."""
+    emitter's function(body, op)); `note(info, group, hw, given) -> str`: the plan's line on how
+    the kernel runs (`given`: the roots of kernels whose config a hand plan gave)."""
     config: type
     search: str = ""
     claims: bool = False        # when its search finds the kernel, the kernel is this template's
@@ -192,6 +193,7 @@ class Template:
     grid: str = ""
     mark: str = ""
     emit: tuple[str, str] = ("", "")
+    note: str = ""
     owns: tuple[str, ...] = ()  # the marks of the ops its emitter writes or absorbs: not lowered to loops
     _resolved: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -231,7 +233,8 @@ TEMPLATES: dict[str, Template] = {t.config.name: t for t in (
     Template(RowConfig, "plan.tilechoice:TileChooser.row_search", valid="plan.tilechoice:row_valid",
              cost="plan.rows:row_time",
              emit=(BLOCK_REDUCE, "emit.reduce:block_reduce"), owns=(BLOCK_REDUCE,)),
-    Template(ConvConfig, cost="plan.cost_cpu:conv_time", resolve="plan.conv:resolve_conv", mark="transforms.cpu_library_calls:mark_conv_algorithms"),
+    Template(ConvConfig, cost="plan.cost_cpu:conv_time", resolve="plan.conv:resolve_conv", mark="transforms.cpu_library_calls:mark_conv_algorithms",
+             note="plan.decisions:conv_note"),
 )}
 
 

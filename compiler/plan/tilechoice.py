@@ -109,6 +109,16 @@ class TileChooser:
                 self.seeds.setdefault(self.root(members), []).append(self.memo[key].tiling)
         return self.memo[key]
 
+    def group_best(self, g) -> Choice:
+        """A planned kernel's (a Group's) tiling choice, priced with the members it does not write."""
+        with self.writing_none_of(g.recomputed):
+            return self.best(frozenset(g.ops))
+
+    def group_cost(self, g, measured: Measured | None = None) -> KernelCost:
+        """A planned kernel's cost at its tiling, priced with the members it does not write."""
+        with self.writing_none_of(g.recomputed):
+            return self.cost(g.ops, g.tiling, measured)
+
     def offer(self, members, tiling: Tiling) -> Choice:
         """Try a tiling found for another kernel with the same root; keep it if it is better, so
         that two kernels compared in a decision are searched alike."""

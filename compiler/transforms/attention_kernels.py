@@ -26,7 +26,7 @@ from ..errors import CompilerInternalError
 from ..mlir import ir
 from ..plan.attention import attention_kernel
 from ..plan.templates import AttentionConfig, groups_of
-from ..plan.planner import FusionPlan, Group
+from ..plan.kernels import FusionPlan, Group
 from ..marks import (ABSORBED, ATTENTION_BATCH, ATTENTION_LOOPS, ATTENTION_MARKS, ATTENTION_ROLE, ATTENTION_V,
                      ATTENTION_Z, BLOCK_ATTENTION)
 from .gemm_kernels import _i64_array, _one, _only_used_by, _tagged, generalize_steps

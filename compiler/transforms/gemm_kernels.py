@@ -23,7 +23,7 @@ from ..errors import CompilerInternalError
 from ..mlir import ir
 from ..plan.gemm import gemm_kernel, gemm_shape
 from ..plan.templates import ContractionConfig, groups_of
-from ..plan.planner import FusionPlan, Group
+from ..plan.kernels import FusionPlan, Group
 from .script import ANY, Step, apply_script, script_text, tag_of
 from ..marks import ABSORBED, BLOCK_GEMM, CONTRACTION, GEMM_MARKS, GEMM_MMA, GEMM_PREFETCH, GEMM_ROOT_LOOPS, GEMM_SIDES, GEMM_TILES, TAG
 

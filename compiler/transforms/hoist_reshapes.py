@@ -10,7 +10,7 @@ elementwise chain.
 What stays: a reshape of a reduction's or a contraction's result, of an op with other users
 (moving it would compute the op twice), of an op that broadcasts or transposes an input, and
 of one whose body reads its loop indices. The planner names such a reshape when it stops a
-fusion (planner.py: `_view_reason`).
+fusion (plan/grower.py: `_view_reason`).
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from collections import Counter
 from ..mlir import ir
 from ..marks import OP_ID
 from ..plan.analysis import payload_ops
-from ..plan.planner import FusionPlan
+from ..plan.kernels import FusionPlan
 from .generic import iterators, maps, rebuild
 
 

@@ -29,7 +29,7 @@ from ..errors import CompilerInternalError
 from ..lowering.builder import collapse, elem_of, expand
 from ..mlir import arith, bufferization, ir, linalg, tensor
 from ..plan.analysis import ChainInfo, loop_correspondence
-from ..plan.planner import Group
+from ..plan.kernels import Group
 from ..plan.rows import RowKernel, row_kernel
 from .generic import empty_like, is_dim, iterator_attr, iterators, map_attr, maps, rebuild, split_groups, type_shape
 from .script import tag_of

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..errors import CompilerInternalError
 from ..mlir import ir
 from ..plan.analysis import loop_correspondence, payload_ops, sibling_tiles
-from ..plan.planner import FusionPlan, Group
+from ..plan.kernels import FusionPlan, Group
 from .generic import empty_like
 from .in_place import write_in_place
 from .pad_to_generic import pad_to_generic

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..errors import CompilerInternalError
 from ..mlir import arith, ir, memref, scf
-from ..plan.planner import FusionPlan, Group
+from ..plan.kernels import FusionPlan, Group
 from ..plan.templates import TEMPLATES, template
 from .cpu_library_calls import (fold_transposed_operands, hoist_whole_contractions, linalg_ops,
                                 loops_script, mark_library_calls)

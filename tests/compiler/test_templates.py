@@ -105,10 +105,9 @@ SCANNED = ("compiler/plan", "compiler/transforms", "compiler/emit")
 REGISTRY = {"compiler/plan/templates.py", "compiler/plan/handplan.py"}
 # functions that are a template's own planning, not a dispatch: each checks its own config
 OWN = {
-    ("compiler/plan/planner.py", "_attention_kernels"): "the attention template's merge pass asks whether its "
-                                                        "own search found tiles",
-    ("compiler/plan/planner.py", "_contraction_note"): "says how a contraction runs: tiled (its config) or not",
-    ("compiler/plan/planner.py", "_conv_notes"): "says which algorithm each conv kernel's config holds",
+    ("compiler/plan/attention_merge.py", "merge_attention"): "the attention template's merge pass asks "
+                                                             "whether its own search found tiles",
+    ("compiler/plan/decisions.py", "contraction_note"): "says how a contraction runs: tiled (its config) or not",
 }
 # the fields Group and Tiling had before plan/templates.py (a template's data is its config's)
 OLD_FIELDS = {"row_threads", "gemm", "mma", "prefetch", "attention", "conv"}
@@ -176,7 +175,7 @@ def test_the_scan_catches_a_new_branch():
 def test_groups_and_tilings_hold_one_config():
     from dataclasses import fields
     from fusec.compiler.plan.cost import Tiling
-    from fusec.compiler.plan.planner import Group
+    from fusec.compiler.plan.kernels import Group
     assert not {f.name for f in fields(Group)} & (OLD_FIELDS | {"scan"})
     assert not {f.name for f in fields(Tiling)} & (OLD_FIELDS | {"scan"})
     assert {f.name for f in fields(Tiling)} == {"block", "thread", "mapped", "config"}

@@ -234,7 +234,7 @@ def test_a_contraction_is_not_fused_into_a_kernel_that_writes_a_second_output():
 
 @pytest.mark.parametrize("ops", [[1, 2, 3], [-1, 2], ["1", -2]])
 def test_a_hand_plan_naming_no_op_of_the_chain_is_refused_with_the_range(ops):
-    from fusec.compiler.plan.planner import PlanError
+    from fusec.compiler.plan.kernels import PlanError
     src = "chain g(x: f32[M, K], w: f32[K, N], b: f32[N]) -> f32[M, N] { return gelu(x @ w + b) }"
     with pytest.raises(PlanError, match=r"group 0: ops \[.*\] are not ops of g \(its ops are 0 to 2; --emit plan"):
         plan_from_dict(info_of(src, {"M": 8, "K": 4, "N": 8}, "cpu"), "cpu", {"groups": [{"ops": ops}]}, hw=CPU)

@@ -7,7 +7,7 @@ import pytest
 
 import fusec
 from fusec.compiler.plan.conv import ConvShape, not_applicable, seconds
-from fusec.compiler.plan.planner import PlanError
+from fusec.compiler.plan.kernels import PlanError
 from helpers import options, stages
 
 

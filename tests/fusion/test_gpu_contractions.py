@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import fusec
-from fusec.compiler.plan.planner import PlanError
+from fusec.compiler.plan.kernels import PlanError
 from helpers import stages
 
 MLP = "chain m(x: f32[M, K], w: f32[K, N], b: f32[N]) -> f32[M, N] { return gelu(x @ w + b) }"

@@ -107,7 +107,7 @@ def test_hand_given_plan_overrides_groups_and_tiles():
 
 
 def test_hand_plan_errors_are_specific():
-    from fusec.compiler.plan.planner import PlanError
+    from fusec.compiler.plan.kernels import PlanError
     with pytest.raises(PlanError, match="cannot be tiled"):
         stages(SOFTMAX, plan=json.dumps({"groups": [{"ops": [1, 2, 4, 5], "block_tiles": [4, 4]}]}))
     with pytest.raises(PlanError, match=r"ops \[5\] are in no group"):

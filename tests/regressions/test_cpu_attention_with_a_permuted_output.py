@@ -12,7 +12,7 @@ import pytest
 
 import fusec
 from fusec.compiler.pipeline import compile_typed
-from fusec.compiler.plan.planner import PlanError
+from fusec.compiler.plan.kernels import PlanError
 import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fusion"))
 from helpers import options  # noqa: E402
