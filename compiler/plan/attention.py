@@ -57,15 +57,15 @@ class Mismatch(Enum):
     UNFIT = "unfit"     # the pattern, or most of it, that one online-softmax kernel cannot compute
 
 
-class NotAttention(str):
-    """Why ops are not an attention kernel: the text (the string itself, as plans print it) and
-    its `kind`, which callers test (a str, so `isinstance(x, str)` callers keep working)."""
+@dataclass(frozen=True)
+class NotAttention:
+    """Why ops are not an attention kernel: what fails, in words (as plans print it), and its
+    `kind`, which callers test."""
+    text: str
     kind: Mismatch
 
-    def __new__(cls, text: str, kind: Mismatch):
-        self = super().__new__(cls, text)
-        self.kind = kind
-        return self
+    def __str__(self) -> str:
+        return self.text
 
 
 def _unlike(text: str) -> NotAttention:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .attention import THREADS_X, THREADS_Y, attention_kernel, attention_registers, shared_bytes
+from .attention import THREADS_X, THREADS_Y, NotAttention, attention_kernel, attention_registers, shared_bytes
 from .cost import (GEMM_REG_HEADROOM, SCHEDULERS, Tiling, finish_cost, fitting_blocks, op_flops,
                    warp_occupancy)
 from .cost_cpu import cpu_bandwidth
@@ -32,7 +32,7 @@ def _attention_time(info, members, tiling: Tiling, hw: HardwareProfile, common, 
     cpu: two BLAS-sized products per (query block, key step) at the cores' peak, the score
     function and the exponentials vectorised."""
     a = attention_kernel(info, members)
-    if isinstance(a, str):
+    if isinstance(a, NotAttention):
         raise ValueError(f"not an attention kernel: {a}")
     bq, bkv = tiling.config.block_q, tiling.config.block_kv
     nq = math.ceil(a.sq / bq)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .analysis import ChainInfo, siblings, tileable_loops
-from .attention import THREADS_X, THREADS_Y, attention_kernel
+from .attention import THREADS_X, THREADS_Y, NotAttention, attention_kernel
 from .conv import library_conv, not_applicable as conv_not_applicable, op_shape as conv_op_shape
 from .cost import CHEAP, Tiling
 from .decisions import library_notes, template_notes
@@ -140,7 +140,7 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
         att = tuple(int(x) for x in g.get("attention", ()))
         if att:
             kernel = attention_kernel(info, members, target)
-            if isinstance(kernel, str):
+            if isinstance(kernel, NotAttention):
                 raise PlanError(f"group {gid}: attention {list(att)}: not an attention kernel: {kernel}")
             if len(att) != 2 or any(block) or gemm or row_threads or min(att) < 1:
                 raise PlanError(f"group {gid}: attention needs [queries per block, keys per step] and no block "

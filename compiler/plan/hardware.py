@@ -28,7 +28,6 @@ from pathlib import Path
 
 from .. import mathfns
 
-WARP = 32
 KB, MB, GB = 1024, 1024 ** 2, 1024 ** 3
 CALIBRATION_VERSION = 7          # bump when the measurement changes: cached profiles are re-measured
 WARP = 32  # threads of a warp

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from ..errors import CompilerInternalError
 from ..mlir import ir
-from ..plan.attention import attention_kernel
+from ..plan.attention import NotAttention, attention_kernel
 from ..plan.templates import AttentionConfig, groups_of
 from ..plan.kernels import FusionPlan, Group
 from ..marks import (ABSORBED, ATTENTION_BATCH, ATTENTION_LOOPS, ATTENTION_MARKS, ATTENTION_ROLE, ATTENTION_V,
@@ -41,7 +41,7 @@ def attention_groups(plans: dict[str, FusionPlan]) -> list[tuple[FusionPlan, Gro
 def grid(plan: FusionPlan, g: Group) -> tuple[int, int]:
     """(query blocks, batch·heads) of an attention kernel."""
     a = attention_kernel(plan.info, g.ops)
-    if isinstance(a, str):
+    if isinstance(a, NotAttention):
         raise CompilerInternalError("gpu", f"kernel {g.id} is planned as attention but {a}")
     return -(-a.sq // g.config.block_q), a.batch
 
@@ -62,7 +62,7 @@ def mark_attention_kernels(module: ir.Module, plans: dict[str, FusionPlan], stag
 
 def _mark(plan: FusionPlan, g: Group, tagged: dict, stage: str) -> None:
     a = attention_kernel(plan.info, g.ops)
-    if isinstance(a, str):
+    if isinstance(a, NotAttention):
         raise CompilerInternalError(stage, f"kernel {g.id} is planned as attention but {a}")
     roles = {"scores": a.scores, "max": a.max, "exp": a.exp, "sum": a.sum, "out": a.out}
     if a.norm is not None:
