@@ -143,7 +143,7 @@ def _plan(job: Job, st: ChainStages) -> None:
                                 dynamic=dynamic, run_time_loops=run_time, horizontal=horizontal))
         return replace(plan, dynamic=tuple((d, planned_at[d]) for d in dynamic)) if dynamic else plan
     plan = planned()
-    if dynamic and hand is None and any(g.siblings for g in plan.groups):
+    if dynamic and hand is None and any(g.siblings for g in plan.kernels):
         # fuse_sibling needs the kernels' tile loops to take one trip count; over a run-time
         # extent tiling reads it from each op's own input (q's S and k's S): tried on a copy
         why = _tiles_apart(st.module, job.chain, plan)

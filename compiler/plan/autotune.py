@@ -119,7 +119,7 @@ def tune(plan: FusionPlan, measure: Callable[[dict], float], k: int = 3, cache: 
     cache = load_cache() if cache is None else cache
     tuned: dict[str, dict] = {}
     trials: dict[int, list[Trial]] = {}
-    for i, g in enumerate(plan.groups):
+    for i, g in enumerate(plan.kernels):
         if g.serial:
             continue
         sig = group_signature(plan.info, g.ops)

@@ -136,7 +136,7 @@ def _external_reads(info: ChainInfo, members: frozenset[int]) -> dict[str, tuple
 def _writes(info: ChainInfo, members: frozenset[int], unwritten=frozenset()) -> list[int]:
     """Ops of the kernel whose results reach global memory (used outside it or returned), but
     for those in `unwritten`: computed here for the kernel itself, while other kernels compute
-    them too or one writes them (planner.py: Group.recomputed)."""
+    them too or one writes them (planner.py: Kernel.recomputed)."""
     return [m for m in sorted(members) if info.op(m).is_compute and info.op(m).kind != "pad" and m not in unwritten
             and any(u == -1 or u not in members for u in info.op(m).users)]
 

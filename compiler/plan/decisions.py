@@ -18,7 +18,7 @@ from .cost import cpu_chunks, hoistable_matmuls
 from .describe import time_text
 from .gemm import gemm_kernel, gemm_shape, mma_error
 from .hardware import HardwareProfile
-from .kernels import Group
+from .kernels import Kernel
 from .templates import ContractionConfig, template
 from .tilechoice import TileChooser
 
@@ -84,7 +84,7 @@ class KernelNames:
         return len(self.ids) - 1 - self.ids.index(self.resolve(kid))
 
 
-def contraction_note(info: ChainInfo, g: Group, chooser: TileChooser) -> list[str]:
+def contraction_note(info: ChainInfo, g: Kernel, chooser: TileChooser) -> list[str]:
     """How a GPU kernel's contraction is computed and why: a tiled contraction (plan/gemm.py;
     for a conv, implicit GEMM) or a dot product per output (direct), with both predictions."""
     cs = [m for m in g.ops if info.op(m).kind == "contraction"]
@@ -134,7 +134,7 @@ def template_notes(info: ChainInfo, groups, hw: HardwareProfile, given=frozenset
     return out
 
 
-def conv_note(info: ChainInfo, g: Group, hw: HardwareProfile, given=frozenset()) -> str:
+def conv_note(info: ChainInfo, g: Kernel, hw: HardwareProfile, given=frozenset()) -> str:
     """How a cpu conv kernel's conv is computed and why (plan/conv.py), with every algorithm's
     prediction (the conv template's note)."""
     forced = g.config.algorithm if g.root in given else ""

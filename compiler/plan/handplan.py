@@ -1,6 +1,6 @@
 """Plans given by hand, both ways: a plan's groups as the plan JSON's groups (`to_spec`, what a
 fallback build or a user's `--plan` file gives) and a plan from them (`plan_from_dict`), so that
-`plan_from_dict(info, target, to_spec(plan), hw=hw).groups == plan.groups` for every template.
+`plan_from_dict(info, target, to_spec(plan), hw=hw).kernels == plan.kernels` for every template.
 
 A group's template is written as the fields it has always had in the JSON (users' files keep
 working): "row_threads": T (RowConfig), "gemm": [bk, tm, tn] with "double_buffered"
@@ -21,7 +21,7 @@ from .decisions import library_notes, template_notes
 from .gemm import gemm_tiling_error
 from .grower import second_output_error
 from .hardware import HardwareProfile
-from .kernels import FusionPlan, Group, PlanError
+from .kernels import FusionPlan, Kernel, PlanError
 from .planner import role, whole_calls, with_costs
 from .rows import row_tiling_error
 from .templates import (AttentionConfig, Config, ContractionConfig, ConvConfig, ElementwiseConfig, RowConfig,
@@ -175,7 +175,7 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
         if recomputed - (set(compute) - {root}):
             raise PlanError(f"group {gid}: recomputed {sorted(recomputed)}: only the group's compute ops other than "
                             f"its root %{root} can be")
-        groups.append(Group(id=gid, root=root, ops=tuple(sorted(members)),
+        groups.append(Kernel(id=gid, root=root, ops=tuple(sorted(members)),
                             roles=tuple((m, role(info, m, root, members, recomputed)) for m in sorted(members)),
                             block_tiles=block, thread_tiles=thread, mapped=mapped,
                             config=resolved(info, members, root, t, hw, target),
@@ -203,7 +203,7 @@ def _needs_writing(info: ChainInfo, op: int, kernels: list[set[int]]) -> bool:
     return False
 
 
-def _check_writers(info: ChainInfo, groups: list[Group], target: str) -> None:
+def _check_writers(info: ChainInfo, groups: list[Kernel], target: str) -> None:
     """A hand plan's ops are written where they are read from memory, once, and before that: a
     group writes its root and its other members used outside it, but for its `recomputed` ones."""
     kernels = [set(g.ops) for g in groups]

@@ -1,7 +1,7 @@
 """Horizontal fusion: two grown kernels that read the same tensor, or one of which reads the
 other, merged into one when the model predicts the one faster than the two; the earlier
 kernel's last op becomes a sibling of the later root, tiled alike (docs/ARCHITECTURE.md, "plan";
-Group.siblings).
+Kernel.siblings).
 """
 from __future__ import annotations
 

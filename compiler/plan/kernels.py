@@ -1,5 +1,5 @@
 """The plan as data: `FusionPlan` (a chain's kernels, their tiles, the model's numbers and the
-decisions, as printed) and `Group` (one kernel: its ops and roles, its tiles, its template's
+decisions, as printed) and `Kernel` (one kernel: its ops and roles, its tiles, its template's
 config). Plans are frozen values: they print (`--emit plan`, describe.py), compare, and travel
 in artifacts as their summary. `PlanError`: a hand plan that does not fit its chain. The
 planner (planner.py) makes them; see docs/ARCHITECTURE.md, "plan".
@@ -16,7 +16,7 @@ from .templates import Config, ElementwiseConfig, candidate_fields, summary_fiel
 
 
 @dataclass(frozen=True, kw_only=True)
-class Group:
+class Kernel:
     id: int
     root: int
     ops: tuple[int, ...]                 # op ids in program order, root last
@@ -57,7 +57,7 @@ class FusionPlan:
     chain: str
     target: str                          # 'gpu' | 'cpu'
     fused: bool
-    groups: tuple[Group, ...]
+    kernels: tuple[Kernel, ...]
     decisions: tuple[str, ...]
     info: ChainInfo = field(compare=False, repr=False)
     hardware: str = field(default="", compare=False)
@@ -71,7 +71,7 @@ class FusionPlan:
 
     @property
     def kernel_count(self) -> int:
-        return len(self.groups)
+        return len(self.kernels)
 
     @property
     def predicted_s(self) -> float:
@@ -81,8 +81,8 @@ class FusionPlan:
     def predicted_unfused_s(self) -> float:
         return total_time(self.baseline)
 
-    def group_of(self, op: int) -> Group:
-        for g in self.groups:
+    def group_of(self, op: int) -> Kernel:
+        for g in self.kernels:
             if op in g.ops:
                 return g
         raise KeyError(op)
@@ -101,7 +101,7 @@ class FusionPlan:
                 "scan_axis": self.info.op(g.root).scan_axis, "conv": f["conv"],
                 "ops": [{"id": op, "label": self.info.op(op).label, "role": role,
                          "loc": loc_text(self.info.op(op).loc)} for op, role in g.roles],
-            } for g, f in ((g, summary_fields(g.config)) for g in self.groups)],
+            } for g, f in ((g, summary_fields(g.config)) for g in self.kernels)],
             "decisions": list(self.decisions),
         }
         if self.dynamic:

@@ -16,7 +16,7 @@ from .decisions import Decision, KernelNames, contraction_note, library_notes, t
 from .grower import Grower
 from .hardware import HardwareProfile
 from .horizontal import fuse_horizontally
-from .kernels import FusionPlan, Group
+from .kernels import FusionPlan, Kernel
 from .measured import Measured
 from .recompute import recompute
 from .templates import resolved
@@ -77,12 +77,12 @@ def with_costs(plan: FusionPlan, chooser: TileChooser) -> FusionPlan:
     """The plan with the model's numbers: each kernel's cost and candidates, the unfused
     baseline, the big transfers and the profile's roofline."""
     info = plan.info
-    costs = tuple(chooser.group_cost(g) for g in plan.groups)
-    cands = tuple(chooser.group_best(g).candidates for g in plan.groups)
-    singles = list(dict.fromkeys(k for g in plan.groups for k in unfused_kernels(info, g.ops)))  # an op recomputed: once
+    costs = tuple(chooser.group_cost(g) for g in plan.kernels)
+    cands = tuple(chooser.group_best(g).candidates for g in plan.kernels)
+    singles = list(dict.fromkeys(k for g in plan.kernels for k in unfused_kernels(info, g.ops)))  # an op recomputed: once
     baseline = tuple(chooser.best(k).cost for k in sorted(singles, key=max))
     transfers = (("unfused", big_transfers(info, singles)),
-                 ("fused", big_transfers(info, [g.ops for g in plan.groups], unwritten=[g.recomputed for g in plan.groups])))
+                 ("fused", big_transfers(info, [g.ops for g in plan.kernels], unwritten=[g.recomputed for g in plan.kernels])))
     hw = chooser.hw
     roof = (("bandwidth", hw.bandwidth), ("peak_flops", hw.peak_flops), ("cache_bandwidth", hw.cache_bandwidth),
             ("l2_bytes", hw.l2_bytes))
@@ -95,12 +95,12 @@ def with_measured(plan: FusionPlan, hw: HardwareProfile, measured: dict[int, Mea
     `measured` (group id -> Measured); the tiles and the decisions stay the model's."""
     chooser = TileChooser(plan.info, plan.target, hw)
     costs = tuple(chooser.group_cost(g, measured[g.id]) if g.id in measured else c
-                  for g, c in zip(plan.groups, plan.costs))
+                  for g, c in zip(plan.kernels, plan.costs))
     return replace(plan, costs=costs, measured=tuple(sorted(measured.items())))
 
 
 def make_group(info: ChainInfo, gid: int, members: set[int], chooser: TileChooser,
-               unwritten: frozenset = frozenset()) -> Group:
+               unwritten: frozenset = frozenset()) -> Kernel:
     """Kernel `gid` of `members` at the model's tiling (`unwritten`: members it does not write)."""
     root = max(m for m in members if info.op(m).is_compute)
     ops = tuple(sorted(members))
@@ -116,7 +116,7 @@ def make_group(info: ChainInfo, gid: int, members: set[int], chooser: TileChoose
         if t is None:
             raise CompilerInternalError("plan", f"kernel {gid} writes an elementwise second output but has no "
                                         "row-kernel tiling")
-    return Group(id=gid, root=root, ops=ops, roles=roles, block_tiles=t.block, thread_tiles=t.thread, mapped=t.mapped,
+    return Kernel(id=gid, root=root, ops=ops, roles=roles, block_tiles=t.block, thread_tiles=t.thread, mapped=t.mapped,
                  config=resolved(info, members, root, t, chooser.hw, chooser.target),
                  recomputed=tuple(sorted(unwritten)), siblings=siblings(info, members),
                  whole_calls=whole_calls(info, members, root, t, chooser.hw) if chooser.target == "cpu" else ())
@@ -161,4 +161,4 @@ def with_eager_transfers(plan: FusionPlan, linalg_text: str | None, context) -> 
 
 def signatures(plan: FusionPlan) -> list[str]:
     """Each group's signature (the autotuning cache key, with shapes, without op numbering)."""
-    return [group_signature(plan.info, g.ops) for g in plan.groups]
+    return [group_signature(plan.info, g.ops) for g in plan.kernels]

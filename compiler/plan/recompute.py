@@ -1,5 +1,5 @@
 """Recomputation: an elementwise op computed by every kernel that reads it instead of written by
-a kernel of its own, when the model says so (docs/ARCHITECTURE.md, "plan"; Group.recomputed).
+a kernel of its own, when the model says so (docs/ARCHITECTURE.md, "plan"; Kernel.recomputed).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Kernel templates: one frozen config per template, and the one registry of what each does.
 
-A kernel (kernels.Group) and a candidate tiling (cost.Tiling) carry their block and thread tiles
+A kernel (kernels.Kernel) and a candidate tiling (cost.Tiling) carry their block and thread tiles
 (the loop nest MLIR tiles) and one `config`: which template writes the kernel and its template's
 own levels, named as IREE's `lowering_config` names them where they apply:
 
@@ -253,7 +253,7 @@ def resolved(info, members, root: int, tiling, hw, target: str) -> Config:
 def groups_of(plans: dict, config: type) -> list:
     """(plan, group) of every kernel of `plans` that `config`'s template writes: how a
     template's own transform finds its kernels."""
-    return [(plan, g) for plan in plans.values() for g in plan.groups if isinstance(g.config, config)]
+    return [(plan, g) for plan in plans.values() for g in plan.kernels if isinstance(g.config, config)]
 
 
 def searched_config(row_threads: int = 0, gemm=()) -> Config:

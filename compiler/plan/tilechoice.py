@@ -78,7 +78,7 @@ class TileChooser:
 
     @contextmanager
     def writing_none_of(self, ops):
-        """Price kernels as computing `ops` for themselves only (Group.recomputed)."""
+        """Price kernels as computing `ops` for themselves only (Kernel.recomputed)."""
         old, self.unwritten = self.unwritten, frozenset(ops)
         try:
             yield self
@@ -110,7 +110,7 @@ class TileChooser:
         return self.memo[key]
 
     def group_best(self, g) -> Choice:
-        """A planned kernel's (a Group's) tiling choice, priced with the members it does not write."""
+        """A planned kernel's (a Kernel's) tiling choice, priced with the members it does not write."""
         with self.writing_none_of(g.recomputed):
             return self.best(frozenset(g.ops))
 

@@ -26,7 +26,7 @@ from ..errors import CompilerInternalError
 from ..mlir import ir
 from ..plan.attention import NotAttention, attention_kernel
 from ..plan.templates import AttentionConfig, groups_of
-from ..plan.kernels import FusionPlan, Group
+from ..plan.kernels import FusionPlan, Kernel
 from ..marks import (ABSORBED, ATTENTION_BATCH, ATTENTION_LOOPS, ATTENTION_MARKS, ATTENTION_ROLE, ATTENTION_V,
                      ATTENTION_Z, BLOCK_ATTENTION)
 from .gemm_kernels import _i64_array, _one, _only_used_by, _tagged, generalize_steps
@@ -34,11 +34,11 @@ from .script import apply_script, script_text, tag_of
 
 
 
-def attention_groups(plans: dict[str, FusionPlan]) -> list[tuple[FusionPlan, Group]]:
+def attention_groups(plans: dict[str, FusionPlan]) -> list[tuple[FusionPlan, Kernel]]:
     return groups_of(plans, AttentionConfig)
 
 
-def grid(plan: FusionPlan, g: Group) -> tuple[int, int]:
+def grid(plan: FusionPlan, g: Kernel) -> tuple[int, int]:
     """(query blocks, batch·heads) of an attention kernel."""
     a = attention_kernel(plan.info, g.ops)
     if isinstance(a, NotAttention):
@@ -60,7 +60,7 @@ def mark_attention_kernels(module: ir.Module, plans: dict[str, FusionPlan], stag
     return len(groups)
 
 
-def _mark(plan: FusionPlan, g: Group, tagged: dict, stage: str) -> None:
+def _mark(plan: FusionPlan, g: Kernel, tagged: dict, stage: str) -> None:
     a = attention_kernel(plan.info, g.ops)
     if isinstance(a, NotAttention):
         raise CompilerInternalError(stage, f"kernel {g.id} is planned as attention but {a}")

@@ -206,7 +206,7 @@ def _constant_index(v: "ir.Value") -> int | None:
 def hoist_whole_contractions(module: ir.Module, only: "set[int] | None" = None) -> int:
     """Replace the per-tile fill + matmul of an outermost scf.parallel by one whole matmul
     before it, where that is the same computation (see the module docstring) and, given `only`
-    (the TAGs of the matmuls the plan calls whole: Group.whole_calls), the plan says so;
+    (the TAGs of the matmuls the plan calls whole: Kernel.whole_calls), the plan says so;
     returns how many."""
     count = 0
     for loop in _outer_parallel_loops(module):

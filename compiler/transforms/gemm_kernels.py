@@ -23,7 +23,7 @@ from ..errors import CompilerInternalError
 from ..mlir import ir
 from ..plan.gemm import gemm_kernel, gemm_shape
 from ..plan.templates import ContractionConfig, groups_of
-from ..plan.kernels import FusionPlan, Group
+from ..plan.kernels import FusionPlan, Kernel
 from .script import ANY, Step, apply_script, script_text, tag_of
 from ..marks import ABSORBED, BLOCK_GEMM, CONTRACTION, GEMM_MARKS, GEMM_MMA, GEMM_PREFETCH, GEMM_ROOT_LOOPS, GEMM_SIDES, GEMM_TILES, TAG
 
@@ -65,7 +65,7 @@ def mark_gemm_kernels(module: ir.Module, plans: dict[str, FusionPlan], target: s
     return len(groups)
 
 
-def generalize_steps(plan: FusionPlan, g: Group, prefix: str) -> list[Step]:
+def generalize_steps(plan: FusionPlan, g: Kernel, prefix: str) -> list[Step]:
     """Steps that make every op of kernel `g` but its fills and views a linalg.generic (matmul,
     conv, transpose...: explicit indexing maps and body for an emitter template)."""
     steps = []
@@ -79,14 +79,14 @@ def generalize_steps(plan: FusionPlan, g: Group, prefix: str) -> list[Step]:
     return steps
 
 
-def _one(tagged: dict, tag: int, what: str, g: Group, stage: str = "gpu") -> "ir.Operation":
+def _one(tagged: dict, tag: int, what: str, g: Kernel, stage: str = "gpu") -> "ir.Operation":
     ops = tagged.get(tag, [])
     if len(ops) != 1:
         raise CompilerInternalError(stage, f"kernel {g.id}: {len(ops)} ops are its {what} after bufferization")
     return ops[0]
 
 
-def _mark(plan: FusionPlan, g: Group, tagged: dict) -> None:
+def _mark(plan: FusionPlan, g: Kernel, tagged: dict) -> None:
     info = plan.info
     gk = gemm_kernel(info, g.ops, g.root)
     shape = gemm_shape(info, gk, g.root, g.block_tiles, g.config.steps)

@@ -31,13 +31,13 @@ def write_in_place(func_op, plan: FusionPlan) -> list[int]:
     """Rewrite every eligible kernel root of `func_op`; returns their op ids."""
     ops = {ir.IntegerAttr(op.attributes[OP_ID]).value: op for op in payload_ops(func_op)
            if OP_ID in op.attributes}
-    kernels_of = Counter(m for g in plan.groups for m in g.ops)
+    kernels_of = Counter(m for g in plan.kernels for m in g.ops)
     position = {m: i for i, m in enumerate(ops)}          # program order
-    ends = {g.id: max(position.get(m, -1) for m in g.ops) for g in plan.groups}
+    ends = {g.id: max(position.get(m, -1) for m in g.ops) for g in plan.kernels}
     # the last op of any kernel that computes op m (m's readers there are done once it has run)
-    done_after = {m: max(ends[g.id] for g in plan.groups if m in g.ops) for m in kernels_of}
+    done_after = {m: max(ends[g.id] for g in plan.kernels if m in g.ops) for m in kernels_of}
     done = []
-    for g in plan.groups:
+    for g in plan.kernels:
         if g.siblings or not g.config.in_place or kernels_of[g.root] > 1:
             continue
         root = ops.get(g.root)

@@ -14,7 +14,7 @@ they work on the block's rows of N elements:
 - each elementwise op along the row is copied into every phase that uses it (a phase is a
   partial, or the root when it walks the row): each thread recomputes it, from L1, rather
   than keeping a row of it;
-- the root's result (and a sibling's: Group.siblings, a second root of horizontal fusion) is
+- the root's result (and a sibling's: Kernel.siblings, a second root of horizontal fusion) is
   collapsed back to the block's tile shape for the forall's result; each that walks the row
   is a phase of its own, and a sibling reduction's combine writes the kernel's result.
 Ops that do not walk the row (per-row scalars: rsqrt(var + eps)) stay at block level, where
@@ -29,7 +29,7 @@ from ..errors import CompilerInternalError
 from ..lowering.builder import collapse, elem_of, expand
 from ..mlir import arith, bufferization, ir, linalg, tensor
 from ..plan.analysis import ChainInfo, loop_correspondence
-from ..plan.kernels import Group
+from ..plan.kernels import Kernel
 from ..plan.rows import RowKernel, row_kernel
 from .generic import empty_like, is_dim, iterator_attr, iterators, map_attr, maps, rebuild, split_groups, type_shape
 from .script import tag_of
@@ -50,7 +50,7 @@ class Phase:
                                               # element at a time with its copies fused in (no row in local memory)
 
 
-def split_rows(func_op, g: Group, info: ChainInfo) -> list[Phase]:
+def split_rows(func_op, g: Kernel, info: ChainInfo) -> list[Phase]:
     """Rewrite group `g`'s ops inside its block forall (in the function itself when the kernel
     is one block: to_target.py wraps it later); returns its phases in program order."""
     rk = row_kernel(info, g.ops, g.root)
@@ -68,7 +68,7 @@ def _block_forall(func_op, gid: int):
     raise CompilerInternalError("tiled", f"kernel {gid}: its block forall was not found")
 
 
-def _group_ops(forall, g: Group) -> dict[int, "ir.Operation"]:
+def _group_ops(forall, g: Kernel) -> dict[int, "ir.Operation"]:
     """The kernel's ops inside its block forall, by op id. An op fused once per use has a copy
     per use that CSE could not merge when their destinations differ (one is the loop's shared
     output, for a second output of the kernel): the first copy stands for them all."""
@@ -98,7 +98,7 @@ def _label(op, tag, part: str) -> None:
 
 
 class _Splitter:
-    def __init__(self, g: Group, info: ChainInfo, rk: RowKernel, ops: dict[int, "ir.Operation"]):
+    def __init__(self, g: Kernel, info: ChainInfo, rk: RowKernel, ops: dict[int, "ir.Operation"]):
         self.g, self.info, self.rk, self.ops = g, info, rk, ops
         self.T = g.config.threads
         self.roots = {g.root, *g.siblings}       # the kernel's results that no member reads

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..errors import CompilerInternalError
 from ..mlir import ir
 from ..plan.analysis import loop_correspondence, payload_ops, sibling_tiles
-from ..plan.kernels import FusionPlan, Group
+from ..plan.kernels import FusionPlan, Kernel
 from .generic import empty_like
 from .in_place import write_in_place
 from .pad_to_generic import pad_to_generic
@@ -29,15 +29,15 @@ def tag_groups(func_op, plan: FusionPlan) -> None:
     the first) and every other group gets its own copy, which only that group's ops read."""
     ops = {ir.IntegerAttr(op.attributes[OP_ID]).value: op for op in payload_ops(func_op)}
     home: dict[int, int] = {}
-    for g in plan.groups:
+    for g in plan.kernels:
         for m in g.ops:
             if m not in g.recomputed and plan.info.op(m).kind not in ("fill", "pad"):
                 home.setdefault(m, g.id)
-    for g in plan.groups:
+    for g in plan.kernels:
         for m in g.ops:
             home.setdefault(m, g.id)
     versions = {k: [op] for k, op in ops.items()}   # an op and its copies: a copy of a consumer reads
-    for g in plan.groups:                           # the version its original read, any of them
+    for g in plan.kernels:                           # the version its original read, any of them
         mine = {k: ops[k] for k in g.ops}
         for m in sorted(g.ops, reverse=True):     # consumers first: a copy reads the group's copies
             op = ops[m]
@@ -68,7 +68,7 @@ def own_destinations(func_op, plan: FusionPlan) -> None:
     by_tag = {ir.IntegerAttr(op.operation.attributes[TAG]).value: op.operation for op in block.operations
               if TAG in op.operation.attributes}
     info = plan.info
-    for g in plan.groups:
+    for g in plan.kernels:
         tiled = {r for r, t in enumerate(g.block_tiles) if t} | {r for r, t in enumerate(g.thread_tiles) if t}
         if not tiled or info.op(g.root).kind in ("fill", "pad", "view"):
             continue
@@ -99,7 +99,7 @@ def own_inits(func_op, plan: FusionPlan) -> None:
     by_tag = {ir.IntegerAttr(op.operation.attributes[TAG]).value: op.operation for op in block.operations
               if TAG in op.operation.attributes}
     info = plan.info
-    for g in plan.groups:
+    for g in plan.kernels:
         for m in g.ops:
             o = info.op(m)
             op = by_tag.get(tag_of(g.id, m))
@@ -118,7 +118,7 @@ def own_inits(func_op, plan: FusionPlan) -> None:
             op.operands[k] = clone.results[0]
 
 
-def _tiles_like_root(info, g: Group, m: int, corr: dict, tiled: set[int], seen: frozenset = frozenset()) -> bool:
+def _tiles_like_root(info, g: Kernel, m: int, corr: dict, tiled: set[int], seen: frozenset = frozenset()) -> bool:
     """Whether every reading of member `m` in kernel `g` (one fused copy each) takes the root's
     output tile: each dim of `m`'s result moves with a tiled root loop exactly when the root's
     output dim of the same position does, and its reader's copy does too (a reader fused whole,
@@ -146,7 +146,7 @@ def _tiles_like_root(info, g: Group, m: int, corr: dict, tiled: set[int], seen: 
     return True
 
 
-def group_steps(plan: FusionPlan, g: Group) -> list[Step]:
+def group_steps(plan: FusionPlan, g: Kernel) -> list[Step]:
     """The steps that tile one kernel (none for a kernel of one block: serial, or a one-row row
     kernel, wrapped at the gpu stage)."""
     steps: list[Step] = []
@@ -188,7 +188,7 @@ def group_steps(plan: FusionPlan, g: Group) -> list[Step]:
     return steps
 
 
-def _fuse_siblings(steps: list[Step], plan: FusionPlan, g: Group, root_tiles, mapping: str, loop: str,
+def _fuse_siblings(steps: list[Step], plan: FusionPlan, g: Kernel, root_tiles, mapping: str, loop: str,
                    scope: str, level: str) -> str:
     """Tile each of `g`'s siblings (found in handle `scope`) with the root's `root_tiles` over
     its own loops and fuse its forall into `loop`; returns the fused loop's handle."""
@@ -261,7 +261,7 @@ def _match_part(name: str, tag: int, part: str) -> Step:
                 f'in %root : ({ANY}) -> {ANY}')
 
 
-def _mapping(g: Group, level: str) -> str:
+def _mapping(g: Kernel, level: str) -> str:
     dims = "zyx"[3 - len(g.mapped):]
     return " (mapping = [" + ", ".join(f"#gpu.{level}<{d}>" for d in dims) + "])"
 
@@ -276,13 +276,13 @@ def tile_and_fuse(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
             tag_groups(f, plan)
             own_destinations(f, plan)
             own_inits(f, plan)
-            for g in plan.groups:
+            for g in plan.kernels:
                 if g.config.drops_init:
                     _scan_without_init(f, g)
                 steps = group_steps(plan, g)
                 if steps:
                     _apply_alone(f, g, steps)
-        rows = [(f, plan, g) for f, plan in funcs for g in plan.groups if g.config.splits_rows]
+        rows = [(f, plan, g) for f, plan in funcs for g in plan.kernels if g.config.splits_rows]
         if not rows:
             apply_script(module, script_text(TAIL), "tiled")
             return
@@ -293,7 +293,7 @@ def tile_and_fuse(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
         apply_script(module, script_text(second + TAIL), "tiled")
 
 
-def _scan_without_init(func_op, g: Group) -> None:
+def _scan_without_init(func_op, g: Kernel) -> None:
     """A scan's template writes every element of its output and reads none first: its init
     (a fill, which every thread of its launch would run) becomes a tensor.empty."""
     block = func_op.regions[0].blocks[0]
@@ -306,7 +306,7 @@ def _scan_without_init(func_op, g: Group) -> None:
             return
 
 
-def _apply_alone(func_op, g: Group, steps: list[Step]) -> None:
+def _apply_alone(func_op, g: Kernel, steps: list[Step]) -> None:
     """Apply one kernel's steps with its ops moved into a scratch module of their own, then move
     the result back where the kernel's last op was. fuse_into_containing_op prints its producer
     and loop into a remark on every call, and printing verifies and numbers the whole module

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..errors import CompilerInternalError
 from ..mlir import arith, ir, memref, scf
-from ..plan.kernels import FusionPlan, Group
+from ..plan.kernels import FusionPlan, Kernel
 from ..plan.templates import TEMPLATES, template
 from .cpu_library_calls import (fold_transposed_operands, hoist_whole_contractions, linalg_ops,
                                 loops_script, mark_library_calls)
@@ -46,7 +46,7 @@ def to_gpu(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
         for f in module.body.operations:
             plan = plans[ir.StringAttr(f.attributes["sym_name"]).value]
             body = f.regions[0].blocks[0]
-            for g in plan.groups:
+            for g in plan.kernels:
                 grid = template(g.config).stage("grid")
                 if grid is not None:                # not tiled by MLIR: its ops whole, in the template's grid
                     _wrap_serial(body, g, gpu=True, blocks=grid(plan, g))
@@ -57,7 +57,7 @@ def to_gpu(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
                     gid = ir.IntegerAttr(op.attributes[GROUP]).value
                     _wrap_in_region(op, gid)
             grids = [_static_grid(op) for op in body.operations if op.operation.name == "scf.execute_region"]
-            for g in plan.groups:
+            for g in plan.kernels:
                 threads = block_dims(g)
                 steps.append(Step(f'%e{g.id} = transform.structured.match ops{{["scf.execute_region"]}} '
                                   f'attributes {{"{GROUP}" = {g.id} : i64}} in %root : ({ANY}) -> {ANY}'))
@@ -69,7 +69,7 @@ def to_gpu(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
                 raise CompilerInternalError("gpu", "one chain per module is expected at the gpu stage")
         apply_script(module, script_text(steps), "gpu")
         _run_time_grids(module, grids)
-        if any(template(g.config).emit[0] for plan in plans.values() for g in plan.groups):
+        if any(template(g.config).emit[0] for plan in plans.values() for g in plan.kernels):
             _mark_templates(module, plans, "gpu")
             _lower_all_but_emitter_ops(module)
             run_passes(module, GPU_CLEANUP[1:], "gpu")
@@ -86,7 +86,7 @@ def _mark_templates(module: ir.Module, plans: dict[str, FusionPlan], target: str
             mark(module, plans, target)
 
 
-def scan_grid(plan: FusionPlan, g: Group) -> tuple[int, int]:
+def scan_grid(plan: FusionPlan, g: Kernel) -> tuple[int, int]:
     """A scan kernel's grid: the scan whole, one block per row (or a thread per row: scan_blocks)."""
     return scan_blocks(plan.info.op(g.root), g.config.threads), 1
 
@@ -193,7 +193,7 @@ def _run_time_grids(module: ir.Module, grids: list[list]) -> None:
             launch.operands[first + axis] = value
 
 
-def block_dims(g: Group) -> list[int]:
+def block_dims(g: Kernel) -> list[int]:
     """A kernel's threads per block as (x, y, z): the innermost mapped loop is x; a row
     kernel's row threads are x and its rows y; a contraction kernel's threads are its register
     tiles, x along the output's contiguous side (plan/gemm.py) (plan/templates.py: block_dims)."""
@@ -225,7 +225,7 @@ def to_cpu(module: ir.Module, plans: dict[str, FusionPlan] | None = None) -> Non
         with ir.Location.unknown():
             fold_transposed_operands(module)
             hoist_whole_contractions(module, None if not plans else
-                                     {tag_of(g.id, m) for plan in plans.values() for g in plan.groups
+                                     {tag_of(g.id, m) for plan in plans.values() for g in plan.kernels
                                       for m in g.whole_calls})
             mark_library_calls(module)
             apply_script(module, loops_script(), "cpu")
@@ -270,7 +270,7 @@ def _block_buffers(ops, moving) -> list:
 _STAY_ON_HOST = ("memref.alloc", "memref.alloca") + MEMREF_VIEWS + ("arith.constant", "scf.forall", "scf.execute_region")
 
 
-def _batch(ops, g: Group, planned: int):
+def _batch(ops, g: Kernel, planned: int):
     """An attention kernel's batch (the grid's y): the product of its output's leading dims (all
     but queries and values), read at run time when one is taken at run time (--dynamic)."""
     root = [op for op in ops if TAG in op.attributes and ir.IntegerAttr(op.attributes[TAG]).value == tag_of(g.id, g.root)]
@@ -288,7 +288,7 @@ def _batch(ops, g: Group, planned: int):
     return total
 
 
-def _wrap_serial(body, g: Group, gpu: bool, blocks: tuple[int, int] | None = None) -> None:
+def _wrap_serial(body, g: Kernel, gpu: bool, blocks: tuple[int, int] | None = None) -> None:
     """Move a serial kernel's (bufferized) ops into a one-iteration forall mapped to one block.
 
     Everything between the kernel's first and last op moves with it (bufferization puts copies

@@ -6,7 +6,7 @@
   plans with every template;
 - the registry is the only dispatch on the kind of kernel in compiler/plan, compiler/transforms
   and compiler/emit: a branch on a template's config (isinstance, its name) or on the fields
-  Group and Tiling used to carry elsewhere fails here.
+  Kernel and Tiling used to carry elsewhere fails here.
 """
 from __future__ import annotations
 
@@ -74,9 +74,9 @@ def plans():
 
 
 def test_the_cases_hold_every_template(plans):
-    seen = {g.template for _, p in plans for g in p.groups}
+    seen = {g.template for _, p in plans for g in p.kernels}
     assert seen == set(TEMPLATES), seen
-    configs = [g.config for _, p in plans for g in p.groups]
+    configs = [g.config for _, p in plans for g in p.kernels]
     assert any(getattr(c, "prefetch", False) for c in configs) and any(getattr(c, "mma", "") for c in configs)
 
 
@@ -85,7 +85,7 @@ def test_a_plan_given_back_as_a_hand_plan_is_the_same_plan(plans, k):
     case, plan = plans[k]
     spec = to_spec(plan)
     again = _plan(*case, plans=[(case[1], json.dumps(spec))])
-    assert again.groups == plan.groups, (plan.format(), again.format())
+    assert again.kernels == plan.kernels, (plan.format(), again.format())
     assert to_spec(again) == spec
     assert to_spec(plan.summary()) == spec            # from a summary (an artifact's plan), as fallback.py does
 
@@ -109,7 +109,7 @@ OWN = {
                                                              "whether its own search found tiles",
     ("compiler/plan/decisions.py", "contraction_note"): "says how a contraction runs: tiled (its config) or not",
 }
-# the fields Group and Tiling had before plan/templates.py (a template's data is its config's)
+# the fields Kernel and Tiling had before plan/templates.py (a template's data is its config's)
 OLD_FIELDS = {"row_threads", "gemm", "mma", "prefetch", "attention", "conv"}
 CONFIGS = {c.__name__ for c in (t.config for t in TEMPLATES.values())} | {"Config"}
 
@@ -175,8 +175,8 @@ def test_the_scan_catches_a_new_branch():
 def test_groups_and_tilings_hold_one_config():
     from dataclasses import fields
     from fusec.compiler.plan.cost import Tiling
-    from fusec.compiler.plan.kernels import Group
-    assert not {f.name for f in fields(Group)} & (OLD_FIELDS | {"scan"})
+    from fusec.compiler.plan.kernels import Kernel
+    assert not {f.name for f in fields(Kernel)} & (OLD_FIELDS | {"scan"})
     assert not {f.name for f in fields(Tiling)} & (OLD_FIELDS | {"scan"})
     assert {f.name for f in fields(Tiling)} == {"block", "thread", "mapped", "config"}
     with pytest.raises(TypeError):

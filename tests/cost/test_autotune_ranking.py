@@ -77,7 +77,7 @@ def test_tune_keeps_the_fastest_measured_candidate_and_caches_it():
     assert again == tuned
     # and the planner takes it, saying so
     tuned_plan = plan_chain(info, "cpu", hw=CPU, tuned=tuned)
-    assert tuned_plan.groups[0].block_tiles == slowest_by_model.block
+    assert tuned_plan.kernels[0].block_tiles == slowest_by_model.block
     assert any("measured fastest (--autotune)" in d for d in tuned_plan.decisions)
 
 

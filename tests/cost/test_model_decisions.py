@@ -30,7 +30,7 @@ def test_fusion_refused_when_its_intermediates_overflow_shared_memory():
     assert small.predicted_s < small.predicted_unfused_s
     # and at N=16384 each row is split over a block's threads: nothing row-sized per thread
     split = plan(SOFTMAX, {"M": 8192, "N": 16384})
-    assert split.kernel_count == 1 and split.groups[0].template == "row" and split.costs[0].bytes_spilled == 0
+    assert split.kernel_count == 1 and split.kernels[0].template == "row" and split.costs[0].bytes_spilled == 0
 
 
 def test_the_budget_is_the_profiles():
@@ -68,7 +68,7 @@ def test_the_cpu_plan_says_where_each_blas_product_and_its_epilogue_run(src, bin
     notes = [d for d in p.decisions if "BLAS call" in d]
     assert len(notes) == 1 and form in notes[0], p.decisions
     assert ("measured 1.3-1.6x slower" in notes[0]) == ("exp(x)" not in src)     # the whole call was possible
-    (g,) = p.groups
+    (g,) = p.kernels
     assert not g.whole_calls and len(g.block_tiles) and cpu_chunks(p.info, g.root, g.block_tiles, g.mapped) >= CPU.units
     # the same build: the emitted host function makes its call inside the prange
     kernels = fusec.compile(src, target="cpu", options={"baseline": False}).g.stages(binding)["kernels"]
@@ -85,7 +85,7 @@ def test_a_chunk_loop_with_fewer_chunks_than_cores_calls_blas_once_whole_before_
     hw = replace(CPU, pool_switch_s=2e-3)
     text = fusec.compile(src, target="cpu", options={"baseline": False, "plans": one, "hardware": hw}).g
     p = plan_from_dict(info_of(src, binding, "cpu"), "cpu", one["g"], hw=hw)
-    (g,) = p.groups
+    (g,) = p.kernels
     assert g.whole_calls == (1,)
     (note,) = [d for d in p.decisions if "BLAS call" in d]
     assert "one BLAS call for the whole product before the chunk loop" in note and "the loop has 1 chunk" in note
@@ -94,14 +94,14 @@ def test_a_chunk_loop_with_fewer_chunks_than_cores_calls_blas_once_whole_before_
     assert "_sgemm(101, 111, 111, 512, 512, 256, " in host and "numba.prange(" not in host   # one chunk: no prange
     two = {"g": {"groups": [{"ops": [1, 2], "block_tiles": [256, 0]}]}}
     q = plan_from_dict(info_of(src, binding, "cpu"), "cpu", two["g"], hw=hw)
-    assert not q.groups[0].whole_calls
+    assert not q.kernels[0].whole_calls
     # the whole call's wait is in its kernel's launch time, not the chunked one's
     assert p.costs[0].launch_s - q.costs[0].launch_s == pytest.approx(2e-3)
 
 
 def test_fusion_accepted_when_it_saves_traffic_with_the_numbers():
     p = plan(SOFTMAX, {"M": 8192, "N": 1024})
-    (g,) = p.groups
+    (g,) = p.kernels
     decisions = {d.split(":")[1].split(" into")[0].strip(): d for d in p.decisions}
     assert decisions["%2 map(subf,exp)"].startswith("fused: %2 map(subf,exp) into kernel 0: saves 2x33.6 MB and a launch, -")
     cost = p.costs[0]
@@ -121,7 +121,7 @@ def test_hand_given_plan_overrides_the_model_and_is_priced():
                        {"ops": [4, 5], "block_tiles": [2, 0], "thread_tiles": [1, 0]}]}
     p = plan_from_dict(info, "gpu", spec, hw=GPUS["h200"])
     assert p.decisions == ("plan given by hand",)
-    assert [g.block_tiles for g in p.groups] == [(4, 0), (2, 0)]
+    assert [g.block_tiles for g in p.kernels] == [(4, 0), (2, 0)]
     assert len(p.costs) == 2 and all(c.time_s > 0 for c in p.costs)
     model = plan_chain(info, "gpu", hw=GPUS["h200"])
     assert model.kernel_count == 1 and model.predicted_s < p.predicted_s
@@ -140,7 +140,7 @@ def test_hand_given_plan_overrides_the_model_and_is_priced():
 def test_gpu_tiles_respect_the_hardware_and_the_codegen(src, binding, hw):
     p = plan(src, binding, hw=hw)
     profile = GPUS[hw]
-    for g in p.groups:
+    for g in p.kernels:
         root = p.info.op(g.root)
         assert len(g.mapped) <= 3
         threads = 1
@@ -163,7 +163,7 @@ def test_gpu_tiles_respect_the_hardware_and_the_codegen(src, binding, hw):
 def test_cpu_tiles_split_one_loop_into_chunks():
     p = plan("chain l(x: f32[M, 1000], g: f32[1000], b: f32[1000]) -> f32[M, 1000] { return layernorm(x, g, b) }",
              {"M": 3000}, target="cpu", hw=CPU)
-    for g in p.groups:
+    for g in p.kernels:
         assert len(g.mapped) == 1 and g.thread_tiles == ()
         (loop,) = g.mapped
         assert p.info.op(g.root).loops[loop] % g.block_tiles[loop] == 0
@@ -174,7 +174,7 @@ def test_cpu_chunks_balance_the_cores():
     # 3000 rows on 2 cores: 3 chunks leave a core idle half of the second round; the model avoids it
     p = plan("chain s(x: f32[M, 1024]) -> f32[M, 1024] { return tanh(exp(x)) * 2.0 }", {"M": 3000},
              target="cpu", hw=CPU)
-    (g,) = p.groups
+    (g,) = p.kernels
     assert p.costs[0].bound == "compute"
     chunks = 3000 // g.block_tiles[0]
     assert chunks % 2 == 0 or chunks >= 16

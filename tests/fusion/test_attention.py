@@ -37,7 +37,7 @@ def test_attention_variants_are_one_kernel_without_a_scores_buffer(chain, target
     st = stages(EXAMPLE, b, target=target, chain=chain)
     plan = st.plan
     assert plan.kernel_count == 1, plan.format()
-    (g,) = plan.groups
+    (g,) = plan.kernels
     assert g.template == "attention", plan.format()
     assert any(d.startswith("attention: ") and "online-softmax" in d for d in plan.decisions)
     sq, sk = b["S"], b.get("T", b["S"])
@@ -74,7 +74,7 @@ def test_the_pattern_is_found_from_the_algebra_not_the_name():
 ])
 def test_when_online_softmax_would_change_the_result_the_plan_says_why(src, why):
     plan = stages(src, dict(B=4, S=64)).plan
-    assert not any(g.template == "attention" for g in plan.groups)
+    assert not any(g.template == "attention" for g in plan.kernels)
     assert any(d.startswith("not attention") and why in d for d in plan.decisions), plan.decisions
 
 
@@ -82,7 +82,7 @@ def test_a_hand_plan_can_ask_for_attention_and_is_checked():
     st = stages(EXAMPLE, dict(B=2, S=40), chain="attention")
     ops = [o.id for o in st.plan.info.ops if o.is_compute]
     st = stages(EXAMPLE, dict(B=2, S=40), chain="attention", plan={"groups": [{"ops": ops, "attention": [32, 16]}]})
-    assert st.plan.groups[0].config == AttentionConfig(block_q=32, block_kv=16)
+    assert st.plan.kernels[0].config == AttentionConfig(block_q=32, block_kv=16)
     with pytest.raises(Exception, match="multiple of 16"):
         stages(EXAMPLE, dict(B=2, S=40), chain="attention", plan={"groups": [{"ops": ops, "attention": [20, 16]}]})
     with pytest.raises(Exception, match="not an attention kernel"):
@@ -218,7 +218,7 @@ def test_the_gpu_kernel_report_at_16_heads_of_2048():
     from fusec.compiler.plan.hardware import GPUS
     from fusec.compiler.report import report_kernels
     st = stages(EXAMPLE, dict(B=16, S=2048), chain="attention")
-    (g,) = st.plan.groups
+    (g,) = st.plan.kernels
     assert g.template == "attention"
     (r,) = report_kernels(st.emitted.source, st.emitted.entries["attention"], GPUS["h200"], trace=False)
     assert r.registers is not None, r.unmeasured

@@ -38,7 +38,7 @@ PINNED = [
 @pytest.mark.parametrize("what, dims, kw, batch, algo", PINNED, ids=[p[0] for p in PINNED])
 def test_the_model_picks_the_algorithm_per_shape(what, dims, kw, batch, algo):
     plan = stages(_conv_chain(*dims, **kw), {"B": batch}, target="cpu").plan
-    (g,) = [g for g in plan.groups if g.template == "conv"]
+    (g,) = [g for g in plan.kernels if g.template == "conv"]
     assert g.config.algorithm == algo
     (note,) = [d for d in plan.decisions if " conv " in d]
     assert f"kernel {g.id}: %" in note and "predicted" in note      # --explain says why, with the other predictions
@@ -52,7 +52,7 @@ def test_winograd_f4x4_is_picked_in_f32_too_and_within_the_tolerance():
     src = _conv_chain(64, 64, 3, 56, 56, padding=1)
     f32 = stages(src, {"B": 8}, target="cpu").plan
     f64 = stages(src.replace("f32", "f64"), {"B": 8}, target="cpu").plan
-    assert [g.config.algorithm for g in f32.groups if g.template == "conv"] == [g.config.algorithm for g in f64.groups if g.template == "conv"] == ["winograd4"]
+    assert [g.config.algorithm for g in f32.kernels if g.template == "conv"] == [g.config.algorithm for g in f64.kernels if g.template == "conv"] == ["winograd4"]
     (note,) = [d for d in f32.decisions if " conv " in d]
     assert "as Winograd F(4x4, 3x3): predicted" in note and "f64 only" not in note
     prog = fusec.compile(_conv_chain(64, 64, 3, 40, 40, padding=1), target="cpu", options={"baseline": False})
@@ -67,8 +67,8 @@ def test_the_model_prices_what_it_chooses():
     auto = stages(src, {"B": 8}, target="cpu").plan
     ops = [o.id for o in auto.info.ops if o.is_compute]
     forced = stages(src, {"B": 8}, target="cpu", plan={"groups": [
-        {"ops": ops, "block_tiles": list(auto.groups[0].block_tiles), "conv": "im2col"}]}).plan
-    assert forced.groups[0].config.algorithm == "im2col"
+        {"ops": ops, "block_tiles": list(auto.kernels[0].block_tiles), "conv": "im2col"}]}).plan
+    assert forced.kernels[0].config.algorithm == "im2col"
     assert auto.predicted_s < 0.8 * forced.predicted_s
     assert any("(the plan says so)" in d for d in forced.decisions)
     assert not any("(the plan says so)" in d for d in auto.decisions)

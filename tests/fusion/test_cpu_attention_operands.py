@@ -53,7 +53,7 @@ def test_operands_as_they_lie_where_they_can(name):
     ops = [o.id for o in planned.info.ops if o.is_compute]
     plan = {"groups": [{"ops": ops, "attention": TILES}]}
     st = stages(src, binding, target="cpu", plan=plan)
-    assert st.plan.groups[0].config == AttentionConfig(block_q=TILES[0], block_kv=TILES[1]), st.plan.format()
+    assert st.plan.kernels[0].config == AttentionConfig(block_q=TILES[0], block_kv=TILES[1]), st.plan.format()
     calls = _calls(st.emitted.source)
     scores, pv = calls["the scores tile"], calls["P · V"]
     # (order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)

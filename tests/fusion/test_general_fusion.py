@@ -37,7 +37,7 @@ def test_chains_written_by_hand_are_one_kernel(example, chain, binding, target):
     if chain not in ("reshape_between", "transpose_between"):
         assert ops >= 2 and not any(d.startswith("not fused") for d in plan.decisions), plan.format()
     if target == "gpu" and chain not in ("reshape_between", "transpose_between"):
-        assert plan.groups[0].template == "row", plan.format()          # rows split over threads
+        assert plan.kernels[0].template == "row", plan.format()          # rows split over threads
 
 
 def test_keepdims_reductions_leave_no_reshape_between_the_ops():
@@ -89,7 +89,7 @@ def test_the_row_kernel_is_kept_when_a_thread_per_row_is_not_clearly_faster():
     # two reductions of a 64-wide row (logsumexp): the model predicts a thread per row within 2%
     # of the split rows, so the coalesced row kernel stays
     plan = _compile(_example("reductions.fdsl"), "logsumexp", dict(R=16384), "gpu").plan
-    assert plan.kernel_count == 1 and plan.groups[0].config.threads >= 32, plan.format()
+    assert plan.kernel_count == 1 and plan.kernels[0].config.threads >= 32, plan.format()
 
 
 TRI = """chain tri(x: f32[M, N]) -> (f32[M, N], f32[M, N], f32[M]) {
@@ -102,7 +102,7 @@ def test_a_cheap_value_used_by_three_kernels_is_computed_in_each_and_never_writt
     plan = _compile(TRI, "tri", dict(M=4096, N=1024), "gpu").plan
     e = [o.id for o in plan.info.ops if o.label == "map(exp)"][0]
     assert plan.kernel_count == 3, plan.format()
-    for g in plan.groups:
+    for g in plan.kernels:
         assert e in g.ops and dict(g.roles)[e] == "recomputed" and g.root != e
     assert any(d.startswith(f"recomputed: %{e} map(exp) in kernels 0, 1, 2, never written") for d in plan.decisions), \
         plan.decisions
@@ -152,8 +152,8 @@ def test_a_hand_plan_writes_what_another_group_reads_once():
         stages(TRI, dict(M=5, N=12), plan={"groups": [{"ops": [0, 1], "recomputed": [1]}, {"ops": [2]}, {"ops": [4]}]})
     st = stages(TRI, dict(M=5, N=12), plan={"groups": [{"ops": [0]}, {"ops": [0, 1], "recomputed": [0]},
                                                         {"ops": [2]}, {"ops": [4]}]})
-    assert [g.root for g in st.plan.groups] == [0, 1, 2, 4]     # %0 written by its own group, recomputed in one
-    assert st.plan.groups[1].recomputed == (0,)
+    assert [g.root for g in st.plan.kernels] == [0, 1, 2, 4]     # %0 written by its own group, recomputed in one
+    assert st.plan.kernels[1].recomputed == (0,)
 
 
 SECOND = {  # chains whose kernels write a producer too: (source, binding, {target: kernels})
@@ -189,7 +189,7 @@ def test_a_kernel_writes_a_producer_its_other_users_need(name, target):
     src, binding, kernels = SECOND[name]
     plan = _compile(src, "f", binding, target).plan
     assert plan.kernel_count == kernels[target], plan.format()
-    written = [(g, m) for g in plan.groups for m, role in g.roles if role == "written"]
+    written = [(g, m) for g in plan.kernels for m, role in g.roles if role == "written"]
     assert written or kernels[target] > 1, plan.format()
     for g, m in written:                              # each goes out for users outside its kernel
         assert any(u == -1 or u not in g.ops for u in plan.info.op(m).users)
@@ -220,12 +220,12 @@ def test_a_hand_plan_writes_second_outputs_only_where_they_are_carried_through()
     with pytest.raises(Exception, match="cannot write op .* a second elementwise output only when it is a row kernel"):
         stages(src, dict(M=5, N=24), plan={"groups": [{"ops": ops, "block_tiles": [1], "thread_tiles": [1]}]})
     row = {"groups": [{"ops": ops, "block_tiles": [1], "row_threads": 8, "thread_tiles": [1]}]}
-    assert dict(stages(src, dict(M=5, N=24), plan=row).plan.groups[0].roles)[ops[0]] == "written"
+    assert dict(stages(src, dict(M=5, N=24), plan=row).plan.kernels[0].roles)[ops[0]] == "written"
     assert stages(src, dict(M=5, N=24), target="cpu", plan={"groups": [{"ops": ops}]}).plan.kernel_count == 1
     src = LOGSUMEXP
     ops = [o.id for o in stages(src, dict(M=5, N=24)).plan.info.ops if o.is_compute and o.kind != "fill"]
     st = stages(src, dict(M=5, N=24), plan={"groups": [{"ops": ops[:4]}, {"ops": ops[4:]}]})   # max, exp, sum, div
-    assert [r for m, r in st.plan.groups[0].roles if m in (ops[0], ops[2])] == ["written", "written"]
+    assert [r for m, r in st.plan.kernels[0].roles if m in (ops[0], ops[2])] == ["written", "written"]
 
 
 def test_an_elementwise_second_output_of_a_gpu_row_kernel_is_a_phase_of_its_own():
@@ -237,7 +237,7 @@ def test_an_elementwise_second_output_of_a_gpu_row_kernel_is_a_phase_of_its_own(
     src, _, _ = SECOND["residual_and_layernorm"]
     plan = {"groups": [{"ops": [0, 3, 4, 5, 6], "block_tiles": [2, 0], "row_threads": 8, "thread_tiles": [1, 0]}]}
     st = stages(src, dict(M=4, N=24), plan=plan)
-    assert dict(st.plan.groups[0].roles)[0] == "written"
+    assert dict(st.plan.kernels[0].roles)[0] == "written"
     tiled = st.texts["tiled"]
     assert '"written"' in tiled and "memref.copy %expand_shape" not in tiled, tiled   # no copy of the output
     prog = fusec.compile(src, target="cuda-sim", options={"plans": {"f": plan}})

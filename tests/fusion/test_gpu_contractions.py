@@ -25,7 +25,7 @@ BMM = "chain b(a: f32[B, M, K], w: f32[B, K, N], c: f32[N]) -> f32[B, M, N] { re
 ])
 def test_bench_contractions_are_tiled_kernels_with_their_epilogue(src, binding, word):
     st = stages(src, binding=binding, plan=None)
-    (g,) = st.plan.groups                          # the epilogue is in the contraction's kernel
+    (g,) = st.plan.kernels                          # the epilogue is in the contraction's kernel
     c = g.config
     bk, tq, tp, tx, ty = c.bk, c.tm, c.tn, c.threads_n, c.threads_m
     assert tq * tp >= 16 and tx * ty >= 64
@@ -100,10 +100,10 @@ CASES = [
 @pytest.mark.parametrize("src,binding,block,gemm", CASES)
 def test_contraction_kernels_match_the_reference_on_the_simulator(src, binding, block, gemm):
     planned = stages(src, binding=binding, plan=None).plan
-    ops = sorted({m for g in planned.groups for m in g.ops if planned.info.op(m).kind not in ("fill", "pad")})
+    ops = sorted({m for g in planned.kernels for m in g.ops if planned.info.op(m).kind not in ("fill", "pad")})
     plan = {"groups": [{"ops": ops, "block_tiles": block, "gemm": gemm}]}
     st = stages(src, binding=binding, plan=plan)
-    assert st.plan.groups[0].config.steps == tuple(gemm) and "fusec.block_gemm" in st.texts["gpu"]
+    assert st.plan.kernels[0].config.steps == tuple(gemm) and "fusec.block_gemm" in st.texts["gpu"]
     name = st.plan.chain
     prog = fusec.compile(src, target="cuda-sim", options={"baseline": False, "plans": {name: plan}})
     (c,) = getattr(prog, name).check(binding=binding, seed=5)
@@ -114,7 +114,7 @@ def test_contraction_kernels_match_the_reference_on_the_simulator(src, binding, 
 def test_every_contraction_kernel_says_how_and_why():
     for binding in ({"M": 8, "K": 16, "N": 32}, {"M": 512, "K": 1024, "N": 4096}):
         st = stages(MLP, binding=binding)
-        (g,) = st.plan.groups
+        (g,) = st.plan.kernels
         (note,) = [d for d in st.plan.decisions if d.startswith("kernel 0: %1 matmul as ")]
         assert "tiled contraction" in note and "dot product per output" in note    # both predictions
         assert ("as tiled contraction" in note) == (g.template == "contraction")
@@ -125,10 +125,10 @@ def test_double_buffered_kernels_match_the_reference_on_the_simulator(src, bindi
     """The K loop with the next step prefetched into registers: edges, K = 1 (no second step),
     a conv's gathered window, a Q side across batches."""
     planned = stages(src, binding=binding, plan=None).plan
-    ops = sorted({m for g in planned.groups for m in g.ops if planned.info.op(m).kind not in ("fill", "pad")})
+    ops = sorted({m for g in planned.kernels for m in g.ops if planned.info.op(m).kind not in ("fill", "pad")})
     plan = {"groups": [{"ops": ops, "block_tiles": block, "gemm": gemm, "double_buffered": True}]}
     st = stages(src, binding=binding, plan=plan)
-    assert st.plan.groups[0].config.prefetch and "fusec.gemm_prefetch" in st.texts["gpu"]
+    assert st.plan.kernels[0].config.prefetch and "fusec.gemm_prefetch" in st.texts["gpu"]
     kernel = st.emitted.source[st.emitted.source.index("def k0"):st.emitted.source.index("def run_")]
     loop = kernel[kernel.index("for k0 in range"):]
     assert "pf = " in kernel[:kernel.index("for k0 in range")]      # the first step before the loop
@@ -145,7 +145,7 @@ def test_the_model_double_buffers_where_it_pays():
     from fusec.compiler.plan.cost import Tiling
     for binding in ({"M": 512, "K": 1024, "N": 4096}, {"M": 4096, "K": 1024, "N": 4096}, {"M": 64, "K": 64, "N": 64}):
         st = stages(MLP, binding=binding)
-        (g,) = st.plan.groups
+        (g,) = st.plan.kernels
         buffered = g.template == "contraction" and g.config.prefetch
         chosen = {t: s for t, s in st.plan.candidates[0]}
         assert g.tiling in chosen
@@ -153,4 +153,4 @@ def test_the_model_double_buffers_where_it_pays():
             other = Tiling(g.block_tiles, g.thread_tiles, g.mapped, replace(g.tiling.config, prefetch=not buffered))
             assert other not in chosen or chosen[g.tiling] <= chosen[other]      # the faster of the two
         assert ("double-buffered" in st.plan.format()) == buffered
-    assert stages(MLP, binding={"M": 4096, "K": 1024, "N": 4096}).plan.groups[0].config.prefetch   # 128x256 tiles, one block an SM
+    assert stages(MLP, binding={"M": 4096, "K": 1024, "N": 4096}).plan.kernels[0].config.prefetch   # 128x256 tiles, one block an SM

@@ -13,7 +13,7 @@ LAYERNORM = "chain l(x: f32[M, N], g: f32[N], b: f32[N]) -> f32[M, N] { return l
 
 def test_a_row_kernel_splits_each_row_over_the_threads_of_its_block():
     st = stages(SOFTMAX, binding={"M": 64, "N": 512})
-    (g,) = st.plan.groups
+    (g,) = st.plan.kernels
     assert g.template == "row" and 512 % g.config.threads == 0
     tiled = st.texts["tiled"]
     # two reductions: each a per-thread partial into workgroup memory and a block-wide combine

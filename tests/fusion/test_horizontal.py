@@ -37,7 +37,7 @@ ONE_KERNEL = {"logsumexp": LOGSUMEXP, "two_reductions": TWO_REDUCTIONS, "statist
 def test_results_of_one_pass_share_a_kernel(name, target):
     plan = stages(ONE_KERNEL[name], TYPICAL, target=target).plan
     assert plan.kernel_count == 1, plan.format()
-    (g,) = plan.groups
+    (g,) = plan.kernels
     assert len(g.siblings) == 1 and dict(g.roles)[g.siblings[0]] == "sibling", plan.format()
     assert not any(r == "written" for _, r in g.roles), plan.format()       # nothing goes out but the results
     assert any(d.startswith("fused horizontally:") for d in plan.decisions), plan.decisions
@@ -68,7 +68,7 @@ def test_contraction_kernels_keep_one_root_each():
 def test_siblings_fuse_into_the_roots_loop_before_their_producers():
     st = stages(LOGSUMEXP, dict(M=8, N=64), target="cpu", plan={"groups": [{"ops": [2, 3, 5, 6, 7],
                                                                            "block_tiles": [2, 0]}]})
-    (g,) = st.plan.groups
+    (g,) = st.plan.kernels
     assert g.root == 7 and g.siblings == (6,)
     tiled = st.texts["tiled"]
     assert tiled.count("scf.forall") == 1, tiled       # one loop writes both results
@@ -80,7 +80,7 @@ def test_hand_plans_with_several_roots():
         stages(TWO_REDUCTIONS, dict(M=4, N=16), plan={"groups": [{"ops": [1, 3]}]})
     st = stages(TWO_REDUCTIONS, dict(M=4, N=16), plan={"groups": [{"ops": [1, 3], "block_tiles": [1, 0],
                                                                    "row_threads": 16, "thread_tiles": [1, 0]}]})
-    assert st.plan.groups[0].siblings == (1,) and st.plan.summary()["groups"][0]["siblings"] == [1]
+    assert st.plan.kernels[0].siblings == (1,) and st.plan.summary()["groups"][0]["siblings"] == [1]
 
 
 CASES = [  # (source, gpu hand plan or None: the planner's)

@@ -38,12 +38,12 @@ def test_rope_is_one_op_reading_only_the_chains_inputs():
     assert "tensor.extract %arg0" in graph and "tensor.extract %arg1" in graph, graph
     assert "tensor<1x2x8x32xf32>" not in graph, graph                 # no half of q or k is made
     plan = _compile(_example("rope.fdsl"), "rope", dict(B=1, H=2, S=8), "gpu").plan
-    assert plan.kernel_count == 1 and plan.groups[0].siblings, plan.format()   # q's and k's: one launch
+    assert plan.kernel_count == 1 and plan.kernels[0].siblings, plan.format()   # q's and k's: one launch
 
 
 def test_embedding_and_layernorm_are_one_row_kernel_on_the_gpu():
     plan = _compile(_example("embedding.fdsl"), "embed", dict(V=32000, B=8, S=1024), "gpu").plan
-    (g,) = plan.groups
+    (g,) = plan.kernels
     assert g.template == "row", plan.format()
     gather = [o for o in plan.info.ops if any(k == "arg0" for k, _, _ in o.indirect)]
     assert gather and gather[0].id in g.ops, plan.format()            # the table is read inside the kernel
@@ -53,24 +53,24 @@ def test_router_argmax_is_in_the_softmax_row_kernel():
     for binding in (dict(T=8192), dict(T=64)):
         plan = _compile(_example("router.fdsl"), "router", binding, "gpu").plan
         assert plan.kernel_count <= 2, plan.format()
-        last = plan.groups[-1]       # the argmax's: the softmax's max and sum, p's max, the first index
+        last = plan.kernels[-1]       # the argmax's: the softmax's max and sum, p's max, the first index
         assert len([m for m in last.ops if plan.info.op(m).kind == "reduction"]) == 4, plan.format()
 
 
 @pytest.mark.parametrize("target", ["gpu", "cpu"])
 def test_a_scan_is_a_kernel_of_its_own(target):
     plan = _compile(_example("router.fdsl"), "top_p", dict(T=64, V=32000), target).plan
-    scan = plan.groups[0]
+    scan = plan.kernels[0]
     assert scan.template == "scan" and scan.ops == (scan.root,) or all(plan.info.op(m).kind == "fill" for m in scan.ops
                                                           if m != scan.root), plan.format()
-    assert not any(plan.info.op(m).scan for g in plan.groups[1:] for m in g.ops), plan.format()
+    assert not any(plan.info.op(m).scan for g in plan.kernels[1:] for m in g.ops), plan.format()
     text = plan.format()
     assert ("a block of" in text) if target == "gpu" else ("prange over the rows" in text), text
 
 
 def test_a_scan_along_another_axis_takes_a_thread_per_row():
     plan = _compile(_example("scans.fdsl"), "causal_mean", dict(B=8, S=2048), "gpu").plan
-    assert "a thread per row" in plan.format() and plan.groups[0].template == "scan", plan.format()
+    assert "a thread per row" in plan.format() and plan.kernels[0].template == "scan", plan.format()
 
 
 def test_a_scan_keeps_its_mark_when_a_producer_fuses_into_it():

@@ -44,7 +44,7 @@ def test_unfused_build_is_one_kernel_per_compute_op(src, expect):
     # the unfused build still applies the graph passes (elementwise ops were merged there)
     st = stages(src, fuse=False)
     assert st.plan.kernel_count == expect
-    assert all(len([r for _, r in g.roles if r not in ("init", "pad")]) == 1 for g in st.plan.groups)
+    assert all(len([r for _, r in g.roles if r not in ("init", "pad")]) == 1 for g in st.plan.kernels)
 
 
 def test_decisions_explain_what_was_and_was_not_fused():
@@ -76,7 +76,7 @@ def test_a_producer_used_twice_is_not_fused():
 
 def test_reductions_keep_their_rows_whole_per_tile():
     st = stages(SOFTMAX, binding={"M": 64, "N": 128})
-    (g,) = st.plan.groups
+    (g,) = st.plan.kernels
     assert g.block_tiles[1] == 0 and g.block_tiles[0] > 0      # rows split across blocks, columns not
     assert g.config.threads == 128                                # each row split over 128 threads
     assert g.threads() == (g.block_tiles[0], 128)
@@ -85,13 +85,13 @@ def test_reductions_keep_their_rows_whole_per_tile():
 def test_a_small_full_reduction_is_one_block_of_threads():
     # 64 elements (M = N = 8): too few to split over blocks; one block's threads share them
     st = stages("chain f(x: f32[M, N]) -> f32 { return sum(exp(x)) }")
-    (g,) = st.plan.groups
+    (g,) = st.plan.kernels
     assert not g.serial and not any(g.block_tiles) and g.config.threads == 64
 
 
 def test_a_rank0_kernel_runs_serially():
     st = stages("chain f(x: f32, y: f32) -> f32 { return exp(x) * y }")
-    (g,) = st.plan.groups
+    (g,) = st.plan.kernels
     assert g.serial and "serial (one thread)" in st.plan.format()
 
 
@@ -101,7 +101,7 @@ def test_hand_given_plan_overrides_groups_and_tiles():
                        {"ops": [4, 5], "block_tiles": [2, 0], "thread_tiles": [1, 0]}]}
     st = stages(SOFTMAX, binding={"M": 8, "N": 16}, plan=json.dumps(spec))
     assert st.plan.kernel_count == 2
-    assert [g.block_tiles for g in st.plan.groups] == [(4, 0), (2, 0)]
+    assert [g.block_tiles for g in st.plan.kernels] == [(4, 0), (2, 0)]
     assert st.texts["gpu"].count("gpu.launch ") == 2
     assert st.plan.decisions == ("plan given by hand",)
 

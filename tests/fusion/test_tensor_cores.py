@@ -33,10 +33,10 @@ def _plan(block, gemm, double_buffered=False):
 
 def test_f16_contractions_take_tensor_cores_and_f32_ones_do_not():
     big = {"M": 512, "K": 1024, "N": 4096}
-    (g,) = _stages(F16, big).plan.groups
+    (g,) = _stages(F16, big).plan.kernels
     assert g.template == "contraction" and g.config.mma == "f16"
     st = _stages(F32, big)
-    assert st.plan.groups[0].template == "contraction" and st.plan.groups[0].config.mma == ""
+    assert st.plan.kernels[0].template == "contraction" and st.plan.kernels[0].config.mma == ""
     text = _stages(F16, big).plan.format()
     assert "f16 tensor cores (mma.sync m16n8k16)" in text and "as tiled contraction, K = 1024 in steps of" in text and "on f16 tensor cores (mma.sync)" in text
 
@@ -48,7 +48,7 @@ def test_f16_contractions_take_tensor_cores_and_f32_ones_do_not():
 ])
 def test_shapes_the_fragments_do_not_tile_stay_on_fmas(block, gemm, why):
     st = _stages(F16, {"M": 64, "K": 64, "N": 96}, _plan(block, gemm))
-    (g,) = st.plan.groups
+    (g,) = st.plan.kernels
     gk = gemm_kernel(st.plan.info, g.ops, g.root)
     assert g.config.mma == "" and why in mma_error(st.plan.info, gk, gemm_shape(st.plan.info, gk, g.root, g.block_tiles, g.config.steps))
 
@@ -56,7 +56,7 @@ def test_shapes_the_fragments_do_not_tile_stay_on_fmas(block, gemm, why):
 def test_a_profile_without_tensor_cores_keeps_fmas():
     from dataclasses import replace
     st = _stages(F16, {"M": 512, "K": 1024, "N": 4096}, hw=replace(H200, tensor_flops_fp16=0.0))
-    assert st.plan.groups[0].template == "contraction" and st.plan.groups[0].config.mma == ""
+    assert st.plan.kernels[0].template == "contraction" and st.plan.kernels[0].config.mma == ""
     (note,) = [d for d in st.plan.decisions if " as tiled contraction" in d]
     assert "on FMAs, not tensor cores: h200 has no tensor cores in its profile" in note   # --explain says why
 
@@ -65,7 +65,7 @@ def test_a_profile_without_tensor_cores_keeps_fmas():
 def test_the_tensor_core_kernel_report():
     st = _stages(F16, {"M": 512, "K": 1024, "N": 4096})
     (r,) = report_kernels(st.emitted.source, st.emitted.entries["t"], H200, blocks=("middle",))
-    g = st.plan.groups[0]
+    g = st.plan.kernels[0]
     tq, tp = g.config.tm, g.config.tn
     assert r.mma and r.mma >= (tq // 2) * (tp // 2)       # one mma.sync per 16x8 fragment per K step of 16
     assert r.stack_frame_bytes == 0 and r.local_bytes == 0 and r.spill_store_bytes == 0
@@ -85,7 +85,7 @@ CASES = [  # (binding, block tiles, [bk, tq, tp], double-buffered): edges on eve
 @pytest.mark.parametrize("binding,block,gemm,db", CASES)
 def test_tensor_core_kernels_on_the_simulator(binding, block, gemm, db):
     plan = _plan(block, gemm, db)
-    assert _stages(F16, binding, plan).plan.groups[0].config.mma == "f16"
+    assert _stages(F16, binding, plan).plan.kernels[0].config.mma == "f16"
     prog = fusec.compile(F16, target="cuda-sim", options={"baseline": False, "plans": {"t": plan}})
     (c,) = prog.t.check(binding=binding, seed=5)
     assert c.ok, c.describe()
@@ -127,7 +127,7 @@ def _emulated_f16():
 def test_the_mma_path_itself_under_an_emulated_warp(binding, block, gemm, db):
     from numba import cuda
     st = _stages(F16, binding, _plan(block, gemm, db))
-    assert st.plan.groups[0].config.prefetch == db
+    assert st.plan.kernels[0].config.prefetch == db
     sim_branch = "    _FMA_ONLY = True\n    _pack_f16x2 = _mma_f16 = None\n"
     assert sim_branch in st.emitted.source and "_mma_f16(" in st.emitted.source
     source = st.emitted.source.replace(sim_branch, "    _FMA_ONLY = False\n    _pack_f16x2, _mma_f16 = _EMULATED\n")

@@ -98,7 +98,7 @@ def row_values(dtype: str) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class Group:
+class Kernel:
     """Ops over one iteration space, packed into one output: row i is `exprs[i]`."""
     name: str
     labels: tuple[str, ...]
@@ -122,7 +122,7 @@ class Group:
         return e
 
 
-def groups(dtype: str) -> list[Group]:
+def groups(dtype: str) -> list[Kernel]:
     unary = [(op, f"{op}(x)") for op in UNARY] + [("gelu", "gelu(x)"), ("gelu none", 'gelu(x, approximate="none")')]
     # casts there and back (to another float rounds: overflow to inf, NaN, -0, denormals), and to bool
     unary += [(f"cast {d}", f"cast(cast(x, {d}), {dtype})") for d in DTYPES if d != dtype]
@@ -139,7 +139,7 @@ def groups(dtype: str) -> list[Group]:
              ("cumsum cols", "cumsum(r, axis=0)"), ("cumprod cols", "cumprod(r, axis=0)")]
 
     def g(name, items, shape):
-        return Group(name, tuple(label for label, _ in items), tuple(e for _, e in items), shape)
+        return Kernel(name, tuple(label for label, _ in items), tuple(e for _, e in items), shape)
     return [g("unary", unary, "1, N"), g("binary", binary, "1, K, K"), g("rows", rows, "R"), g("cols", cols, "C"),
             g("whole", whole, ""), g("norms", norms, "1, R, C"), g("scans", scans, "1, R, C")]
 
@@ -159,7 +159,7 @@ NOT_COVERED = {
 }
 
 
-def covered_ops_of(group: Group) -> set[str]:
+def covered_ops_of(group: Kernel) -> set[str]:
     return {name for e in group.exprs for name in re.findall(r"(\w+)\(", e)}
 
 
@@ -167,7 +167,7 @@ def covered_ops(dtype: str) -> set[str]:
     return {name for g in groups(dtype) for name in covered_ops_of(g)}
 
 
-def program(dtype: str, only: tuple[str, ...] | None = None) -> tuple[str, list[Group], list[np.ndarray]]:
+def program(dtype: str, only: tuple[str, ...] | None = None) -> tuple[str, list[Kernel], list[np.ndarray]]:
     """(FDSL source, its groups in output order, the inputs) of the matrix chain for `dtype`,
     of every group or those named in `only`."""
     x, p, r = unary_values(dtype), pair_values(dtype), row_values(dtype)
@@ -235,7 +235,7 @@ def _show(v) -> str:
     return "-0" if v == 0 and np.signbit(v) else f"{v:.9g}"
 
 
-def check(dtype: str, groups_: list[Group], got: list, want: list, inputs: list[np.ndarray],
+def check(dtype: str, groups_: list[Kernel], got: list, want: list, inputs: list[np.ndarray],
           specials_only: frozenset[str] = frozenset()) -> list[str]:
     """Every group's rows against the reference's; messages name the op and the inputs. Ops in
     `specials_only` are checked for their NaN and infinities only (a known inaccuracy)."""

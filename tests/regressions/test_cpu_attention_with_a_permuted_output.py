@@ -29,9 +29,9 @@ def test_the_cpu_plan_says_why_it_is_no_attention_kernel():
     plan = compile_typed(chain, {"S": 64}, options=options("cpu"), until="plan").plan
     assert any(d.startswith("not attention") and "another element than its own" in d for d in plan.decisions), \
         plan.format()
-    assert not any(g.template == "attention" for g in plan.groups)
+    assert not any(g.template == "attention" for g in plan.kernels)
     gpu = compile_typed(chain, {"S": 2048}, options=options("gpu"), until="plan").plan
-    assert any(g.template == "attention" for g in gpu.groups), gpu.format()
+    assert any(g.template == "attention" for g in gpu.kernels), gpu.format()
 
 
 def test_a_hand_plan_asking_for_it_on_the_cpu_is_refused():

@@ -17,7 +17,7 @@ def test_a_very_long_fused_body_plans_and_short_ones_keep_their_tree():
     lines += [f"    v{i} = tanh(v{i - 1}) * 0.5 + x" for i in range(1, 300)]
     lines += ["    return v299", "}"]
     st = stages("\n".join(lines) + "\n", {}, target="gpu")
-    (g,) = st.plan.groups
+    (g,) = st.plan.kernels
     ops = [o for o in st.plan.info.ops if o.is_compute]
     assert any(len(o.body_ops) > BODY_TREE_OPS and o.body_expr == () for o in ops)
     short = stages("chain s(x: f32[4]) -> f32[4] { return exp(x) * 2.0 }", {}).plan.info

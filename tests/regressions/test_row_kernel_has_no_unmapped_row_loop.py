@@ -18,6 +18,6 @@ def test_multihead_at_48_compiles_and_its_row_kernels_map_every_tileable_loop():
     src = open(os.path.join(ROOT, "examples", "attention.fdsl")).read()
     st = stages(src, {"S": 48}, chain="multihead")
     assert "def run_multihead(" in st.emitted.source
-    for g in st.plan.groups:
+    for g in st.plan.kernels:
         if g.template == "row":
             assert all(g.block_tiles[l] for l in g.mapped)

@@ -27,7 +27,7 @@ def test_the_scan_is_a_scan_and_no_row_kernel_reads_another_row():
     st = compile_typed(fusec.check(SRC).chain("r"), {"M": 5, "N": 2}, options=options("gpu"), until="plan")
     scan = next(o for o in st.plan.info.ops if o.scan)
     assert scan.kind == "reduction" and st.plan.group_of(scan.id).template == "scan", st.plan.format()
-    assert not any(g.template == "row" for g in st.plan.groups), st.plan.format()
+    assert not any(g.template == "row" for g in st.plan.kernels), st.plan.format()
 
 
 def test_its_numbers_on_cuda_sim():

@@ -21,9 +21,9 @@ SRC = """chain r(x: f32[M, N]) -> (f32[M, N], f32[M, N]) {
 
 def test_a_root_walking_another_axis_is_no_row_kernel():
     st = compile_typed(fusec.check(SRC).chain("r"), {"M": 2, "N": 3}, options=options("gpu"), until="plan")
-    for g in st.plan.groups:
+    for g in st.plan.kernels:
         assert g.template != "row" or not any(st.plan.info.op(m).kind == "reduction" for m in g.ops), st.plan.format()
-    g = next(g for g in st.plan.groups if any(st.plan.info.op(m).kind == "reduction" for m in g.ops))
+    g = next(g for g in st.plan.kernels if any(st.plan.info.op(m).kind == "reduction" for m in g.ops))
     why = row_kernel(st.plan.info, g.ops, g.root)
     assert isinstance(why, str) and "neither the row nor one that numbers the rows" in why, why
 

@@ -65,12 +65,12 @@ def test_contraction_kernels_at_size(src, chain, binding, gathered):
     st = _compile(src, chain, binding)
     entry = st.emitted.entries[chain]
     reports = report_kernels(st.emitted.source, entry, H200, blocks=("middle",))
-    contracting = {g.id for g in st.plan.groups if any(st.plan.info.op(m).kind == "contraction" for m in g.ops)}
+    contracting = {g.id for g in st.plan.kernels if any(st.plan.info.op(m).kind == "contraction" for m in g.ops)}
     assert contracting
     for r in reports:
         if r.group not in contracting:
             continue
-        g = st.plan.groups[r.group]
+        g = st.plan.kernels[r.group]
         what = f"{chain} {r.kernel} (kernel {g.id}, {g.config})"
         assert g.template == "contraction", f"{what}: not a tiled contraction"
         assert r.registers is not None, (what, r.unmeasured)
@@ -103,4 +103,4 @@ def test_contraction_kernels_at_size(src, chain, binding, gathered):
 def test_large_contractions_run_in_full_waves():
     st = _compile("bench/fdsl/mlp.fdsl", "mlp", {"M": 4096, "K": 1024, "N": 4096})
     (r,) = report_kernels(st.emitted.source, st.emitted.entries["mlp"], H200, trace=False)
-    assert st.plan.groups[0].template == "contraction" and r.waves >= 1 and r.stack_frame_bytes == 0
+    assert st.plan.kernels[0].template == "contraction" and r.waves >= 1 and r.stack_frame_bytes == 0

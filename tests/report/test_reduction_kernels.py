@@ -62,12 +62,12 @@ def test_reduction_kernels_at_size(src, chain, binding):
     st = _compile(src, chain, binding)
     entry = st.emitted.entries[chain]
     reports = report_kernels(st.emitted.source, entry, H200, blocks=("middle",))
-    reducing = {g.id for g in st.plan.groups if any(st.plan.info.op(m).kind == "reduction" for m in g.ops)}
+    reducing = {g.id for g in st.plan.kernels if any(st.plan.info.op(m).kind == "reduction" for m in g.ops)}
     assert reducing, "the chain has a reduction kernel"
     for r in reports:
         if r.group not in reducing:
             continue
-        g = st.plan.groups[r.group]
+        g = st.plan.kernels[r.group]
         what = f"{chain} {r.kernel} (kernel {g.id}, {g.config})"
         assert r.registers is not None, (what, r.unmeasured)
         assert r.stack_frame_bytes == 0 and r.local_bytes == 0, f"{what}: local memory"
@@ -84,14 +84,14 @@ def test_reduction_kernels_at_size(src, chain, binding):
 @pytest.mark.parametrize("src,chain,binding", [CASES[i] for i in (0, 1, 3, 4)], ids=[CASES[i][1] for i in (0, 1, 3, 4)])
 def test_normalisations_are_one_row_kernel(src, chain, binding):
     st = _compile(src, chain, binding)
-    (g,) = st.plan.groups
+    (g,) = st.plan.kernels
     assert g.config.threads >= 32 and g.config.threads % 32 == 0
 
 
 def test_a_whole_tensor_reduction_is_two_stage_and_fills_the_device():
     st = _compile(OWN["total"], "total", {"N": 1 << 22})
     assert st.plan.kernel_count == 2
-    partial, final = st.plan.groups
+    partial, final = st.plan.kernels
     assert any("split-reductions" in d for d in st.plan.decisions)
     assert st.plan.costs[0].blocks >= H200.units and final.template == "row"
 
@@ -101,7 +101,7 @@ def test_a_vocabulary_wide_softmax_keeps_no_row_in_local_memory():
     # chunk of exp(x - m) was a local array (1000 bytes of stack); each phase now walks its
     # chunks one element at a time with the copies it reads fused in (tile_and_fuse.row_script)
     st = _compile("chain s(x: f32[M, N]) -> f32[M, N] { return softmax(x, axis=-1) }", "s", {"M": 2048, "N": 32000})
-    (g,) = st.plan.groups
+    (g,) = st.plan.kernels
     assert g.config.threads == 256, st.plan.format()
     (r,) = report_kernels(st.emitted.source, st.emitted.entries["s"], H200, trace=False)
     assert r.stack_frame_bytes == 0 and r.local_bytes == 0 and r.registers <= 40, r

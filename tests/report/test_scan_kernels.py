@@ -48,9 +48,9 @@ def reports():
     out = {}
     for name, (line, _) in CASES.items():
         mine = [r for r in reps if line in lines[r.group]
-                and (st.plan.groups[r.group].template in ("scan", "row"))]
+                and (st.plan.kernels[r.group].template in ("scan", "row"))]
         assert len(mine) == 1, (name, [(r.kernel, lines[r.group]) for r in reps])
-        out[name] = st.plan.groups[mine[0].group], mine[0]
+        out[name] = st.plan.kernels[mine[0].group], mine[0]
     return out, reps
 
 

@@ -35,7 +35,7 @@ def wrong_when_fused(monkeypatch):
 
         def run(job, st):
             kernels.run(job, st)
-            if any(ops <= {op for op, _role in g.roles} for g in st.plan.groups):
+            if any(ops <= {op for op, _role in g.roles} for g in st.plan.kernels):
                 host = st.emitted.entries[job.chain].host
                 st.emitted = replace(st.emitted, source=st.emitted.source + WRONG.format(host=host))
         stages = tuple(replace(s, run=run) if s.name == "kernels" else s for s in pipeline.STAGES)

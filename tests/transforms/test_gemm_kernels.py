@@ -70,7 +70,7 @@ def test_the_template_gives_the_reference_numbers():
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "Group.serial (compiler/plan/kernels.py) leaves out gemm: a contraction kernel whose one block "
+    "Kernel.serial (compiler/plan/kernels.py) leaves out gemm: a contraction kernel whose one block "
     "covers the whole output (block tiles all 0) is described 'serial (one thread)' in the plan and its "
     "summary ('serial': true, so autotune skips it), while the gpu stage runs it as a GEMM template "
     "block of tx x ty threads"))
