@@ -1,23 +1,10 @@
 """Attention kernels: a softmax-normalised operand of a contraction over the softmax's own axis.
 
-The planner finds the pattern from the algebra of the generic ops, not from a name, so the
-built-in softmax, one written by hand (`e / sum(e)` with `e = exp(z - max(z))`, keepdims
-views or not), any elementwise score function between the two contractions (a scale, a bias,
-a `where` mask, a soft cap) and a 3-D or 4-D layout are all the same kernel:
-
-    S = Q · Kᵀ           a contraction over d whose result holds the score axis j (from K's side)
-    Z = f(S, ...)        elementwise ops on S (and on tensors from outside: masks, biases)
-    M = max_j Z          a reduction with maximumf over j, initialised to -inf
-    E = exp(Z - M)       one elementwise op
-    L = sum_j E          a reduction with addf over j, initialised to 0
-    P = E / L            one elementwise op, or folded into the next contraction's body
-    O = P · V            a contraction over j
-
-Online softmax computes O without S, Z, E or P in memory: per block of queries, K and V are
-streamed in tiles along j, carrying the running max m, the running sum l and the rescaled
-accumulator (acc = acc · exp(m_old - m_new) + exp(z - m_new) · v), and O = acc / l at the
-end. That is only the same O when the intermediate values are used by nothing else; the
-matcher says which condition fails otherwise (`Attention | NotAttention`).
+The matcher reads the generic ops' algebra, not names: S = Q · Kᵀ, Z = f(S, ...) elementwise,
+M = max_j Z, E = exp(Z - M), L = sum_j E, P = E / L (or folded into O's body), O = P · V. It
+gives an `Attention` when online softmax computes the same O (the intermediates have no other
+user), else a `NotAttention` saying which condition fails. See docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA"
+(attention kernels); docs/FUSION.md, "Attention".
 """
 from __future__ import annotations
 

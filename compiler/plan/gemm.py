@@ -1,27 +1,12 @@
 """Tiled contraction kernels (gpu): which kernels can be one, and the shape of its tiles.
 
-A contraction kernel (ContractionConfig) computes a block tile of a contraction's output as a GEMM:
-the contraction's parallel loops fall on two sides, Q (loops only the Q operand reads) and P
-(loops only the P operand reads; P is the side of the output's contiguous dim, so threads x run
-along it), its reduction loops flatten into one K. Per block, K is walked BK at a time: both
-operands' [BK, BQ] and [BK, BP] tiles are loaded by all threads together into shared memory
-(the loader evaluates the operands' producers in the kernel, a pad's gather for instance, at
-each element it loads), then each thread accumulates a TQ x TP register tile (rows
-ty + i * TY, columns tx + j * TX: consecutive threads read consecutive shared words) and, after
-the last K step, applies the kernel's elementwise epilogue to it from registers and writes each
-output once (compiler/emit/gemm.py).
-
-Tensor cores (`mma_kind`): when both operands are f16, the accumulator f32 and
-the tiles fit, the block's warps each own a (8 TQ) x (4 TP) tile of the output as
-(TQ/2) x (TP/2) fragments of mma.sync.m16n8k16 and K steps of 16 come from the same shared
-tiles; a lane's TQ x TP accumulators sit at rows g + 8h + 16mi and columns 2t + e + 8ni of its
-warp's tile (g = lane / 4, t = lane % 4: the PTX fragment layout), so the epilogue is the same.
-
 A kernel qualifies when it holds exactly one contraction, every other compute op is an
 all-parallel elementwise op (or a fill or pad), the root is the contraction or an elementwise
 op whose loops are the contraction's parallel loops one to one, the contraction's init is a fill
-of the kernel, and the output's contiguous dim is one side's. Loops both operands read (batch)
-take block tile 1. Tile sizes need not divide the loops: the edges are guarded.
+of the kernel, and the output's contiguous dim is one side's (P). Its ContractionConfig gives the
+K step and register tiles, and tensor cores where `mma_kind` allows; tiles need not divide the
+loops. See docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA"
+(contraction kernels, tensor cores); the template is compiler/emit/gemm.py.
 """
 from __future__ import annotations
 
