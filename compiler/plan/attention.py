@@ -374,9 +374,8 @@ def attention_tiles(a: Attention) -> list[tuple[int, int]]:
 
 
 def attention_registers(a: Attention, bq: int, bkv: int) -> int:
-    """Registers per thread, fitted to ptxas -v for sm_90 (d = dv = 64, B·H = 16, S = 2048):
-    202 at (bq, bkv) = (64, 32), 170 at (64, 16), 123 at (32, 32), 127 at (16, 64), 122 at
-    (16, 32). The register tiles (scores rq x ck, accumulators rq x cd) count for less than the
-    ~96 the unrolled loops' addressing takes; the fit is within 30 above and 6 below."""
+    """Registers per thread: about 96 for the unrolled loops' addressing plus the register tiles
+    (scores rq x ck, accumulators rq x cd). Fitted to ptxas -v for sm_90
+    (docs/PERFORMANCE.md, "Figures behind the planner's constants")."""
     rq, ck, cd = bq // THREADS_Y, bkv // THREADS_X, -(-a.dv // THREADS_X)
     return int(96 + 2.5 * rq * cd + 2 * rq * ck)

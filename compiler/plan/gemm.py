@@ -239,16 +239,10 @@ def gemm_registers(tq: int, tp: int, loads: int, gathered: int = 0, mma: bool = 
     """Registers per thread of a contraction kernel: the TQ x TP accumulators, a column of Q and
     a row of P per K step, one per element the thread loads per K step (`loads`), seven per
     element whose operand a producer computes in the loader (`gathered`: a pad's window keeps
-    its coordinates and bounds live), and 34 for indices and addresses. Fitted to ptxas -v on
-    this emitter's kernels for sm_90: mlp 4x4 with 8 loads 64 (predicted 66), 8x4 with 12 96
-    (90), 8x8 with 16 128 (130), 8x8 with 8 120 (122); conv_bn_relu 8x7 with 4 + 7 gathered 160
-    (158), 4x7 with 4 + 7 gathered 128 (126), 4x7 with 2 + 4 gathered 92 (103), 8x7 with 8 + 14
-    gathered 242 (211); the kernel report measures the real ones. Above the device's limit per
-    thread (255), the rest spills. On tensor cores (`mma`) the packed fragments and the f32
-    values they come from add about tq * tp + 2 tq + tp; ptxas varies more there (f16
-    512x1024x4096 and 4096x1024x4096: 8x8 with 16 + 32 loads 234 (predicted 250), 8x8 with
-    8 + 16 254 (226), 4x8 with 8 + 16 128 (150), 2x4 with 2 + 4 64 (70), 2x8 with 8 + 8 160
-    (104)): the kernel report's measured registers re-price the plan."""
+    its coordinates and bounds live), and 34 for indices and addresses; on tensor cores (`mma`)
+    about tq * tp + 2 tq + tp more for the packed fragments. Fitted to ptxas -v on this
+    emitter's sm_90 kernels (docs/PERFORMANCE.md, "Figures behind the planner's constants"); the kernel report's measured registers re-price the plan.
+    Above the device's limit per thread (255), the rest spills."""
     regs = 34 + tq * tp + tq + tp + loads + 7 * gathered
     return regs + (tq * tp + 2 * tq + tp if mma else 0)
 
