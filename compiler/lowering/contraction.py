@@ -1,18 +1,10 @@
 """matmul and conv2d: linalg named ops wherever one fits.
 
-matmul, by the operands' batch dims (NumPy matmul broadcasting):
-  - both 2-D                                   linalg.matmul
-  - b has no real batch (absent or all 1)      a's batch dims fold into M (tensor.collapse_shape),
-                                               linalg.matmul, tensor.expand_shape back
-  - both carry the full batch shape            batch dims collapse into one, linalg.batch_matmul,
-                                               expand back
-  - anything else ([2,1,4,8] @ [3,8,5])        one contraction linalg.generic whose indexing maps
-                                               broadcast the batch dims (index 0 for a unit dim,
-                                               nothing for a missing one): nothing materialised
-conv2d: zero padding with tensor.pad, linalg.conv_2d_nchw_fchw with strides and dilations into a
-zero-filled accumulator, bias as an elementwise generic reading bias[f] through its map.
-Accumulators are in the compute type (f32 for f16/bf16 operands; the named ops extend their
-inputs), and one elementwise generic rounds the result back (fused with conv's bias add).
+matmul becomes linalg.matmul or linalg.batch_matmul (batch dims folded or collapsed) where the
+operands' batch shapes allow, else one contraction generic whose maps broadcast the batch dims
+(nothing materialised); conv2d becomes tensor.pad and linalg.conv_2d_nchw_fchw into a
+zero-filled accumulator, the bias an elementwise generic. Accumulators are in the compute type
+and one elementwise generic rounds back. See docs/ARCHITECTURE.md, "Stages and what each hands on" (linalg).
 """
 from __future__ import annotations
 

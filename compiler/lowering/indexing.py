@@ -1,16 +1,10 @@
 """Indexing ops: slices, concat, gather and embedding, each one all-parallel linalg.generic over
 its result, so they fuse like elementwise ops.
 
-- A slice with positive steps reads its input through an affine indexing map (start + step * d
-  per kept axis, the index itself on a dropped one): tiling sees the window it reads, and
-  elementwise fusion folds it into the ops around it.
-- A slice with a negative step, concat and gather read with `tensor.extract` at indices computed
-  in the body (a select between the concatenated tensors, each read at a clamped index, since
-  the body reads every operand at every point; a gather's index clamped into its axis): an
-  affine map cannot say "a or b", nor read at a loaded index, and tiling computes a slice's
-  window from a map that grows with its loops. The graph pass `inline-indexed-reads` then
-  moves the elementwise producers of what they read into their bodies (compiler/transforms/
-  indexed_reads.py), so `concat([a * 2, b + 1])` is one op.
+A slice with positive steps reads through an affine indexing map; a negative step, concat and
+gather read with `tensor.extract` at clamped indices computed in the body, whose producers the
+graph pass `inline-indexed-reads` then inlines (compiler/transforms/indexed_reads.py). See
+docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA" (indexing ops).
 """
 from __future__ import annotations
 

@@ -1,12 +1,10 @@
 """Typed chain -> MLIR on tensors: one public func.func per chain, static shapes for a binding.
 
-With `dynamic` symbols (options.dynamic), their extents are `?` in every type and come from a
-tensor.dim of the first parameter that carries each; an op whose lowering would need such an
-extent as a number, or whose kernels need it at compile time, is a user error at the op.
-
-Each node is lowered by the rule registered for its op (the other modules of this package), at an MLIR location
-built from the node's FDSL span, so `print_ir(module, locations=True)` points every op at the
-user's file:line:col.
+With `dynamic` symbols (options.dynamic), their extents are `?` in every type, read with a
+tensor.dim of the first parameter that carries each; an op that would need such an extent as a
+number is a user error at the op. Each node is lowered by its op's registered rule, at a
+location built from its FDSL span (`print_ir(module, locations=True)` shows file:line:col).
+See docs/ARCHITECTURE.md, "Stages and what each hands on" (linalg).
 """
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
 """Normalisations decomposed into linalg reductions and elementwise generics, each following its
 textbook formula (the op table's NumPy reference) so later passes see every producer/consumer.
-
-  softmax      max-reduce, exp(x - m), sum-reduce, e * (1 / s)   (2 reductions + 2 elementwise)
-  log_softmax  max-reduce, sum-reduce of exp(x - m), x - m - log(s)
-  layernorm    sum-reduce, sum-reduce of (x - mean)^2, one elementwise epilogue (times 1/std)
-  rmsnorm      sum-reduce of x*x, one elementwise epilogue
-  batchnorm    one elementwise generic (inference form), tagged `fusec.batchnorm = eps` so the
-               fold-batchnorm pass can rewrite it into a per-channel scale-and-shift.
-
-Intermediates live in the compute type (f32 for 16-bit floats); the result rounds once.
+batchnorm is one elementwise generic tagged `fusec.batchnorm = eps` for the fold-batchnorm
+pass. Intermediates live in the compute type (f32 for 16-bit floats); the result rounds once.
+The decompositions: docs/ARCHITECTURE.md, "Stages and what each hands on" (linalg).
 """
 from __future__ import annotations
 

@@ -82,8 +82,9 @@ def lower_scan(ctx: LoweringContext, node: Node):
     """out[.., i, ..] = combine over j <= i of x[.., j, ..]: a generic over the output's loops and
     one more, j, reduced, whose body takes x[j] where j <= i and the neutral element elsewhere.
     That is what it means, for every consumer of the IR (MLIR's own JIT runs it as written, in
-    N^2 steps); the op is marked `fusec.scan` and compiled as a scan, one pass along the axis
-    (compiler/transforms/scans.py)."""
+    N^2 steps); the op is marked `fusec.scan` (kept through fusion by
+    compiler/transforms/mark_scans.py) and compiled as a scan, one pass along the axis
+    (compiler/emit/scan.py)."""
     x = ctx.tensor(node.inputs[0])
     space = shape_of(x)
     rank, axis = len(space), node.attr("axis")

@@ -1,6 +1,6 @@
 """Scalar semantics of every elementwise FDSL op: the arith/math ops a linalg.generic body holds.
 
-Each emitter follows its NumPy reference in dsl/ops.py term by term (same operation order),
+Each emitter follows its NumPy reference in dsl/ops/elementwise.py term by term (same operation order),
 so f32 results agree to rounding. Composite elementwise ops (gelu, silu, sigmoid, rsqrt) are
 several arith/math ops inside one body: the generic is still one producer/consumer.
 """
@@ -60,7 +60,7 @@ def recip(a):
 
 
 def sigmoid(x):
-    """As dsl/ops.py: e = exp(-|x|), (x >= 0 ? 1 : e) / (1 + e): never overflows, and CSE
+    """As dsl/ops/elementwise.py: e = exp(-|x|), (x >= 0 ? 1 : e) / (1 + e): never overflows, and CSE
     shares the exp with an `exp(-abs(x))` of the same kernel."""
     e = math.exp(neg(math.absf(x)))
     return div(arith.select(cmp("ge", x, c(0, x)), c(1, x), e), add(c(1, x), e))

@@ -1,23 +1,10 @@
 """Attention kernels: a softmax-normalised operand of a contraction over the softmax's own axis.
 
-The planner finds the pattern from the algebra of the generic ops, not from a name, so the
-built-in softmax, one written by hand (`e / sum(e)` with `e = exp(z - max(z))`, keepdims
-views or not), any elementwise score function between the two contractions (a scale, a bias,
-a `where` mask, a soft cap) and a 3-D or 4-D layout are all the same kernel:
-
-    S = Q · Kᵀ           a contraction over d whose result holds the score axis j (from K's side)
-    Z = f(S, ...)        elementwise ops on S (and on tensors from outside: masks, biases)
-    M = max_j Z          a reduction with maximumf over j, initialised to -inf
-    E = exp(Z - M)       one elementwise op
-    L = sum_j E          a reduction with addf over j, initialised to 0
-    P = E / L            one elementwise op, or folded into the next contraction's body
-    O = P · V            a contraction over j
-
-Online softmax computes O without S, Z, E or P in memory: per block of queries, K and V are
-streamed in tiles along j, carrying the running max m, the running sum l and the rescaled
-accumulator (acc = acc · exp(m_old - m_new) + exp(z - m_new) · v), and O = acc / l at the
-end. That is only the same O when the intermediate values are used by nothing else; the
-matcher says which condition fails otherwise (`Attention | NotAttention`).
+The matcher reads the generic ops' algebra, not names: S = Q · Kᵀ, Z = f(S, ...) elementwise,
+M = max_j Z, E = exp(Z - M), L = sum_j E, P = E / L (or folded into O's body), O = P · V. It
+gives an `Attention` when online softmax computes the same O (the intermediates have no other
+user), else a `NotAttention` saying which condition fails. See docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA"
+(attention kernels); docs/FUSION.md, "Attention".
 """
 from __future__ import annotations
 
@@ -387,9 +374,8 @@ def attention_tiles(a: Attention) -> list[tuple[int, int]]:
 
 
 def attention_registers(a: Attention, bq: int, bkv: int) -> int:
-    """Registers per thread, fitted to ptxas -v for sm_90 (d = dv = 64, B·H = 16, S = 2048):
-    202 at (bq, bkv) = (64, 32), 170 at (64, 16), 123 at (32, 32), 127 at (16, 64), 122 at
-    (16, 32). The register tiles (scores rq x ck, accumulators rq x cd) count for less than the
-    ~96 the unrolled loops' addressing takes; the fit is within 30 above and 6 below."""
+    """Registers per thread: about 96 for the unrolled loops' addressing plus the register tiles
+    (scores rq x ck, accumulators rq x cd). Fitted to ptxas -v for sm_90
+    (docs/PERFORMANCE.md, "Figures behind the planner's constants")."""
     rq, ck, cd = bq // THREADS_Y, bkv // THREADS_X, -(-a.dv // THREADS_X)
     return int(96 + 2.5 * rq * cd + 2 * rq * ck)

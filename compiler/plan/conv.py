@@ -1,35 +1,9 @@
-"""How the cpu target computes a convolution (linalg.conv_2d_nchw_fchw), and why.
-
-Four algorithms, each an emitter template (compiler/emit/conv.py):
-
-  gemm      1x1, stride 1: an image's input already is the GEMM's right operand, [C, H*W];
-            one ?gemm per image, nothing copied.
-  im2col    any shape: blocks of output rows gathered into [C*KH*KW, rows*OW] (about
-            512 KiB, in a core's L2), one ?gemm per block. Never the whole tensor.
-  winograd  3x3, stride 1, dilation 1: Winograd's minimal filtering F(2x2, 3x3) (Lavin and
-            Gray, "Fast Algorithms for Convolutional Neural Networks", 2016). Per block of tile
-            rows, the input tiles' transforms (16 values per 4x4 tile), 16 ?gemm of [F, C] by
-            [C, tiles], the output transform: 16 multiplies per 2x2 outputs where im2col has 36,
-            paid for by the three transforms.
-  winograd4 the same with F(4x4, 3x3): 6x6 input tiles, 36 ?gemm, 36 multiplies per 4x4
-            outputs (4x fewer than im2col), heavier transforms, and more rounding error. At the
-            interpolation points 0, 1, -1, -1/2, 2 and infinity (emit/conv.py: MATRICES) its
-            f32 error takes 13-32% of the numerics check's tolerance at 16 to 512 channels
-            (bench.conv_algorithms' tolerance_used; 5-13% on all-positive or offset inputs;
-            F(2x2, 3x3): 2-6%); Lavin and Gray's points 0, +-1, +-2 took 57-99% and failed at
-            256 channels, so it was f64 only until 2026-12-03. The model picks it where it is
-            predicted fastest; a hand plan's "conv": "winograd" keeps F(2x2, 3x3).
-  direct    stride 1: loops over (filter, channel, window position), the output row innermost,
-            which LLVM vectorises (contiguous loads; with a stride > 1 it does not). For a few
-            channels and filters, where a GEMM's small sides leave BLAS mostly idle.
-
-The model prices each for a kernel's chunk (one prange iteration, the tile of the conv that
-chunk computes, on one core with single-threaded BLAS: transforms/cpu_library_calls.py) and
-the planner takes the fastest. The constants below were fitted (least squares on the log of
-measured / predicted) to `python -m bench.conv_algorithms` on a 2-core AMD EPYC (Zen 4), which
-times every algorithm on nine shapes with the emitted templates; the BLAS rate itself is the
-profile's (its `mac` weight). Not modelled: direct convolution's slowdown with many channels
-over short rows (128 channels at 28x28 measured 2.6x its prediction; it is never the pick there).
+"""How the cpu target computes a convolution (linalg.conv_2d_nchw_fchw): five algorithms
+(ALGORITHMS: gemm, im2col, winograd, winograd4, direct), each an emitter template
+(compiler/emit/conv.py). The model prices each for a kernel's chunk (one prange iteration on
+one core, single-threaded BLAS) and the planner takes the fastest; a hand plan's "conv" forces
+one ("winograd" is F(2x2, 3x3)). See docs/FUSION.md, "Convolutions on the cpu"; the constants'
+fit: docs/PERFORMANCE.md, "Figures behind the planner's constants".
 """
 from __future__ import annotations
 
@@ -47,6 +21,8 @@ TITLES = {"gemm": "one GEMM per image (1x1)", "im2col": "im2col + GEMM", "winogr
 WINOGRAD = {"winograd": 2, "winograd4": 4}     # outputs per tile side
 FLOATS = ("f32", "f64")
 
+# Fitted to `python -m bench.conv_algorithms`: docs/PERFORMANCE.md, "Figures behind the
+# planner's constants".
 CALL_S = 0.5e-6            # one ?gemm call's fixed cost (dispatch, packing set-up)
 GEMM_EFFICIENCY = (2, 32, 16)   # GEMM efficiency m/(m+2) * n/(n+32) * k/(k+16): small sides idle the kernel
 COPY_SLOWDOWN = 2.5        # im2col's gather: this many times one core's share of the LLC bandwidth

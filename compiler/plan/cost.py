@@ -1,13 +1,10 @@
 """The cost model's shared parts: pure functions from ChainInfo, a kernel's ops and tiles, and a
 hardware profile (hardware.py) to a KernelCost. It never touches IR; the planner asks it and
-records the decisive numbers.
-
-`kernel_cost` counts what every template shares (FLOPs with recomputation, global bytes with
-re-reads, the intermediates' footprint) and hands them to the kernel's template's time model,
-named by the registry (templates.py: `Template.cost`): loops.py, rows.py, gemm.py,
-attention_time.py, scan.py, and cost_cpu.py for every template on a cpu. Each ends in
-`finish_cost` (the roofline) and sizes its grid with `fitting_blocks` (occupancy). The model, its
-terms and constants: docs/ARCHITECTURE.md (the cost model, the GPU kernels).
+records the decisive numbers. `kernel_cost` counts what every template shares (FLOPs with
+recomputation, global bytes with re-reads, the intermediates' footprint) and hands them to the
+template's time model (templates.py: `Template.cost`), which ends in `finish_cost` (the
+roofline) and `fitting_blocks` (occupancy). See docs/FUSION.md, "The cost model", and
+docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA".
 """
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
-"""Planning decisions and the kernel notes, as the plan prints them (docs/ARCHITECTURE.md, "plan").
+"""Planning decisions and the kernel notes, as the plan prints them (docs/ARCHITECTURE.md, "Stages and what each hands on" (plan)).
 
-A `Decision` is one choice of the planner (a fusion, a recomputation, a horizontal fusion, an
-attention kernel, or their refusal): the verdict, what it is about (the ops it names, the
-kernels by provisional id), the reason and the model's decisive numbers. The passes that merge
-kernels tell `KernelNames` which kernel took which; a decision's kernels are named by their
-printed numbers once, when the plan is made (`Decision.text`).
-The notes (`contraction_note`, `template_notes`, `library_notes`) say how a planned kernel runs.
+A `Decision` is one choice of the planner or its refusal: the verdict, the ops and kernels it
+names, the reason and the model's decisive numbers; kernels are named by their printed numbers
+once, when the plan is made (`KernelNames`, `Decision.text`). The notes (`contraction_note`,
+`template_notes`, `library_notes`) say how a planned kernel runs.
 """
 from __future__ import annotations
 

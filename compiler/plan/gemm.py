@@ -1,27 +1,12 @@
 """Tiled contraction kernels (gpu): which kernels can be one, and the shape of its tiles.
 
-A contraction kernel (ContractionConfig) computes a block tile of a contraction's output as a GEMM:
-the contraction's parallel loops fall on two sides, Q (loops only the Q operand reads) and P
-(loops only the P operand reads; P is the side of the output's contiguous dim, so threads x run
-along it), its reduction loops flatten into one K. Per block, K is walked BK at a time: both
-operands' [BK, BQ] and [BK, BP] tiles are loaded by all threads together into shared memory
-(the loader evaluates the operands' producers in the kernel, a pad's gather for instance, at
-each element it loads), then each thread accumulates a TQ x TP register tile (rows
-ty + i * TY, columns tx + j * TX: consecutive threads read consecutive shared words) and, after
-the last K step, applies the kernel's elementwise epilogue to it from registers and writes each
-output once (compiler/emit/gemm.py).
-
-Tensor cores (`mma_kind`): when both operands are f16, the accumulator f32 and
-the tiles fit, the block's warps each own a (8 TQ) x (4 TP) tile of the output as
-(TQ/2) x (TP/2) fragments of mma.sync.m16n8k16 and K steps of 16 come from the same shared
-tiles; a lane's TQ x TP accumulators sit at rows g + 8h + 16mi and columns 2t + e + 8ni of its
-warp's tile (g = lane / 4, t = lane % 4: the PTX fragment layout), so the epilogue is the same.
-
 A kernel qualifies when it holds exactly one contraction, every other compute op is an
 all-parallel elementwise op (or a fill or pad), the root is the contraction or an elementwise
 op whose loops are the contraction's parallel loops one to one, the contraction's init is a fill
-of the kernel, and the output's contiguous dim is one side's. Loops both operands read (batch)
-take block tile 1. Tile sizes need not divide the loops: the edges are guarded.
+of the kernel, and the output's contiguous dim is one side's (P). Its ContractionConfig gives the
+K step and register tiles, and tensor cores where `mma_kind` allows; tiles need not divide the
+loops. See docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA"
+(contraction kernels, tensor cores); the template is compiler/emit/gemm.py.
 """
 from __future__ import annotations
 
@@ -254,16 +239,10 @@ def gemm_registers(tq: int, tp: int, loads: int, gathered: int = 0, mma: bool = 
     """Registers per thread of a contraction kernel: the TQ x TP accumulators, a column of Q and
     a row of P per K step, one per element the thread loads per K step (`loads`), seven per
     element whose operand a producer computes in the loader (`gathered`: a pad's window keeps
-    its coordinates and bounds live), and 34 for indices and addresses. Fitted to ptxas -v on
-    this emitter's kernels for sm_90: mlp 4x4 with 8 loads 64 (predicted 66), 8x4 with 12 96
-    (90), 8x8 with 16 128 (130), 8x8 with 8 120 (122); conv_bn_relu 8x7 with 4 + 7 gathered 160
-    (158), 4x7 with 4 + 7 gathered 128 (126), 4x7 with 2 + 4 gathered 92 (103), 8x7 with 8 + 14
-    gathered 242 (211); the kernel report measures the real ones. Above the device's limit per
-    thread (255), the rest spills. On tensor cores (`mma`) the packed fragments and the f32
-    values they come from add about tq * tp + 2 tq + tp; ptxas varies more there (f16
-    512x1024x4096 and 4096x1024x4096: 8x8 with 16 + 32 loads 234 (predicted 250), 8x8 with
-    8 + 16 254 (226), 4x8 with 8 + 16 128 (150), 2x4 with 2 + 4 64 (70), 2x8 with 8 + 8 160
-    (104)): the kernel report's measured registers re-price the plan."""
+    its coordinates and bounds live), and 34 for indices and addresses; on tensor cores (`mma`)
+    about tq * tp + 2 tq + tp more for the packed fragments. Fitted to ptxas -v on this
+    emitter's sm_90 kernels (docs/PERFORMANCE.md, "Figures behind the planner's constants"); the kernel report's measured registers re-price the plan.
+    Above the device's limit per thread (255), the rest spills."""
     regs = 34 + tq * tp + tq + tp + loads + 7 * gathered
     return regs + (tq * tp + 2 * tq + tp if mma else 0)
 

@@ -1,14 +1,11 @@
-"""The grower: one kernel grown from its root, consumers first (docs/ARCHITECTURE.md, "plan").
+"""The grower: one kernel grown from its root, consumers first (docs/ARCHITECTURE.md, "Stages and what each hands on" (plan)).
 
 `Grower(...).grow()` proposes the root's producers, largest id first, and keeps each that the
-structural guards allow and the cost model says pays for itself (the kernel with it faster
-than the kernel without it plus the producer alone); each choice is a `Decision`. The guards:
-fills and pads travel with their consumer; one contraction per kernel; a producer with users
-outside joins only as a second output the kernel can write (`second_output_error`), and an
-elementwise one whose users are all in other kernels is left to recompute.py; no scans, no
-split-reduction partials, nothing read at computed indices, nothing that leaves no loop to
-split across blocks.
-`second_output_error`: which producers a kernel can also write for users outside it.
+structural guards allow and the model says pays for itself; each choice is a `Decision`. The
+guards: fills and pads travel with their consumer; one contraction per kernel; a producer used
+outside joins only as a second output (`second_output_error`), and an elementwise one whose
+users are all in other kernels is left to recompute.py; no scans, no split-reduction partials,
+nothing read at computed indices, nothing that leaves no loop to split across blocks.
 """
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
 """Plans given by hand, both ways: a plan's groups as the plan JSON's groups (`to_spec`, what a
 fallback build or a user's `--plan` file gives) and a plan from them (`plan_from_dict`), so that
 `plan_from_dict(info, target, to_spec(plan), hw=hw).kernels == plan.kernels` for every template.
-
-A group's template is written as the fields it has always had in the JSON (users' files keep
-working): "row_threads": T (RowConfig), "gemm": [bk, tm, tn] with "double_buffered"
-(ContractionConfig; its threads and tensor cores follow from the tiles and the profile),
-"attention": [queries per block, keys per step] (AttentionConfig), "conv": an algorithm
-(ConvConfig, cpu); a scan's threads are the model's (ScanConfig). A plan summary's group
-(`FusionPlan.summary()`) holds the same fields (plan/templates.py: summary_fields).
+A group's template is written as the JSON fields it has always had ("row_threads", "gemm" with
+"double_buffered", "attention", "conv"; a scan's threads are the model's), as is a plan
+summary's group (templates.py: summary_fields). See docs/ARCHITECTURE.md, "GPU kernels: how a
+plan becomes CUDA".
 """
 from __future__ import annotations
 

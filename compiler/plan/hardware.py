@@ -1,20 +1,10 @@
 """Hardware profiles as data: what the cost model (compiler/plan/cost.py) knows about a machine.
 
-GPU profiles come from datasheets (SXM parts) and, for the `cuda` target, from the running
-device's properties (`from_device`). The `cpu` profile is measured on the running machine by
-compiler/calibrate.py (memory bandwidth with a NumPy copy and a Numba prange copy, compute with
-small chains compiled by fusec itself) and cached on disk ($FUSEC_CACHE_DIR, else
-~/.cache/fusec); this module only reads and writes that cache (`cached_cpu_profile`,
-`store_cpu_profile`), so planning never runs the compiler. `seed` is the illustrative device
-of the seeds' worked figures (900 GB/s, 19.5 TFLOP/s, 5 us launches, memory and compute not
-overlapped), kept so tests can reproduce those figures.
-
-GPU profiles also carry what compiling PTX for the part (its compute capability) and its
-occupancy (allocation granularities, per-block limits) need: the kernel report reads them
-(compiler/report/).
-
-Numbers a datasheet does not give (the cost of a Numba kernel launch from Python, L2 bandwidth,
-FLOP weights of transcendental functions in libdevice) are estimates and say so in `notes`.
+GPU profiles come from datasheets or the running device (`from_device`), and carry what PTX
+compilation and the kernel report's occupancy need; figures a datasheet lacks are estimates
+marked in `notes`. The `cpu` profile is measured by compiler/calibrate.py; this module only reads
+and writes its cache (`cached_cpu_profile`, `store_cpu_profile`), so planning never runs the
+compiler. See docs/FUSION.md, "Hardware profiles".
 """
 from __future__ import annotations
 

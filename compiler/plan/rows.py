@@ -1,15 +1,9 @@
 """Row kernels: which kernels can split each row over the threads of a block.
 
-A row kernel is a kernel whose reductions all reduce the same axis, the row (softmax,
-log_softmax, layernorm, rmsnorm, a sum or max over the last axis, with their elementwise
-producers and consumers). Its rows go to blocks (one or a few per block) and each row is split
-cyclically over T threads: thread t of a row handles elements j*T + t, j = 0..N/T-1, so a
-warp's loads are consecutive; each reduction becomes a per-thread partial and a block-wide
-combine (compiler/transforms/split_rows.py rewrites the ops; the emitter writes the combine).
-
-`row_kernel(info, members, root)` says whether a kernel is one (a RowKernel) or why not (a
-string). The row axis is found by following tensor dimensions: two loops are the same axis when
-they index the same dimension of the same tensor (an input, an op's result, or a view of it).
+`row_kernel(info, members, root)` says whether a kernel is one (a RowKernel: all its
+reductions reduce the same axis, the row) or why not (a string); the row axis is found by
+following tensor dimensions, not loop positions. compiler/transforms/split_rows.py rewrites the
+ops. See docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA" (row kernels).
 """
 from __future__ import annotations
 

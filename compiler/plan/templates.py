@@ -1,27 +1,11 @@
 """Kernel templates: one frozen config per template, and the one registry of what each does.
 
-A kernel (kernels.Kernel) and a candidate tiling (cost.Tiling) carry their block and thread tiles
-(the loop nest MLIR tiles) and one `config`: which template writes the kernel and its template's
-own levels, named as IREE's `lowering_config` names them where they apply:
-
-| template | config | levels |
-| --- | --- | --- |
-| elementwise | ElementwiseConfig() | none beyond the tiles: MLIR tiles the loop nest, the emitter writes loops |
-| row | RowConfig(threads) | gpu: each row split cyclically over `threads` threads (plan/rows.py) |
-| contraction | ContractionConfig(bk, tm, tn, threads_m, threads_n, mma, prefetch) | gpu: a K step (reduction tile) through shared memory (both operands promoted), a tm x tn register tile per thread, threads_m x threads_n threads (plan/gemm.py), tensor cores (`mma`: the operands' type), two pipeline stages (`prefetch`) |
-| attention | AttentionConfig(block_q, block_kv) | queries per block (block tile), keys per step (reduction tile) (plan/attention.py) |
-| scan | ScanConfig(threads) | threads per row on the gpu, 1 on the cpu |
-| conv | ConvConfig(algorithm) | cpu: the conv's algorithm (plan/conv.py) |
-
-`TEMPLATES` maps each template's name to its config type and its stages: the tile search (a
-`TileChooser` method, plan/tilechoice.py), the time model (beside the template's planning code;
-cost.kernel_cost calls it), the launch grid when
-MLIR does not tile it, the marking transform (compiler/transforms/) and the emitter (its root's
-mark, compiler/emit/). Each stage asks the registry, or a property of the config, instead of
-branching on the kind of kernel; `tests/compiler/test_templates.py` fails on such a branch
-elsewhere. The stages are named `module:function` under `fusec.compiler` and resolved on first
-use, so the registry imports none of the stages that read it. Adding a template is its config
-here, its plan and cost module, its transform, its emitter and its line in `TEMPLATES`.
+A kernel (kernels.Kernel) and a candidate tiling (cost.Tiling) carry one `config`: which
+template writes the kernel and that template's own levels (ElementwiseConfig, RowConfig,
+ContractionConfig, AttentionConfig, ScanConfig, ConvConfig). `TEMPLATES` maps each template's
+name to its config type and its stages, named `module:function` and resolved on first use;
+the stages ask it and never branch on the kind of kernel (tests/compiler/test_templates.py).
+See docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA".
 """
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """Tile candidates for one kernel and the cost model's pick among them.
 
-GPU: the last three tileable loops of the root are mapped (threadIdx.x innermost); block tiles
-divide their loops, thread tiles divide the block tiles (map_nested_forall_to_threads needs
-static trip counts), threads per block stay within the profile's limit. The search starts at the
-conventional shape (32 x 8 x 2 threads, 16 x 16 for a contraction root) and moves one tile to a
-neighbouring divisor while that is predicted at least 2% faster: within the model's own error,
-the conventional shape wins. CPU: one loop is split into prange chunks; every divisor is a
-candidate, the default being about four chunks per core.
+GPU: the root's last three tileable loops are mapped, block tiles divide their loops and thread
+tiles the block tiles, within the profile's threads per block; the search moves from the
+conventional shape only for a predicted gain of 2% or more. CPU: one loop is split into prange
+chunks, every divisor a candidate. See docs/FUSION.md, "The cost model" (tiles).
 """
 from __future__ import annotations
 

@@ -1,24 +1,11 @@
 """attention-kernels: hand an attention kernel's ops to the emitter's online-softmax template.
 
-An attention kernel (plan/attention.py; AttentionConfig) is not tiled by MLIR: tile-and-fuse
-would fuse the scores into the row max, the exponentials and the sum once per use, which is
-the recomputation online softmax exists to avoid, and a [BQ, S] tile of the scores would stay
-on chip. Its ops are bufferized whole; then, on both targets:
-- every op but the fills is generalized (explicit maps and bodies: batch_matmul, transpose...);
-- the ops of the pattern are marked with their role (`fusec.attention_role`: scores, max, exp,
-  sum, norm, out), the exponentials with the operand that is Z (`fusec.attention_z`) and the
-  output contraction with the operand that is V (`fusec.attention_v`);
-- the root (the output contraction, or the elementwise epilogue after it) is marked
-  `fusec.block_attention` = [queries per block, keys per step] with the scores' loops
-  (`fusec.attention_loops` = [query, key, head dim] and `fusec.attention_batch`);
-- every other op of the kernel, each buffer only the kernel uses and each copy between such
-  buffers is `fusec.absorbed`: the template evaluates what it needs where it needs it (Q's and
-  K's producers in the tile loaders, the score function per score, the epilogue from the
-  accumulators), so none of them runs as loops and none of their buffers (S x S among them) is
-  allocated.
-On the gpu the kernel's ops are then moved into a launch of (query blocks, batch) blocks
-(to_target.py); on the cpu the template writes its own prange over the same blocks.
-compiler/emit/attention.py writes the kernel at the root.
+An attention kernel (plan/attention.py) is not tiled by MLIR. Its ops are bufferized whole,
+generalized (all but the fills), and marked with their roles (`fusec.attention_role`,
+`fusec.attention_z`, `fusec.attention_v`); the root gets `fusec.block_attention` and the scores'
+loops; every other op, and every buffer and copy only the kernel uses, is `fusec.absorbed`, so no
+S x S buffer is allocated. compiler/emit/attention.py writes the kernel at the root.
+See docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA" (attention kernels).
 """
 from __future__ import annotations
 

@@ -1,26 +1,9 @@
-"""cpu-library-calls: on the CPU target, contractions stay linalg ops for the emitter to hand
-to NumPy's BLAS; every other linalg op becomes loops.
-
-Scalar loops reach a few percent of a CPU's GEMM rate (a 512x1024x4096 matmul: 8 s in Numba
-loops, 10 ms in OpenBLAS), so after bufferization (CPU lowering, before the loops pass) each
-float linalg.matmul, linalg.batch_matmul and linalg.conv_2d_nchw_fchw on memrefs is marked with
-`fusec.cpu_call`: "zero" when a linalg.fill of +0.0 into the same buffer directly precedes it
-(the fill is dropped: the call writes C = A B instead of accumulating), "acc" otherwise. Tiles
-stay tiles: a contraction inside a parallel loop is one call per tile, followed in the same
-iteration by its fused epilogue. The rest is lowered with transform.structured.convert_to_loops.
-
-One case is taken out of the parallel loop first (`hoist_whole_contractions`): when the tiles of
-a zero-filled matmul together make the whole product of operands that exist before the loop
-(A's and C's tiles are row blocks of whole buffers, B is whole), one BLAS call before the loop
-can compute it, threaded by BLAS itself, and the loop keeps only the epilogue. The plan takes
-that form only where the loop has fewer chunks than cores (plan/cost.py: hoisted_matmuls; the
-group's whole_calls): with a chunk per core, a call per chunk on one thread each, followed by
-the epilogue on that chunk in cache, measured 1.3-1.6x faster (the whole call's BLAS threads
-and the loop's Numba threads spin on the same cores while the other works).
-
-Before that, a matmul operand that a transpose copy has just made becomes a memref.transpose
-view of the copy's source (`fold_transposed_operands`): BLAS reads it with its transpose flag,
-and `x @ transpose(w)` no longer copies w inside every tile.
+"""cpu-library-calls: on the CPU target, after bufferization, each float matmul, batch_matmul
+and conv_2d_nchw_fchw on memrefs stays a linalg op marked `fusec.cpu_call` ("zero": the +0.0
+fill before it is dropped; "acc": it accumulates) for the emitter to hand to BLAS, one call per
+tile; every other linalg op becomes loops. `fold_transposed_operands` and
+`hoist_whole_contractions` run first. See docs/ARCHITECTURE.md, "What the code taught us"
+(cpu contractions, a product's epilogue).
 """
 from __future__ import annotations
 

@@ -1,15 +1,11 @@
 """fold-unit-reshapes: a reshape that only inserts or drops unit dims folds into the index maps of
 the generics that read it.
 
-A keepdims reduction written by hand (`e / sum(e, axis=-1, keepdims=true)`) leaves such reshapes
-between ops after elementwise fusion: `tensor.expand_shape %e [[0, 1], [2]]` feeding a
-[M, 1, N] reduction. The reshape is no copy, but it sits between the two generics, and a
-producer reached only through a view cannot be fused into its consumer's tiles. Here each
-generic that reads the reshaped tensor reads its source instead, with the unit dims' index
-expressions dropped (expand_shape) or constant 0 (collapse_shape), so the producer feeds the
-consumer directly. Named ops (matmul, transpose, conv) keep their operands; a reshape with
-other users stays for them. A rewrite that would leave one of the generic's loops without an
-operand dim to give its range is skipped.
+Each generic reading the reshaped tensor reads its source instead (the unit dims' index
+expressions dropped for expand_shape, constant 0 for collapse_shape), so a producer reached only
+through the view feeds its consumer directly. Named ops keep their operands; a reshape with
+other users stays; a rewrite that would leave a loop without an operand dim is skipped. See
+docs/ARCHITECTURE.md, "Stages and what each hands on" (graph).
 """
 from __future__ import annotations
 

@@ -1,21 +1,11 @@
 """gemm-kernels: hand a contraction kernel's block to the emitter's GEMM template (stage `gpu`).
 
-After the kernel's forall is a gpu.launch (compiler/plan/gemm.py; ContractionConfig), its block holds
-the block-level linalg ops on memrefs: the fills, the producers of the operands (a pad's
-gather...), the contraction and the elementwise epilogue down to the root. They are not lowered
-to loops. Instead:
-- every op but the fills is generalized (explicit indexing maps and body, whatever named op it
-  was: matmul, conv, transpose...), and the contraction is marked `fusec.gemm_contraction`;
-- the root is marked `fusec.block_gemm` with the tiles: [bk, tq, tp], the static block tile of
-  each contraction loop (`fusec.gemm_tiles`), each loop's side (`fusec.gemm_sides`: q, p,
-  batch, k), per root loop, the contraction loop it is (`fusec.gemm_root_loops`) and, on
-  tensor cores (ContractionConfig.mma), the operands' type (`fusec.gemm_mma`) and, double-buffered
-  (ContractionConfig.prefetch), `fusec.gemm_prefetch`;
-- every other linalg op of the kernel, and every buffer of the block that only those ops use, is
-  marked `fusec.absorbed`: the template evaluates them where it needs their values (producers in
-  the tile loader, the epilogue from the accumulators), so they never run as loops and their
-  buffers are never allocated.
-compiler/emit/gemm.py writes the kernel at the root.
+After the kernel's forall is a gpu.launch, its block-level linalg ops on memrefs are not lowered
+to loops: all but the fills are generalized, the contraction is marked `fusec.gemm_contraction`,
+the root `fusec.block_gemm` with the tiles and loop sides (`fusec.gemm_tiles`, `gemm_sides`,
+`gemm_root_loops`, and `gemm_mma`, `gemm_prefetch` where the config asks), and every other op
+and every buffer only they use is `fusec.absorbed`. compiler/emit/gemm.py writes the kernel at
+the root. See docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA" (contraction kernels).
 """
 from __future__ import annotations
 

@@ -1,12 +1,10 @@
 """Graph passes: a named, ordered pipeline on the linalg-on-tensors module.
 
 Each pass is a small frozen dataclass with a kebab-case `name` (the switch for
-`disabled`/`--disable-pass NAME`) and an `apply(module)`. The IR is verified after every pass
-(MLIR's pass manager verifies its own passes; ours are verified explicitly); a failure raises
-CompilerInternalError naming the stage and the pass.
-
-Dead code: `canonicalize` erases side-effect-free ops without uses (dead generics on tensors,
-unused tensor.empty/constants), and `symbol-dce` erases private functions nobody calls.
+`disabled`/`--disable-pass NAME`) and an `apply(module)`. The IR is verified after every pass;
+a failure raises CompilerInternalError naming the stage and the pass. Dead code goes by
+`canonicalize` (unused side-effect-free ops) and `symbol-dce` (private functions nobody calls).
+See docs/ARCHITECTURE.md, "Stages and what each hands on" (graph).
 """
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
 """hoist-reshapes: a reshape of an elementwise op's result moves onto that op's inputs.
 
-`reshape(exp(x), [N, M])` is `exp(reshape(x, [N, M]))` when every input of the elementwise op
-is read at the op's own shape (identity maps; 0-d inputs read everywhere). Moved up, the reshape
-becomes a view of the inputs (of the chain's arguments, at the top), and the elementwise op
-lands on the far side of it, next to its consumers, where elementwise fusion and the planner
-can put them in one kernel. Repeated until nothing moves, so a reshape climbs a whole
-elementwise chain.
-
-What stays: a reshape of a reduction's or a contraction's result, of an op with other users
-(moving it would compute the op twice), of an op that broadcasts or transposes an input, and
-of one whose body reads its loop indices. The planner names such a reshape when it stops a
-fusion (plan/grower.py: `_view_reason`).
+`reshape(exp(x), [N, M])` becomes `exp(reshape(x, [N, M]))` when every input is read at the
+op's own shape, repeated until nothing moves, so the elementwise op lands next to its consumers.
+A reshape stays on a reduction's or contraction's result, an op with other users, one that
+broadcasts or transposes an input, or one whose body reads its loop indices; the planner names
+it when it stops a fusion (plan/grower.py: `_view_reason`). See docs/ARCHITECTURE.md, "Stages and what each hands on" (graph).
 """
 from __future__ import annotations
 

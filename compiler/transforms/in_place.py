@@ -1,20 +1,10 @@
 """Elementwise kernels that write over their input (stage `tiled`, before tiling).
 
-A kernel whose root is elementwise (every loop parallel) and writes a fresh `tensor.empty` can
-write into one of its inputs instead, when that input
-- is the result of another kernel's op (never a chain argument: the caller's array is not ours),
-- has the root's type and is read at the element the root writes (the same permutation map),
-- and has no reader but the root and ops of kernels that run before the root's kernel (so nothing
-  reads it after the root has written over it; the chain does not return it).
-The root is rebuilt with that input as its destination: the payload reads it through the
-output's block argument, the destination-passing form one-shot bufferization writes in place.
-The kernel then allocates nothing: `x @ w` then `gelu(. + b)` writes the matmul's buffer twice
-and returns it, and an op-by-op elementwise chain writes one buffer throughout. In the memory
-plan (compiler/emit/memplan.py) the input's buffer becomes the output, or an intermediate that
-lives on: one buffer fewer either way.
-
-Kernels with more than one write (siblings, row kernels, contraction and attention kernels) and
-roots recomputed by another kernel are left alone.
+A kernel whose elementwise root writes a fresh `tensor.empty` writes into one of its inputs
+instead when that input is another kernel's result (never a chain argument), has the root's
+type, is read at the element the root writes, and is read by nothing after the root (nor
+returned). Kernels with more than one write (siblings, row, contraction and attention kernels)
+and roots another kernel recomputes are left alone. See docs/ARCHITECTURE.md, "Stages and what each hands on" (after the list).
 """
 from __future__ import annotations
 

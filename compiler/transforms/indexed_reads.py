@@ -1,18 +1,9 @@
 """inline-indexed-reads: an elementwise value read at a computed index is computed there.
 
-Concat, gather, and slices that an indexing map cannot express (compiler/lowering/indexing.py)
-read their tensors with `tensor.extract` at indices computed in the body, not through an
-operand and its map, so elementwise fusion does not see them as producer and consumer, and a
-kernel could only read what another kernel wrote. XLA's answer for the same ops is to compute
-the producer's element at the index it is read at; so is this pass: each
-`tensor.extract %p[i...]` in a generic's body, where %p is the result of an all-parallel
-generic P that reads no output of its own, becomes P's body at that point: P's loop indices are
-the extract's indices through the inverse of P's output map, each of P's inputs is read with a
-`tensor.extract` at its own map applied to them (a rank-0 input without indices), P's
-`linalg.index` ops are those indices, and P's yielded value replaces the extracted one. Reads
-that P itself makes that way are inlined on the next round, until none is left; P is erased by
-the canonicalizer when nothing else reads it. `concat([a * 2, b + 1])` and a rotary embedding's
-`concat([-x[..., 32:], x[..., :32]])` so become one op each, reading only the chain's inputs.
+Each `tensor.extract %p[i...]` in a generic's body, where %p is the result of an all-parallel
+generic P that reads no output of its own, becomes P's body evaluated at those indices; repeated
+until none is left, so concat, gather and computed slices read only what no other op must write
+first (a rotary embedding becomes one op). See docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA" (indexing ops).
 """
 from __future__ import annotations
 

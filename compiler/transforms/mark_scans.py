@@ -1,13 +1,10 @@
 """mark-scans: every running sum or product carries its `fusec.scan` mark after the graph passes.
 
-The lowering marks a cumsum / cumprod generic (compiler/lowering/reduction.py), but elementwise
-fusion builds a new op when it merges a producer into it, without the mark. A scan is known by
-its body, so the mark is put back from that: a generic whose last loop j is its only reduction,
-whose one output is read at its other loops in order, and whose body yields
-`combine(acc, select(j <= i, value, neutral))` with i the index of one output loop (the axis),
-combine the form of a combiner that runs as a scan (compiler/combiners.py: an addition or a
-multiplication, the scan kind the combiner's) and neutral its neutral element. A body that
-combines with anything else is not a scan, by design.
+Elementwise fusion rebuilds a scan generic without the lowering's mark; this pass puts it back
+from the body: a generic whose last loop j is its only reduction, whose output is read at its
+other loops in order, and whose body yields `combine(acc, select(j <= i, value, neutral))` for
+a combiner that runs as a scan (compiler/combiners.py). Anything else is not a scan, by design.
+See docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA" (scans).
 """
 from __future__ import annotations
 

@@ -1,18 +1,9 @@
 """split-reductions (GPU): a reduction that would leave the device idle becomes two reductions.
 
-A reduction whose outputs are few (a whole-tensor sum is one; a column sum of a wide matrix a
-few hundred) cannot fill the device however its reduced axis is split over one block's
-threads. Here its reduced axis (K elements) is split into G chunks: partials P[..., G], each
-the reduction of K/G consecutive steps, then a second reduction of the G partials; the planner
-makes them two kernels (the first a grid of G blocks per output when the axis is contiguous, a
-row kernel; a thread per partial otherwise). This is the grid-wide two-stage reduction.
-
-Which reductions, and G: `split_factor` (from the hardware profile): the reduced axis must be
-one loop (a full reduction of an identity-indexed tensor is first read as one long axis), the
-outputs too few for a wave (rows below 4 blocks per SM when the axis is contiguous, threads
-below 256 per SM otherwise), and each chunk long enough to be worth a block (1024 steps,
-contiguous) or a thread (64 steps). The partials start from the combiner's neutral element;
-the second reduction keeps the original init.
+Its reduced axis (K elements) is split into G chunks: partials P[..., G] from the combiner's
+neutral element, then a second reduction of the G partials with the original init; the planner
+makes them two kernels. `split_factor` (from the hardware profile) says which reductions and G.
+See docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA" (two-stage reductions).
 """
 from __future__ import annotations
 

@@ -1,25 +1,11 @@
 """split-rows: inside a row kernel's block, each row is split cyclically over T threads.
 
-Runs between the block level and the thread level of tile-and-fuse, on the ops of a row kernel
-(compiler/plan/rows.py; RowConfig(threads=T)) as fused into the kernel's block forall, where
-they work on the block's rows of N elements:
-- every tensor dim along the row becomes two, [N/T, T] (tensor.expand_shape: element j*T + t),
-  and every op's loop along the row a loop over j in place and a loop over t appended last;
-- each reduction becomes a partial (over j for each t, into a workgroup-memory buffer
-  [rows, T] filled with the combiner's neutral element) and a combine over t: a linalg.generic
-  marked `fusec.block_reduce`, which the emitter writes as a block-wide reduction (warp shuffles
-  and a shared-memory slot per warp on a GPU; a shared-memory tree under the simulator). The
-  combine overwrites its output (the reduction's own init was that neutral element, which the
-  row analysis checks); it goes to workgroup memory too, unless it is the kernel's result;
-- each elementwise op along the row is copied into every phase that uses it (a phase is a
-  partial, or the root when it walks the row): each thread recomputes it, from L1, rather
-  than keeping a row of it;
-- the root's result (and a sibling's: Kernel.siblings, a second root of horizontal fusion) is
-  collapsed back to the block's tile shape for the forall's result; each that walks the row
-  is a phase of its own, and a sibling reduction's combine writes the kernel's result.
-Ops that do not walk the row (per-row scalars: rsqrt(var + eps)) stay at block level, where
-every thread computes them. The result tells the thread-level script what to tile: one forall
-per phase (t -> thread x, the block's rows -> thread y), with its copies and its fill fused in.
+Runs between the block and thread levels of tile-and-fuse on a row kernel's ops
+(RowConfig(threads=T)): the row dim becomes [N/T, T] (element j*T + t), each reduction a partial
+into a workgroup buffer plus a combine over t marked `fusec.block_reduce`, each elementwise op
+along the row a copy per phase that uses it; per-row scalars stay at block level. It returns what
+the thread-level script tiles: one forall per phase. See docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA"
+(row kernels).
 """
 from __future__ import annotations
 

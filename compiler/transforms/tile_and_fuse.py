@@ -1,13 +1,9 @@
 """Tile and fuse a graph-stage module by its FusionPlan (stage `tiled`).
 
-Per kernel, in a scratch module of its own (_apply_alone): tile the root with
-`tile_using_forall` (GPU blocks; cpu: chunks), each sibling alike into the same loop, fuse its
-producers into the forall, consumers first, then (gpu) tile again to threads and fuse the
-producers there too. A row kernel (RowConfig) is different at the thread level: after
-the block level its ops are rewritten to split each row over the threads (split_rows.py) and
-each phase gets a thread forall of its own (a second script). Then canonicalize, CSE and
-one-shot bufferize the whole module. Pads become gather generics first (pad_to_generic.py), so
-they tile and fuse into conv tiles.
+Per kernel, in a scratch module of its own (_apply_alone): tile the root with `tile_using_forall`
+(blocks or cpu chunks), siblings into the same loop, fuse producers consumers first, then (gpu)
+tile to threads, a row kernel through split_rows.py; then canonicalize, CSE and one-shot
+bufferize the module. Pads become gather generics first (pad_to_generic.py). See docs/ARCHITECTURE.md, "Stages and what each hands on" (tiled).
 """
 from __future__ import annotations
 

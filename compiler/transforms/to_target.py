@@ -1,11 +1,9 @@
 """Lower the tiled, bufferized module to the emitter's closed op set (stage `gpu`).
 
-gpu: each kernel's forall is wrapped in an `scf.execute_region` so that `map_forall_to_blocks
-generate_gpu_launch` sees exactly one forall and gives it its own gpu.launch; nested foralls
-map to threads; kernels with no loop to split (full reductions to a scalar) run in a
-one-iteration forall on one thread. cpu: foralls become scf.parallel loops (the emitter's
-prange), float contractions stay linalg ops the emitter hands to BLAS
-(cpu_library_calls.py). Both end with linalg lowered to loops and affine to arith.
+gpu: each kernel's forall becomes its own gpu.launch (wrapped in `scf.execute_region` first),
+nested foralls map to threads, a kernel with no loop to split runs as a one-iteration forall.
+cpu: foralls become scf.parallel loops, float contractions stay BLAS calls (cpu_library_calls.py).
+Both end with linalg lowered to loops and affine to arith. See docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA".
 """
 from __future__ import annotations
 
