@@ -1,24 +1,8 @@
-"""Compiled artifacts: what the runtime loads, with no MLIR involved.
-
-A directory holding, for one FDSL file, one target and one symbol binding per chain:
-
-    manifest.json          compiler version, target, the compile options and their hash, the
-                           hardware profile planned for; per chain: binding, input and output
-                           types, entry points, kernel list and (cuda) launches, plan summary,
-                           compile times; the SHA-256 of every other file, and its own
-    source.fdsl            the FDSL text (the reference executor re-checks it with Lark)
-    <chain>.fused.py       the emitted kernels + host function (fused plan)
-    <chain>.unfused.py     the same chain, one kernel per linalg op (the baseline/fallback)
-    <chain>.plan.txt       the fusion plan as `--emit plan` prints it
-    <chain>.stages.json    (compile cache entries, runtime/cache.py) every stage's text
-    __pycache__/           (compile cache entries) Numba's cache of the modules' functions (cpu)
-                           or kernels (cuda)
-
-`write` stores one: into a new directory beside the target, which then replaces the target
-whole (a previous artifact there is removed; a directory that is not an artifact is refused).
-`load` checks it before anything is imported: the manifest's layout and values, its own
-checksum and every file's; a damaged, edited or partial artifact is an ArtifactError naming
-the file. Each module is imported on first use (and jitted lazily by Numba).
+"""Compiled artifacts: what the runtime loads, with no MLIR involved. An artifact is a directory
+for one FDSL file, one target and one binding per chain (manifest.json, source.fdsl, each
+chain's fused and unfused modules and plan). `write` stores one whole or not at all; `load`
+checks the manifest and every file's checksum before anything is imported (else an
+ArtifactError naming the file). See docs/GUIDE.md, "Compile here, run there".
 """
 from __future__ import annotations
 
