@@ -56,9 +56,9 @@ class Artifact:
         `numba_cache`: Numba caches what it compiles of the module on disk, in the artifact's
         __pycache__, so a later process loads the machine code instead of compiling it again.
         cpu: not for a module with an object-mode block, which Numba cannot reload from its
-        cache (an artifact emitted before 2026-12-02, when cpu contractions were NumPy calls).
+        cache (an older artifact, whose cpu contractions were NumPy calls).
         cuda: the kernels compile when the module runs, so the module is given NUMBA_CACHE
-        first (an artifact emitted before 2026-12-03 has no such flag and compiles afresh);
+        first (an older artifact without that flag compiles afresh);
         should Numba fail to cache a kernel, the module is run again without its cache and
         that is said in one line on stderr. The simulator caches nothing."""
         b = self.chains[chain].builds[build]
