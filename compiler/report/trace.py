@@ -1,7 +1,7 @@
 """Coalescing, measured: `trace(source, host, arg_types, blocks, warp_size)` runs a few real blocks
 of each launch of an emitted module under Numba's CUDA simulator, every global-array access
 traced and counted as 32-byte sectors per warp request (in a child process unless this one runs
-the simulator), with an untraced rerun as self-check. See docs/GPU.md, "The kernel report".
+the simulator), checked where cheap against an untraced rerun. See docs/GPU.md, "The kernel report".
 """
 from __future__ import annotations
 
