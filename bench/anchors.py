@@ -1,11 +1,7 @@
 """The implementations a workload is timed in: fusec (fused and unfused builds) and the anchors
 users would pick instead. Each is optional: `prepare` returns an `Impl`, or raises `Skip` with a
-note (not installed, no GPU, compile failure), and the suite goes on without it.
-
-An Impl's `call()` runs the workload once on prepared inputs and returns when the result is
-ready (synchronising devices); `result()` gives that output as a NumPy array. `cold_s` is the
-first call's time (compilation included) and `cached_s`, where the tool has a cache, the time
-of a first call that finds the cache filled.
+note (not installed, no GPU, compile failure), and the suite goes on without it. See
+docs/PERFORMANCE.md, "Benchmarks".
 """
 from __future__ import annotations
 
@@ -32,6 +28,10 @@ class Skip(Exception):
 
 @dataclass
 class Impl:
+    """`call()` runs the workload once on prepared inputs and returns when the result is ready
+    (synchronising devices); `result()` gives that output as a NumPy array. `cold_s` is the first
+    call's time (compilation included) and `cached_s`, where the tool has a cache, the time of a
+    first call that finds the cache filled."""
     name: str
     call: Callable[[], object]
     result: Callable[[], np.ndarray]

@@ -15,10 +15,9 @@ chunks of its prange:
 Each form runs in a process of its own, as a program runs it, because the forms disturb each
 other: after a call on BLAS's threads, OpenBLAS's threads spin for a while on the cores, and a
 prange that follows (of the same form, or of the next form in an interleaved timing) waits for
-them. Timed in one process, interleaved, the chunk form looked 1.2-3x slower (the note of
-2026-12-03T0330); alone, it is the faster one. Each process times its form alone, then right
-after a NumPy matmul on BLAS's threads (as in a program that calls NumPy between fusec calls;
-the matmul's own time, measured in the same process, is taken off). Every form is checked
+them (docs/ARCHITECTURE.md, "What the code taught us"). Each process times its form alone, then
+right after a NumPy matmul on BLAS's threads (as in a program that calls NumPy between fusec
+calls; the matmul's own time, measured in the same process, is taken off). Every form is checked
 against NumPy first. Writes blas-epilogue-<date>.json.
 """
 from __future__ import annotations

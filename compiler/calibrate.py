@@ -1,17 +1,8 @@
-"""Measuring this machine for its cpu hardware profile, and choosing a compile's profile.
-
-`hardware_profile(name, target)` is what a compile plans for: a datasheet GPU, the running
-device, or this CPU's measured profile, read from the cache (compiler/plan/hardware.py) or
-measured here once and cached. Measuring takes several seconds:
-
-- memory: Numba loops shaped like the code compiler/emit writes for the cpu target (a prange
-  over row tiles, plain loops inside, 2-D indexing, the emitter's fastmath flags), on every core;
-- compute: small FDSL chains compiled by fusec itself (`emitted_chain`, planned for a fixed
-  profile), so each op is priced as the emitter writes it today, timed on one thread (a busy
-  second core then does not disturb it); the math functions' chains come from compiler/mathfns.py.
-
-This module sits above the pipeline (it compiles chains); the pipeline never imports it: the
-profile is handed down in the compile options.
+"""Measuring this machine for its cpu hardware profile, and choosing a compile's profile:
+`hardware_profile(name, target)` gives a datasheet GPU, the running device, or this cpu's
+measured profile (read from the cache, compiler/plan/hardware.py, or measured here once). It
+compiles chains, so it sits above the pipeline, which never imports it: the profile is handed
+down in the compile options. See docs/FUSION.md, "Hardware profiles".
 """
 from __future__ import annotations
 

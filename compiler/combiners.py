@@ -1,25 +1,10 @@
-"""Reduction combiners, one entry each: everything the compiler knows of one.
-
-A combiner is the op a reduction folds each element into its accumulator with (acc =
-combine(acc, x)). An entry gives, for each family of element types it combines (floats; ints:
-FDSL's signless i32/i64, read as signed), its arith op and its neutral element (combine(neutral,
-x) is x), what a reduction starts from where that is not the neutral, and whether
-split-reductions may split it; beside them whether it is idempotent (combine(x, x) is x), the
-FDSL reductions that lower to one reduction with it, the scan that runs it (its `fusec.scan`
-kind), and what it computes, as the NumPy function of that name.
-
-Every stage reads it: the lowering (lowering/reduction.py, norm.py: each reduction's combine and
-init, each scan's combine and neutral), the row-kernel planner (plan/rows.py: which reductions a
-block's threads can split), split-rows and split-reductions (transforms/: the combine they build,
-the value their partials start from), mark-scans (which bodies are scans) and the scan template
-(emit/scan.py: the value it starts from). The emitter writes each op with its scalar rule
-(emit/scalar.py). A new combiner is one entry here; tests/compiler/test_combiners.py checks each
-stage against this table.
-
-`of_op` answers None for an op that is no combiner: a reduction body may combine with anything,
-and such a reduction keeps the general path. The other lookups (`form_of`, `of_reduction`,
-`of_scan`) take names a stage had from this table, and raise CompilerInternalError naming the
-name when it is not here.
+"""Reduction combiners, one entry each: everything the compiler knows of one (acc =
+combine(acc, x)): per family of element types its arith op and neutral element, what a reduction
+starts from, whether split-reductions may split it, whether it is idempotent, the FDSL
+reductions and scan that use it and its NumPy function. Every stage reads it; a new combiner is
+one entry here (tests/compiler/test_combiners.py). `of_op` answers None for an op that is no
+combiner; `form_of`, `of_reduction` and `of_scan` raise CompilerInternalError for a name not
+here. See docs/ARCHITECTURE.md, "Layout".
 """
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
-"""Shape-polymorphic builds (options.dynamic, `--dynamic M,S`): the kernels read a symbol's
-extent from their inputs at run time, so one build runs any extent of it.
-
-A build is still *planned* for numbers. Each dynamic symbol's extent is rounded up to its size
-class, the next power of two (`bucket`): 600, 700 and 1000 all plan as 1024, and a build made for
-the class 513..1024 serves every extent in it. The plan is made on the chain lowered with those
-extents (static shapes, so the cost model sees real sizes) and applied, op for op, to the same
-chain lowered with the dynamic extents as `?` (compiler/lowering/lower.py). Tiles never depend
-on the extent for correctness: the tile loops clamp at the edges (affine.min), so any extent
-runs, in or out of the class; another class only plans again because its best tiles differ.
+"""Shape-polymorphic builds (options.dynamic, `--dynamic M,S`): the kernels read a symbol's extent
+from their inputs at run time, so one build runs any extent of it. A build is planned for each
+symbol's size class (`bucket`: the next power of two) on the chain lowered with static extents,
+and the plan applied op for op to the chain lowered with `?` extents. See docs/GUIDE.md,
+"Dynamic shapes".
 """
 from __future__ import annotations
 

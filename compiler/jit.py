@@ -1,13 +1,8 @@
-"""The MLIR CPU JIT executor (--target mlir-jit): the independent check of lowering and of every
-MLIR transform, run entirely inside MLIR + LLVM.
-
-The graph-stage module gets a JIT-only entry function `_fusec_entry` that takes every input and
-every output as a memref (outputs are NumPy arrays we allocate: destination passing, so nothing
-the JIT allocates escapes and nothing leaks). bool crosses the boundary as i8 (NumPy's bool
-bytes) and is converted to/from i1 inside; f16, bf16 (ml_dtypes), f32, f64, i32, i64 cross as
-themselves. The chain function is made private and inlined, then the module is bufferized
-(one-shot, function boundaries, identity layouts), lowered to loops and to LLVM, and run by
-ExecutionEngine.
+"""The MLIR CPU JIT executor (--target mlir-jit): the graph-stage module run inside MLIR + LLVM,
+the independent check of lowering and of every MLIR transform. A JIT-only entry
+`_fusec_entry` takes every input and output as a memref (outputs allocated by us: nothing the
+JIT allocates escapes); bool crosses as i8, f16, bf16, f32, f64, i32, i64 as themselves. See
+docs/ARCHITECTURE.md, "What the code taught us" (the references are targets).
 """
 from __future__ import annotations
 

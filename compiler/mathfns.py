@@ -1,19 +1,10 @@
-"""The scalar functions of a kernel body, one entry each: everything the compiler knows of one.
-
-An entry names a body op by its short name (`exp` for math.exp, `divf` for arith.divf) and
-says how the emitter writes it (a Python `math` function, the same on the CUDA and cpu targets;
-None where emit/scalar.py has a rule of its own; on the cpu in f32, optionally a vectorisable
-polynomial form from emit/cpu.py; under the CUDA simulator, the NumPy function that replaces a
-`math` function which raises where a GPU returns inf or NaN), whether it is a call (on the cpu, a loop with
-a call does not vectorise), its cost on a GPU in FLOP-equivalents (libdevice sequences: exp is
-ex2.approx plus range reduction, tanh/erf polynomial sequences, IEEE div and sqrt Newton
-iterations; estimates), and how the cpu profile prices it: measured in a small FDSL chain
-(`cpu_chain`, timed by compiler/calibrate.py as the emitter writes it) or like other entries
-(`cpu_like`, times `cpu_factor`).
-
-The lowering (compiler/lowering/scalar.py) builds these ops; the emitter (compiler/emit/scalar.py),
-the cost model (compiler/plan/cost.py) and the hardware profiles (compiler/plan/hardware.py,
-compiler/calibrate.py) read this table. A new math function is one entry here.
+"""The scalar functions of a kernel body, one entry each (by short name: `exp` for math.exp,
+`divf` for arith.divf): how the emitter writes it on each target and under the CUDA simulator,
+whether it is a call, its GPU cost weight in FLOP-equivalents (estimates), and how the cpu
+profile prices it (`cpu_chain`, timed by compiler/calibrate.py, or `cpu_like` times
+`cpu_factor`). The lowering builds these ops; the emitter, the cost model and the hardware
+profiles read this table. A new math function is one entry here. See docs/ARCHITECTURE.md,
+"What the code taught us" (One op, one place).
 """
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
-"""The one gateway to the MLIR Python bindings: every other module imports MLIR from here.
-
-Prefers the upstream `mlir` package when it is installed (complete: ir, passmanager, the
-dialects, the execution engine and runtime helpers); otherwise uses the same upstream bindings
-as shipped inside the torch-mlir wheel (`torch_mlir.ir`, ...). The choice is all-or-nothing, so
-IR from one set is never handed to the other. `BINDINGS` names the package in use.
-
-The execution engine (LLVM's JIT, for the mlir-jit target only) loads on first use of
-`ExecutionEngine` or `get_ranked_memref_descriptor`, so compiling to Numba never loads it.
-Also here: the two IR utilities every stage uses (`verify`, `print_ir`).
+"""The one gateway to the MLIR Python bindings: every other module imports MLIR from here. The
+upstream `mlir` package when installed, else the same bindings inside torch-mlir, all or
+nothing (`BINDINGS` names the one in use); the execution engine loads on first use of
+`ExecutionEngine` or `get_ranked_memref_descriptor`. Also `verify` and `print_ir`. See
+docs/ARCHITECTURE.md, "Layout".
 """
 from __future__ import annotations
 

@@ -1,6 +1,26 @@
-"""One frozen, keyword-only options object for a compile: everything that changes what the
-stages produce. Its `key()` is a stable hash (recorded in artifacts; the options part of a
-cache key).
+"""One frozen, keyword-only options object for a compile (`CompileOptions`): everything that
+changes what the stages produce; its fields are listed on the class. Its `key()` is a stable
+hash (recorded in artifacts; the options part of a cache key). See docs/ARCHITECTURE.md,
+"Layout", and docs/GUIDE.md, "As a library".
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields, replace
+
+from .plan.hardware import HardwareProfile
+
+COMPILE_TARGETS = ("gpu", "cpu")
+
+
+class OptionsError(ValueError):
+    """Options that do not fit together or name nothing (a user error)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompileOptions:
+    """The options of a compile:
 
     target       'gpu' (kernels for cuda / cuda-sim) or 'cpu' (numba parallel loops)
     hardware     the profile the cost model plans for (compiler/plan/hardware.py); None: the
@@ -20,24 +40,8 @@ cache key).
     dynamic      symbols whose extent the kernels take at run time (cpu, cuda): a build is
                  planned for a size class of each (its power-of-two bucket, compiler/dynamic.py)
                  and runs any extent
-"""
-from __future__ import annotations
+    """
 
-import hashlib
-import json
-from dataclasses import asdict, dataclass, fields, replace
-
-from .plan.hardware import HardwareProfile
-
-COMPILE_TARGETS = ("gpu", "cpu")
-
-
-class OptionsError(ValueError):
-    """Options that do not fit together or name nothing (a user error)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class CompileOptions:
     target: str = "gpu"
     hardware: HardwareProfile | None = None
     fuse: bool = True

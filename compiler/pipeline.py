@@ -1,21 +1,8 @@
-"""The compiler, top to bottom: the stages as data, one ordered list the CLI's --emit/--dump-dir
-and the tests loop over, and `build_chain`, which makes a chain's builds.
-
-    ast      the FDSL file parsed (dsl/parser.py); the text is this chain's part of it
-    typed    the chain checked: every value with its dtype and shape (dsl/checker.py)
-    linalg   lowered to linalg on tensors (compiler/lowering/), verified
-    graph    after the graph passes (compiler/transforms/graph.py), verified after every pass
-    plan     the FusionPlan (compiler/plan/): kernels, roles, tiles, the model's numbers, decisions
-    tiled    tile-and-fuse by transform script, bufferized (compiler/transforms/tile_and_fuse.py)
-    gpu      one gpu.launch per kernel (cpu target: scf.parallel loops), loops only
-             (compiler/transforms/to_target.py)
-    kernels  the emitted Python module (compiler/emit/)
-
-Each stage updates one chain's ChainStages (ast, typed chain, module, plan, emitted source) and
-records its text and seconds; every text is deterministic. A compile starts at `ast` from the
-source text (`compile_source`) or resumes at `linalg` from a typed chain (`compile_typed`).
-Chains compile independently (one module per chain and binding); dumps are
-DIR/<chain>.<NN>-<stage>.<ext>, so a whole --dump-dir lists in pipeline order.
+"""The compiler, top to bottom: the stages as data (`STAGES`, the one ordered list --emit,
+--dump-dir and the tests loop over), `compile_source` (from `ast`), `compile_typed` (resume
+after `typed`) and `build_chain`, which makes a chain's builds. Each stage updates one
+ChainStages and records its deterministic text and seconds. See docs/ARCHITECTURE.md, "Stages
+and what each hands on".
 """
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""fusec: a fusion compiler for chains of tensor operators.
-
-    fusec.parse(path_or_source)    -> AST (raises FdslError with file:line:col diagnostics)
-    fusec.check(module_or_source)  -> TypedModule: every value with its dtype and shape
-    fusec.reference(chain, inputs) -> the NumPy reference outputs of one typed chain
-    fusec.compile(path_or_source, target=None, options=None, cache_dir=None, max_memory=None, cache=None)
-                                   -> Program: program.chains[name](*arrays) runs fused kernels;
-                                      .plan(binding), .stages(binding), .check() on each chain;
-                                      builds are kept in the compile cache (runtime/cache.py)
-    fusec.Options                  the compile options (compiler/options.py's CompileOptions)
+"""fusec: a fusion compiler for chains of tensor operators. The library's names: `parse`,
+`check`, `reference`, `compile` (-> Program, whose chains run the fused kernels, their builds
+kept in the compile cache) and `Options` (compiler/options.py's CompileOptions). See
+docs/GUIDE.md, "As a library".
 """
 from fusec.dsl.diagnostics import FdslError
 

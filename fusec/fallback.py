@@ -1,13 +1,8 @@
-"""Fallback per kernel: a fused build whose outputs fail the numerics check is rebuilt with the
-kernel at fault replaced by the unfused kernels of its ops, and the run goes on with that build.
-
-The builds are whole modules (one host function launching every kernel), so a kernel is
-replaced by compiling the chain again with a hand plan (compiler/options.py `plans`): every
-other kernel kept as the plan had it (its ops and tiles), the replaced kernel's ops each in its
-own kernel with the tiles of the unfused build. Which kernel is at fault is found by trying
-each fused kernel (one with more than one op) in turn, in plan order: the first whose
-replacement passes the check is the one. When no single replacement passes, every fused
-kernel is replaced at once (the unfused build); when that fails too there is no fallback.
+"""Fallback per kernel: a fused build whose outputs fail the numerics check is rebuilt from a hand
+plan (compiler/options.py `plans`) with the kernel at fault replaced by the unfused kernels of
+its ops, found by trying each fused kernel in plan order; when none alone passes, every fused
+kernel is replaced; when that fails too there is no fallback. See docs/GUIDE.md, "Fallback per
+kernel".
 """
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""--plot DIR: the cost model's three pictures, as PNG files, for the chains of one run.
-
-    roofline.png   every kernel on its hardware's roofline, before fusion (one kernel per op,
-                   hollow) and after (filled): attained FLOP/s against arithmetic intensity
-    traffic.png    global memory traffic per fused kernel: what its ops move unfused vs fused
-    breakdown.png  predicted time per chain split into launch, compute and memory beyond compute,
-                   unfused vs fused, with the measured times as markers
-
-Everything comes from the plan summaries and timings in ChainReports (no compiler needed).
+"""--plot DIR: the cost model's three pictures (roofline.png, traffic.png, breakdown.png) for the
+chains of one run, from the plan summaries and timings in ChainReports (no compiler needed).
+See docs/FUSION.md and docs/CLI.md.
 """
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
-"""`fusec.compile`: FDSL in, callable compiled chains out.
-
-Wiring only: `compile_options` (target_options.py) makes a compile's one options object for a
-runtime target; a Chain builds itself for a symbol binding through the compiler
-(fusec.compiler.pipeline.build_chain), once per binding (with dynamic symbols, once per size
-class); the build is written as an artifact (artifacts.py) and loaded back by the runtime,
-exactly as `fusec compile` / `fusec run` do across machines; with the persistent compile cache
-(build_cache.py, runtime/cache.py) a stored build is loaded instead. The `reference` and
-`mlir-jit` targets run the NumPy oracle and MLIR's CPU JIT instead of compiled kernels.
+"""`fusec.compile`: FDSL in, callable compiled chains out. Wiring only: options from
+target_options.py, a Chain built through fusec.compiler.pipeline.build_chain once per binding
+(per size class with dynamic symbols), written as an artifact and loaded back by the runtime,
+or loaded from the compile cache (build_cache.py, runtime/cache.py). See docs/ARCHITECTURE.md,
+"Stages and what each hands on" (last paragraph).
 """
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""Progress on long work: one status line on stderr, redrawn in place with a carriage return,
-and only on a terminal. Nothing is written when stderr is not a TTY (a pipe, a file, CI), when
-TERM is `dumb`, or with `--quiet`; the line is wiped before anything else is printed, so what
-goes to stdout (reports, test results) reads as it would without it.
-
-    progress = Progress(quiet=args.quiet)
-    progress.show("chain mlp: compiling (fused: tiled)")
-    ...
-    progress.clear()             # before printing a result line, and at the end
-
-No dependency: this is the small part of tqdm/rich the command line needs.
+"""Progress on long work: one status line on stderr, redrawn in place, only on a terminal (none off
+a TTY, with TERM=dumb or --quiet); `show(text)` draws it, `clear()` wipes it before anything
+else is printed. See docs/GUIDE.md, "The main job" (Progress).
 """
 from __future__ import annotations
 

@@ -1,24 +1,8 @@
-"""Compiled artifacts: what the runtime loads, with no MLIR involved.
-
-A directory holding, for one FDSL file, one target and one symbol binding per chain:
-
-    manifest.json          compiler version, target, the compile options and their hash, the
-                           hardware profile planned for; per chain: binding, input and output
-                           types, entry points, kernel list and (cuda) launches, plan summary,
-                           compile times; the SHA-256 of every other file, and its own
-    source.fdsl            the FDSL text (the reference executor re-checks it with Lark)
-    <chain>.fused.py       the emitted kernels + host function (fused plan)
-    <chain>.unfused.py     the same chain, one kernel per linalg op (the baseline/fallback)
-    <chain>.plan.txt       the fusion plan as `--emit plan` prints it
-    <chain>.stages.json    (compile cache entries, runtime/cache.py) every stage's text
-    __pycache__/           (compile cache entries) Numba's cache of the modules' functions (cpu)
-                           or kernels (cuda)
-
-`write` stores one: into a new directory beside the target, which then replaces the target
-whole (a previous artifact there is removed; a directory that is not an artifact is refused).
-`load` checks it before anything is imported: the manifest's layout and values, its own
-checksum and every file's; a damaged, edited or partial artifact is an ArtifactError naming
-the file. Each module is imported on first use (and jitted lazily by Numba).
+"""Compiled artifacts: what the runtime loads, with no MLIR involved. An artifact is a directory
+for one FDSL file, one target and one binding per chain (manifest.json, source.fdsl, each
+chain's fused and unfused modules and plan). `write` stores one whole or not at all; `load`
+checks the manifest and every file's checksum before anything is imported (else an
+ArtifactError naming the file). See docs/GUIDE.md, "Compile here, run there".
 """
 from __future__ import annotations
 
@@ -72,9 +56,9 @@ class Artifact:
         `numba_cache`: Numba caches what it compiles of the module on disk, in the artifact's
         __pycache__, so a later process loads the machine code instead of compiling it again.
         cpu: not for a module with an object-mode block, which Numba cannot reload from its
-        cache (an artifact emitted before 2026-12-02, when cpu contractions were NumPy calls).
+        cache (an older artifact, whose cpu contractions were NumPy calls).
         cuda: the kernels compile when the module runs, so the module is given NUMBA_CACHE
-        first (an artifact emitted before 2026-12-03 has no such flag and compiles afresh);
+        first (an older artifact without that flag compiles afresh);
         should Numba fail to cache a kernel, the module is run again without its cache and
         that is said in one line on stderr. The simulator caches nothing."""
         b = self.chains[chain].builds[build]

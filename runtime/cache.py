@@ -1,21 +1,8 @@
-"""The persistent compile cache: compiled artifacts (runtime/artifact.py) stored once per key and
-loaded by any later process, with no MLIR involved.
-
-    ROOT/<chain>.<binding>.<key>/    one artifact per (compiler version, FDSL source, chain,
-                                     binding, options hash, hardware profile, target); the
-                                     front door (fusec/program.py) makes the key
-    ROOT/<entry>/__pycache__/        Numba's own cache of the entry's cpu functions
-    ROOT/.staging/                   entries being written (renamed into place when whole)
-
-ROOT is $FUSEC_CACHE_DIR/compiled (default ~/.cache/fusec/compiled). An entry is written into
-the staging folder and renamed into place in one step: a reader sees a whole entry or none, and
-when two processes store the same entry the first rename wins and the second process's copy is
-dropped. A lookup checks the entry as `fusec run` checks an artifact (every file's SHA-256 and
-the manifest's own); a damaged one is reported in one line, removed and built again. An entry
-is removed by renaming it into the staging folder first, so no process ever loads half of one.
-The last use of an entry is its directory's modification time; after each store the least
-recently used entries are evicted until the cache is under its cap ($FUSEC_CACHE_MAX_SIZE,
-default 1 GiB).
+"""The persistent compile cache: artifacts (runtime/artifact.py) stored once per key under
+ROOT = $FUSEC_CACHE_DIR/compiled, as ROOT/<chain>.<binding>.<key>/ (the key made by the front
+door, fusec/build_cache.py), and loaded by any later process with no MLIR involved. A reader sees
+a whole entry or none; a damaged entry is removed and built again; least recently used entries
+are evicted to the cap. See docs/GUIDE.md, "The compile cache".
 """
 from __future__ import annotations
 

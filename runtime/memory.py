@@ -1,11 +1,7 @@
-"""How much memory running a chain takes, and the limit a run must stay under.
-
-A chain's buffers are known from its types once its symbols are bound, so a run that would not
-fit is refused before anything is allocated, at the declaration of its largest tensor. The
-estimate is what a run holds at its peak: the inputs, the reference's values (it keeps each one
-until its last use), and a second copy of the outputs (the build's). The default limit is a
-quarter of this machine's memory (or of the container's, when that is smaller), which leaves
-room for the temporaries of single ops and the float64 copies of the numerics check.
+"""How much memory running a chain takes, and the limit a run must stay under: a run that would
+not fit is refused before anything is allocated, at the declaration of its largest tensor
+(default limit: a quarter of this machine's or container's memory). See docs/GUIDE.md, "Input
+checks" and "Memory".
 """
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """The golden/npz layout of FDSL.md: `CHAIN/in/ARG` inputs, `CHAIN/out/K` outputs, and
-`CHAIN/failed/K` (a string: why output K failed the numerics check) where a run failed.
-
-Loading never trusts the file: a missing or unreadable file, something that is not an npz, a
-truncated one, a key outside the layout, an array of Python objects or of strings, or arrays
-larger than the caller's limit are NpzErrors that name the file (and the key). Saving is
-atomic: the arrays go to a temporary file beside the target, which is renamed over it only
-once complete, so an interrupted or failed save leaves the old file (or none), never half of one.
+`CHAIN/failed/K` (why output K failed the numerics check). Loading never trusts the file
+(anything outside the layout or the caller's size limit is an NpzError naming the file and
+key); saving is atomic. See docs/FDSL.md (the npz layout) and docs/GUIDE.md, "Input checks".
 """
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""The emitter: a total translator from the lowered MLIR (func, gpu, scf, memref, arith, math) to
-a readable Python module of Numba code (CUDA kernels and a host function, or one njit parallel
-function for the cpu).
-
-`module.py` drives it (one kernel per gpu.launch, the host schedule); `body.py` walks op
-bodies; `control.py` translates scf; `views.py` folds memref views into index arithmetic;
-`values.py` names values and materialises typed constants; `scalar.py` has one expression per
-arith/math op (the math functions come from compiler/mathfns.py); `cpu.py` holds the cpu
-target's vectorisable forms and BLAS calls; `shared.py` proves which buffers a block shares.
+"""The emitter: lowered MLIR (func, gpu, scf, memref, arith, math, and the marked linalg patterns)
+to a readable Python module of Numba code: CUDA kernels and a host function, or one njit
+parallel function for the cpu. `module.py` drives it; the other modules are one concern each
+(docs/ARCHITECTURE.md, "Layout" and "GPU kernels: how a plan becomes CUDA").
 """
 from .module import EmittedModule, EmitError, Entry, Launch, emit
 

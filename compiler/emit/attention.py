@@ -1,12 +1,7 @@
-"""The attention template: online softmax over streamed key/value tiles (docs/ARCHITECTURE.md,
-"Attention kernels"; the kernel marked by transforms/attention_kernels.py).
-
-At the root marked `fusec.block_attention` = [BQ, BKV] the whole kernel is written from the
-marked ops' bodies: `AttentionKernel` reads the roles and loops and gives the values (through a
-`TemplateValues`: the scores and the output supplied from registers, every other kernel op
-evaluated where its value is needed); its `emit_gpu` is the gpu schedule, emit/attention_cpu.py
-the cpu one. Scores of keys and queries past the end are -inf (masked before the max); a row
-whose scores are all -inf gives NaN, as the unfused softmax does (0 / 0).
+"""The attention template: online softmax over streamed key/value tiles, written whole at the root
+marked `fusec.block_attention` = [BQ, BKV]. `AttentionKernel` gives the roles, loops and values
+(through `TemplateValues`); its `emit_gpu` is the gpu schedule, emit/attention_cpu.py the cpu
+one. See docs/ARCHITECTURE.md, "GPU kernels", Attention kernels.
 """
 from __future__ import annotations
 

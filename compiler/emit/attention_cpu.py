@@ -1,11 +1,7 @@
-"""The cpu schedule of the attention template (docs/ARCHITECTURE.md, "Attention kernels").
-
-In the host function: a prange over the kernel's (query block, batch) blocks; per block the Q
-tile, per step of BKV keys the K and V tiles, each passed to BLAS as it lies in its array where
-it can (`_as_it_lies`), else gathered into a contiguous tile (producers evaluated); the two tile
-products by CBLAS sgemm called from the compiled loop (emit/cpu.py: BLAS_PRELUDE), the score
-function, the running statistics and the rescale in compiled loops. The kernel's roles, loops
-and values come from its AttentionKernel (emit/attention.py).
+"""The cpu schedule of the attention template: a prange over (query block, batch) blocks, the two
+tile products CBLAS sgemm calls on tiles taken as they lie (`_as_it_lies`) or gathered, the rest
+in compiled loops; roles, loops and values from the kernel's AttentionKernel (emit/attention.py).
+See docs/ARCHITECTURE.md, "GPU kernels", Attention kernels, and "What the code taught us".
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from .siblings import access, defined_in, nested_ops, operation, within
 
 
 class ControlFlow:
-    """The scf rules of `Body` (emit_body.py), which provides w, ctx, names, mode, ops, val."""
+    """The scf rules of `Body` (body.py), which provides w, ctx, names, mode, ops, val."""
 
     def scf_for(self, op):
         self.need(op, "kernel", "cpu")

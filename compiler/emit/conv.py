@@ -1,21 +1,8 @@
-"""The cpu target's convolution templates: y (+)= conv(x, w) for a linalg.conv_2d_nchw_fchw the
-CPU lowering left as a library call, by the algorithm the plan chose (compiler/plan/conv.py,
-the op's `fusec.conv_algorithm`):
-
-  gemm      1x1 stride 1: per image, ?gemm of w [F, C] by x[n] [C, H*W] into y[n] [F, H*W].
-  im2col    per block of output rows, the rows' windows gathered into [C*KH*KW, rows*OW], then
-            one ?gemm of w [F, C*KH*KW] by them.
-  winograd  F(2x2, 3x3) (winograd4: F(4x4, 3x3), A = 6): the weights transformed once,
-            [A^2, F, C] (A = 4); per block of tile rows the input tiles transformed, [A^2, C,
-            tiles], A^2 ?gemm into [A^2, F, tiles], and the output transform into y. The
-            transforms are generated from the matrices of MATRICES.
-  direct    stride 1: per output row and four filters, accumulator rows added into along
-            whole rows (vectorised), then stored.
-
-Each runs over the conv's images: one after another inside a kernel's chunk loop, or in a prange
-of their own (buffers per image) when the conv is not inside one (an unfused conv). The
-templates' loops are module-level Numba functions (Helpers.use_text), called with the image's
-input as a C-contiguous array, so LLVM sees unit strides; typed constants come as arguments.
+"""The cpu target's convolution templates: y (+)= conv(x, w) for a linalg.conv_2d_nchw_fchw left
+as a library call, by the algorithm the plan chose (the op's `fusec.conv_algorithm`: gemm,
+im2col, winograd, winograd4, direct). Each template's loops are module-level Numba functions
+(Helpers.use_text), called per image with a C-contiguous input and typed constants as
+arguments. See docs/ARCHITECTURE.md, "What the code taught us" (cpu contractions).
 """
 from __future__ import annotations
 

@@ -1,24 +1,7 @@
-"""CPU-target scalar rules that let LLVM vectorise the loops Numba compiles.
-
-Numba's CPU code calls libm for exp and tanh (no vector math library in llvmlite's LLVM) and
-would call a branchy helper for arith.maximumf; either keeps a loop scalar. So on the CPU target:
-
-- arith.maximumf / minimumf / maxnumf / minnumf become the LLVM intrinsics llvm.maximum /
-  llvm.minimum / llvm.maxnum / llvm.minnum, exactly what MLIR's arith-to-LLVM conversion emits
-  for them (same NaN and signed-zero rules), through a Numba `@intrinsic`;
-- math.exp and math.tanh on f32 become branch-free polynomial forms, the algorithms of MLIR's
-  math polynomial approximation (its ExpApproximation: Cody-Waite range reduction and a
-  degree-6 polynomial, 2**k built in the exponent bits; its TanhApproximation: Eigen's 13/6
-  rational form, clamped). Measured against float64 over all of f32's range: exp within 3 ulp,
-  tanh within 5 ulp (the f32 tolerance of runtime/compare.py is 1e-4 relative); NaN, infinities,
-  overflow to inf, gradual underflow and tanh(±inf) = ±1 are kept. f64 still calls libm;
-- arith.truncf to f16 rounds to the nearest f16 (ties to even) on the bits, kept in f32: Numba's
-  CPU target has no float16, so f16 values are computed in f32, and each truncf must round as a
-  store to f16 would (overflow to inf beyond 65504, f16's denormals, NaN and -0 kept), as the
-  reference and the CUDA target do after every op.
-
-Every helper is a plain `@numba.njit` function (LLVM inlines it after Numba links the module)
-or an `@intrinsic`; the generated module stays readable Python.
+"""CPU-target scalar rules that let LLVM vectorise the loops Numba compiles: min/max as LLVM
+intrinsics, f32 exp and tanh as branch-free polynomials, truncf to f16 rounded on the bits in
+f32. Each helper is a plain `@numba.njit` function or an `@intrinsic`, so the module stays
+readable Python. See docs/ARCHITECTURE.md, "Stages and what each hands on" (the cpu target).
 """
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""The contraction template: one block of a contraction kernel (docs/ARCHITECTURE.md, "GPU kernels").
-
-At the root marked `fusec.block_gemm` (transforms/gemm_kernels.py; the plan: plan/gemm.py) the
-block computes its BQ x BP tile of C[q, p] = sum_k Q[q, k] P[k, p] and the epilogue down to the
-root: per K step (every reduction loop flattened) the Q and P tiles staged in shared memory,
-TX x TY = (BP / TP) x (BQ / TQ) threads each updating TQ x TP accumulators, the epilogue from the
-accumulators. Operand and epilogue values come from `TemplateValues` (emit/template_values.py);
-on tensor cores (`fusec.gemm_mma`) the products from `TensorCores` (emit/mma.py).
+"""The contraction template: one block of a contraction kernel, written whole at the root marked
+`fusec.block_gemm`: its BQ x BP tile of C[q, p] = sum_k Q[q, k] P[k, p] and the epilogue down
+to the root. Values come from `TemplateValues`; on tensor cores the products from
+`TensorCores` (emit/mma.py). See docs/ARCHITECTURE.md, "GPU kernels", Contraction kernels.
 """
 from __future__ import annotations
 

@@ -1,19 +1,7 @@
-"""Memory planning of a host function: where each top-level buffer lives.
-
-A func's top-level `memref.alloc`s are of two kinds:
-- **outputs**: a buffer a result is (or is a view of). The runtime passes it in, from a pool it
-  keeps per compiled function: the array of the previous call is reused when nothing but the
-  pool holds it any more (the caller dropped the result), else a new one is allocated.
-- **intermediates**: every other buffer. Each lives from the first top-level op that touches it
-  (directly, through a view, or inside a loop or launch) to the last; buffers whose lifetimes
-  do not overlap share memory. They are placed in one arena per element type, offsets chosen
-  greedily by size (largest first, each at the lowest offset free for its whole lifetime). The
-  arena is allocated once per compiled function and thread, so repeated calls allocate nothing.
-
-An output whose sizes are its inputs' extents (a `--dynamic` build: `memref.dim` of an argument)
-is passed in too, its shape recorded as (argument, axis) pairs that the pool reads from each
-call's inputs. Intermediates with dynamic sizes, and the buffers a template absorbed (never
-allocated), are left as they are. `plan_memory` only reads the IR.
+"""Memory planning of a host function: where each top-level buffer lives. `plan_memory` only
+reads the IR: outputs are passed in from the runtime's pool (shapes of `--dynamic` outputs as
+(argument, axis) pairs), intermediates whose lifetimes do not overlap share one arena per
+element type. See docs/ARCHITECTURE.md, "Stages and what each hands on" (buffers).
 """
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
-"""The emitter: a total translator from lowered MLIR to a readable Python module of Numba code.
-
-Output: for target "cuda", one `@cuda.jit("<signature>", cache=NUMBA_CACHE)` kernel per
-gpu.launch (memref views folded into index arithmetic, constants re-materialised, only typed
-constants; NUMBA_CACHE: see CACHE_FLAG) and a host function `run_<func>(*args) -> tuple` per
-func.func that allocates with cuda.device_array, launches in program order and returns the
-results; for "cpu", `run_<func>` is one
-`numba.njit(parallel=True)` function whose outermost scf.parallel is a `numba.prange`, with the
-vectorisable scalar forms of emit_cpu.py and contractions handed to NumPy's BLAS.
-See `emit` for the input it requires.
+"""The emitter's driver: lowered MLIR to a readable Python module of Numba code. cuda: one
+`@cuda.jit("<signature>", cache=NUMBA_CACHE)` kernel per gpu.launch (see CACHE_FLAG) and a host
+function `run_<func>(*args) -> tuple` per func.func; cpu: `run_<func>` is one
+`numba.njit(parallel=True)` function. See `emit` for the input it requires, and
+docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA".
 """
 from __future__ import annotations
 

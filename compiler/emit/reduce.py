@@ -1,20 +1,8 @@
-"""The block-wide combine of a row kernel (compiler/transforms/split_rows.py), written here.
-
-A `linalg.generic` marked `fusec.block_reduce` reaches the emitter inside a gpu.launch: it
-combines, for each row of the block, the T per-thread partials P[row, t] (workgroup memory,
-written before the barrier that ends their thread loop) into O[row]. Threads x run along t and
-threads y along the block's rows, so P has at most one row dim larger than 1. Its body is the
-combiner (arith.addf, arith.maximumf...), written with the scalar rules (NaN semantics kept).
-The output's initial contents are ignored (split-rows gives it only a neutral init).
-
-Two forms, chosen per process by the module constant `_CUDASIM` (Numba's simulator has no warp
-shuffles; on a GPU the branch is a compile-time constant):
-- GPU, T a multiple of 32: each warp combines its 32 partials with `shfl_xor_sync` (a butterfly,
-  so every lane holds the warp's total), lane 0 writes it to a shared slot per warp, and thread
-  x = 0 of each row combines the T/32 slots into O[row];
-- otherwise, and under the simulator: a tree in P itself (halving the live partials each step,
-  a barrier per step), then thread x = 0 writes P[row, 0] to O[row].
-Both end with a barrier, so every thread may read O afterwards.
+"""The block-wide combine of a row kernel: a `linalg.generic` marked `fusec.block_reduce` combines,
+per row of the block, the T per-thread partials P[row, t] into O[row] with its combiner's scalar
+rules (O's initial contents ignored). Warp shuffles on a GPU when T is a multiple of 32, else
+and under the simulator a tree in P (`_CUDASIM`); both end with a barrier. See
+docs/ARCHITECTURE.md, "GPU kernels", Row kernels.
 """
 from __future__ import annotations
 

@@ -1,17 +1,7 @@
-"""Scalar rules: one Python expression per arith / math / affine / ub op.
-
-Values are computed in their `Elem.compute` type (f16 in float32). Calls into `math` are wrapped
-in `np.float32(...)` for f32 results: a no-op cast in a compiled kernel, and what keeps the CUDA
-simulator (plain Python, where `math.exp` returns a float64) in f32 too.
-
-IEEE results on every target. A GPU and the cpu return inf, NaN and signed zeros where Python's
-`math` raises (math.exp(89.0) OverflowError, math.log(0.0) ValueError, math.floor(nan)), so in a
-cuda module a `math` call that can raise reads `math.exp(v) if not _CUDASIM else np.exp(v)`
-(compiler/mathfns.py `sim`): `_CUDASIM` is a compile-time constant in a GPU kernel, whose branch
-Numba prunes, and under the simulator NumPy computes the IEEE result on the NumPy scalar. NumPy
-warns where a GPU is silent (overflow, invalid value, divide by zero), in these calls and in the
-kernels' arithmetic on NumPy scalars, so a cuda module ignores exactly those warnings raised in
-its own code when it runs on the simulator."""
+"""Scalar rules: one Python expression per arith / math / affine / ub op, computed in the value's
+`Elem.compute` type (f16 in float32), with IEEE results on every target, the CUDA simulator
+included (compiler/mathfns.py `sim`). See docs/ARCHITECTURE.md, "GPU kernels" (the simulator).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,12 +1,8 @@
-"""The scan template: a running sum or product (cumsum, cumprod) along one axis, in one pass
-(docs/ARCHITECTURE.md, "Scans").
-
-A `linalg.generic` marked `fusec.scan` (compiler/lowering/reduction.py) means out[.., i, ..] =
-combine over j <= i of f(x[.., j, ..]); its kernel is that op alone, not tiled by MLIR, and is
-written here whole. The body is evaluated as it stands at i = j = k with the running value as
-its accumulator, so it yields the running value after element k, whatever f is. cpu: a prange
-over the rows, each walked in order; gpu: a block per row along the contiguous last axis
-(`emit_gpu`), else a thread per row (`emit_gpu_rows`; the blocks: transforms/to_target.py).
+"""The scan template: a running sum or product along one axis in one pass, written whole for a
+`linalg.generic` marked `fusec.scan` (its body evaluated at i = j = k with the running value as
+accumulator). cpu: a prange over rows; gpu: a block per row along the contiguous last axis
+(`emit_gpu`), else a thread per row (`emit_gpu_rows`). See docs/ARCHITECTURE.md, "GPU kernels",
+Scans.
 """
 from __future__ import annotations
 

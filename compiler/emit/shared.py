@@ -1,11 +1,7 @@
-"""Which default-memory-space allocs inside a gpu.launch are really block-shared buffers.
-
-An alloc inside a launch runs once per thread, so by itself it is thread-private
-(cuda.local.array). Tile-and-fuse can leave a buffer at block level that the block fills
-cooperatively, each thread writing its part (addressed by thread id), and then reads whole after
-a gpu.barrier (e.g. a padded input tile). Private copies would hold one part each: such a buffer
-is block-shared. This analysis finds them so the emitter uses cuda.shared.array, and refuses
-the patterns it cannot prove safe rather than emit a race.
+"""Which default-memory-space allocs inside a gpu.launch are block-shared buffers (filled
+cooperatively, read whole after a gpu.barrier), so the emitter uses cuda.shared.array for them;
+patterns it cannot prove safe are refused rather than emitted as a race. See
+docs/ARCHITECTURE.md, "GPU kernels" (block-shared buffers).
 """
 from __future__ import annotations
 

@@ -1,23 +1,8 @@
 """Sibling loops fused on the cpu target: consecutive `scf.for`s of one block over the same range,
 where iteration i of each later loop touches only what iteration i of the earlier ones touched,
-become one Python loop running their bodies in turn.
-
-A tiled softmax row is four loops over the row (max, exp, sum, divide). The exp loop writes
-`e[i]` and the sum loop reads `e[i]`: fused, the row is read three times instead of four, and
-the sum adds each value while it is still in a register. The max loop cannot join (the exp
-loop reads the finished max at every i), nor can the divide (it reads the finished sum).
-
-What makes two loops joinable, conservatively:
-- the same lower bound, upper bound and step (the same SSA values), no loop-carried values;
-- their bodies only compute, take views, allocate, load and store (anything else, a copy, a
-  library call, a template, keeps the loops apart);
-- for every store in one and access in the other to buffers that may be the same (one root
-  unless one of them is a buffer this function allocated privately), both go through the same
-  memref value at the same indices, one of which is the loop's own induction variable and the
-  others defined outside both loops: then iteration i of both touches one element, and no
-  other iteration touches it.
-The ops between the loops are moved before the first (they must only compute, take views,
-allocate, or load and store buffers the loops do not touch)."""
+become one Python loop running their bodies in turn. The conditions are conservative; see
+docs/ARCHITECTURE.md, "Stages and what each hands on" (the cpu target).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass

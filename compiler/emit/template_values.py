@@ -1,11 +1,7 @@
-"""The values of a template kernel's buffers (docs/ARCHITECTURE.md, "GPU kernels").
-
-A template (emit/gemm.py, emit/attention.py, emit/scan.py) writes a whole kernel at its marked
-root, so no statement is emitted per op: the value of a buffer at an index is what the kernel's
-ops before the reader left there. `TemplateValues` gives it: a value the template holds in a
-register (a contraction's accumulator: `supply`), an absorbed producer's body evaluated at that
-index (a fill's value, a copy read through), else a load (`load_element`). The functions read
-linalg ops' indexing maps as Python index text.
+"""The values of a template kernel's buffers: `TemplateValues` gives the value at an index as a
+register the template supplies (`supply`), an absorbed producer's body evaluated there, else a
+load (`load_element`), with linalg indexing maps read as Python index text. Used by emit/gemm.py,
+emit/attention.py and emit/scan.py; see docs/ARCHITECTURE.md, "GPU kernels", Contraction kernels.
 """
 from __future__ import annotations
 

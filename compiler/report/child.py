@@ -1,11 +1,7 @@
-"""Numba's CUDA mode is per process: measurements that need the other mode run in a child Python.
-
-Numba chooses between the real CUDA target and the simulator once per process, when
-`numba.cuda` is first imported (NUMBA_ENABLE_CUDASIM). PTX needs the real target (NVVM; no
-GPU or driver) and tracing needs the simulator, so `run(fn, kwargs, simulator)` calls
-`fn(**kwargs)` here when this process's mode fits and otherwise in a fresh Python with the mode
-set, where `fn` (a function of this package) is imported by name. Request and result travel as
-pickles of plain data through a temporary directory.
+"""Numba's CUDA mode is per process: `run(fn, kwargs, simulator)` calls `fn(**kwargs)` here when
+this process's mode fits, else in a fresh Python with the mode set (`fn` imported by name;
+request and result as pickles of plain data in a temporary directory). See docs/GPU.md,
+"The kernel report".
 """
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""The kernel report: one `KernelReport` per launch of an emitted module's host function.
-
-`report_kernels(source, entry, hw)` measures each launch in `entry.launches`: its PTX's
-resources (ptx.py: NVVM, then ptxas -v for the profile's compute capability), occupancy and
-waves on the profile's device (occupancy.py), and the coalescing of its global loads and stores
-(trace.py: a few blocks of the real launch under the CUDA simulator). Nothing needs a GPU. What
-cannot be measured here (no ptxas, no NVVM, a kernel the simulator cannot run) is None, with
-the reason in `unmeasured`.
+"""The kernel report: `report_kernels(source, entry, hw)` gives one `KernelReport` per launch of an
+emitted module's host function (ptx.py, occupancy.py, trace.py); nothing needs a GPU, and what
+cannot be measured here is None with the reason in `unmeasured`. See docs/GPU.md, "The kernel
+report".
 """
 from __future__ import annotations
 

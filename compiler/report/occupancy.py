@@ -1,13 +1,7 @@
-"""Resident blocks per SM, occupancy and waves of a launch: a port of NVIDIA's cuda_occupancy.h.
-
-`occupancy(regs, smem, threads, hw, barriers=..., blocks=...)` follows
-cudaOccMaxActiveBlocksPerMultiprocessor for a launch as Numba makes it: the default shared
-memory carveout, no opt-in to more than `hw.smem_per_block` of shared memory, no dynamic
-shared memory, partitioned global caching off (as on every part of cc 7.0 and later). The
-device's numbers come from the HardwareProfile; the rules that differ by architecture (the
-shared-memory carveouts, the barrier slots) are the header's, for cc 8.0 to 9.0. The port
-agreed with the header on 6,581 cases (registers 0..256, block sizes 1..1024, shared memory up
-to 228 KiB, barriers) for an H200.
+"""Resident blocks per SM, occupancy and waves of a launch: a port of NVIDIA's cuda_occupancy.h
+(`occupancy(regs, smem, threads, hw, barriers=..., blocks=...)`) for a launch as Numba makes it,
+device numbers from the HardwareProfile, architecture rules for cc 8.0 to 9.0. See docs/GPU.md,
+"The kernel report".
 """
 from __future__ import annotations
 

@@ -1,28 +1,7 @@
-"""Coalescing, measured: a few real blocks of each launch run under Numba's CUDA simulator with
-every global-array access traced, and counted as 32-byte sectors per warp request.
-
-`trace(source, host, arg_types, blocks, warp_size)` runs an emitted module's host function on
-seeded inputs made from its argument types (`make_inputs`), in a child process unless this one
-runs the simulator. Every kernel launch runs only the chosen blocks of its grid ("first", "middle",
-"last" or (x, y, z)), traced; then, when that was cheap, the same blocks run again untraced on
-copies of the arguments and the results must be identical byte for byte (the tracer's self-check).
-
-Data: a launch's other blocks never run, so what they would have written stays as allocated:
-zeros (`cuda.device_array` is patched to zero-fill; the simulator's is uninitialised memory,
-and garbage could be NaN or make math.exp overflow in Python). So a later kernel reads
-correct values where an earlier launch's traced blocks wrote (the "first" and "middle" blocks
-of consecutive launches usually cover the same rows) and zeros elsewhere. fusec's kernels index
-memory by block and thread ids and loop counters, never by data, so the sites, addresses and
-sectors measured do not depend on these values. A kernel that fails on them in Python
-(math.log(0.0) raises in the simulator) is reported with the error instead of its coalescing.
-
-A request is one execution of one access site (an indexing expression of a kernel's array
-argument) by the lanes of one warp: the k-th execution by each lane of the warp. Its sectors
-are the distinct 32-byte segments its lanes touch; its ideal is the fewest sectors that could
-hold the distinct bytes touched (32 contiguous f32 are 4, a broadcast of one value is 1).
-Addresses are virtual: each allocation gets its own 2 MiB-aligned base (cudaMalloc aligns to at
-least 256 B), so segment boundaries fall where they would on the device. Shared and local
-arrays are plain NumPy arrays in the simulator and are never traced.
+"""Coalescing, measured: `trace(source, host, arg_types, blocks, warp_size)` runs a few real blocks
+of each launch of an emitted module under Numba's CUDA simulator, every global-array access
+traced and counted as 32-byte sectors per warp request (in a child process unless this one runs
+the simulator), checked where cheap against an untraced rerun. See docs/GPU.md, "The kernel report".
 """
 from __future__ import annotations
 

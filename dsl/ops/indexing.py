@@ -1,12 +1,9 @@
-"""Indexing ops: slices, concat and split, gather and embedding.
-
-A slice (x[a:b:s, ..., i]) is not called by name: the checker builds it from a subscript. Its
-typed attributes, per input axis: `start` (an int, or (SYMBOL, OFFSET) for SYMBOL + OFFSET when
-the bound counts from a symbolic extent, as x[-4:] of f32[N]), `step` (a non-zero int); `drop`
-lists the input axes an integer index removes. The result type holds each axis' extent. Bounds
-never clamp: a bound outside the axis is an error, at compile time for a number extent, at run
-time (bind_slice_errors, through dsl/binding.py) for a symbolic one. split is desugared by the
-checker into one slice per part (DESUGARED).
+"""Indexing ops: slices, concat and split, gather and embedding. A slice is built by the checker
+from a subscript, with typed attributes per input axis (`start`: an int, or (SYMBOL, OFFSET) for
+SYMBOL + OFFSET; `step`: a non-zero int; `drop`: axes an integer index removes). Bounds never
+clamp: a bound outside the axis is an error at compile time, or at run time for a symbolic
+extent (bind_slice_errors, through dsl/binding.py). split is desugared by the checker into one
+slice per part (DESUGARED). See docs/FDSL.md (slices).
 """
 from __future__ import annotations
 

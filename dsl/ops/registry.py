@@ -1,11 +1,9 @@
 """The one op registry (`OPS`), what an entry holds, and the argument checks the families share.
-
-An `OpDef` is an op's whole definition: its signature (`args`), its shape and dtype rule
-(`infer(syms, types, attrs)`: the tensor arguments' types in signature order, None for an
-omitted optional tensor, and the static attributes; returns the result type and the normalised
-attributes, or raises OpError naming the argument to blame), and its NumPy semantics
-(`ref(xs, attrs, out_shape)`: arrays already in the compute dtype; out_shape the concrete result
-shape; attrs["binding"] the symbols' extents). Each family module registers its ops here.
+An `OpDef` is an op's whole definition: its signature (`args`); its shape and dtype rule
+(`infer(syms, types, attrs)`: tensor argument types in signature order, None for an omitted
+optional tensor; returns the result type and normalised attributes, or raises OpError naming
+the argument); its NumPy semantics (`ref(xs, attrs, out_shape)`: arrays in the compute dtype,
+attrs["binding"] the symbols' extents). Each family module registers its ops here.
 """
 from __future__ import annotations
 

@@ -1,24 +1,7 @@
-"""`fusec` command line: compile, run and check FDSL chains.
-
-    fusec FILE [--target T] [--emit STAGE] [--inputs in.npz] [--save out.npz] [--bind M=64,...]
-               [--report r.json] [--no-fuse] [--dump-dir DIR] [--explain] [--hw NAME]
-               [--autotune] [--plot DIR] [--kernel-report] [--quiet]
-    fusec compile FILE -o DIR [--target T] [--bind ...]     write a compiled artifact
-    fusec run DIR [--inputs in.npz] [--save out.npz] [--kernel-report]
-                                                            run one (no MLIR needed)
-    fusec test PATH... [--update] [--target T]              golden tests
-    fusec cache list|info|clear                             the compile cache
-
-One module per command (`job` is `fusec FILE`, then `compile`, `run`, `test`, `cache`), each with
-its `parser()` and `run(args)`; `args` (shared flags), `inputs` (chains, bindings, npz inputs),
-`options` (compile options, the Program) and `exits` (exit statuses, the internal error report,
---save and --report) serve them. `main` dispatches through the `_cmd_*` names below.
-
-On a terminal, long work shows a progress line on stderr (fusec/progress.py); --quiet: none.
-
-Exit status: 0 ok, 1 a mistake in the input (printed as file:line:col diagnostics),
-2 an internal error (with a reproduction hint), 3 a numerics mismatch, 4 a fallback: a fused
-kernel failed the numerics check and the unfused kernels of its ops ran instead (right outputs).
+"""`fusec` command line: compile, run and check FDSL chains. One module per command (`job` is
+`fusec FILE`, then `compile`, `run`, `test`, `cache`), each with its `parser()` and `run(args)`,
+served by `args`, `inputs`, `options` and `exits`; `main` dispatches through the `_cmd_*` names
+below. Flags and exit statuses: docs/CLI.md and docs/GUIDE.md, "Exit status".
 """
 from __future__ import annotations
 
