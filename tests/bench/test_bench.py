@@ -75,6 +75,7 @@ def test_missing_anchor_is_skipped_with_a_note(monkeypatch):
             anchors.prepare(a, w, inputs)
 
 
+@pytest.mark.slow
 def test_suite_writes_the_documented_json(tmp_path):
     w = [x for x in WORKLOADS if x.name in ("ew_chain", "softmax")]
     budget = timing.Budget(seconds=0.01, min_runs=2, max_runs=3, warmup=1)
@@ -195,6 +196,7 @@ def test_blas_epilogue_builds_the_form_it_is_asked_for(monkeypatch):
     assert whole.index("_sgemm(101, ") < whole.index("numba.prange(")      # one call before it
 
 
+@pytest.mark.slow
 def test_transposed_weights_script_writes_its_json(tmp_path):
     from bench import transposed_weights
     assert transposed_weights.main(["--sizes", "16,8,24", "--seconds", "0.01", "--out", str(tmp_path)]) == 0

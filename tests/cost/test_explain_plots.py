@@ -70,6 +70,7 @@ def test_plots_are_png_files(tmp_path):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_cli_explain_report_plot_end_to_end(tmp_path, capsys):
     report, pictures = tmp_path / "r.json", tmp_path / "pics"
     f = os.path.join(ROOT, "examples", "conv_bn_relu.fdsl")

@@ -179,6 +179,7 @@ def test_winograd_matrices_compute_the_correlation_exactly(m):
         assert y == [sum(d[i + k] * g[k] for k in range(3)) for i in range(m)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["im2col", "winograd", "winograd4", "direct"])
 def test_an_accumulating_conv_into_a_strided_output(tmp_path, algo):
     """No zero fill before the conv: y += conv(x, w), into every other column of y."""

@@ -238,6 +238,7 @@ def test_an_artifact_compiled_dynamic_runs_other_extents_there(tmp_path, capsys)
     assert "was compiled for one extent of N" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_siblings_fuse_horizontally_over_a_run_time_trip_count(capsys):
     """softmax and its logsumexp read one x: with M at run time their tile loops' trip counts
     resolve to the one extent the chain read, and they are one kernel, as with static M."""

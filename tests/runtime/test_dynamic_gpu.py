@@ -31,6 +31,7 @@ chain loss(x: f32[B, C]) -> f32 {
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source, name, fixed", [(EW, "ew", {"N": 64}), (ROWS, "rows", {"N": 32})],
                          ids=["elementwise", "row-kernel"])
 def test_three_extents_run_from_one_gpu_build(tmp_path, source, name, fixed):
@@ -84,6 +85,7 @@ def test_a_reduction_along_a_run_time_axis_is_not_split_over_threads(tmp_path, c
         checked(prog.chains["loss"], {"B": b, "C": 16})
 
 
+@pytest.mark.slow
 def test_attention_over_a_run_time_batch_launches_one_block_row_per_batch(capsys):
     f = os.path.join(EXAMPLES, "attention.fdsl")
     assert main([f, "--chain", "attention", "--target", "cuda-sim", "--dynamic", "B", "--bind", "B=3,S=16",

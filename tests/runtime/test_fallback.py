@@ -125,6 +125,7 @@ TEMPLATE_CHAINS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("template", sorted(TEMPLATE_CHAINS))
 def test_a_kept_kernel_keeps_its_template(wrong_when_fused, tmp_path, template):
     """The fallback's hand plan (plan/handplan.py: group_spec) keeps every other kernel's template

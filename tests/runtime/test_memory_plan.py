@@ -154,6 +154,7 @@ def test_the_fused_build_never_holds_more_than_the_unfused_one():
             assert fused["planned_bytes"] <= unfused["planned_bytes"], (chain, target, fused, unfused)
 
 
+@pytest.mark.slow
 def test_the_report_gives_peak_intermediate_memory(tmp_path, capsys):
     report = tmp_path / "r.json"
     assert main([MLP, "--target", "cpu", "--chain", "mlp", "--bind", "M=64,D=256,H=1024", "--no-cache",
