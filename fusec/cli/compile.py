@@ -9,9 +9,8 @@ import argparse
 from fusec.runtime.memory import check_memory
 from fusec.runtime.targets import Target
 
-from .. import api
 from .args import Parser, check_dynamic, dynamic_flag, hw_names, memory_flag, pass_names, quiet_flag
-from .inputs import MEMORY_FLAG, bind_flag, chain_binding, select_chains
+from .inputs import MEMORY_FLAG, bind_flag, chain_binding, read_chains
 from .options import progress_for, user_options
 
 
@@ -38,9 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from fusec.compiler.pipeline import build_chain
     from fusec.artifacts import write_artifact
     from fusec.target_options import check_supported, compile_options
-    text, path = api.read_file(args.file)
-    typed = api.check(api.parse_text(text, path))
-    chains = select_chains(typed, args.chain)
+    text, path, typed, chains = read_chains(args.file, args.chain)
     check_dynamic(args.dynamic, typed, args.target)
     bind = bind_flag(args.bind, chains, path)
     bindings = {c.name: chain_binding(c, bind) for c in chains}

@@ -140,6 +140,14 @@ def npz_entry(chain: TypedChain, inputs, outputs) -> tuple[dict, list]:
     return {p.name: x for p, x in zip(chain.param_nodes, inputs)}, list(outputs)
 
 
+def read_chains(file: str, names: list[str]) -> tuple[str, str, TypedModule, list[TypedChain]]:
+    """The FDSL file read and checked, and the chains --chain names in it: (text, path, typed,
+    chains)."""
+    text, path = api.read_file(file)
+    typed = api.check(api.parse_text(text, path))
+    return text, path, typed, select_chains(typed, names)
+
+
 def select_chains(typed: TypedModule, names: list[str]) -> list[TypedChain]:
     """The chains --chain names (all when none), in the file's order."""
     if not typed.chains:

@@ -10,12 +10,11 @@ import argparse
 from fusec.runtime import reference
 from fusec.runtime.targets import COMPILED, TARGETS, Target, select
 
-from .. import api
 from ..errors import UsageError
 from .args import (Parser, check_dynamic, check_kernel_report, check_output_dir, dynamic_flag, hw_names,
                    kernel_report_flag, memory_flag, pass_names, quiet_flag, seed_arg, stage_names)
 from .exits import finish
-from .inputs import bind_flag, load_inputs, npz_entry, plan_run, select_chains
+from .inputs import bind_flag, load_inputs, npz_entry, plan_run, read_chains
 from .options import NOT_RUN, default_target, make_program, no_gpu, progress_for, user_options
 
 
@@ -64,9 +63,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    text, path = api.read_file(args.file)
-    typed = api.check(api.parse_text(text, path))
-    chains = select_chains(typed, args.chain)
+    text, path, typed, chains = read_chains(args.file, args.chain)
     for flag, value in (("--dump-dir", args.dump_dir), ("--plot", args.plot)):
         check_output_dir(flag, value)
     bind = bind_flag(args.bind, chains, path)
