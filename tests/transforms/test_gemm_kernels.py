@@ -36,7 +36,7 @@ def test_the_kernel_is_marked_for_the_template():
     assert re.search(rf"linalg\.generic .*\{{{CONTRACTION}, {OP_ID} = 2 ", _op(gpu, 2))
     root = _op(gpu, 3)
     for mark in (f"{BLOCK_GEMM} = array<i64: 8, 4, 4>", f"{GEMM_ROOT_LOOPS} = array<i64: 0, 1>",
-                 f'{GEMM_SIDES} = ["q", "p", "k"]', f"{GEMM_TILES} = array<i64: 32, 32, 0>"):
+                 f'{GEMM_SIDES} = ["m", "n", "k"]', f"{GEMM_TILES} = array<i64: 32, 32, 0>"):
         assert mark in root, root
     assert GEMM_PREFETCH not in root
     for absorbed in (0, 1):                       # the transpose copy and the fill
