@@ -6,7 +6,6 @@ tiny sizes (the model prefers a dot product per output there)."""
 import json
 import re
 
-
 from fusec.compiler.marks import (ABSORBED, BLOCK_GEMM, CONTRACTION, GEMM_PREFETCH, GEMM_ROOT_LOOPS, GEMM_SIDES,
                                   GEMM_TILES, OP_ID)
 
