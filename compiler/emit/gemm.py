@@ -1,5 +1,5 @@
 """The contraction template: one block of a contraction kernel, written whole at the root marked
-`fusec.block_gemm`: its BQ x BP tile of C[q, p] = sum_k Q[q, k] P[k, p] and the epilogue down
+`fusec.block_gemm`: its BM x BN tile of C[m, n] = sum_k A[m, k] B[k, n] and the epilogue down
 to the root. Values come from `TemplateValues`; on tensor cores the products from
 `TensorCores` (emit/mma.py). See docs/ARCHITECTURE.md, "GPU kernels", Contraction kernels.
 """
@@ -69,7 +69,7 @@ class _Gemm:
         writers = [op for op in block if op.name.startswith("linalg.")
                    and (ABSORBED in op.attributes or CONTRACTION in op.attributes or op == root)]
         self.values = TemplateValues(body, root, writers, (self.c,))
-        self.bk, self.tq, self.tp = ints(root.attributes[BLOCK_GEMM])
+        self.bk, self.tm, self.tn = ints(root.attributes[BLOCK_GEMM])
         self.tiles = ints(root.attributes[GEMM_TILES])
         self.sides = [ir.StringAttr(s).value for s in ir.ArrayAttr(root.attributes[GEMM_SIDES])]
         self.root_loops = ints(root.attributes[GEMM_ROOT_LOOPS])
@@ -77,21 +77,21 @@ class _Gemm:
         n_in = len(self.c.operands) - 1
         if n_in != 2 or len(self.cmaps) != 3 or len(self.sides) != self.cmaps[0].n_dims:
             raise EmitError("a fusec.gemm_contraction needs two operands and one result", self.c)
-        self.loops = {s: [l for l, x in enumerate(self.sides) if x == s] for s in ("q", "p", "batch", "k")}
+        self.loops = {s: [l for l, x in enumerate(self.sides) if x == s] for s in ("m", "n", "batch", "k")}
         used = [dims_of_map(m) for m in self.cmaps[:2]]
-        self.q_op = 0 if set(self.loops["q"]) & used[0] else 1
-        self.p_op = 1 - self.q_op
+        self.m_op = 0 if set(self.loops["m"]) & used[0] else 1
+        self.n_op = 1 - self.m_op
         self.out = self.c.operands[2]
         self.ext = self._extents()
-        self.bq = math.prod(self.tiles[l] for l in self.loops["q"])
-        self.bp = math.prod(self.tiles[l] for l in self.loops["p"])
-        self.tx, self.ty = self.bp // self.tp, self.bq // self.tq
+        self.bm = math.prod(self.tiles[l] for l in self.loops["m"])
+        self.bn = math.prod(self.tiles[l] for l in self.loops["n"])
+        self.tx, self.ty = self.bn // self.tn, self.bm // self.tm
         self.T = self.tx * self.ty
         dims = tuple(str(d) for d in (body.ctx.block_dims or ()))
         if dims and dims != (str(self.tx), str(self.ty), "1"):
             raise EmitError(f"a fusec.block_gemm of {self.tx}x{self.ty} threads in a block of {dims}", root)
         self.mma = ir.StringAttr(root.attributes[GEMM_MMA]).value if GEMM_MMA in root.attributes else ""
-        why = mma_tiles_error(self.bq, self.bp, self.bk, self.tq, self.tp) if self.mma else None
+        why = mma_tiles_error(self.bm, self.bn, self.bk, self.tm, self.tn) if self.mma else None
         if why is not None:
             raise EmitError(f"a {self.mma} tensor-core fusec.block_gemm: {why}", root)
 
@@ -120,8 +120,8 @@ class _Gemm:
     def emit(self) -> None:
         """The block (module doc): thread numbering, staging tiles, the K loop, the epilogue."""
         w, names = self.w, self.names
-        w(f"# {BLOCK_GEMM}: {self.bq}x{self.bp} outputs per block, K in steps of {self.bk}, "
-          f"{self.tq}x{self.tp} per thread")
+        w(f"# {BLOCK_GEMM}: {self.bm}x{self.bn} outputs per block, K in steps of {self.bk}, "
+          f"{self.tm}x{self.tn} per thread")
         self.tid = names.fresh("tid")
         self.txn, self.tyn = names.fresh("tx"), names.fresh("ty")
         w(f"{self.txn} = cuda.threadIdx.x")
@@ -131,19 +131,19 @@ class _Gemm:
         self.at = Grid(self.tyn, self.ty, self.txn, self.tx)
         tc = None
         if self.mma:
-            tc = TensorCores(self.body, self.mma, self.tid, self.bq, self.bp, self.bk, self.tq, self.tp, self.T)
+            tc = TensorCores(self.body, self.mma, self.tid, self.bm, self.bn, self.bk, self.tm, self.tn, self.T)
             self.at = tc.layout()
-        sq, sp = names.fresh("Qs"), names.fresh("Ps")
+        sm, sn = names.fresh("Ms"), names.fresh("Ns")
         pad = tile_pad(bool(self.mma))
         if tc:
-            sq, sp = tc.tiles(pad)
+            sm, sn = tc.tiles(pad)
         else:
-            w(f"{sq} = cuda.shared.array(({self.bk}, {self.bq + pad}), numba.{elem_of_type(self.c.operands[self.q_op].type).compute})")
-            w(f"{sp} = cuda.shared.array(({self.bk}, {self.bp + pad}), numba.{elem_of_type(self.c.operands[self.p_op].type).compute})")
-            sq, sp = Tile(sq), Tile(sp)
-        loads = [self._loader("q", self.q_op, sq, self.bq), self._loader("p", self.p_op, sp, self.bp)]
+            w(f"{sm} = cuda.shared.array(({self.bk}, {self.bm + pad}), numba.{elem_of_type(self.c.operands[self.m_op].type).compute})")
+            w(f"{sn} = cuda.shared.array(({self.bk}, {self.bn + pad}), numba.{elem_of_type(self.c.operands[self.n_op].type).compute})")
+            sm, sn = Tile(sm), Tile(sn)
+        loads = [self._loader("m", self.m_op, sm, self.bm), self._loader("n", self.n_op, sn, self.bn)]
         init = self._init()
-        accs = [[names.fresh(f"acc{i}_{j}") for j in range(self.tp)] for i in range(self.tq)]
+        accs = [[names.fresh(f"acc{i}_{j}") for j in range(self.tn)] for i in range(self.tm)]
         for row in accs:
             for a in row:
                 w(f"{a} = {init}")
@@ -176,34 +176,34 @@ class _Gemm:
                 with w.indent():
                     w("if _FMA_ONLY:")
                     with w.indent():
-                        self._fma_steps(sq, sp, accs, f"range({kk0}, {kk0} + 16)")
+                        self._fma_steps(sm, sn, accs, f"range({kk0}, {kk0} + 16)")
                     w("else:")
                     with w.indent():
-                        tc.step(sq, sp, accs, kk0)
+                        tc.step(sm, sn, accs, kk0)
             else:
-                self._fma_steps(sq, sp, accs, f"range({self.bk})")
+                self._fma_steps(sm, sn, accs, f"range({self.bk})")
             w("cuda.syncthreads()")
         if tc:
             accs, self.at = tc.restage(accs, self.at, Grid)
         self._epilogue(accs)
 
     # -- the products ----------------------------------------------------------------------------
-    def _fma_steps(self, sq, sp, accs, ks: str) -> None:
-        """Per k of `ks`, each accumulator += its row of Q times its column of P."""
+    def _fma_steps(self, sm, sn, accs, ks: str) -> None:
+        """Per k of `ks`, each accumulator += its row of A times its column of B."""
         w, names = self.w, self.names
         kk = names.fresh("kk")
         w(f"for {kk} in {ks}:")
         with w.indent():
-            a = [names.fresh(f"a{i}") for i in range(self.tq)]
-            b = [names.fresh(f"b{j}") for j in range(self.tp)]
+            a = [names.fresh(f"a{i}") for i in range(self.tm)]
+            b = [names.fresh(f"b{j}") for j in range(self.tn)]
             for i, n in enumerate(a):
-                w(f"{n} = {sq.at(kk, self.at.row(i))}")
+                w(f"{n} = {sm.at(kk, self.at.row(i))}")
             for j, n in enumerate(b):
-                w(f"{n} = {sp.at(kk, self.at.col(j))}")
-            for i in range(self.tq):
-                for j in range(self.tp):
+                w(f"{n} = {sn.at(kk, self.at.col(j))}")
+            for i in range(self.tm):
+                for j in range(self.tn):
                     ins = [None, None]
-                    ins[self.q_op], ins[self.p_op] = a[i], b[j]
+                    ins[self.m_op], ins[self.n_op] = a[i], b[j]
                     w(f"{accs[i][j]} = {self.values.contraction_step(self.c, ins[0], ins[1], accs[i][j])}")
 
     def _init(self) -> str:
@@ -345,25 +345,25 @@ class _Gemm:
     # -- the epilogue ----------------------------------------------------------------------------
     def _epilogue(self, accs) -> None:
         w = self.w
-        qs, ps = [], []
+        ms, ns = [], []
         for i in range(len(accs)):
-            q = self.at.row(i)
-            coords = self._delinearize(q, self.loops["q"], f"qo{i}_")
-            conds = [f"{coords[l]} < {self.ext[l]}" for l in self.loops["q"] if self.ext[l] != str(self.tiles[l])]
-            qs.append((coords, conds))
+            m = self.at.row(i)
+            coords = self._delinearize(m, self.loops["m"], f"mo{i}_")
+            conds = [f"{coords[l]} < {self.ext[l]}" for l in self.loops["m"] if self.ext[l] != str(self.tiles[l])]
+            ms.append((coords, conds))
         for j in range(len(accs[0])):
-            p = self.at.col(j)
-            coords = self._delinearize(p, self.loops["p"], f"po{j}_")
-            conds = [f"{coords[l]} < {self.ext[l]}" for l in self.loops["p"] if self.ext[l] != str(self.tiles[l])]
-            ps.append((coords, conds))
+            n = self.at.col(j)
+            coords = self._delinearize(n, self.loops["n"], f"no{j}_")
+            conds = [f"{coords[l]} < {self.ext[l]}" for l in self.loops["n"] if self.ext[l] != str(self.tiles[l])]
+            ns.append((coords, conds))
         out_map = self.cmaps[2]
         self.values.forget()
-        for i, (qc, qconds) in enumerate(qs):
-            for j, (pc, pconds) in enumerate(ps):
-                dims = [qc.get(l, pc.get(l, "0")) for l in range(len(self.sides))]
+        for i, (mc, mconds) in enumerate(ms):
+            for j, (nc, nconds) in enumerate(ns):
+                dims = [mc.get(l, nc.get(l, "0")) for l in range(len(self.sides))]
                 idx = [affine(e, dims) for e in out_map.results]
                 self.values.supply(self.out, idx, accs[i][j])
-                with self.values.guarded(qconds + pconds):    # values computed outside stay valid
+                with self.values.guarded(mconds + nconds):    # values computed outside stay valid
                     if self.root == self.c:
                         w(f"{self.body.view(self.out).at(idx)} = {accs[i][j]}")
                     else:

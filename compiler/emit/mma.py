@@ -67,55 +67,55 @@ class Fragments:
     mma.m16n8k16"): accumulator (i, j) is (mi, h) = divmod(i, 2), (ni, e) = divmod(j, 2), at row
     g + 8 h + 16 mi and column 2 t + e + 8 ni of the warp's tile (lane = 4 g + t)."""
 
-    def __init__(self, qb: str, pb: str):
-        self.qb, self.pb = qb, pb
+    def __init__(self, mb: str, nb: str):
+        self.mb, self.nb = mb, nb
 
     def row(self, i: int) -> str:
-        return expr_add(self.qb, str((i // 2) * 16 + (i % 2) * 8))
+        return expr_add(self.mb, str((i // 2) * 16 + (i % 2) * 8))
 
     def col(self, j: int) -> str:
-        return expr_add(self.pb, str((j // 2) * 8 + j % 2))
+        return expr_add(self.nb, str((j // 2) * 8 + j % 2))
 
 
 class TensorCores:
-    """The tensor-core pieces of one contraction block (module doc): BQ x BP outputs, K in
-    steps of BK, TQ x TP accumulators per thread, `threads` threads numbered `tid`."""
+    """The tensor-core pieces of one contraction block (module doc): BM x BN outputs, K in
+    steps of BK, TM x TN accumulators per thread, `threads` threads numbered `tid`."""
 
-    def __init__(self, body, kind: str, tid: str, bq: int, bp: int, bk: int, tq: int, tp: int, threads: int):
+    def __init__(self, body, kind: str, tid: str, bm: int, bn: int, bk: int, tm: int, tn: int, threads: int):
         self.w, self.names, self.helpers = body.w, body.names, body.ctx.helpers
         self.kind, self.tid = kind, tid
-        self.bq, self.bp, self.bk, self.tq, self.tp, self.T = bq, bp, bk, tq, tp, threads
+        self.bm, self.bn, self.bk, self.tm, self.tn, self.T = bm, bn, bk, tm, tn, threads
         self.array: str | None = None
 
     def layout(self) -> Fragments:
-        """The warp tiles and the lane's coordinates: warp w owns the (8 TQ) x (4 TP) tile at rows
-        (w // WP) 8 TQ, columns (w % WP) 4 TP (WP = BP / (4 TP)); per 16 of K lane 4 g + t reads
+        """The warp tiles and the lane's coordinates: warp w owns the (8 TM) x (4 TN) tile at rows
+        (w // WN) 8 TM, columns (w % WN) 4 TN (WN = BN / (4 TN)); per 16 of K lane 4 g + t reads
         its A fragments at K rows 2 t + {0, 1} (+8), rows g (+8) + 16 mi, and its B fragments at
         K rows 2 t + {0, 1} (+8), columns g + 8 ni."""
         w, names = self.w, self.names
         lane, warp, g, t = (names.fresh(n) for n in ("lane", "warp", "g", "t4"))
-        across = self.bp // (4 * self.tp)                 # warp tiles along P
+        across = self.bn // (4 * self.tn)                 # warp tiles along N
         w(f"{lane} = {self.tid} % {WARP}")
         w(f"{warp} = {self.tid} // {WARP}")
         w(f"{g} = {lane} // 4")
         w(f"{t} = {lane} % 4")
-        self.qb, self.pb, self.pf, self.kf = (names.fresh(n) for n in ("qb", "pb", "pf", "kf"))
-        w(f"{self.qb} = ({warp} // {across}) * {8 * self.tq} + {g}")     # accumulator and A rows
-        w(f"{self.pb} = ({warp} % {across}) * {4 * self.tp} + 2 * {t}")  # accumulator columns
-        w(f"{self.pf} = ({warp} % {across}) * {4 * self.tp} + {g}")      # B fragment columns
+        self.mb, self.nb, self.nf, self.kf = (names.fresh(n) for n in ("mb", "nb", "nf", "kf"))
+        w(f"{self.mb} = ({warp} // {across}) * {8 * self.tm} + {g}")     # accumulator and A rows
+        w(f"{self.nb} = ({warp} % {across}) * {4 * self.tn} + 2 * {t}")  # accumulator columns
+        w(f"{self.nf} = ({warp} % {across}) * {4 * self.tn} + {g}")      # B fragment columns
         w(f"{self.kf} = 2 * {t}")                                           # fragment K rows
-        return Fragments(self.qb, self.pb)
+        return Fragments(self.mb, self.nb)
 
     def tiles(self, pad: int) -> tuple[FlatTile, FlatTile]:
-        """The Q and P staging tiles in one f32 array, which then holds the block's output tile
+        """The A and B staging tiles in one f32 array, which then holds the block's output tile
         (the epilogue reads it back in a thread grid's coalesced order: `restage`)."""
         sh = self.names.fresh("S")
-        qwords, pwords = self.bk * (self.bq + pad), self.bk * (self.bp + pad)
-        self.w(f"{sh} = cuda.shared.array({max(qwords + pwords, self.bq * (self.bp + 1))}, numba.float32)")
+        mwords, nwords = self.bk * (self.bm + pad), self.bk * (self.bn + pad)
+        self.w(f"{sh} = cuda.shared.array({max(mwords + nwords, self.bm * (self.bn + 1))}, numba.float32)")
         self.array = sh
-        return FlatTile(sh, 0, self.bq + pad), FlatTile(sh, qwords, self.bp + pad)
+        return FlatTile(sh, 0, self.bm + pad), FlatTile(sh, mwords, self.bn + pad)
 
-    def step(self, qt: FlatTile, pt: FlatTile, accs, kk0: str) -> None:
+    def step(self, mt: FlatTile, nt: FlatTile, accs, kk0: str) -> None:
         """16 of K on tensor cores: the fragments from the shared tiles, one mma per 16x8."""
         w, names, t = self.w, self.names, self.kind
         pack, mma = f"_pack_{t}x2", f"_mma_{t}"
@@ -127,45 +127,45 @@ class TensorCores:
             return f"{pack}({tile.at(expr_add(k, str(k_off)), col)}, {tile.at(expr_add(k, str(k_off + 1)), col)})"
 
         a, b = [], []
-        for mi in range(self.tq // 2):
-            r0, r8 = expr_add(self.qb, str(16 * mi)), expr_add(self.qb, str(16 * mi + 8))
+        for mi in range(self.tm // 2):
+            r0, r8 = expr_add(self.mb, str(16 * mi)), expr_add(self.mb, str(16 * mi + 8))
             regs = [names.fresh(f"fa{mi}_") for _ in range(4)]
             for n, (ko, r) in zip(regs, ((0, r0), (0, r8), (8, r0), (8, r8))):
-                w(f"{n} = {pair(qt, ko, r)}")
+                w(f"{n} = {pair(mt, ko, r)}")
             a.append(regs)
-        for ni in range(self.tp // 2):
-            c = expr_add(self.pf, str(8 * ni))
+        for ni in range(self.tn // 2):
+            c = expr_add(self.nf, str(8 * ni))
             regs = [names.fresh(f"fb{ni}_") for _ in range(2)]
             for n, ko in zip(regs, (0, 8)):
-                w(f"{n} = {pair(pt, ko, c)}")
+                w(f"{n} = {pair(nt, ko, c)}")
             b.append(regs)
-        for mi in range(self.tq // 2):
-            for ni in range(self.tp // 2):
+        for mi in range(self.tm // 2):
+            for ni in range(self.tn // 2):
                 d = [accs[2 * mi][2 * ni], accs[2 * mi][2 * ni + 1], accs[2 * mi + 1][2 * ni], accs[2 * mi + 1][2 * ni + 1]]
                 w(f"{', '.join(d)} = {mma}({', '.join(d + a[mi] + b[ni])})")
 
     def restage(self, accs, frags: Fragments, grid):
         """The accumulators through shared memory into a layout whose warps store along the
-        output's contiguous dim: TXR threads along P (the widest that divides BP and the block,
-        so a warp's 32 lanes cover 32 consecutive outputs when BP allows), TYR = T / TXR along Q,
-        each thread (BQ / TYR) x (BP / TXR) outputs. Returns those and their layout,
+        output's contiguous dim: TXR threads along N (the widest that divides BN and the block,
+        so a warp's 32 lanes cover 32 consecutive outputs when BN allows), TYR = T / TXR along M,
+        each thread (BM / TYR) x (BN / TXR) outputs. Returns those and their layout,
         grid(ry, TYR, rx, TXR)."""
         w, names = self.w, self.names
-        arr, stride = self.array, self.bp + 1
-        for i in range(self.tq):
-            for j in range(self.tp):
+        arr, stride = self.array, self.bn + 1
+        for i in range(self.tm):
+            for j in range(self.tn):
                 w(f"{arr}[{expr_add(expr_mul(frags.row(i), str(stride)), frags.col(j))}] = {accs[i][j]}")
         w("cuda.syncthreads()")
-        txr = max(d for d in range(1, self.bp + 1)
-                  if self.bp % d == 0 and self.T % d == 0 and self.bq % (self.T // d) == 0)
+        txr = max(d for d in range(1, self.bn + 1)
+                  if self.bn % d == 0 and self.T % d == 0 and self.bm % (self.T // d) == 0)
         tyr = self.T // txr
         rx, ry = names.fresh("rx"), names.fresh("ry")
         w(f"{rx} = {self.tid} % {txr}")
         w(f"{ry} = {self.tid} // {txr}")
         at = grid(ry, tyr, rx, txr)
-        nq, np_ = self.bq // tyr, self.bp // txr
-        out = [[names.fresh(f"o{i}_{j}") for j in range(np_)] for i in range(nq)]
-        for i in range(nq):
-            for j in range(np_):
+        nm, nn = self.bm // tyr, self.bn // txr
+        out = [[names.fresh(f"o{i}_{j}") for j in range(nn)] for i in range(nm)]
+        for i in range(nm):
+            for j in range(nn):
                 w(f"{out[i][j]} = {arr}[{expr_add(expr_mul(at.row(i), str(stride)), at.col(j))}]")
         return out, at

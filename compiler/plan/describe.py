@@ -68,10 +68,10 @@ def tiles_text(g: dict) -> str:
     text = f"block tile {g['block_tiles']}"
     threads = "x".join(map(str, g["threads"]))
     if g.get("gemm"):
-        bk, tq, tp = g["gemm"]
+        bk, tm, tn = g["gemm"]
         tc = f", {g['tensor_cores']} tensor cores (mma.sync m16n8k16)" if g.get("tensor_cores") else ""
         tc += ", double-buffered" if g.get("double_buffered") else ""
-        return f"{text}; tiled contraction: K step {bk}, {tq}x{tp} outputs per thread, {threads} threads{tc}"
+        return f"{text}; tiled contraction: K step {bk}, {tm}x{tn} outputs per thread, {threads} threads{tc}"
     if g.get("row_threads"):
         return f"{text}; row kernel: {g['row_threads']} threads per row, {threads} threads"
     if any(g["thread_tiles"]):

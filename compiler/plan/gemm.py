@@ -3,7 +3,7 @@
 A kernel qualifies when it holds exactly one contraction, every other compute op is an
 all-parallel elementwise op (or a fill or pad), the root is the contraction or an elementwise
 op whose loops are the contraction's parallel loops one to one, the contraction's init is a fill
-of the kernel, and the output's contiguous dim is one side's (P). Its ContractionConfig gives the
+of the kernel, and the output's contiguous dim is one side's (N). Its ContractionConfig gives the
 K step and register tiles, and tensor cores where `mma_kind` allows; tiles need not divide the
 loops. See docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA"
 (contraction kernels, tensor cores); the template is compiler/emit/gemm.py.
@@ -20,7 +20,7 @@ from .cost_cpu import cpu_time
 from .hardware import WARP, HardwareProfile
 from .measured import Measured
 
-SIDES = ("q", "p", "batch", "k")
+SIDES = ("m", "n", "batch", "k")
 SMEM_LIMIT = 48 * 1024          # static shared memory per block that Numba can declare
 F32_BYTES = 4                  # bytes of an f32 element (shared-memory tiles)
 
@@ -28,12 +28,12 @@ F32_BYTES = 4                  # bytes of an f32 element (shared-memory tiles)
 @dataclass(frozen=True)
 class GemmKernel:
     contraction: int                       # op id
-    sides: tuple[str, ...]                 # per contraction loop: q | p | batch | k
-    q_operand: int                         # input index of the Q operand (the P operand is the other)
+    sides: tuple[str, ...]                 # per contraction loop: m | n | batch | k
+    m_operand: int                         # input index of the A operand (rows M; B is the other)
     root_loops: tuple[int, ...]            # per root loop: the contraction loop it is
     k: int                                 # reduction extent (all reduction loops together)
-    p_contiguous: bool                     # the P operand's contiguous dim is a P loop (else K)
-    q_contiguous: bool                     # the Q operand's contiguous dim is a Q loop (else K)
+    n_contiguous: bool                     # the B operand's contiguous dim is an N loop (else K)
+    m_contiguous: bool                     # the A operand's contiguous dim is an M loop (else K)
 
     def loops_of(self, side: str) -> tuple[int, ...]:
         return tuple(l for l, s in enumerate(self.sides) if s == side)
@@ -91,37 +91,37 @@ def gemm_kernel(info: ChainInfo, members, root: int) -> GemmKernel | str:
     inner = {sides[l] for l in last}
     if len(inner) != 1 or inner.pop() not in ("in0", "in1"):
         return "the output's contiguous dim is not one operand's"
-    p_in = sides[next(iter(last))]
-    q_operand = 1 if p_in == "in0" else 0
-    named = tuple({"in0": "p" if p_in == "in0" else "q", "in1": "p" if p_in == "in1" else "q"}.get(s, s) for s in sides)
-    if "q" not in named:
-        return f"%{c} has no loop of its own on the {'first' if q_operand == 0 else 'second'} operand"
+    n_in = sides[next(iter(last))]
+    m_operand = 1 if n_in == "in0" else 0
+    named = tuple({"in0": "n" if n_in == "in0" else "m", "in1": "n" if n_in == "in1" else "m"}.get(s, s) for s in sides)
+    if "m" not in named:
+        return f"%{c} has no loop of its own on the {'first' if m_operand == 0 else 'second'} operand"
     k = math.prod(co.loops[l] for l, s in enumerate(named) if s == "k")
 
     def contiguous(operand: int, side: str) -> bool:
         dims = co.operand_loops[operand]
         return bool(dims) and any(named[l] == side for l in dims[-1])
 
-    return GemmKernel(c, named, q_operand, root_loops, k, contiguous(1 - q_operand, "p"), contiguous(q_operand, "q"))
+    return GemmKernel(c, named, m_operand, root_loops, k, contiguous(1 - m_operand, "n"), contiguous(m_operand, "m"))
 
 
 @dataclass(frozen=True)
 class GemmShape:
-    """One block's tiles of a contraction kernel, from the root's block tiles and (bk, tq, tp)."""
+    """One block's tiles of a contraction kernel, from the root's block tiles and (bk, tm, tn)."""
     tiles: tuple[int, ...]      # per contraction parallel loop: its static block tile (0 for k loops)
-    bq: int
-    bp: int
+    bm: int
+    bn: int
     bk: int
-    tq: int
-    tp: int
+    tm: int
+    tn: int
 
     @property
     def tx(self) -> int:
-        return self.bp // self.tp
+        return self.bn // self.tn
 
     @property
     def ty(self) -> int:
-        return self.bq // self.tq
+        return self.bm // self.tm
 
     @property
     def threads(self) -> int:
@@ -130,14 +130,14 @@ class GemmShape:
     @property
     def shared_bytes(self) -> int:
         """The two staging tiles, f32, with their padding (`tile_pad`; at most 4 words a row)."""
-        return F32_BYTES * self.bk * (self.bq + 4 + self.bp + 4)
+        return F32_BYTES * self.bk * (self.bm + 4 + self.bn + 4)
 
     @property
     def mma_shared_bytes(self) -> int:
         """Tensor cores: one f32 array for the staging tiles (4 words of padding a row), then the
         block's output tile (one word a row) that the epilogue reads back coalesced."""
         pad = tile_pad(True)
-        return F32_BYTES * max(self.bk * (self.bq + pad + self.bp + pad), self.bq * (self.bp + 1))
+        return F32_BYTES * max(self.bk * (self.bm + pad + self.bn + pad), self.bm * (self.bn + 1))
 
     def blocks(self, extents) -> int:
         return math.prod(math.ceil(e / t) for e, t in zip(extents, self.tiles) if t)
@@ -148,25 +148,25 @@ def gemm_shape(info: ChainInfo, gk: GemmKernel, root: int, block: tuple[int, ...
     tiles = [0] * len(co.loops)
     for rl, cl in enumerate(gk.root_loops):
         tiles[cl] = block[rl] if block[rl] else r.loops[rl]
-    bq = math.prod(tiles[l] for l in gk.loops_of("q"))
-    bp = math.prod(tiles[l] for l in gk.loops_of("p"))
-    bk, tq, tp = gemm[:3]
-    return GemmShape(tuple(tiles), bq, bp, bk, tq, tp)
+    bm = math.prod(tiles[l] for l in gk.loops_of("m"))
+    bn = math.prod(tiles[l] for l in gk.loops_of("n"))
+    bk, tm, tn = gemm[:3]
+    return GemmShape(tuple(tiles), bm, bn, bk, tm, tn)
 
 
 MMA_M, MMA_N, MMA_K = 16, 8, 16      # mma.sync.aligned.m16n8k16: one warp's fragment
 
 
-def mma_tiles_error(bq: int, bp: int, bk: int, tq: int, tp: int) -> str | None:
+def mma_tiles_error(bm: int, bn: int, bk: int, tm: int, tn: int) -> str | None:
     """Why tiles do not make a grid of mma.m16n8k16 warp tiles (None: they do): a thread's
-    TQ x TP accumulators are (TQ/2) x (TP/2) fragments' quads, a warp's tile (8 TQ) x (4 TP)."""
-    if tq % 2 or tp % 2:
-        return f"the register tile {tq}x{tp} is not made of 2x2 fragment quads"
+    TM x TN accumulators are (TM/2) x (TN/2) fragments' quads, a warp's tile (8 TM) x (4 TN)."""
+    if tm % 2 or tn % 2:
+        return f"the register tile {tm}x{tn} is not made of 2x2 fragment quads"
     if bk % MMA_K:
         return f"the K step {bk} is not a multiple of {MMA_K}"
-    wq, wp = MMA_M // 2 * tq, MMA_N // 2 * tp
-    if bq % wq or bp % wp:
-        return f"the block tile {bq}x{bp} is not a grid of {wq}x{wp} warp tiles"
+    wm, wn = MMA_M // 2 * tm, MMA_N // 2 * tn
+    if bm % wm or bn % wn:
+        return f"the block tile {bm}x{bn} is not a grid of {wm}x{wn} warp tiles"
     return None
 
 
@@ -182,8 +182,8 @@ def mma_kind(info: ChainInfo, gk: GemmKernel, shape: GemmShape, hw=None) -> str 
     """'f16' when the kernel runs on tensor cores (mma.sync.m16n8k16, f32 accumulate): both
     operands f16 (bf16 chains do not run on the Numba targets; emit/mma.py would take bf16
     too), a multiply-add body into an f32 accumulator, a device that has them
-    (`hw.tensor_flops_fp16`; None: any), and tiles a warp grid covers: TQ and TP even, BK a
-    multiple of 16, BQ a multiple of 8 TQ and BP of 4 TP. Else None (the SIMT form)."""
+    (`hw.tensor_flops_fp16`; None: any), and tiles a warp grid covers: TM and TN even, BK a
+    multiple of 16, BM a multiple of 8 TM and BN of 4 TN. Else None (the SIMT form)."""
     if mma_error(info, gk, shape, hw) is not None:
         return None
     return info.op(gk.contraction).operand_dtypes[0]
@@ -203,22 +203,22 @@ def mma_error(info: ChainInfo, gk: GemmKernel, shape: GemmShape, hw=None) -> str
     if hw is not None and not getattr(hw, "tensor_flops_fp16", 0):
         return f"{hw.name} has no tensor cores in its profile"
     s = shape
-    why = mma_tiles_error(s.bq, s.bp, s.bk, s.tq, s.tp)
+    why = mma_tiles_error(s.bm, s.bn, s.bk, s.tm, s.tn)
     if why is not None:
         return why
     if s.mma_shared_bytes > SMEM_LIMIT:
-        return f"its {s.bq}x{s.bp} output tile does not fit in shared memory for the epilogue"
+        return f"its {s.bm}x{s.bn} output tile does not fit in shared memory for the epilogue"
     return None
 
 
 def gemm_tiling_error(info: ChainInfo, members, root: int, block: tuple[int, ...], gemm: tuple[int, ...],
                       max_threads: int = 1024) -> str | None:
-    """Why the block tiles and (bk, tq, tp) do not make a contraction kernel (None: they do)."""
+    """Why the block tiles and (bk, tm, tn) do not make a contraction kernel (None: they do)."""
     gk = gemm_kernel(info, members, root)
     if isinstance(gk, str):
         return gk
     if len(gemm) < 3 or min(gemm[:3]) < 1:
-        return "gemm needs [bk, tq, tp], each at least 1"
+        return "gemm needs [bk, tm, tn], each at least 1"
     if sum(1 for t in block if t) > 3:
         return "at most 3 loops can be mapped to GPU blocks"
     co = info.op(gk.contraction)
@@ -226,8 +226,8 @@ def gemm_tiling_error(info: ChainInfo, members, root: int, block: tuple[int, ...
         if gk.sides[cl] == "batch" and block[rl] != 1 and co.loops[cl] > 1:
             return f"loop {rl} runs over both operands (a batch): its block tile must be 1"
     s = gemm_shape(info, gk, root, block, gemm)
-    if s.bq % s.tq or s.bp % s.tp:
-        return f"the register tile {s.tq}x{s.tp} does not divide the block tile {s.bq}x{s.bp}"
+    if s.bm % s.tm or s.bn % s.tn:
+        return f"the register tile {s.tm}x{s.tn} does not divide the block tile {s.bm}x{s.bn}"
     if not 1 <= s.threads <= max_threads:
         return f"{s.threads} threads per block (limit {max_threads})"
     if s.shared_bytes > SMEM_LIMIT:
@@ -235,16 +235,16 @@ def gemm_tiling_error(info: ChainInfo, members, root: int, block: tuple[int, ...
     return None
 
 
-def gemm_registers(tq: int, tp: int, loads: int, gathered: int = 0, mma: bool = False) -> int:
-    """Registers per thread of a contraction kernel: the TQ x TP accumulators, a column of Q and
-    a row of P per K step, one per element the thread loads per K step (`loads`), seven per
+def gemm_registers(tm: int, tn: int, loads: int, gathered: int = 0, mma: bool = False) -> int:
+    """Registers per thread of a contraction kernel: the TM x TN accumulators, a column of A and
+    a row of B per K step, one per element the thread loads per K step (`loads`), seven per
     element whose operand a producer computes in the loader (`gathered`: a pad's window keeps
     its coordinates and bounds live), and 34 for indices and addresses; on tensor cores (`mma`)
-    about tq * tp + 2 tq + tp more for the packed fragments. Fitted to ptxas -v on this
+    about tm * tn + 2 tm + tn more for the packed fragments. Fitted to ptxas -v on this
     emitter's sm_90 kernels (docs/PERFORMANCE.md, "Figures behind the planner's constants"); the kernel report's measured registers re-price the plan.
     Above the device's limit per thread (255), the rest spills."""
-    regs = 34 + tq * tp + tq + tp + loads + 7 * gathered
-    return regs + (tq * tp + 2 * tq + tp if mma else 0)
+    regs = 34 + tm * tn + tm + tn + loads + 7 * gathered
+    return regs + (tm * tn + 2 * tm + tn if mma else 0)
 
 
 def resolve_contraction(info: ChainInfo, members, root: int, t, hw, target: str):
@@ -267,7 +267,7 @@ def gemm_time(info, members, root, tiling, hw, common, footprint, reads, corr, m
 def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, reads, corr,
                    measured: Measured | None = None):
     """A contraction kernel (plan/gemm.py): per block, K in steps of BK through shared memory,
-    a TQ x TP register tile per thread, the epilogue from registers.
+    a TM x TN register tile per thread, the epilogue from registers.
 
     Compute is counted in warp instructions per K step and priced at an SM's issue rates: FMAs at
     the FP32 lanes' rate, shared loads and stores at one warp instruction per cycle (128 B/cycle),
@@ -288,16 +288,16 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
     T = s.threads
     warps = math.ceil(T / WARP)
     blocks = s.blocks(co.loops)
-    side_loads = {"q": math.ceil(s.bk * s.bq / T), "p": math.ceil(s.bk * s.bp / T)}
-    loads = side_loads["q"] + side_loads["p"]
+    side_loads = {"m": math.ceil(s.bk * s.bm / T), "n": math.ceil(s.bk * s.bn / T)}
+    loads = side_loads["m"] + side_loads["n"]
     # elements whose operand a producer of the kernel computes in the loader (a pad's gather)
     computed = {side: (co.producers[op] is not None and co.producers[op] in members
                        and info.op(co.producers[op]).kind in ("pad", "elementwise"))
-                for side, op in (("q", gk.q_operand), ("p", 1 - gk.q_operand))}
+                for side, op in (("m", gk.m_operand), ("n", 1 - gk.m_operand))}
     gathered = sum(n for side, n in side_loads.items() if computed[side])
     mma = mma_kind(info, gk, s, hw)
     prefetch = tiling.config.prefetch
-    regs, smem, local = (gemm_registers(s.tq, s.tp, loads - gathered, gathered, bool(mma))
+    regs, smem, local = (gemm_registers(s.tm, s.tn, loads - gathered, gathered, bool(mma))
                          + (loads if prefetch else 0),       # the next K step's elements, held
                          s.mma_shared_bytes if mma else s.shared_bytes, 0)
     ksteps = math.ceil(gk.k / s.bk)
@@ -330,18 +330,18 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
     sts = loads
     ints = loads * 8 + gathered * (12 + producers)      # index math; a gather's window and bounds
     if mma:
-        # per 16 of K: (TQ/2) x (TP/2) mma.sync.m16n8k16 (2048 MACs each), the fragments' words
+        # per 16 of K: (TM/2) x (TN/2) mma.sync.m16n8k16 (2048 MACs each), the fragments' words
         # read from shared memory (8 per A fragment, 4 per B) and packed in pairs to f16x2
         steps = s.bk // MMA_K
-        fma = steps * (s.tq // 2) * (s.tp // 2)
-        lds = steps * (4 * s.tq + 2 * s.tp)
-        cvt = steps * (2 * s.tq + s.tp)
+        fma = steps * (s.tm // 2) * (s.tn // 2)
+        lds = steps * (4 * s.tm + 2 * s.tn)
+        cvt = steps * (2 * s.tm + s.tn)
         mma_rate = hw.tensor_flops_fp16 / (2 * 2048 * hw.units * hw.clock_hz)   # mma per SM cycle
         issue = fma + lds + cvt + sts + 2 * loads + ints + 2 * spilled
         cyc = max(fma / mma_rate, lds + sts + 2 * spilled, (ints + cvt) / (fma_rate / 2), issue / SCHEDULERS)
     else:
-        fma = s.bk * s.tq * s.tp
-        lds = s.bk * (s.tq + s.tp)
+        fma = s.bk * s.tm * s.tn
+        lds = s.bk * (s.tm + s.tn)
         issue = fma + lds + sts + 2 * loads + ints
         issue += 2 * spilled                                          # a spilled word: a local store and load
         cyc = max(fma / fma_rate, lds + sts + 2 * spilled, ints / (fma_rate / 2), issue / SCHEDULERS)

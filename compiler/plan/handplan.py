@@ -71,7 +71,7 @@ def _config(row_threads: int, gemm: tuple[int, ...], att: tuple[int, ...], scan:
 
 def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProfile) -> FusionPlan:
     """A plan from {"groups": [{"ops": [...], "block_tiles": [...], "thread_tiles": [...],
-    "row_threads": T, "gemm": [bk, tq, tp], "double_buffered": false}]} (row_threads: a gpu row
+    "row_threads": T, "gemm": [bk, tm, tn], "double_buffered": false}]} (row_threads: a gpu row
     kernel's threads per row, plan/rows.py; gemm: a gpu contraction kernel's K step and register
     tile, plan/gemm.py; double_buffered: its K loop prefetches the next step into registers).
     Fills and pads may be omitted: they join the group of their consumer. A group whose ops are
@@ -123,7 +123,7 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
             if target != "gpu" or row_threads or any(thread):
                 raise PlanError(f"group {gid}: gemm is a gpu contraction kernel, without thread tiles or row threads")
             if len(gemm) > 3:
-                raise PlanError(f"group {gid}: gemm {list(gemm)}: needs [bk, tq, tp] (double buffering is "
+                raise PlanError(f"group {gid}: gemm {list(gemm)}: needs [bk, tm, tn] (double buffering is "
                                 "\"double_buffered\": true)")
             why = gemm_tiling_error(info, members, root, block, gemm, hw.max_threads_per_block)
             if why:

@@ -83,6 +83,7 @@ class ContractionConfig(Config):
     the reduction. The block tile is the group's; threads_m/threads_n and mma follow from it
     (plan/gemm.py: gemm_shape, mma_kind) and are 0/"" in a tile search's candidates."""
     name: ClassVar[str] = "contraction"
+    parallel: ClassVar[bool] = True       # its threads_m x threads_n threads share even one block
     one_root: ClassVar[bool] = True
     in_place: ClassVar[bool] = False
     bk: int                               # K step through shared memory

@@ -335,24 +335,24 @@ class TileChooser:
         evaluated: dict[Tiling, KernelCost] = {}
         start = None
         # two warps a block at least (one when the whole output is smaller than that)
-        min_threads = 64 if math.prod(co.loops[l] for l in gk.loops_of("q") + gk.loops_of("p")) >= 64 * 16 else 32
-        for sq in (16, 32, 64, 128):
-            for sp in (32, 64, 128, 256):
+        min_threads = 64 if math.prod(co.loops[l] for l in gk.loops_of("m") + gk.loops_of("n")) >= 64 * 16 else 32
+        for sm in (16, 32, 64, 128):
+            for sn in (32, 64, 128, 256):
                 tiles = {of_loop[cl]: 1 for cl in gk.loops_of("batch")}
-                tiles.update(side_tiles("q", sq))
-                tiles.update(side_tiles("p", sp))
+                tiles.update(side_tiles("m", sm))
+                tiles.update(side_tiles("n", sn))
                 block = tuple(0 if tiles.get(l, r.loops[l]) >= r.loops[l] else tiles[l] for l in range(n))
                 mapped = tuple(l for l in range(n) if block[l])
                 if len(mapped) > 3:
                     continue
-                bq = math.prod(tiles[of_loop[cl]] for cl in gk.loops_of("q"))
-                bp = math.prod(tiles[of_loop[cl]] for cl in gk.loops_of("p"))
+                bm = math.prod(tiles[of_loop[cl]] for cl in gk.loops_of("m"))
+                bn = math.prod(tiles[of_loop[cl]] for cl in gk.loops_of("n"))
                 for bk in (8, 16, 32):
-                    for tq in (t for t in (2, 4, 8) if bq % t == 0):
-                        for tp, buffered in itertools.product(sorted({t for t in (2, 4, 7, 8) if bp % t == 0}), (0, 1)):
-                            t = Tiling(block, (0,) * n, mapped, ContractionConfig(bk=bk, tm=tq, tn=tp,
+                    for tm in (t for t in (2, 4, 8) if bm % t == 0):
+                        for tn, buffered in itertools.product(sorted({t for t in (2, 4, 7, 8) if bn % t == 0}), (0, 1)):
+                            t = Tiling(block, (0,) * n, mapped, ContractionConfig(bk=bk, tm=tm, tn=tn,
                                                                                   prefetch=bool(buffered)))
-                            if t in evaluated or (bq // tq) * (bp // tp) < min_threads:
+                            if t in evaluated or (bm // tm) * (bn // tn) < min_threads:
                                 continue
                             if gemm_tiling_error(self.info, members, root, block, t.config.steps,
                                                  self.hw.max_threads_per_block) is None:
@@ -360,7 +360,7 @@ class TileChooser:
                                 if c.occupancy == 0 or c.bytes_spilled > 0:
                                     continue          # registers spill, or a block does not fit on an SM
                                 evaluated[t] = c
-                                if (sq, sp, bk, tq, tp, buffered) == (64, 64, 16, 4, 4, 0):
+                                if (sm, sn, bk, tm, tn, buffered) == (64, 64, 16, 4, 4, 0):
                                     start = t
         if not evaluated:
             return None

@@ -27,8 +27,8 @@ def test_bench_contractions_are_tiled_kernels_with_their_epilogue(src, binding, 
     st = stages(src, binding=binding, plan=None)
     (g,) = st.plan.kernels                          # the epilogue is in the contraction's kernel
     c = g.config
-    bk, tq, tp, tx, ty = c.bk, c.tm, c.tn, c.threads_n, c.threads_m
-    assert tq * tp >= 16 and tx * ty >= 64
+    bk, tm, tn, tx, ty = c.bk, c.tm, c.tn, c.threads_n, c.threads_m
+    assert tm * tn >= 16 and tx * ty >= 64
     (note,) = [d for d in st.plan.decisions if word in d]
     assert f"in steps of {bk} through shared memory" in note and "predicted" in note
     assert ("direct convolution" if word == "implicit GEMM" else "a dot product per output") in note
@@ -38,7 +38,7 @@ def test_bench_contractions_are_tiled_kernels_with_their_epilogue(src, binding, 
     kernel = src_k[src_k.index("def k0"):src_k.index("def run_")]
     assert kernel.count("cuda.shared.array(") == 2 and kernel.count("cuda.syncthreads()") == 2
     assert "cuda.local.array" not in kernel          # no padded window, no accumulator array
-    assert kernel.count(f"acc{tq - 1}_{tp - 1}") >= 3    # the register tile, unrolled
+    assert kernel.count(f"acc{tm - 1}_{tn - 1}") >= 3    # the register tile, unrolled
 
 
 def test_conv_gathers_its_padded_window_in_the_tile_loader():
@@ -72,7 +72,7 @@ def test_a_reduction_epilogue_is_no_contraction_kernel():
 
 
 CASES = [
-    # (source, binding, block tiles, [bk, tq, tp]): every edge guarded somewhere
+    # (source, binding, block tiles, [bk, tm, tn]): every edge guarded somewhere
     (MLP, {"M": 100, "K": 37, "N": 130}, [64, 64], [16, 4, 4]),
     ("chain t(a: f32[M, K], b: f32[K, N]) -> f32[M, N] { return a @ b }", {"M": 31, "K": 1, "N": 37},
      [16, 32, 0], [8, 4, 4]),

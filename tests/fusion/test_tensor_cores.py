@@ -66,15 +66,15 @@ def test_the_tensor_core_kernel_report():
     st = _stages(F16, {"M": 512, "K": 1024, "N": 4096})
     (r,) = report_kernels(st.emitted.source, st.emitted.entries["t"], H200, blocks=("middle",))
     g = st.plan.kernels[0]
-    tq, tp = g.config.tm, g.config.tn
-    assert r.mma and r.mma >= (tq // 2) * (tp // 2)       # one mma.sync per 16x8 fragment per K step of 16
+    tm, tn = g.config.tm, g.config.tn
+    assert r.mma and r.mma >= (tm // 2) * (tn // 2)       # one mma.sync per 16x8 fragment per K step of 16
     assert r.stack_frame_bytes == 0 and r.local_bytes == 0 and r.spill_store_bytes == 0
     assert r.smem_bytes > 0 and r.blocks >= H200.units
     for site in r.coalescing.sites:                     # the epilogue's stores too: restaged through shared memory
         assert site.efficiency >= 0.9, (site.line, site.expr, site.efficiency)
 
 
-CASES = [  # (binding, block tiles, [bk, tq, tp], double-buffered): edges on every side, K not a
+CASES = [  # (binding, block tiles, [bk, tm, tn], double-buffered): edges on every side, K not a
     # multiple of BK, and a K loop that prefetches its next step
     ({"M": 37, "K": 41, "N": 27}, [16, 16], [16, 2, 2], False),
     ({"M": 40, "K": 20, "N": 33}, [32, 32], [16, 4, 4], False),

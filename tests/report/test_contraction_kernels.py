@@ -44,11 +44,11 @@ def _expected_bytes(info, g) -> float:
     gk = gemm_kernel(info, g.ops, g.root)
     s = gemm_shape(info, gk, g.root, g.block_tiles, g.config.steps)
     co = info.op(gk.contraction)
-    ext = {side: math.prod(co.loops[l] for l in gk.loops_of(side)) for side in ("q", "p", "batch")}
-    blocks = {side: math.prod(math.ceil(co.loops[l] / s.tiles[l]) for l in gk.loops_of(side)) for side in ("q", "p")}
+    ext = {side: math.prod(co.loops[l] for l in gk.loops_of(side)) for side in ("m", "n", "batch")}
+    blocks = {side: math.prod(math.ceil(co.loops[l] / s.tiles[l]) for l in gk.loops_of(side)) for side in ("m", "n")}
     item = max(co.operand_elem_bytes[:2])
-    arrays = {side: _arrays_read(info, g, co.producers[op]) for side, op in (("q", gk.q_operand), ("p", 1 - gk.q_operand))}
-    return item * ext["batch"] * (arrays["q"] * ext["q"] * gk.k * blocks["p"] + arrays["p"] * gk.k * ext["p"] * blocks["q"])
+    arrays = {side: _arrays_read(info, g, co.producers[op]) for side, op in (("m", gk.m_operand), ("n", 1 - gk.m_operand))}
+    return item * ext["batch"] * (arrays["m"] * ext["m"] * gk.k * blocks["n"] + arrays["n"] * gk.k * ext["n"] * blocks["m"])
 
 
 def _arrays_read(info, g, producer) -> int:

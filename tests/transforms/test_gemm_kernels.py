@@ -6,8 +6,6 @@ tiny sizes (the model prefers a dot product per output there)."""
 import json
 import re
 
-import pytest
-
 from fusec.compiler.marks import (ABSORBED, BLOCK_GEMM, CONTRACTION, GEMM_PREFETCH, GEMM_ROOT_LOOPS, GEMM_SIDES,
                                   GEMM_TILES, OP_ID)
 
@@ -36,7 +34,7 @@ def test_the_kernel_is_marked_for_the_template():
     assert re.search(rf"linalg\.generic .*\{{{CONTRACTION}, {OP_ID} = 2 ", _op(gpu, 2))
     root = _op(gpu, 3)
     for mark in (f"{BLOCK_GEMM} = array<i64: 8, 4, 4>", f"{GEMM_ROOT_LOOPS} = array<i64: 0, 1>",
-                 f'{GEMM_SIDES} = ["q", "p", "k"]', f"{GEMM_TILES} = array<i64: 32, 32, 0>"):
+                 f'{GEMM_SIDES} = ["m", "n", "k"]', f"{GEMM_TILES} = array<i64: 32, 32, 0>"):
         assert mark in root, root
     assert GEMM_PREFETCH not in root
     for absorbed in (0, 1):                       # the transpose copy and the fill
@@ -69,11 +67,6 @@ def test_the_template_gives_the_reference_numbers():
     run_matches(MLP_T, dict(M=24, K=5, N=20), "cuda-sim", plans=(("m", json.dumps(PLAN)),))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Kernel.serial (compiler/plan/kernels.py) leaves out gemm: a contraction kernel whose one block "
-    "covers the whole output (block tiles all 0) is described 'serial (one thread)' in the plan and its "
-    "summary ('serial': true, so autotune skips it), while the gpu stage runs it as a GEMM template "
-    "block of tx x ty threads"))
 def test_a_one_block_contraction_kernel_is_not_described_as_serial():
     src = "chain m(x: f32[M, K], w: f32[K, N]) -> f32[M, N] { return relu(x @ w) }"
     st = compile_(src, dict(M=8, K=4, N=16), "gpu", until="gpu")
