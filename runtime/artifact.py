@@ -64,7 +64,9 @@ class Artifact:
         b = self.chains[chain].builds[build]
         path = self.directory / b["module"]
         source = path.read_bytes()
-        key = "fusec_kernels_" + hashlib.sha1(str(path.resolve()).encode() + source).hexdigest()[:16]
+        # named by its source alone: Numba's cache records the module's name, so the same module
+        # loaded from another directory (another machine's cache entry) finds its cached machine code
+        key = "fusec_kernels_" + hashlib.sha1(source).hexdigest()[:16]
         mod = sys.modules.get(key)
         if mod is None:
             gpu_cache = numba_cache and self.target != "cpu" and b"cache=NUMBA_CACHE" in source
@@ -78,6 +80,9 @@ class Artifact:
                       f"{_first_line(e)}); they were compiled without its cache", file=sys.stderr)
             if numba_cache and self.target == "cpu" and b"numba.objmode(" not in source:
                 _enable_numba_cache(mod, path)
+        # the name an older fusec gave it (its path and source), which Numba caches it wrote record
+        sys.modules.setdefault("fusec_kernels_" + hashlib.sha1(str(path.resolve()).encode() + source).hexdigest()[:16],
+                               mod)
         host = getattr(mod, b["host"], None)
         if host is None:
             raise ArtifactError(f"{path} has no function {b['host']}, which manifest.json names; recompile it")
