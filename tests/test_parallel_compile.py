@@ -1,6 +1,7 @@
 """`fusec compile -j N`: the chains compiled in worker processes give the same artifact, byte for
-byte, as one process; the lines come in the file's order; an error in a worker is the user's
-one line, as without workers.
+byte, as one process; the lines come in the file's order; bad input is one line, as without
+workers; an exception raised in a worker comes back whole (ours take other arguments than
+their message)."""
 import filecmp
 import os
 
