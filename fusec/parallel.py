@@ -112,13 +112,18 @@ class ChainResult:
 _TYPED: dict = {}
 
 
-def _typed_chain(job: ChainJob):
+def typed_module(job: ChainJob):
+    """The job's FDSL file, checked (once per worker and file)."""
     from . import api
     key = (job.path, job.text)
     if key not in _TYPED:
         _TYPED.clear()
         _TYPED[key] = api.check(api.parse_text(job.text, job.path))
-    return next(c for c in _TYPED[key].chains if c.name == job.chain)
+    return _TYPED[key]
+
+
+def _typed_chain(job: ChainJob):
+    return next(c for c in typed_module(job).chains if c.name == job.chain)
 
 
 def compile_chain(job: ChainJob, progress=None) -> ChainResult:

@@ -11,7 +11,7 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -144,6 +144,8 @@ class Program:
         self.remote = remote if persistent else None    # and its remote tier (runtime/remote_cache.py)
         self.jobs = jobs                   # worker processes of `prepare` (None: this machine's cores)
         self._compiled_here: dict[str, Path] = {}       # cache entries this program compiled
+        self._prepared: dict[tuple, tuple[Path, float]] = {}   # (chain, binding) -> built by `prepare`'s workers
+        self._remote_url: str | None = None                  # as given to compile (else $FUSEC_REMOTE_CACHE)
         self._requested = requested        # the options as given (a quick cpu profile is checked from them)
         self._profile_checked = not (target.kind == "cpu" and "fusec.compiler.calibrate" not in sys.modules)
         self.progress: Progress = QUIET    # the command line's status line (fusec/progress.py); none by default
@@ -201,6 +203,15 @@ class Program:
         check_supported(chain, self.target)
         imported = _import_numba(self.target)
         t0 = time.perf_counter()
+        made = self._prepared.pop((chain.name, tuple(sorted(binding.items()))), None) if options is None else None
+        if made is not None:
+            compiled = load_chain(art.load(made[0]), chain, self.target, stage_texts(art.load(made[0]), chain.name),
+                                  numba_cache=self.persistent)
+            compiled.compile_seconds = {"compile": made[1], "numba.import": imported}
+            compiled.cache = "miss" if self.persistent else "off"
+            if self.persistent:
+                self._compiled_here[made[0].name] = made[0]
+            return compiled
         if self.persistent:
             found, tier = self._cached(chain, binding, options or self.options), "hit"
             if found is None and self.remote is not None:
@@ -273,6 +284,35 @@ class Program:
             return None
         return self._cached(chain, binding, options)
 
+    def prepare(self, bindings: dict[str, dict[str, int]] | None = None) -> None:
+        """Build every chain before its first call (at `bindings[chain]`, each symbol 64 unless
+        given), the builds no cache holds in `jobs` processes (fusec/parallel.py; default: this
+        machine's cores). A script that calls it with jobs > 1 needs the `if __name__ ==
+        "__main__":` guard of Python's multiprocessing."""
+        from .parallel import ChainJob, default_jobs, run_jobs
+        todo = []
+        for name, c in self.chains.items():
+            binding = {s: (bindings or {}).get(name, {}).get(s, 64) for s in c.typed.symbols}
+            planned = c.build_binding(binding)
+            if not self.target.compiled or tuple(sorted(planned.items())) in c._builds:
+                continue
+            check_binding(c.typed, dict(binding))
+            if self.persistent and (self._cached(c.typed, planned, self.options) is not None
+                                    or self.remote is not None and self._fetched(c.typed, planned, self.options)):
+                continue
+            todo.append((c, binding, planned))
+        n = min(self.jobs or default_jobs(), len(todo))
+        if n > 1:
+            self._check_profile()
+            url = self._remote_url if self.remote is not None else None
+            jobs = [_BuildJob(ChainJob(self.source, self.typed.file.path, c.name, planned, self.options,
+                                       self.target.name), str(self.cache), self.persistent, url)
+                    for c, _, planned in todo]
+            for (c, _, planned), (directory, seconds) in zip(todo, run_jobs(_build_job, jobs, n)):
+                self._prepared[(c.name, tuple(sorted(planned.items())))] = (Path(directory), seconds)
+        for c, binding, _ in todo:
+            c.compiled(binding)
+
     def share(self) -> int:
         """Publish again the cache entries this program compiled, now with Numba's cache of what
         ran (machine code other machines of this kind load instead of compiling); how many."""
@@ -293,6 +333,28 @@ class Program:
             return False
         self.options = checked
         return True
+
+
+@dataclass(frozen=True)
+class _BuildJob:
+    """One build of `Program.prepare`, for a worker process."""
+    chain: object                 # fusec.parallel.ChainJob
+    root: str
+    persistent: bool
+    remote_url: str | None
+
+
+def _build_job(job: _BuildJob) -> tuple[str, float]:
+    """A worker's build: written where the program would write it; the directory and seconds."""
+    from .parallel import typed_module
+    t0 = time.perf_counter()
+    c = job.chain
+    typed = typed_module(c)
+    program = Program(typed, select(c.target), c.options, c.text, Path(job.root), persistent=job.persistent,
+                      remote=remote_cache(job.remote_url) if job.persistent else None)
+    chain = next(x for x in typed.chains if x.name == c.chain)
+    _built, directory = program._compile_into_cache(chain, c.binding, c.options)
+    return str(directory), time.perf_counter() - t0
 
 
 def _import_numba(target: Target) -> float:
@@ -362,4 +424,6 @@ def compile_text(text: str, path: str, target: str | None = None, options=None, 
     root = Path(cache_dir) if cache_dir else (compile_cache_dir() if persistent else None)
     if persistent:
         CompileCache(root).check()
-    return Program(typed, tgt, opts, text, root, max_memory, persistent, options, remote, jobs)
+    program = Program(typed, tgt, opts, text, root, max_memory, persistent, options, remote, jobs)
+    program._remote_url = remote_cache_url
+    return program

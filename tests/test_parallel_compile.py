@@ -54,3 +54,21 @@ def test_a_workers_exception_comes_back_whole():
     e = failure.rebuild()
     assert isinstance(e, CompilerInternalError) and (e.stage, e.dump_path) == ("plan", "/tmp/dump")
     assert str(e).startswith("internal compiler error in stage 'plan': no kernel")
+
+
+def test_the_api_prepares_every_chain_in_workers(tmp_path):
+    import numpy as np
+
+    import fusec
+    p = fusec.compile(ATTENTION, target="cpu", cache=True, cache_dir=str(tmp_path / "c"), jobs=2)
+    sizes = {"B": 2, "S": 16, "H": 4, "T": 16}
+    p.prepare({name: sizes for name in p.chains})
+    built = {name: c.compiled({s: sizes[s] for s in c.typed.symbols}) for name, c in p.chains.items()}
+    assert {b.cache for b in built.values()} == {"miss"}
+    assert len(list((tmp_path / "c").glob("*.*.*"))) == 6
+    q = np.random.default_rng(0).standard_normal((2, 16, 64)).astype(np.float32)
+    (ok,) = p.attention.check([q, q, q])
+    assert ok.ok
+    again = fusec.compile(ATTENTION, target="cpu", cache=True, cache_dir=str(tmp_path / "c"), jobs=2)
+    again.prepare({name: sizes for name in p.chains})
+    assert again.attention.compiled({"B": 2, "S": 16}).cache == "hit"
