@@ -2,7 +2,8 @@
 ROOT = $FUSEC_CACHE_DIR/compiled, as ROOT/<chain>.<binding>.<key>/ (the key made by the front
 door, fusec/build_cache.py), and loaded by any later process with no MLIR involved. A reader sees
 a whole entry or none; a damaged entry is removed and built again; least recently used entries
-are evicted to the cap. See docs/GUIDE.md, "The compile cache".
+are evicted to the cap; a directory another user could write is refused (its entries are code
+that runs). See docs/GUIDE.md, "The compile cache"; its remote tier: runtime/remote_cache.py.
 """
 from __future__ import annotations
 
