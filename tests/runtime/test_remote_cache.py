@@ -231,3 +231,27 @@ def test_redis_full_during_a_run(tmp_path, redis, remote_env, capsys):
     (line,) = _remote_lines(capsys.readouterr().err)
     assert "failed (put" in line and "maxmemory" in line, line
     assert not admin.keys(f"{PREFIX}*")
+
+
+def test_cache_push_pull_stats(tmp_path, redis, remote_env, capsys):
+    _program(tmp_path, "a", None).scale.compiled(B)                  # a local entry, no remote yet
+    for d in ("m1", "m2"):
+        (tmp_path / d).mkdir(mode=0o700)
+    remote_env.setenv("FUSEC_CACHE_DIR", str(tmp_path / "m1"))
+    import shutil
+    shutil.copytree(tmp_path / "a", tmp_path / "m1" / "compiled")
+    assert main(["cache", "push"]) == 1                               # no remote asked for
+    assert "needs a remote compile cache" in capsys.readouterr().err
+    assert main(["cache", "push", "--remote-cache", redis.url]) == 0
+    assert capsys.readouterr().out.startswith(f"pushed 1 entry ")
+    remote_env.setenv("FUSEC_CACHE_DIR", str(tmp_path / "m2"))
+    assert main(["cache", "pull", "--remote-cache", redis.url]) == 0
+    assert capsys.readouterr().out.startswith("pulled 1 entry")
+    assert [p.name for p in (tmp_path / "m2" / "compiled").iterdir() if not p.name.startswith(".")] == \
+        [p.name for p in (tmp_path / "a").iterdir() if not p.name.startswith(".")]
+    assert main(["cache", "stats", "--remote-cache", redis.url]) == 0
+    assert "1 entry" in capsys.readouterr().out
+    redis_url_down = "redis://127.0.0.1:1/0"
+    assert main(["cache", "stats", "--remote-cache", redis_url_down]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"fusec: error: the remote compile cache {redis_url_down} failed") and "did not finish" in line
