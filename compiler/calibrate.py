@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import time
 import types
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numba
@@ -27,7 +26,8 @@ from .errors import CacheError
 from .options import CompileOptions
 from .pipeline import compile_typed
 from .plan.hardware import (GPU_WEIGHTS, GPUS, GB, KB, MB, HardwareProfile, blas_threads, cache_dir,
-                            cpu_cache_path, cpu_model, get, move_aside, profile_from_dict, profile_key)
+                            cpu_cache_path, cpu_model, get, move_aside, profile_key,
+                            checked_profile)
 
 # plans the calibration chains: any fixed profile will do (they are timed, not predicted)
 CALIBRATION = replace(GPUS["seed"], name="calibration", kind="cpu", units=os.cpu_count() or 1)
@@ -78,55 +78,6 @@ def check_cache_dir() -> None:
                      "FUSEC_CACHE_DIR to a directory")
 
 
-# fields of a profile that must be positive (the cost model divides by them); every other number
-# must be finite and not negative
-_POSITIVE = {"bandwidth", "peak_flops", "peak_flops_fp16", "units", "onchip_per_unit", "onchip_per_block",
-             "max_threads_per_block", "max_threads_per_unit", "max_blocks_per_unit", "cache_bandwidth",
-             "warp_size", "blas_threads"}
-
-
-def profile_problem(d) -> str | None:
-    """Why `d` (a cached profile as JSON data) is not a usable cpu profile; None when it is."""
-    if not isinstance(d, dict):
-        return f"the profile is {type(d).__name__}, not an object"
-    kinds = {f.name: f.type for f in fields(HardwareProfile)}
-    unknown = sorted(set(d) - set(kinds))
-    if unknown:
-        return f"unknown field '{unknown[0]}'"
-    missing = sorted(k for k in ("name", "kind", "bandwidth", "peak_flops", "peak_flops_fp16", "launch_s", "units",
-                                 "onchip_per_unit", "onchip_per_block") if k not in d)
-    if missing:
-        return f"'{missing[0]}' is missing"
-    for key, value in d.items():
-        kind = str(kinds[key])
-        shown = json.dumps(value)[:30]
-        if kind in ("float", "int"):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                return f"{key} is {shown}, not a number"
-            if kind == "int" and value != int(value):
-                return f"{key} is {shown}, not an integer"
-            if value < 0 or (key in _POSITIVE and value <= 0):
-                return f"{key} is {shown}, not a {'positive' if key in _POSITIVE else 'non-negative'} number"
-        elif kind == "str" and not isinstance(value, str):
-            return f"{key} is {shown}, not a string"
-        elif kind == "bool" and not isinstance(value, bool):
-            return f"{key} is {shown}, not true or false"
-    if d["kind"] != "cpu":
-        return f"kind is {json.dumps(d['kind'])}, not \"cpu\""
-    weights = d.get("weights", {})
-    if not isinstance(weights, dict) or not all(
-            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
-            and math.isfinite(v) and v > 0 for k, v in weights.items()):
-        return "weights is not an object of positive numbers"
-    notes = d.get("notes", [])
-    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
-        return "notes is not a list of strings"
-    cc = d.get("cc", [9, 0])
-    if not (isinstance(cc, list) and len(cc) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in cc)):
-        return "cc is not a pair of integers"
-    return None
-
-
 def _cached(notice) -> HardwareProfile | None:
     """The cached profile when it was measured for this machine (the key matches) and is valid;
     an invalid entry is moved aside (reported through `notice`), a stale one left to be replaced."""
@@ -145,11 +96,10 @@ def _cached(notice) -> HardwareProfile | None:
         return _invalid(path, "is not a cached profile (an object with 'key' and 'profile')", notice)
     if data["key"] != profile_key():
         return None                      # measured for another CPU, calibration or emitter: measure again
-    problem = profile_problem(data["profile"])
-    if problem is not None:
-        return _invalid(path, f"is invalid ({problem})", notice)
-    ints = {f.name for f in fields(HardwareProfile) if str(f.type) == "int"}
-    return profile_from_dict({k: int(v) if k in ints else v for k, v in data["profile"].items()})
+    profile = checked_profile(data["profile"])
+    if isinstance(profile, str):
+        return _invalid(path, f"is invalid ({profile})", notice)
+    return profile
 
 
 def _invalid(path: Path, why: str, notice) -> None:

@@ -426,17 +426,18 @@ class ChainBuild:
 
 
 def build_chain(chain: TypedChain, binding: dict[str, int], options: CompileOptions,
-                timer: Timer | None = None, progress: StageProgress | None = None, unfused: bool = True) -> ChainBuild:
+                timer: Timer | None = None, progress: StageProgress | None = None, unfused: bool = True,
+                shared_tuning: autotune.SharedTuning | None = None) -> ChainBuild:
     """Compile one chain: the build that runs and (options.baseline, fusing, `unfused`) the unfused
     one (a Program makes it apart, when first asked for: fusec/compiled.py CompiledChain.unfused).
-    With options.autotune, `timer` times candidate builds on the target (compiler/plan/autotune.py).
-    `progress`: told what is being done ("fused: tiled", "autotune: candidate 3", ...)."""
+    With options.autotune, `timer` times candidate builds on the target (compiler/plan/autotune.py;
+    `shared_tuning`: results shared beyond this machine). `progress`: told what is being done ("fused: tiled", "autotune: candidate 3", ...)."""
     def told(prefix: str) -> StageProgress | None:
         return None if progress is None else (lambda what: progress(f"{prefix}: {what}"))
     if options.autotune and options.fuse and options.tuned is None and options.plan_for(chain.name) is None:
         if timer is None:
             raise ValueError("autotuning needs a timer for the target")
-        options = replace(options, tuned=_autotuned(chain, binding, options, timer, progress))
+        options = replace(options, tuned=_autotuned(chain, binding, options, timer, progress, shared_tuning))
     builds = {"fused": compile_typed(chain, binding, options=options,
                                      progress=told("fused" if options.fuse else "unfused"))}
     if unfused and options.baseline and options.fuse:
@@ -467,7 +468,7 @@ def _measured(st: ChainStages, options: CompileOptions, binding: dict[str, int])
 
 
 def _autotuned(chain: TypedChain, binding: dict[str, int], options: CompileOptions, timer: Timer,
-               progress: StageProgress | None = None) -> str:
+               progress: StageProgress | None = None, shared: autotune.SharedTuning | None = None) -> str:
     """Measured tiles for the chain's kernels: the model's best candidates of each, timed."""
     base = replace(options, autotune=False, tuned=None, baseline=False)
     if progress is not None:
@@ -484,5 +485,5 @@ def _autotuned(chain: TypedChain, binding: dict[str, int], options: CompileOptio
             progress(f"autotune: candidate {timed[0]} (timing)")
         return timer(st.emitted.source, st.emitted.entries[chain.name].host)
 
-    tuned, _ = autotune.tune(plan, measure)
+    tuned, _ = autotune.tune(plan, measure, shared=shared)
     return json.dumps(tuned, sort_keys=True)

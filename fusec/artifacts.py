@@ -22,22 +22,30 @@ from .compiled import CompiledChain
 from .version import __version__
 
 
+ChainRecord = tuple    # (ChainArtifact, {build: module source}, plan text): a chain's part of an artifact
+
+
+def chain_record(b, times: bool = True) -> ChainRecord:
+    """A chain build's part of an artifact, as plain data (what a compile worker hands back);
+    `times=False` leaves the compile times out, so the artifact is the same bytes every time."""
+    main = b.main
+    entry = main.emitted.entries[b.chain.name]
+    metas = {name: {"host": st.emitted.entries[b.chain.name].host,
+                    "kernels": list(st.emitted.entries[b.chain.name].kernels),
+                    "launches": [asdict(x) for x in st.emitted.entries[b.chain.name].launches],
+                    "plan_kernels": st.plan.kernel_count,
+                    "memory": dict(st.emitted.entries[b.chain.name].memory)} for name, st in b.builds.items()}
+    meta = art.ChainArtifact(b.chain.name, dict(b.binding), list(entry.arg_types), list(entry.result_types),
+                             metas, main.plan.summary(), b.seconds() if times else {})
+    return meta, b.sources(), main.texts["plan"]
+
+
 def write_artifact(directory: str | Path, target: Target, source_path: str, source: str,
                    options: CompileOptions, builds, extra: dict[str, bytes] | None = None) -> Path:
-    """An artifact of chain builds (fusec.compiler.pipeline.ChainBuild), all with `options`;
-    `extra`: more files for it (a compile cache entry's stage texts)."""
-    chains = {}
-    for b in builds:
-        main = b.main
-        entry = main.emitted.entries[b.chain.name]
-        metas = {name: {"host": st.emitted.entries[b.chain.name].host,
-                        "kernels": list(st.emitted.entries[b.chain.name].kernels),
-                        "launches": [asdict(x) for x in st.emitted.entries[b.chain.name].launches],
-                        "plan_kernels": st.plan.kernel_count,
-                        "memory": dict(st.emitted.entries[b.chain.name].memory)} for name, st in b.builds.items()}
-        meta = art.ChainArtifact(b.chain.name, dict(b.binding), list(entry.arg_types), list(entry.result_types),
-                                 metas, main.plan.summary(), b.seconds())
-        chains[b.chain.name] = (meta, b.sources(), main.texts["plan"])
+    """An artifact of chain builds (fusec.compiler.pipeline.ChainBuild, or their `chain_record`s),
+    all with `options`; `extra`: more files for it (a compile cache entry's stage texts)."""
+    records = [b if isinstance(b, tuple) else chain_record(b) for b in builds]
+    chains = {meta.name: (meta, sources, plan) for meta, sources, plan in records}
     hardware = options.hardware.as_dict() if options.hardware else None
     as_data = dict(options.as_dict(), hardware=options.hardware.name if options.hardware else None)
     return art.write(directory, target=target.name, source_path=source_path, source=source, version=__version__,

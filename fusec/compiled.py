@@ -29,7 +29,8 @@ class CompiledChain:
     memory: dict[str, dict] = field(default_factory=dict)         # build -> its memory plan's figures
     # (a lazily made unfused build's kernel count and memory figures join these when it is made)
     kernel_report: list | None = None    # the running build's KernelReports (options.kernel_report)
-    cache: str = "off"                   # the compile cache: "hit", "miss" (built and stored) or "off"
+    cache: str = "off"                   # the compile cache: "hit", "remote" (from its remote tier), "miss"
+                                         # (built and stored) or "off"
     # makes the comparison build on first use (a Program's fused build with options.baseline): only
     # the speedup line, the memory and kernel counts of the report, and tests ask for it
     make_unfused: Callable[[], "CompiledChain"] | None = field(default=None, repr=False)

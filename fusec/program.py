@@ -11,7 +11,7 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,11 +26,13 @@ from fusec.runtime.cache import CompileCache, entry_name
 from fusec.runtime.compare import Comparison, compare
 from fusec.runtime.executable import Executable, as_input, input_shape
 from fusec.runtime.memory import check_memory
+from fusec.runtime.remote_cache import RemoteCache
 from fusec.runtime.targets import Target, best_available, select
 
 from . import api
 from .artifacts import artifact_kernel_report, load_chain, set_aside_if_not_an_artifact, stage_texts, write_artifact
-from .build_cache import build_key, cache_enabled, compile_cache_dir
+from .build_cache import (RemoteTuning, build_key, cache_enabled, compile_cache_dir, fetch_entry, publish_entry,
+                          remote_cache, share_profile)
 from .compiled import CompiledChain
 from .progress import QUIET, Progress
 from .target_options import check_supported, compile_options, notice
@@ -129,7 +131,8 @@ class Program:
 
     def __init__(self, typed: TypedModule, target: Target, options: CompileOptions, source: str,
                  cache: Path | None, max_memory: int | None = None, persistent: bool = False,
-                 requested: CompileOptions | dict | None = None):
+                 requested: CompileOptions | dict | None = None, remote: RemoteCache | None = None,
+                 jobs: int | None = None):
         self.typed = typed
         self.target = target
         self.options = options
@@ -138,6 +141,11 @@ class Program:
         self._cache = cache
         self._scratch: tempfile.TemporaryDirectory | None = None   # removed with the program
         self.persistent = persistent       # builds go through the compile cache (runtime/cache.py)
+        self.remote = remote if persistent else None    # and its remote tier (runtime/remote_cache.py)
+        self.jobs = jobs                   # worker processes of `prepare` (None: this machine's cores)
+        self._compiled_here: dict[str, Path] = {}       # cache entries this program compiled
+        self._prepared: dict[tuple, tuple[Path, float]] = {}   # (chain, binding) -> built by `prepare`'s workers
+        self._remote_url: str | None = None                  # as given to compile (else $FUSEC_REMOTE_CACHE)
         self._requested = requested        # the options as given (a quick cpu profile is checked from them)
         self._profile_checked = not (target.kind == "cpu" and "fusec.compiler.calibrate" not in sys.modules)
         self.progress: Progress = QUIET    # the command line's status line (fusec/progress.py); none by default
@@ -195,39 +203,34 @@ class Program:
         check_supported(chain, self.target)
         imported = _import_numba(self.target)
         t0 = time.perf_counter()
+        made = self._prepared.pop((chain.name, tuple(sorted(binding.items()))), None) if options is None else None
+        if made is not None:
+            compiled = load_chain(art.load(made[0]), chain, self.target, stage_texts(art.load(made[0]), chain.name),
+                                  numba_cache=self.persistent)
+            compiled.compile_seconds = {"compile": made[1], "numba.import": imported}
+            compiled.cache = "miss" if self.persistent else "off"
+            if self.persistent:
+                self._compiled_here[made[0].name] = made[0]
+            return compiled
         if self.persistent:
-            found = self._cached(chain, binding, options or self.options)
+            found, tier = self._cached(chain, binding, options or self.options), "hit"
+            if found is None and self.remote is not None:
+                found, tier = self._fetched(chain, binding, options or self.options), "remote"
             if found is not None:
                 compiled = load_chain(found, chain, self.target, stage_texts(found, chain.name), numba_cache=True)
                 if (options or self.options).kernel_report:
                     compiled.kernel_report = artifact_kernel_report(found, chain)
                 compiled.compile_seconds = {"load": time.perf_counter() - t0, "numba.import": imported}
-                compiled.cache = "hit"
+                compiled.cache = tier
                 return compiled
             if options is None and self._check_profile():
                 return self._build_one(chain, binding)      # the checked profile is another one
         options = options or self.options
-        from fusec.compiler.pipeline import build_chain
         told = self.progress.stage(f"{self.progress_label}{chain.name}: compiling") if self.progress.enabled else None
         try:
-            built = build_chain(chain, binding, options, timer=_timer(chain, binding, self.target), progress=told,
-                                unfused=False)
+            built, directory = self._compile_into_cache(chain, binding, options, told)
         finally:
             self.progress.clear()
-
-        def write(directory: Path) -> Path:
-            texts = json.dumps(built.main.texts, sort_keys=True).encode()
-            return write_artifact(directory, self.target, self.typed.file.path, self.source, built.options, [built],
-                                  extra={f"{chain.name}.stages.json": texts})
-        if self.persistent:
-            directory = self.compile_cache().store(self.cache_entry(chain, binding, options), write)
-        else:
-            tag = "_".join(f"{k}{v}" for k, v in sorted(binding.items())) or "static"
-            directory = self.cache / f"{chain.name}.{tag}"
-            if options is not self.options:
-                directory = directory.with_name(directory.name + "." + options.key())
-            set_aside_if_not_an_artifact(directory)
-            write(directory)
         compiled = load_chain(art.load(directory), chain, self.target, built.main.texts, numba_cache=self.persistent)
         if built.options.kernel_report:
             compiled.kernel_report = list(built.kernel_report)
@@ -235,6 +238,34 @@ class Program:
                                         **{"numba.import": imported})
         compiled.cache = "miss" if self.persistent else "off"
         return compiled
+
+    def _compile_into_cache(self, chain: TypedChain, binding: dict[str, int], options: CompileOptions, told=None):
+        """Compile the chain and write its artifact: into the compile cache (and its remote tier),
+        else into the program's directory. The build and the directory."""
+        from fusec.compiler.pipeline import build_chain
+        shared = RemoteTuning(self.remote) if self.remote is not None else None
+        built = build_chain(chain, binding, options, timer=_timer(chain, binding, self.target), progress=told,
+                            unfused=False, shared_tuning=shared)
+
+        def write(directory: Path) -> Path:
+            texts = json.dumps(built.main.texts, sort_keys=True).encode()
+            return write_artifact(directory, self.target, self.typed.file.path, self.source, built.options, [built],
+                                  extra={f"{chain.name}.stages.json": texts})
+        if self.persistent:
+            name = self.cache_entry(chain, binding, options)
+            directory = self.compile_cache().store(name, write)
+            if self.remote is not None:
+                publish_entry(self.remote, directory, name)
+                share_profile(self.remote, options.hardware)
+                self._compiled_here[name] = directory
+        else:
+            tag = "_".join(f"{k}{v}" for k, v in sorted(binding.items())) or "static"
+            directory = self.cache / f"{chain.name}.{tag}"
+            if options is not self.options:
+                directory = directory.with_name(directory.name + "." + options.key())
+            set_aside_if_not_an_artifact(directory)
+            write(directory)
+        return built, directory
 
     def _cached(self, chain: TypedChain, binding: dict[str, int], options: CompileOptions) -> art.Artifact | None:
         """The chain's checked artifact from the compile cache, when one was stored."""
@@ -245,6 +276,50 @@ class Program:
                 return "was compiled from another source"
             return None
         return self.compile_cache().lookup(self.cache_entry(chain, binding, options), accept)
+
+    def _fetched(self, chain: TypedChain, binding: dict[str, int], options: CompileOptions) -> art.Artifact | None:
+        """The chain's entry from the remote tier, stored in the local cache and checked there."""
+        name = self.cache_entry(chain, binding, options)
+        if not fetch_entry(self.remote, self.compile_cache(), name):
+            return None
+        return self._cached(chain, binding, options)
+
+    def prepare(self, bindings: dict[str, dict[str, int]] | None = None) -> None:
+        """Build every chain before its first call (at `bindings[chain]`, each symbol 64 unless
+        given), the builds no cache holds in `jobs` processes (fusec/parallel.py; default: this
+        machine's cores). A script that calls it with jobs > 1 needs the `if __name__ ==
+        "__main__":` guard of Python's multiprocessing."""
+        from .parallel import ChainJob, default_jobs, run_jobs
+        todo = []
+        for name, c in self.chains.items():
+            binding = {s: (bindings or {}).get(name, {}).get(s, 64) for s in c.typed.symbols}
+            planned = c.build_binding(binding)
+            if not self.target.compiled or tuple(sorted(planned.items())) in c._builds:
+                continue
+            check_binding(c.typed, dict(binding))
+            if self.persistent and (self._cached(c.typed, planned, self.options) is not None
+                                    or self.remote is not None and self._fetched(c.typed, planned, self.options)):
+                continue
+            todo.append((c, binding, planned))
+        n = min(self.jobs or default_jobs(), len(todo))
+        if n > 1:
+            self._check_profile()
+            url = self._remote_url if self.remote is not None else None
+            jobs = [_BuildJob(ChainJob(self.source, self.typed.file.path, c.name, planned, self.options,
+                                       self.target.name), str(self.cache), self.persistent, url)
+                    for c, _, planned in todo]
+            for (c, _, planned), (directory, seconds) in zip(todo, run_jobs(_build_job, jobs, n)):
+                self._prepared[(c.name, tuple(sorted(planned.items())))] = (Path(directory), seconds)
+        for c, binding, _ in todo:
+            c.compiled(binding)
+
+    def share(self) -> int:
+        """Publish again the cache entries this program compiled, now with Numba's cache of what
+        ran (machine code other machines of this kind load instead of compiling); how many."""
+        if self.remote is None:
+            return 0
+        return sum(publish_entry(self.remote, d, name) == "stored" for name, d in self._compiled_here.items()
+                   if any((d / "__pycache__").glob("*.nbi")))
 
     def _check_profile(self) -> bool:
         """Before compiling with a cpu profile read quickly from disk: the calibration module's
@@ -258,6 +333,28 @@ class Program:
             return False
         self.options = checked
         return True
+
+
+@dataclass(frozen=True)
+class _BuildJob:
+    """One build of `Program.prepare`, for a worker process."""
+    chain: object                 # fusec.parallel.ChainJob
+    root: str
+    persistent: bool
+    remote_url: str | None
+
+
+def _build_job(job: _BuildJob) -> tuple[str, float]:
+    """A worker's build: written where the program would write it; the directory and seconds."""
+    from .parallel import typed_module
+    t0 = time.perf_counter()
+    c = job.chain
+    typed = typed_module(c)
+    program = Program(typed, select(c.target), c.options, c.text, Path(job.root), persistent=job.persistent,
+                      remote=remote_cache(job.remote_url) if job.persistent else None)
+    chain = next(x for x in typed.chains if x.name == c.chain)
+    _built, directory = program._compile_into_cache(chain, c.binding, c.options)
+    return str(directory), time.perf_counter() - t0
 
 
 def _import_numba(target: Target) -> float:
@@ -298,28 +395,35 @@ def _reference_chain(chain: TypedChain, binding: dict[str, int], target: Target,
 
 
 def compile(path_or_source: str, target: str | None = None, options=None, cache_dir: str | None = None,
-            max_memory: int | None = None, cache: bool | None = None) -> Program:
+            max_memory: int | None = None, cache: bool | None = None, remote_cache: str | None = None,
+            jobs: int | None = None) -> Program:
     """Compile FDSL (a path or source text) for `target` ('cuda', 'cuda-sim', 'cpu', or the
     references 'reference' and 'mlir-jit'; default: cuda when a GPU is present, else cpu).
     Chains compile lazily, once per symbol binding; a binding whose buffers would need more
     than `max_memory` bytes (default: a quarter of this machine's memory) is refused before
     anything is allocated. `cache` (default: on unless FUSEC_NO_CACHE=1): builds go through the
     persistent compile cache in `cache_dir` (default $FUSEC_CACHE_DIR/compiled); without it
-    artifacts go to `cache_dir`, else to a temporary directory removed with the program."""
+    artifacts go to `cache_dir`, else to a temporary directory removed with the program.
+    `remote_cache` (default $FUSEC_REMOTE_CACHE): redis://HOST:PORT/DB, the cache's shared tier
+    (needs $FUSEC_CACHE_SECRET; docs/CACHE.md). `jobs`: worker processes of `Program.prepare`."""
     text, path = api.read_source(path_or_source)
-    return compile_text(text, path, target, options, cache_dir, max_memory, cache)
+    return compile_text(text, path, target, options, cache_dir, max_memory, cache, remote_cache, jobs)
 
 
 def compile_text(text: str, path: str, target: str | None = None, options=None, cache_dir: str | None = None,
-                   max_memory: int | None = None, cache: bool | None = None) -> Program:
+                 max_memory: int | None = None, cache: bool | None = None, remote_cache_url: str | None = None,
+                 jobs: int | None = None) -> Program:
     """`compile` of FDSL source `text` read from `path` (what the command line calls)."""
     typed = api.check(api.parse_text(text, path))
     tgt = select(target or best_available())
     persistent = (cache_enabled() if cache is None else bool(cache)) and tgt.compiled
-    opts = compile_options(tgt, options, quick=persistent)
+    remote = remote_cache(remote_cache_url) if persistent else None
+    opts = compile_options(tgt, options, quick=persistent, remote=remote)
     if (why := unknown_symbols(opts.dynamic, typed.chains, path)) is not None:
         raise OptionsError(f"dynamic={list(opts.dynamic)}: {why}")
     root = Path(cache_dir) if cache_dir else (compile_cache_dir() if persistent else None)
     if persistent:
         CompileCache(root).check()
-    return Program(typed, tgt, opts, text, root, max_memory, persistent, options)
+    program = Program(typed, tgt, opts, text, root, max_memory, persistent, options, remote, jobs)
+    program._remote_url = remote_cache_url
+    return program

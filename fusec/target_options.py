@@ -16,14 +16,16 @@ from fusec.runtime.targets import Target
 
 
 def compile_options(target: Target, options: CompileOptions | dict | None = None, *,
-                    plans: bool = True, quick: bool = False) -> CompileOptions:
+                    plans: bool = True, quick: bool = False, remote=None) -> CompileOptions:
     """The options of a compile for `target`: `options` (an object, or a dict of its fields where
     `hw` may name the hardware profile: h200, h100, a100, seed, cpu, device), FUSEC_NO_FUSE=1,
     the target's kind, and the profile resolved (the running device on `cuda`; this machine's
     measured profile on `cpu`, measured once with a notice). `plans=False`: nothing will be
     planned (stages before `plan` only), so no profile is needed. `quick`: on `cpu`, take the
     cached profile as it is on disk, without the calibration module (which imports the MLIR
-    bindings); Program checks it before it compiles anything with it."""
+    bindings); Program checks it before it compiles anything with it. `remote` (the compile cache's
+    remote tier): on `cpu`, a profile measured on another machine of this kind stands in for
+    measuring this one."""
     d = dict(options) if isinstance(options, dict) else None
     hw = d.pop("hw", None) if d is not None else None
     opts = CompileOptions.make(d if d is not None else options)
@@ -33,6 +35,11 @@ def compile_options(target: Target, options: CompileOptions | dict | None = None
     opts = replace(opts, target=kind)
     if opts.dynamic and (why := wrong_target(target.name)) is not None:
         raise OptionsError(f"dynamic={list(opts.dynamic)}: {why}")
+    if remote is not None and plans and kind == "cpu" and target.compiled and opts.hardware is None and hw in (None, "cpu"):
+        from fusec.compiler.plan.hardware import cached_cpu_profile
+        if cached_cpu_profile() is None:
+            from .build_cache import fetch_profile
+            fetch_profile(remote)
     if (quick and plans and kind == "cpu" and target.compiled and opts.hardware is None and hw is None
             and "fusec.compiler.calibrate" not in sys.modules):
         from fusec.compiler.plan.hardware import cached_cpu_profile

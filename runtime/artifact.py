@@ -64,20 +64,25 @@ class Artifact:
         b = self.chains[chain].builds[build]
         path = self.directory / b["module"]
         source = path.read_bytes()
+        # one module per file, named by its source alone: Numba's cache records the module's name, so
+        # the same module loaded from another directory (another machine's cache entry) finds its
+        # cached machine code under that name
         key = "fusec_kernels_" + hashlib.sha1(str(path.resolve()).encode() + source).hexdigest()[:16]
+        name = "fusec_kernels_" + hashlib.sha1(source).hexdigest()[:16]
         mod = sys.modules.get(key)
         if mod is None:
             gpu_cache = numba_cache and self.target != "cpu" and b"cache=NUMBA_CACHE" in source
             try:
-                mod = _import(key, path, {"NUMBA_CACHE": True} if gpu_cache else {})
+                mod = _import(key, name, path, {"NUMBA_CACHE": True} if gpu_cache else {})
             except Exception as e:
                 if not gpu_cache:
                     raise
-                mod = _import(key, path, {})   # the same error again when it was not the cache's
+                mod = _import(key, name, path, {})   # the same error again when it was not the cache's
                 print(f"fusec: Numba could not cache the CUDA kernels of {path} ({type(e).__name__}: "
                       f"{_first_line(e)}); they were compiled without its cache", file=sys.stderr)
             if numba_cache and self.target == "cpu" and b"numba.objmode(" not in source:
                 _enable_numba_cache(mod, path)
+        sys.modules.setdefault(name, mod)     # (the first of its source; an older fusec's caches name `key`)
         host = getattr(mod, b["host"], None)
         if host is None:
             raise ArtifactError(f"{path} has no function {b['host']}, which manifest.json names; recompile it")
@@ -88,9 +93,9 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [""])[0]
 
 
-def _import(key: str, path: Path, namespace: dict) -> types.ModuleType:
-    """Run the module file at `path` as sys.modules[key], `namespace` set in it first."""
-    spec = importlib.util.spec_from_file_location(key, path)
+def _import(key: str, name: str, path: Path, namespace: dict) -> types.ModuleType:
+    """Run the module file at `path`, named `name`, as sys.modules[key], `namespace` set in it first."""
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     vars(mod).update(namespace)
     sys.modules[key] = mod

@@ -2,7 +2,8 @@
 ROOT = $FUSEC_CACHE_DIR/compiled, as ROOT/<chain>.<binding>.<key>/ (the key made by the front
 door, fusec/build_cache.py), and loaded by any later process with no MLIR involved. A reader sees
 a whole entry or none; a damaged entry is removed and built again; least recently used entries
-are evicted to the cap. See docs/GUIDE.md, "The compile cache".
+are evicted to the cap; a directory another user could write is refused (its entries are code
+that runs). See docs/GUIDE.md, "The compile cache"; its remote tier: runtime/remote_cache.py.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import time
 import uuid
 from dataclasses import dataclass
@@ -70,13 +72,14 @@ class CompileCache:
         self.cap = cap
 
     def check(self) -> None:
-        """A CompileCacheError when the cap is not a size, or the cache cannot be a directory (it, or a
-        folder above, is a file)."""
+        """A CompileCacheError when the cap is not a size, the cache cannot be a directory (it, or a
+        folder above, is a file), or another user could write into it (see `check_private`)."""
         max_bytes() if self.cap is None else None
         above = next((p for p in (self.root, *self.root.parents) if p.exists()), None)
         if above is not None and not above.is_dir():
             raise CompileCacheError(f"the compile cache {self.root} cannot be a directory: {above} is a file; remove it "
                                     "or set FUSEC_CACHE_DIR to a directory")
+        check_private(self.root)
 
     def lookup(self, name: str, accept: Callable[[art.Artifact], str | None] | None = None) -> art.Artifact | None:
         """The checked artifact of entry `name`, marked as just used; None when there is none.
@@ -108,7 +111,7 @@ class CompileCache:
         staging = self.root / STAGING / f"{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
         d = self.root / name
         try:
-            staging.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(staging.parent)
             write(staging)
             try:
                 os.rename(staging, d)
@@ -180,6 +183,40 @@ class CompileCache:
         return {"directory": str(self.root), "entries": len(entries), "bytes": total, "max_bytes": cap,
                 "size": format_bytes(total), "max_size": format_bytes(cap),
                 "max_size_from": MAX_SIZE_VAR if os.environ.get(MAX_SIZE_VAR) else "default"}
+
+
+def check_private(root: Path) -> None:
+    """A CompileCacheError when another user could change what the cache at `root` holds (its
+    entries are code that is run): `root` or the folder above it owned by another user (root
+    aside), or writable by its group or by others (the folder above may be a sticky one, as /tmp
+    is). As ssh refuses a key file others can write."""
+    for p, sticky_ok in ((root, False), (root.parent, True)):
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue                         # made by fusec, privately
+        writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if st.st_uid not in (os.geteuid(), 0):
+            why = f"belongs to another user (uid {st.st_uid})"
+        elif writable and not (sticky_ok and st.st_mode & stat.S_ISVTX):
+            why = f"can be written by {'other users' if st.st_mode & stat.S_IWOTH else 'its group'} " \
+                  f"(mode {stat.S_IMODE(st.st_mode):o})"
+        else:
+            continue
+        fix = "chmod go-w " + str(p) if "mode" in why else "point FUSEC_CACHE_DIR at a directory of your own"
+        raise CompileCacheError(f"refusing the compile cache {root}: {p} {why}, and what the cache holds is code "
+                                f"fusec runs; {fix}")
+
+
+def make_private_dirs(d: Path) -> None:
+    """Make `d` and the missing folders above it, writable by this user alone."""
+    missing = [p for p in (d, *d.parents) if not p.exists()]
+    for p in reversed(missing):
+        try:
+            p.mkdir(mode=0o755)
+        except FileExistsError:
+            continue
+        os.chmod(p, 0o755)
 
 
 def _tree_bytes(p: Path) -> int:

@@ -3,8 +3,9 @@
 Kernel by kernel, in plan order, the model's top-k tile candidates (by predicted time) are
 built and timed on the target, the other kernels keeping their current tiles; the fastest is
 kept. Choices are cached on disk by (group signature with shapes and dtypes, hardware profile
-(for the cpu: this CPU and the emitter's version), target), so a later compile of the same kernel reuses them without timing. The timing itself is
-a callback (the runtime does it): this module only chooses and remembers.
+(for the cpu: this CPU and the emitter's version), target), so a later compile of the same
+kernel reuses them without timing; `shared` carries them between machines of one kind. The
+timing itself is a callback (the runtime does it): this module only chooses and remembers.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from .cost import Tiling
 from .hardware import cache_dir, move_aside, profile_key
@@ -70,19 +71,23 @@ def load_cache(path: Path | None = None) -> dict:
     if not isinstance(data, dict):
         return invalid("is not a JSON object")
 
+    for key, entry in data.items():
+        if not valid_entry(entry):
+            return invalid(f"has an entry without valid tiles ({key[:12]}...)")
+    return data
+
+
+def valid_entry(entry) -> bool:
+    """Whether a cached (or shared) autotuning result holds well-formed tiles."""
     def ints(v, lo: int = 0) -> bool:
         return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= lo for x in v)
 
-    for key, entry in data.items():
-        t = entry.get("tiles") if isinstance(entry, dict) else None
-        ok = (isinstance(t, dict) and ints(t.get("block")) and ints(t.get("thread", [])) and ints(t.get("mapped"))
-              and all(m < len(t["block"]) for m in t["mapped"])
-              and (not t.get("thread") or len(t["thread"]) == len(t["block"]))
-              and isinstance(t.get("row_threads", 0), int) and not isinstance(t.get("row_threads", 0), bool)
-              and t.get("row_threads", 0) >= 0)
-        if not ok:
-            return invalid(f"has an entry without valid tiles ({key[:12]}...)")
-    return data
+    t = entry.get("tiles") if isinstance(entry, dict) else None
+    return bool(isinstance(t, dict) and ints(t.get("block")) and ints(t.get("thread", [])) and ints(t.get("mapped"))
+                and all(m < len(t["block"]) for m in t["mapped"])
+                and (not t.get("thread") or len(t["thread"]) == len(t["block"]))
+                and isinstance(t.get("row_threads", 0), int) and not isinstance(t.get("row_threads", 0), bool)
+                and t.get("row_threads", 0) >= 0)
 
 
 def save_cache(cache: dict, path: Path | None = None) -> None:
@@ -112,10 +117,18 @@ def top_candidates(plan: FusionPlan, group: int, k: int) -> list[tuple[Tiling, f
     return out
 
 
+class SharedTuning(Protocol):
+    """Autotuning results shared beyond this machine (the front door's remote cache tier), by
+    the same keys as the local cache."""
+    def get(self, key: str) -> dict | None: ...
+    def put(self, key: str, entry: dict) -> None: ...
+
+
 def tune(plan: FusionPlan, measure: Callable[[dict], float], k: int = 3, cache: dict | None = None,
-         save: bool = True) -> tuple[dict, dict[int, list[Trial]]]:
+         save: bool = True, shared: SharedTuning | None = None) -> tuple[dict, dict[int, list[Trial]]]:
     """Tuned tiles {signature: tiles} for the plan's kernels, and the trials run per kernel.
-    `measure(tuned)` builds the chain with those tiles and returns its time in seconds."""
+    `measure(tuned)` builds the chain with those tiles and returns its time in seconds. A kernel
+    tuned neither here nor in `shared` is timed, and its result given to both."""
     cache = load_cache() if cache is None else cache
     tuned: dict[str, dict] = {}
     trials: dict[int, list[Trial]] = {}
@@ -124,6 +137,8 @@ def tune(plan: FusionPlan, measure: Callable[[dict], float], k: int = 3, cache: 
             continue
         sig = group_signature(plan.info, g.ops)
         key = tuning_key(sig, machine(plan), plan.target)
+        if key not in cache and shared is not None and valid_entry(found := shared.get(key)):
+            cache[key] = found
         if key in cache:
             tuned[sig] = cache[key]["tiles"]
             continue
@@ -138,6 +153,8 @@ def tune(plan: FusionPlan, measure: Callable[[dict], float], k: int = 3, cache: 
         cache[key] = {"tiles": tiles(best.tiling),
                       "trials": [{"tiles": tiles(r.tiling), "predicted_s": r.predicted_s, "measured_s": r.measured_s}
                                  for r in runs]}
+        if shared is not None:
+            shared.put(key, cache[key])
     if save:
         save_cache(cache)
     return tuned, trials

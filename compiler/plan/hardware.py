@@ -11,9 +11,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
 import platform
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from .. import mathfns
@@ -297,3 +298,62 @@ def blas_threads() -> int:
         except (KeyError, ValueError):
             continue
     return os.cpu_count() or 1
+
+
+# fields of a profile that must be positive (the cost model divides by them); every other number
+# must be finite and not negative
+_POSITIVE = {"bandwidth", "peak_flops", "peak_flops_fp16", "units", "onchip_per_unit", "onchip_per_block",
+             "max_threads_per_block", "max_threads_per_unit", "max_blocks_per_unit", "cache_bandwidth",
+             "warp_size", "blas_threads"}
+
+
+def profile_problem(d) -> str | None:
+    """Why `d` (a cached profile as JSON data) is not a usable cpu profile; None when it is."""
+    if not isinstance(d, dict):
+        return f"the profile is {type(d).__name__}, not an object"
+    kinds = {f.name: f.type for f in fields(HardwareProfile)}
+    unknown = sorted(set(d) - set(kinds))
+    if unknown:
+        return f"unknown field '{unknown[0]}'"
+    missing = sorted(k for k in ("name", "kind", "bandwidth", "peak_flops", "peak_flops_fp16", "launch_s", "units",
+                                 "onchip_per_unit", "onchip_per_block") if k not in d)
+    if missing:
+        return f"'{missing[0]}' is missing"
+    for key, value in d.items():
+        kind = str(kinds[key])
+        shown = json.dumps(value)[:30]
+        if kind in ("float", "int"):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                return f"{key} is {shown}, not a number"
+            if kind == "int" and value != int(value):
+                return f"{key} is {shown}, not an integer"
+            if value < 0 or (key in _POSITIVE and value <= 0):
+                return f"{key} is {shown}, not a {'positive' if key in _POSITIVE else 'non-negative'} number"
+        elif kind == "str" and not isinstance(value, str):
+            return f"{key} is {shown}, not a string"
+        elif kind == "bool" and not isinstance(value, bool):
+            return f"{key} is {shown}, not true or false"
+    if d["kind"] != "cpu":
+        return f"kind is {json.dumps(d['kind'])}, not \"cpu\""
+    weights = d.get("weights", {})
+    if not isinstance(weights, dict) or not all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v) and v > 0 for k, v in weights.items()):
+        return "weights is not an object of positive numbers"
+    notes = d.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        return "notes is not a list of strings"
+    cc = d.get("cc", [9, 0])
+    if not (isinstance(cc, list) and len(cc) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in cc)):
+        return "cc is not a pair of integers"
+    return None
+
+
+def checked_profile(d) -> HardwareProfile | str:
+    """A cached profile's JSON data as a profile, or why it is not a usable cpu profile."""
+    problem = profile_problem(d)
+    if problem is not None:
+        return problem
+    ints = {f.name for f in fields(HardwareProfile) if str(f.type) == "int"}
+    return profile_from_dict({k: int(v) if k in ints else v for k, v in d.items()})
+

@@ -12,6 +12,7 @@ from fusec.dsl.diagnostics import FdslError
 from fusec.runtime.artifact import ArtifactError
 from fusec.runtime.cache import CompileCacheError
 from fusec.runtime.npz import NpzError
+from fusec.runtime.remote_cache import RemoteCacheError
 from fusec.runtime.targets import TargetError
 
 from ..errors import NumericsError, UsageError
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"fusec: error: {e}", file=sys.stderr)
         return USAGE
-    except (TargetError, ArtifactError, NpzError, CacheError, CompileCacheError) as e:
+    except (TargetError, ArtifactError, NpzError, CacheError, CompileCacheError, RemoteCacheError) as e:
         print(f"fusec: error: {e}", file=sys.stderr)
         return USAGE
     except MemoryError:

@@ -55,6 +55,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true",
                    help="compile every chain again rather than load it from the compile cache "
                         "($FUSEC_CACHE_DIR/compiled; also FUSEC_NO_CACHE=1), and store nothing there")
+    p.add_argument("--remote-cache", metavar="URL",
+                   help="redis://HOST:PORT/DB: the compile cache's tier shared by a fleet (also $FUSEC_REMOTE_CACHE; "
+                        "needs $FUSEC_CACHE_SECRET): looked up after the local cache, given every build compiled here")
     dynamic_flag(p)
     kernel_report_flag(p)
     memory_flag(p)
@@ -132,6 +135,7 @@ def _run_compiled(args, program, plans, seed: int) -> int:
         print(rep.format())
         reports.append(rep)
         saved[chain.name] = npz_entry(chain, inputs, rep.outputs)
+    program.share()                  # the builds compiled here, now with Numba's cache of what ran
     if args.plot:
         from ..plots import write_plots
         try:

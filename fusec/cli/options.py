@@ -34,8 +34,9 @@ def user_options(args, baseline: bool = True) -> dict:
 def make_program(text: str, path: str, target: str | None, args, baseline: bool = True):
     from fusec.program import compile_text
     program = compile_text(text, path, target, user_options(args, baseline),
-                             max_memory=getattr(args, "max_memory", None),
-                             cache=False if getattr(args, "no_cache", False) else None)
+                           max_memory=getattr(args, "max_memory", None),
+                           cache=False if getattr(args, "no_cache", False) else None,
+                           remote_cache_url=getattr(args, "remote_cache", None))
     program.progress = progress_for(args)
     return program
 
