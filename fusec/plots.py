@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 PICTURES = ("roofline.png", "traffic.png", "breakdown.png")
+OUTLIER = 100          # traffic: a log scale once the largest bar is this many times the smallest
 
 
 def write_plots(reports, directory) -> list[Path]:
@@ -38,15 +39,15 @@ def figures(reports) -> dict:
     n = max(1, len(chains))
     cols = min(n, 3)
     rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols + 1, 3.6 * rows), dpi=110, squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(max(3.6 * cols + 1, 8), 3.6 * rows), dpi=110, squeeze=False)
     for ax, r in zip(axes.flat, chains):
         _breakdown(ax, r)
     for ax in list(axes.flat)[len(chains):]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
-    fig.suptitle("Execution time: predicted launch / compute / memory, unfused vs fused (measured: diamonds)",
-                 fontsize=10)
+    fig.suptitle("Execution time (log scale): predicted launch / compute / memory, unfused vs fused "
+                 "(measured: diamonds)", fontsize=10)
     fig.tight_layout(rect=(0, 0.07, 1, 0.95))
     out["breakdown.png"] = fig
     return out
@@ -119,6 +120,10 @@ def _traffic(ax, chains) -> None:
                         ha="center", fontsize=7)
     ax.set_xticks(list(xs))
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+    shown = [v for v in unfused + fused if v > 0]
+    if shown and max(shown) > OUTLIER * min(shown):     # one big kernel would flatten the others
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=min(shown) / 3)
     ax.set_ylabel("global memory traffic (MB, predicted)")
     ax.set_title("Memory traffic per kernel: unfused vs fused")
     ax.legend(fontsize=8)
@@ -160,8 +165,16 @@ def _breakdown(ax, r) -> None:
             ax.annotate(f"{m:.3g}", (x, m), textcoords="offset points", xytext=(6, -3), fontsize=7)
     ax.set_xticks(xs)
     ax.set_xticklabels(labels, fontsize=8)
+    # a log scale: a measurement 1000x the predictions (an unfused build on a busy machine) then
+    # leaves every bar readable; the stacked parts keep their order, not their proportions
+    ax.set_yscale("log")
+    shown = [v for v in bottom + [m for _, m in mx] if v > 0]
+    if shown:
+        ax.set_ylim(min(shown) / 4, max(shown) * 3)
     ax.set_ylabel("time (ms)")
     ax.set_title(r.chain, fontsize=9)
+    if getattr(r, "unreliable", None):
+        ax.set_xlabel("timing not reliable (the run's report says why)", fontsize=7, color="#8a4b00")
     ax.grid(True, axis="y", alpha=0.3)
 
 

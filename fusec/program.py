@@ -182,6 +182,14 @@ class Program:
         """Every chain against the reference on seeded inputs."""
         return {n: c.check(binding=(bindings or {}).get(n), seed=seed) for n, c in self.chains.items()}
 
+    def html(self, path, bindings: dict | None = None, *, chains: list[str] | None = None, run: bool = True,
+             seed: int = 0, layout: str = "auto") -> Path:
+        """Write the HTML report of the chains (all, or `chains`), each built for its binding
+        ({chain: {symbol: size}}, or one {symbol: size} for all; 64 where not given) and, with
+        `run`, run and checked on seeded inputs; returns the path (fusec/html)."""
+        from .html import program_html
+        return program_html(self, path, bindings, chains=chains, run=run, seed=seed, layout=layout)
+
     # ---- building ------------------------------------------------------------------------
     def _build(self, chain: TypedChain, binding: dict[str, int], options: CompileOptions | None = None) -> CompiledChain:
         """The chain built for `binding`, with the program's options (or `options`: a fallback's

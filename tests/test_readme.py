@@ -68,7 +68,7 @@ def test_the_first_command_runs_the_sample():
     in the sample, the second runs the tests; .ci/run runs both, verbatim."""
     first, second = readme_commands()
     sample = main_job_block()[0][len("$ "):]
-    assert first.startswith("python3 -m venv .venv && ") and first.endswith(" && " + sample)
+    assert first.startswith(".ci/system-packages && python3 -m venv .venv && ") and first.endswith(" && " + sample)
     assert second == ". .venv/bin/activate && python -m pytest -q -n auto"
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert first in ci and second in ci

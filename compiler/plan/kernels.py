@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .analysis import ChainInfo
+from .analysis import ChainInfo, OpInfo
 from .cost import KernelCost, Tiling, total_time
 from .describe import format_plan
 from .measured import Measured
@@ -98,11 +98,12 @@ class FusionPlan:
                 "threads": list(g.threads()), "row_threads": f["row_threads"], "gemm": f["gemm"],
                 "tensor_cores": f["tensor_cores"], "double_buffered": f["double_buffered"], "attention": f["attention"],
                 "recomputed": list(g.recomputed), "siblings": list(g.siblings), "scan": f["scan"],
-                "scan_axis": self.info.op(g.root).scan_axis, "conv": f["conv"],
+                "scan_axis": self.info.op(g.root).scan_axis, "conv": f["conv"], "template": g.template,
                 "ops": [{"id": op, "label": self.info.op(op).label, "role": role,
                          "loc": loc_text(self.info.op(op).loc)} for op, role in g.roles],
             } for g, f in ((g, summary_fields(g.config)) for g in self.kernels)],
             "decisions": list(self.decisions),
+            "graph": [graph_entry(o) for o in self.info.ops],
         }
         if self.dynamic:
             out["dynamic"] = dict(self.dynamic)
@@ -128,6 +129,20 @@ class FusionPlan:
     def format(self) -> str:
         """--emit plan (compiler/plan/describe.py prints it from the summary)."""
         return format_plan(self.summary())
+
+
+def graph_entry(o: OpInfo) -> dict:
+    """One op of the chain's graph as plain data (the HTML report draws it, fusec/html): its
+    result (shape, element type, bytes), its place, and per operand where it comes from (op id
+    or None for an argument), its bytes and whether it is an init (an out operand)."""
+    dtypes = o.operand_dtypes
+    dtype = dtypes[o.n_inputs] if o.n_inputs < len(dtypes) else (dtypes[0] if dtypes else "")
+    shape = o.result_shape
+    return {"id": o.id, "kind": o.kind, "name": o.name, "label": o.label, "shape": list(shape), "dtype": dtype,
+            "bytes": o.result_bytes, "loc": loc_text(o.loc), "note": o.note, "users": list(o.users),
+            "operands": [[key, prod, o.operand_bytes(k) if k < len(o.operand_shapes) else 0, k >= o.n_inputs]
+                         for k, (key, prod) in enumerate(zip(o.operand_keys, o.producers))],
+            "indirect": [[key, n, behind] for key, n, behind in o.indirect]}
 
 
 def loc_text(loc: str) -> str:

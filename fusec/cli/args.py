@@ -121,3 +121,20 @@ def check_output_dir(flag: str, value: str | None) -> None:
         os.makedirs(value, exist_ok=True)
     except OSError as e:
         raise UsageError(f"{flag} {value}: cannot create the directory: {e.strerror or e}") from None
+
+
+def check_output_file(flag: str, value: str | None) -> None:
+    """A file flag's path, checked before anything runs: not a directory, in a directory that
+    exists (or can be made) and can be written (a UsageError otherwise)."""
+    if not value:
+        return
+    if os.path.isdir(value):
+        raise UsageError(f"{flag} {value}: is a directory")
+    parent = os.path.dirname(os.path.abspath(value))
+    probe = parent
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise UsageError(f"{flag} {value}: cannot write it: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {value}: cannot write it: permission denied in {probe}")

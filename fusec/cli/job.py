@@ -1,7 +1,8 @@
 """`fusec FILE`, the main job: compile each chain of an .fdsl file for a target, run it fused
 and unfused on seeded random inputs (or --inputs), check every output against the NumPy
 reference and report (plan, times, errors); --emit STAGE prints one stage's text and stops,
---dump-dir writes every stage. Exit 0, 3 on a numerics failure, 4 after a fallback.
+--dump-dir writes every stage, --plot and --html draw the run (fusec/plots.py, fusec/html). Exit
+0, 3 on a numerics failure, 4 after a fallback.
 """
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from fusec.runtime import reference
 from fusec.runtime.targets import COMPILED, TARGETS, Target, select
 
 from ..errors import UsageError
-from .args import (Parser, check_dynamic, check_kernel_report, check_output_dir, dynamic_flag, hw_names,
-                   kernel_report_flag, memory_flag, pass_names, quiet_flag, seed_arg, stage_names)
+from .args import (Parser, check_dynamic, check_kernel_report, check_output_dir, check_output_file, dynamic_flag,
+                   hw_names, kernel_report_flag, memory_flag, pass_names, quiet_flag, seed_arg, stage_names)
 from .exits import finish
 from .inputs import bind_flag, load_inputs, npz_entry, plan_run, read_chains
 from .options import NOT_RUN, default_target, make_program, no_gpu, progress_for, user_options
@@ -48,6 +49,9 @@ def parser() -> argparse.ArgumentParser:
                    help="time the model's best tile candidates on the target and keep the fastest "
                         "(cached on disk by kernel, shapes, dtype and hardware)")
     p.add_argument("--plot", metavar="DIR", help="write roofline.png, traffic.png and breakdown.png to DIR")
+    p.add_argument("--html", metavar="FILE",
+                   help="write one self-contained HTML report (no network): every chain's fused graph, the "
+                        "roofline, memory traffic and time views, and each kernel with its emitted source")
     p.add_argument("--fallback", action=argparse.BooleanOptionalAction, default=True,
                    help="a fused kernel whose outputs fail the numerics check is replaced by the unfused kernels "
                         "of its ops and the run goes on; the report names it and fusec exits 4 (default: on; "
@@ -69,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     text, path, typed, chains = read_chains(args.file, args.chain)
     for flag, value in (("--dump-dir", args.dump_dir), ("--plot", args.plot)):
         check_output_dir(flag, value)
+    check_output_file("--html", args.html)
     bind = bind_flag(args.bind, chains, path)
     given = (load_inputs("--inputs", args.inputs, chains, path, args.max_memory, [c.name for c in typed.chains],
                           choose="; run only the chains it holds with --chain NAME")
@@ -79,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
     if (args.explain or args.plot or args.autotune) and name not in COMPILED:
         raise UsageError(f"--explain, --plot and --autotune need a compiled target (cuda, cuda-sim, cpu), "
                          f"not {name}")
+    if args.html and name not in COMPILED:
+        raise UsageError(f"--html needs a compiled target (cuda, cuda-sim, cpu), not {name}")
     check_kernel_report(args, name)
     if args.emit or args.dump_dir:
         # the simulator is chosen before anything imports numba.cuda (the kernels stage may)
@@ -107,7 +114,7 @@ def _run_compiled(args, program, plans, seed: int) -> int:
     """The main job: compile each chain, run it fused and unfused, check it, report."""
     from fusec.compiler.plan.describe import format_plan
     from ..report import run_and_check
-    reports, saved = [], {}
+    reports, saved, pages = [], {}, []
     for chain, inputs, binding in plans:
         compiled = program.chains[chain.name].compiled(binding)
         inputs = inputs if inputs is not None else reference.random_inputs(chain, binding, seed)
@@ -134,6 +141,7 @@ def _run_compiled(args, program, plans, seed: int) -> int:
         rep.kernel_report = compiled.kernel_report
         print(rep.format())
         reports.append(rep)
+        pages.append((rep, chain, compiled.texts.get("kernels")))
         saved[chain.name] = npz_entry(chain, inputs, rep.outputs)
     program.share()                  # the builds compiled here, now with Numba's cache of what ran
     if args.plot:
@@ -143,6 +151,7 @@ def _run_compiled(args, program, plans, seed: int) -> int:
                 print(f"wrote {path}")
         except OSError as e:
             raise UsageError(f"--plot {args.plot}: cannot write the plots: {e.strerror or e}") from None
+    _write_html(args, pages)
     return finish(args, reports, saved)
 
 
@@ -153,7 +162,7 @@ def _report_without_running(args, plans) -> int:
     from ..report import UnrunReport
     from fusec.target_options import check_supported
     options = compile_options(Target("cuda"), user_options(args, baseline=False))
-    reports = []
+    reports, pages = [], []
     progress = progress_for(args)
     for chain, _inputs, binding in plans:
         check_supported(chain, Target("cuda"))
@@ -165,7 +174,21 @@ def _report_without_running(args, plans) -> int:
                           NOT_RUN, "fused" if options.fuse else "unfused")
         print(rep.format())
         reports.append(rep)
+        pages.append((rep, chain, built.main.texts.get("kernels")))
+    _write_html(args, pages)
     return finish(args, reports, {})
+
+
+def _write_html(args, pages) -> None:
+    """--html FILE: the report page of these (report, typed chain, emitted module)s."""
+    if not args.html:
+        return
+    from ..html import ChainInput, write_html
+    try:
+        write_html(args.html, [ChainInput(*p) for p in pages], title=f"fusec report: {args.file}")
+    except OSError as e:
+        raise UsageError(f"--html {args.html}: cannot write it: {e.strerror or e}") from None
+    print(f"wrote {args.html}")
 
 
 def _stage_texts(text: str, path: str, plans, args, target: Target) -> dict[str, str]:
