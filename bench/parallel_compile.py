@@ -28,9 +28,12 @@ FILE = os.path.join(ROOT, "bench", "fdsl", "blocks24.fdsl")
 
 
 def _same(a: str, b: str) -> bool:
+    """The two artifact trees hold the same files, byte for byte, at every depth."""
     cmp = filecmp.dircmp(a, b)
+    if cmp.left_only or cmp.right_only or cmp.funny_files:
+        return False
     _match, mismatch, errors = filecmp.cmpfiles(a, b, cmp.common_files, shallow=False)
-    return not (cmp.left_only or cmp.right_only or mismatch or errors)
+    return not mismatch and not errors and all(_same(os.path.join(a, d), os.path.join(b, d)) for d in cmp.common_dirs)
 
 
 def _run(jobs: int, out: str) -> dict:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import simulator
+
 TARGETS = ("cuda", "cuda-sim", "cpu", "reference", "mlir-jit")
 COMPILED = ("cuda", "cuda-sim", "cpu")       # the targets fusec plans and emits kernels for
 
@@ -102,42 +104,6 @@ def _simulating() -> bool:
     return os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
-def _thread_safe_shared_arrays() -> None:
-    """numba-cuda 0.30's simulator gives a block's threads one array per `cuda.shared.array` line,
-    created by the first thread that gets there, without a lock: two threads that both find none
-    each create one, and the writes of the thread whose array the other replaced are lost (a
-    row's combine then reads uninitialised memory; seen under load as a garbage `min` of a row).
-    The same lookup, keyed by the caller's file and line as the simulator does, under a lock."""
-    import threading
-
-    from numba.cuda.simulator import kernelapi
-    from numba.np import numpy_support
-    from numba.core import types
-
-    cls = kernelapi.FakeCUDAShared
-    if getattr(cls, "_fusec_locked", False):
-        return
-    original = cls.array
-    lock = threading.Lock()
-
-    def array(self, shape, dtype, alignment=None):
-        if alignment is not None or shape == 0:      # errors and dynamic shared memory: as before
-            return original(self, shape, dtype, alignment)
-        if isinstance(dtype, types.Type):
-            dtype = numpy_support.as_dtype(dtype)
-        frame = sys._getframe(1)
-        caller = (frame.f_code.co_filename, frame.f_lineno)
-        with lock:
-            res = self._allocations.get(caller)
-            if res is None:
-                res = np.empty(shape, dtype)
-                self._allocations[caller] = res
-        return res
-
-    cls.array = array
-    cls._fusec_locked = True
-
-
 def select(name: str) -> Target:
     """Prepare this process for `name`; raises TargetError when it cannot run here."""
     if name not in TARGETS:
@@ -147,7 +113,7 @@ def select(name: str) -> Target:
             raise TargetError("cuda-sim must be chosen before numba.cuda is imported (it is process-wide); "
                               "run it in a fresh process")
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-        _thread_safe_shared_arrays()
+        simulator.mend()
     elif name == "cuda":
         if _simulating():
             raise TargetError("this process runs the CUDA simulator (NUMBA_ENABLE_CUDASIM=1); "

@@ -16,20 +16,37 @@ EXAMPLES = os.path.join(ROOT, "examples")
 FUSEC = [sys.executable, "-m", "fusec"]
 
 
+GOLDEN = sorted(f for f in os.listdir(EXAMPLES) if f.endswith(".golden.npz"))
+
+
+def _golden_chains(golden: str) -> int:
+    with np.load(os.path.join(EXAMPLES, golden)) as z:
+        return len({k.split("/")[0] for k in z.files})
+
+
 @pytest.mark.slow
-def test_every_example_matches_golden_on_cpu(capsys):
-    assert main(["test", EXAMPLES, "--target", "cpu"]) == 0
+@pytest.mark.parametrize("golden", GOLDEN)
+def test_every_example_matches_golden_on_cpu(golden, capsys):
+    path = os.path.join(EXAMPLES, golden.replace(".golden.npz", ".fdsl"))
+    assert main(["test", path, "--target", "cpu"]) == 0
     out = capsys.readouterr().out
-    assert "20 passed, 0 failed" in out or (" 0 failed" in out and "[cpu] ok" in out)
+    assert f"{_golden_chains(golden)} passed, 0 failed" in out, out
 
 
 @pytest.mark.slow
-def test_every_example_matches_golden_on_cuda_sim():
-    # the simulator is process-wide: its own process
-    r = subprocess.run(FUSEC + ["test", EXAMPLES, "--target", "cuda-sim"], capture_output=True, text=True,
-                       timeout=600, env={**os.environ, "NUMBA_ENABLE_CUDASIM": "1"})
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "[cuda-sim] ok" in r.stdout and " 0 failed" in r.stdout
+@pytest.mark.parametrize("golden", GOLDEN)
+def test_every_example_matches_golden_on_cuda_sim(golden, capsys):
+    path = os.path.join(EXAMPLES, golden.replace(".golden.npz", ".fdsl"))
+    want = f"{_golden_chains(golden)} passed, 0 failed"
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":      # this process runs the simulator (conftest)
+        assert main(["test", path, "--target", "cuda-sim"]) == 0
+        out = capsys.readouterr().out
+    else:                                                   # the simulator is process-wide: its own process
+        r = subprocess.run(FUSEC + ["test", path, "--target", "cuda-sim"], capture_output=True, text=True,
+                           timeout=600, env={**os.environ, "NUMBA_ENABLE_CUDASIM": "1"})
+        assert r.returncode == 0, r.stdout + r.stderr
+        out = r.stdout
+    assert want in out and "[cuda-sim] ok" in out, out
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 """numba-cuda's simulator created a block's `cuda.shared.array` on the first thread's call
 without a lock; two threads could each create one and the writes into the replaced one were
 lost (under load, special-values' `min` of a row read uninitialised memory: -1.05e-26 for -2).
-Selecting cuda-sim makes the lookup thread-safe (runtime/targets.py: _thread_safe_shared_arrays)."""
+Selecting cuda-sim makes the lookup thread-safe (runtime/simulator.py: _thread_safe_shared_arrays)."""
 import threading
 import time
 
