@@ -130,7 +130,9 @@ def _traffic(ax, chains) -> None:
     ax.grid(True, axis="y", alpha=0.3)
 
 
-def _parts(costs) -> tuple[float, float, float]:
+def time_parts(costs) -> tuple[float, float, float]:
+    """Predicted launch (+ allocation), compute, and memory time beyond compute, summed over the
+    kernel costs of a plan (the time breakdown of --plot and of the HTML report)."""
     launch = compute = memory = 0.0
     for c in costs:
         body = c["time_s"] - c["launch_s"] - c["alloc_s"]
@@ -146,7 +148,7 @@ def _breakdown(ax, r) -> None:
     for build, costs, timing in (("unfused", r.plan["model"]["unfused_kernels"], r.unfused),
                                  ("fused", [g["cost"] for g in r.plan["groups"]], r.fused)):
         labels.append(f"{build}\n({len(costs)} kernel{'s' if len(costs) != 1 else ''})")
-        rows.append(_parts(costs))
+        rows.append(time_parts(costs))
         measured.append(timing.min_s * 1e3 if timing is not None else None)
     xs = list(range(len(labels)))
     bottom = [0.0] * len(xs)

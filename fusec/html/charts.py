@@ -11,6 +11,7 @@ from html import escape
 
 from fusec.compiler.plan.describe import bytes_text, time_text, transfers_line
 
+from ..plots import time_parts
 from .data import ChainModel
 from .style import PALETTE, kernel_color
 
@@ -236,18 +237,6 @@ def _bar(x, y, w, h, fill, title, cls="") -> str:
 
 # ---- time breakdown --------------------------------------------------------------------------
 
-def parts(costs: list[dict]) -> tuple[float, float, float]:
-    """Predicted launch (+ allocation), compute, and memory time beyond compute, summed."""
-    launch = compute = memory = 0.0
-    for c in costs:
-        body = c["time_s"] - c["launch_s"] - c["alloc_s"]
-        launch += c["launch_s"] + c["alloc_s"]
-        shown = min(c["compute_s"], body)
-        compute += shown
-        memory += body - shown
-    return launch, compute, memory
-
-
 def traffic_notes(models: list[ChainModel]) -> list[str]:
     """Per chain, its reads and writes of intermediate-sized tensors, op by op, unfused, fused."""
     out = []
@@ -282,7 +271,7 @@ def breakdown(models: list[ChainModel]) -> str:
         verdict = getattr(r, "unreliable", None)
         for build, costs, timing in (("unfused", model["unfused_kernels"], getattr(r, "unfused", None)),
                                      ("fused", [g["cost"] for g in m.plan["groups"]], getattr(r, "fused", None))):
-            rows.append((m.name, build, len(costs), parts(costs), timing.min_s if timing is not None else None,
+            rows.append((m.name, build, len(costs), time_parts(costs), timing.min_s if timing is not None else None,
                          verdict))
     if not rows:
         return _svg("breakdown", 80, [_text(10, 50, "no cost model figures for this build", "note")], "Time")
