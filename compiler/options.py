@@ -101,6 +101,11 @@ class CompileOptions:
         return d
 
     def key(self) -> str:
-        """A stable hash of everything here (hardware by its full contents)."""
-        text = json.dumps(self.as_dict(), sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        """A stable hash of everything here (hardware by its full contents), computed once per
+        options object (they are frozen; the compile cache asks for it several times a build)."""
+        key = self.__dict__.get("_key")
+        if key is None:
+            text = json.dumps(self.as_dict(), sort_keys=True, default=str)
+            key = hashlib.sha256(text.encode()).hexdigest()[:16]
+            object.__setattr__(self, "_key", key)
+        return key

@@ -35,6 +35,12 @@ def _program(tmp_path, name: str, url: str, src: str = SRC, **kw):
     return fusec.compile(src, target="cpu", cache=True, cache_dir=str(tmp_path / name), remote_cache=url, **kw)
 
 
+def _url(server) -> str:
+    """The server's URL with a per-call timeout that a loaded test machine cannot reach (the
+    default, 0.5 s, is for a fleet; the timeout itself is tested with its own URL)."""
+    return server.url + "?timeout=10"
+
+
 def _remote_lines(err: str) -> list[str]:
     return [ln for ln in err.splitlines() if "remote" in ln]
 
@@ -87,7 +93,7 @@ def test_signatures_cover_key_and_bytes():
 
 
 def test_a_second_machine_loads_from_redis_without_mlir(tmp_path, redis, remote_env):
-    first = _program(tmp_path, "a", redis.url)
+    first = _program(tmp_path, "a", _url(redis))
     for c in first.chains.values():
         assert c.compiled(B).cache == "miss"
     # Numba's cache of what ran goes with the entries: published again once it exists
@@ -105,7 +111,7 @@ print(built.cache, p.shift.compiled({B!r}).cache,
       sorted(m for m in sys.modules if m.split(".")[0] in ("mlir", "torch_mlir")))
 print(len(shared))
 """
-    env = {**os.environ, "FUSEC_REMOTE_CACHE": redis.url, "FUSEC_CACHE_DIR": str(tmp_path / "machine-b")}
+    env = {**os.environ, "FUSEC_REMOTE_CACHE": _url(redis), "FUSEC_CACHE_DIR": str(tmp_path / "machine-b")}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["remote remote []", "1"], r.stdout + r.stderr
@@ -131,7 +137,7 @@ def _forge(files: dict[str, bytes], chain: str, module: str) -> dict[str, bytes]
 
 
 def test_changed_and_forged_entries_are_refused_and_replaced(tmp_path, redis, remote_env, capsys):
-    first = _program(tmp_path, "a", redis.url)
+    first = _program(tmp_path, "a", _url(redis))
     first.scale.compiled(B)
     admin = redis.admin()
     key = _entry_key(redis, "scale")
@@ -149,7 +155,7 @@ def test_changed_and_forged_entries_are_refused_and_replaced(tmp_path, redis, re
     for i, (case, value) in enumerate(cases.items()):
         admin.set(key, value)
         capsys.readouterr()
-        p = _program(tmp_path, f"b{i}", redis.url)
+        p = _program(tmp_path, f"b{i}", _url(redis))
         x = _x(8, 16)
         np.testing.assert_allclose(p.scale(x), np.maximum(x, 0) * 2, err_msg=case)
         assert p.scale.compiled(B).cache == "miss", case
@@ -221,7 +227,7 @@ def test_redis_full_during_a_run(tmp_path, redis, remote_env, capsys):
     except Exception as e:                       # OutOfMemoryError: the server is full
         assert "maxmemory" in str(e)
     try:
-        p = _program(tmp_path, "a", redis.url)
+        p = _program(tmp_path, "a", _url(redis))
         x, b = _x(8, 16), _x(16)
         np.testing.assert_allclose(p.scale(x), np.maximum(x, 0) * 2)
         np.testing.assert_allclose(p.shift(x, b), x + b)
@@ -242,14 +248,14 @@ def test_cache_push_pull_stats(tmp_path, redis, remote_env, capsys):
     shutil.copytree(tmp_path / "a", tmp_path / "m1" / "compiled")
     assert main(["cache", "push"]) == 1                               # no remote asked for
     assert "needs a remote compile cache" in capsys.readouterr().err
-    assert main(["cache", "push", "--remote-cache", redis.url]) == 0
+    assert main(["cache", "push", "--remote-cache", _url(redis)]) == 0
     assert capsys.readouterr().out.startswith(f"pushed 1 entry ")
     remote_env.setenv("FUSEC_CACHE_DIR", str(tmp_path / "m2"))
-    assert main(["cache", "pull", "--remote-cache", redis.url]) == 0
+    assert main(["cache", "pull", "--remote-cache", _url(redis)]) == 0
     assert capsys.readouterr().out.startswith("pulled 1 entry")
     assert [p.name for p in (tmp_path / "m2" / "compiled").iterdir() if not p.name.startswith(".")] == \
         [p.name for p in (tmp_path / "a").iterdir() if not p.name.startswith(".")]
-    assert main(["cache", "stats", "--remote-cache", redis.url]) == 0
+    assert main(["cache", "stats", "--remote-cache", _url(redis)]) == 0
     assert "1 entry" in capsys.readouterr().out
     redis_url_down = "redis://127.0.0.1:1/0"
     assert main(["cache", "stats", "--remote-cache", redis_url_down]) == 1
