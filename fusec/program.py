@@ -212,25 +212,18 @@ class Program:
         imported = _import_numba(self.target)
         t0 = time.perf_counter()
         made = self._prepared.pop((chain.name, tuple(sorted(binding.items()))), None) if options is None else None
-        if made is not None:
-            compiled = load_chain(art.load(made[0]), chain, self.target, stage_texts(art.load(made[0]), chain.name),
-                                  numba_cache=self.persistent)
-            compiled.compile_seconds = {"compile": made[1], "numba.import": imported}
-            compiled.cache = "miss" if self.persistent else "off"
-            if self.persistent:
+        if made is not None:                                # built by `prepare`'s workers
+            if self.remote is not None:
                 self._compiled_here[made[0].name] = made[0]
-            return compiled
+            return self._loaded(art.load(made[0]), chain, self.options, "miss" if self.persistent else "off",
+                                {"compile": made[1], "numba.import": imported})
         if self.persistent:
             found, tier = self._cached(chain, binding, options or self.options), "hit"
             if found is None and self.remote is not None:
                 found, tier = self._fetched(chain, binding, options or self.options), "remote"
             if found is not None:
-                compiled = load_chain(found, chain, self.target, stage_texts(found, chain.name), numba_cache=True)
-                if (options or self.options).kernel_report:
-                    compiled.kernel_report = artifact_kernel_report(found, chain)
-                compiled.compile_seconds = {"load": time.perf_counter() - t0, "numba.import": imported}
-                compiled.cache = tier
-                return compiled
+                return self._loaded(found, chain, options or self.options, tier,
+                                    {"load": time.perf_counter() - t0, "numba.import": imported})
             if options is None and self._check_profile():
                 return self._build_one(chain, binding)      # the checked profile is another one
         options = options or self.options
@@ -245,6 +238,16 @@ class Program:
         compiled.compile_seconds = dict(compiled.compile_seconds, compile=time.perf_counter() - t0,
                                         **{"numba.import": imported})
         compiled.cache = "miss" if self.persistent else "off"
+        return compiled
+
+    def _loaded(self, found: art.Artifact, chain: TypedChain, options: CompileOptions, tier: str,
+                seconds: dict) -> CompiledChain:
+        """A build written before (a cache entry, or a `prepare` worker's artifact), loaded."""
+        compiled = load_chain(found, chain, self.target, stage_texts(found, chain.name), numba_cache=self.persistent)
+        if options.kernel_report:
+            compiled.kernel_report = artifact_kernel_report(found, chain)
+        compiled.compile_seconds = seconds
+        compiled.cache = tier
         return compiled
 
     def _compile_into_cache(self, chain: TypedChain, binding: dict[str, int], options: CompileOptions, told=None):
