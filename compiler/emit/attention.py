@@ -5,6 +5,7 @@ one. See docs/ARCHITECTURE.md, "GPU kernels", Attention kernels.
 """
 from __future__ import annotations
 
+from . import ids
 from .attention_cpu import emit_cpu
 from .template_values import (TemplateValues, affine, dims_of_map, indexing_maps, ints, n_inputs,
                               pure_dim)
@@ -214,12 +215,12 @@ class AttentionKernel:
         w(f"# {BLOCK_ATTENTION}: {BQ} queries per block, keys in steps of {BKV}, {rq}x{ck} scores and {rq}x{cd} "
           f"outputs per thread (online softmax)")
         tx, ty, tid = names.fresh("tx"), names.fresh("ty"), names.fresh("tid")
-        w(f"{tx} = cuda.threadIdx.x")
-        w(f"{ty} = cuda.threadIdx.y")
+        w(f"{tx} = {ids.thread_id('x')}")
+        w(f"{ty} = {ids.thread_id('y')}")
         w(f"{tid} = {ty} * {THREADS_X} + {tx}")
         i0 = names.fresh("i0")
-        w(f"{i0} = cuda.blockIdx.x * {BQ}")
-        batch = self.batch_coords("cuda.blockIdx.y")
+        w(f"{i0} = {ids.block_id('x')} * {BQ}")
+        batch = self.batch_coords(ids.block_id("y"))
         Qs, Ks, Vs, Ps, Rs = (names.fresh(n) for n in ("Qs", "Ks", "Vs", "Ps", "Rs"))
         w(f"{Qs} = cuda.shared.array(({D}, {BQ + 1}), {f})")
         w(f"{Ks} = cuda.shared.array(({D}, {BKV + 1}), {f})")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from . import cpu as emit_cpu
+from . import ids
 from . import views
 from .control import ControlFlow
 from .siblings import FusedLoops, access, fuse_siblings, operation
@@ -20,8 +21,8 @@ from ..plan.templates import TEMPLATES
 
 _DYNAMIC = -9223372036854775808  # ShapedType::kDynamic in static_offsets/sizes/strides
 _GPU_DIMS = {"x": 0, "y": 1, "z": 2}
-_GPU_IDS = {"gpu.block_id": "cuda.blockIdx", "gpu.thread_id": "cuda.threadIdx",
-            "gpu.block_dim": "cuda.blockDim", "gpu.grid_dim": "cuda.gridDim"}
+_GPU_IDS = {"gpu.block_id": ids.block_id, "gpu.thread_id": ids.thread_id,
+            "gpu.block_dim": ids.block_dim, "gpu.grid_dim": ids.grid_dim}
 
 
 def _template_emitter(op) -> Callable | None:
@@ -350,12 +351,12 @@ class Body(ControlFlow):
         dim = str(op.attributes["dimension"]).split()[-1].strip(">")
         if dim not in _GPU_DIMS:
             raise no_rule(op, f"with dimension {dim}")
-        self.assign(op.results[0], f"{_GPU_IDS[op.name]}.{dim}")
+        self.assign(op.results[0], _GPU_IDS[op.name](dim))
 
     def global_id(self, op):
         self.need(op, "kernel")
         d = str(op.attributes["dimension"]).split()[-1].strip(">")
-        self.assign(op.results[0], f"cuda.blockIdx.{d} * cuda.blockDim.{d} + cuda.threadIdx.{d}")
+        self.assign(op.results[0], ids.global_id(d))
 
     def barrier(self, op):
         self.need(op, "kernel")

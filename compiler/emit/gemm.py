@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from . import ids
 from .mma import TensorCores
 from .template_values import TemplateValues, affine, dims_of, dims_of_map, indexing_maps, ints, pure_dim
 from .values import EmitError, elem_of_type, expr_add, expr_mul, floordiv, is_int, mod
@@ -124,8 +125,8 @@ class _Gemm:
           f"{self.tm}x{self.tn} per thread")
         self.tid = names.fresh("tid")
         self.txn, self.tyn = names.fresh("tx"), names.fresh("ty")
-        w(f"{self.txn} = cuda.threadIdx.x")
-        w(f"{self.tyn} = cuda.threadIdx.y")
+        w(f"{self.txn} = {ids.thread_id('x')}")
+        w(f"{self.tyn} = {ids.thread_id('y')}")
         w(f"{self.tid} = {self.tyn} * {self.tx} + {self.txn}")
         # where a thread's accumulator (i, j) lies in the block's tile (`.row(i)`, `.col(j)`)
         self.at = Grid(self.tyn, self.ty, self.txn, self.tx)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 
 from ..emitted import EmittedModule, Entry, Launch
+from . import ids
 from . import cpu as emit_cpu
 from .body import GPU_TEMPLATE_MARKS, Body, FuncCtx, Writer, arena_param, operand_segments, output_param
 from .memplan import MemoryPlan, plan_memory
@@ -377,7 +378,7 @@ class _FuncEmitter:
                 params.setdefault(self.ctx.expr[s], elem_of_type(s.type).numba_compute)
         w = Writer(1)
         t = self.ctx.names.temp("t")
-        w(f"{t} = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x")
+        w(f"{t} = {ids.global_id('x')}")
         w(f"if {t} < {total}:")
         idx, inner = [], total
         with w.indent():
@@ -399,10 +400,8 @@ class _FuncEmitter:
         self.launches.append(Launch(name, "copy", None, tuple(map(str, grid)), tuple(map(str, block))))
 
 
-_LAUNCH_ARGS = ("cuda.blockIdx.x", "cuda.blockIdx.y", "cuda.blockIdx.z",
-                "cuda.threadIdx.x", "cuda.threadIdx.y", "cuda.threadIdx.z",
-                "cuda.gridDim.x", "cuda.gridDim.y", "cuda.gridDim.z",
-                "cuda.blockDim.x", "cuda.blockDim.y", "cuda.blockDim.z")
+# a gpu.launch body's block arguments: block ids, thread ids, grid and block sizes (x, y, z each)
+_LAUNCH_ARGS = tuple(f(d) for f in (ids.block_id, ids.thread_id, ids.grid_dim, ids.block_dim) for d in "xyz")
 
 
 def _dims(values: list[str]) -> str:

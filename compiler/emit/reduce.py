@@ -6,6 +6,7 @@ docs/ARCHITECTURE.md, "GPU kernels", Row kernels.
 """
 from __future__ import annotations
 
+from . import ids
 from .values import EmitError
 from ..marks import BLOCK_REDUCE
 from ..plan.hardware import WARP
@@ -29,7 +30,7 @@ def block_reduce(body, op) -> None:
     R = rows[big[0]] if big else 1
     if dims is not None and (str(dims[0]) != str(T) or (R > 1 and str(dims[1]) != str(R))):
         raise EmitError(f"a fusec.block_reduce over {T} partials x {R} rows in a block of {dims}", op)
-    x, y = "cuda.threadIdx.x", ("cuda.threadIdx.y" if R > 1 else "0")
+    x, y = ids.thread_id("x"), (ids.thread_id("y") if R > 1 else "0")
     elem = P.array.elem
 
     def at(view, t=None):

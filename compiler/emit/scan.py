@@ -6,6 +6,7 @@ Scans.
 """
 from __future__ import annotations
 
+from . import ids
 from .template_values import affine, indexing_maps, load_element, n_inputs
 from .values import EmitError
 from ..mlir import ir
@@ -119,7 +120,7 @@ class _Scan:
         w = self.w
         T = self._threads()
         r = self.names.temp("row")
-        w(f"{r} = cuda.blockIdx.x * {T} + cuda.threadIdx.x")
+        w(f"{r} = {ids.block_id('x')} * {T} + {ids.thread_id('x')}")
         w(f"if {r} < {self.rows()}:")
         with w.indent():
             self._walk_row(r, n)
@@ -171,8 +172,8 @@ class _Scan:
         self.ctx.helpers.cudasim = True
         compute = self.elem.compute
         warps = max(1, -(-T // WARP))
-        t, c, k = "cuda.threadIdx.x", names.temp("c"), names.temp("k")
-        idx = {d: self._bind(e) for d, e in self.unravel("cuda.blockIdx.x").items()}
+        t, c, k = ids.thread_id("x"), names.temp("c"), names.temp("k")
+        idx = {d: self._bind(e) for d, e in self.unravel(ids.block_id("x")).items()}
         buf, slots = names.temp("buf"), names.temp("slots")
         w(f"{buf} = cuda.shared.array({T}, numba.{compute})")
         w(f"{slots} = cuda.shared.array({warps}, numba.{compute})")
