@@ -396,10 +396,10 @@ def summarise(code: list[Instruction], ptx: str, arch: str) -> SassSummary:
                                 loads_in_flight(stretch)))
         stretch.clear()
     for i in code:
-        if any(s <= i.address <= e for s, e in inner):
-            continue
         if i.base == "BAR" or i.address in starts:
             flush()
+        if any(s <= i.address <= e for s, e in inner):
+            continue
         if i.base != "BAR":
             stretch.append(i)
         if i.address in ends:
