@@ -72,7 +72,7 @@ def disassemble(cubin: bytes) -> str:
                 why.append(f"no {name}")
                 continue
             proc = subprocess.run([exe, *args, str(path)], capture_output=True, text=True, timeout=300)
-            if proc.returncode == 0 and parse(proc.stdout):
+            if proc.returncode == 0 and parse_sass(proc.stdout):
                 return proc.stdout
             why.append(f"{name} failed (exit {proc.returncode}): {(proc.stderr or proc.stdout).strip()[-300:]}")
     raise MeasureError("no SASS: " + "; ".join(why) + " (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm, "
@@ -100,7 +100,7 @@ _LABEL = re.compile(r"^\s*(\.L\w+):")
 _LABEL_TARGET = re.compile(r"`\(([^)]+)\)")
 
 
-def parse(text: str) -> list[Instruction]:
+def parse_sass(text: str) -> list[Instruction]:
     """cuobjdump -sass or nvdisasm text -> its instructions in address order (the first function
     of the text: one kernel's cubin holds one). Branch targets are hex addresses (cuobjdump) or
     labels (nvdisasm), both resolved to addresses."""
@@ -163,7 +163,7 @@ def is_math(ins: Instruction) -> bool:
 _WIDTH = {"U8": 8, "S8": 8, "U16": 16, "S16": 16, "32": 32, "64": 64, "128": 128}
 
 
-def access(ins: Instruction) -> tuple[str, str, int] | None:
+def memory_access(ins: Instruction) -> tuple[str, str, int] | None:
     """(space "shared"|"global", "load"|"store", width in bits) of a memory instruction, else
     None. LDSM (ldmatrix) is given its matrices x 64 bits per lane (.x4: 128); LDGSTS
     (cp.async) counts as a global load of its width."""
@@ -181,7 +181,7 @@ def access(ins: Instruction) -> tuple[str, str, int] | None:
 
 def label(ins: Instruction) -> str:
     """LDS.128, LDG.32, LDGSTS.128, LDSM.128: the opcode family and its width per lane."""
-    space, kind, width = access(ins)
+    space, kind, width = memory_access(ins)
     return f"{ins.base}.{width}"
 
 
@@ -203,7 +203,7 @@ def registers(op: str, wide: bool) -> set[int]:
 def _writes_of_load(ins: Instruction) -> set[int]:
     if ins.base == "LDGSTS" or not ins.operands:
         return set()
-    width = access(ins)[2]
+    width = memory_access(ins)[2]
     first = _REG.match(ins.operands[0])
     if not first:
         return set()
@@ -227,7 +227,7 @@ def loads_in_flight(body: list[Instruction]) -> int:
     for ins in body:
         if pending and (_names(ins) & pending):
             best, run, pending = max(best, run), 0, set()
-        a = access(ins)
+        a = memory_access(ins)
         if a and a[0] == "global" and a[1] == "load":
             run += 1
             pending |= _writes_of_load(ins)
@@ -256,7 +256,7 @@ def counts(body: list[Instruction]) -> Counts:
     maths = sum(map(is_math, issued))
     groups = {("shared", "load"): {}, ("global", "load"): {}, ("shared", "store"): {}, ("global", "store"): {}}
     for i in issued:
-        if (a := access(i)):
+        if (a := memory_access(i)):
             g = groups[a[:2]]
             g[label(i)] = g.get(label(i), 0) + 1
     return Counts(len(issued), maths, maths / len(issued) if issued else None,
@@ -344,7 +344,7 @@ def ptx_counts(ptx: str) -> PtxCounts:
 
 
 @dataclass(frozen=True)
-class Phase:
+class SassPhase:
     """A stretch of code a thread runs as one phase: an innermost loop ("loop 0x4350-0x4e80")
     or, outside the innermost loops, the code between barriers and loop boundaries (a loop's
     first instruction, its backward branch): "code 0x17c0-0x4340"; its global loads and the
@@ -364,7 +364,7 @@ class SassSummary:
     kernel: Counts
     loops: tuple[Loop, ...]
     hot: int | None
-    phases: tuple[Phase, ...]
+    phases: tuple[SassPhase, ...]
     loads_in_flight_min: int | None
     ptx: PtxCounts
 
@@ -383,16 +383,16 @@ def summarise(code: list[Instruction], ptx: str, arch: str) -> SassSummary:
         body = [i for i in code if s <= i.address <= e]
         found.append(Loop(s, e, depth, counts(body), loads_in_flight(body)))
     hot = max(range(len(found)), key=lambda k: (found[k].counts.math, found[k].counts.instructions)) if found else None
-    phases = [Phase(f"loop {hex(l.start)}-{hex(l.end)}", sum(l.counts.global_loads.values()), l.loads_in_flight)
+    phases = [SassPhase(f"loop {hex(l.start)}-{hex(l.end)}", sum(l.counts.global_loads.values()), l.loads_in_flight)
               for l in found if l.counts.global_loads]
     inner = [(l.start, l.end) for l in found]
     starts, ends = {s for s, _ in ranges}, {e for _, e in ranges}
     stretch: list[Instruction] = []
 
     def flush():
-        n = sum(1 for x in stretch if (a := access(x)) and a[:2] == ("global", "load"))
+        n = sum(1 for x in stretch if (a := memory_access(x)) and a[:2] == ("global", "load"))
         if n:
-            phases.append(Phase(f"code {hex(stretch[0].address)}-{hex(stretch[-1].address)}", n,
+            phases.append(SassPhase(f"code {hex(stretch[0].address)}-{hex(stretch[-1].address)}", n,
                                 loads_in_flight(stretch)))
         stretch.clear()
     for i in code:
@@ -412,4 +412,4 @@ def summarise(code: list[Instruction], ptx: str, arch: str) -> SassSummary:
 
 def sass_summary(cubin: bytes, ptx: str, arch: str) -> SassSummary:
     """`summarise` of a cubin ptxas made from `ptx`."""
-    return summarise(parse(disassemble(cubin)), ptx, arch)
+    return summarise(parse_sass(disassemble(cubin)), ptx, arch)

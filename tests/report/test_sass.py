@@ -50,25 +50,25 @@ SNIPPET = """
 
 
 def test_parse_reads_predicates_opcodes_operands_and_targets():
-    code = sass.parse(SNIPPET)
+    code = sass.parse_sass(SNIPPET)
     assert len(code) == 31 and code[0].address == 0 and code[-1].address == 0x1e0
     bra = code[13]
     assert (bra.predicate, bra.opcode, bra.target) == ("P0", "BRA", 0x50)
     assert code[1].opcode == "LDG.E.128" and code[1].operands == ("R4", "desc[UR4][R2.64]")
-    assert sass.access(code[1]) == ("global", "load", 128) and sass.access(code[5]) == ("shared", "load", 128)
-    assert sass.access(code[6]) == ("shared", "load", 32) and sass.access(code[3]) == ("shared", "store", 128)
-    assert sass.access(code[7]) is None and sass.label(code[2]) == "LDG.32"
+    assert sass.memory_access(code[1]) == ("global", "load", 128) and sass.memory_access(code[5]) == ("shared", "load", 128)
+    assert sass.memory_access(code[6]) == ("shared", "load", 32) and sass.memory_access(code[3]) == ("shared", "store", 128)
+    assert sass.memory_access(code[7]) is None and sass.label(code[2]) == "LDG.32"
 
 
 def test_nvdisasm_labels_resolve_to_the_same_loops():
     labelled = SNIPPET.replace("@P0 BRA 0x50 ;", "@P0 BRA `(.L_x_1) ;").replace("@P2 BRA 0x10 ;", "@P2 BRA `(.L_x_0) ;")
     labelled = labelled.replace("        /*0010*/", ".L_x_0:\n        /*0010*/").replace("        /*0050*/",
                                                                                      ".L_x_1:\n        /*0050*/")
-    assert [i.target for i in sass.parse(labelled)] == [i.target for i in sass.parse(SNIPPET)]
+    assert [i.target for i in sass.parse_sass(labelled)] == [i.target for i in sass.parse_sass(SNIPPET)]
 
 
 def test_loops_nesting_math_share_widths_and_loads_in_flight():
-    s = sass.summarise(sass.parse(SNIPPET), "", "sm_90")
+    s = sass.summarise(sass.parse_sass(SNIPPET), "", "sm_90")
     (loop,) = s.loops                              # only the inner loop is innermost
     assert (loop.start, loop.end, loop.depth) == (0x50, 0xd0, 2) and s.hot == 0
     c = loop.counts
@@ -86,14 +86,14 @@ def test_loops_nesting_math_share_widths_and_loads_in_flight():
 
 
 def test_a_kernel_without_loops_reports_the_whole_kernel():
-    code = [i for i in sass.parse(SNIPPET) if i.address >= 0x140]
+    code = [i for i in sass.parse_sass(SNIPPET) if i.address >= 0x140]
     s = sass.summarise(code, "", "sm_90")
     assert s.loops == () and s.hot is None and s.hot_counts is s.kernel
     assert s.hot_counts.instructions == 10 and s.hot_counts.math == 1      # the trap after EXIT left out
 
 
 def test_loads_in_flight_wait_on_a_register_read_or_rewritten():
-    body = sass.parse("""
+    body = sass.parse_sass("""
         /*0000*/  LDG.E R4, desc[UR4][R2.64] ;
         /*0010*/  LDG.E R5, desc[UR4][R2.64+0x4] ;
         /*0020*/  LDG.E R6, desc[UR4][R2.64+0x8] ;
