@@ -208,3 +208,18 @@ def test_the_mlp_kernel_has_a_hot_loop_of_ffma_over_shared_loads(mlp_report):
     assert s.kernel.global_loads and s.kernel.global_stores and s.ptx.loops >= 2
     assert r.bank_conflicts and all(b.ways is not None for b in r.bank_conflicts)
     assert {b.array for b in r.bank_conflicts} == {"Ms", "Ns"}
+
+
+def test_without_cuobjdump_and_nvdisasm_the_sass_is_unmeasured_with_the_reason(monkeypatch):
+    from fusec.compiler.emitted import Launch
+    from fusec.compiler.plan.hardware import GPUS
+    from fusec.compiler.report import kernels
+    from fusec.compiler.report.child import MeasureError
+    monkeypatch.setattr(sass, "tool_path", lambda name: None)
+    with pytest.raises(MeasureError, match="no cuobjdump; no nvdisasm"):
+        sass.disassemble(b"")
+    monkeypatch.setattr(kernels.ptxmod, "assemble", lambda ptx, arch: ("resources", b"cubin"))
+    res, why = kernels._resources({"ptx": {"k0": "ptx"}, "errors": {}}, "k0", GPUS["h200"])
+    assert res == "resources" and why.startswith("no SASS: no cuobjdump; no nvdisasm")
+    r = kernels._report(Launch("k0", "launch", 0, ("64",), ("128",)), "no ptxas", "not traced", GPUS["h200"], why, ())
+    assert r.sass is None and r.bank_conflicts == () and dict(r.unmeasured)["sass"] == why
