@@ -14,6 +14,8 @@ from ..plan.measured import Measured
 from ..plan.hardware import HardwareProfile
 from . import occupancy as occ
 from . import ptx as ptxmod
+from . import sass as sassmod
+from .banks import BankAccess, bank_conflicts
 from .child import MeasureError
 from .trace import trace as trace_launches
 
@@ -55,7 +57,7 @@ class KernelReport:
     """One kernel launch, measured without a GPU. `unmeasured` gives the reason for each group
     of fields left None: "launch" (grid, block, threads_per_block, blocks), "resources"
     (registers to barriers), "occupancy" (blocks_per_sm to waves), "waves" (a block that does not
-    fit on an SM: no resident blocks), "coalescing"."""
+    fit on an SM: no resident blocks), "coalescing", "sass", "bank_conflicts"."""
     kernel: str
     kind: str                           # "launch": a plan group's kernel; "copy": a host-level copy
     group: int | None                   # the plan group ("launch" kernels)
@@ -77,6 +79,8 @@ class KernelReport:
     limited_by: tuple[str, ...] | None = None   # warps, registers, smem, blocks, barriers
     waves: float | None = None          # blocks / (blocks_per_sm x SMs); < 1: part of the device idles
     coalescing: Coalescing | None = None
+    sass: sassmod.SassSummary | None = None     # its SASS: loops, math share, load widths, loads in flight
+    bank_conflicts: tuple[BankAccess, ...] | None = None   # per shared-memory access site of its source
     unmeasured: tuple[tuple[str, str], ...] = ()
 
     def as_dict(self) -> dict:
@@ -104,7 +108,7 @@ def report_kernels(source: str, entry: "Entry", hw: HardwareProfile, *, trace: b
         ptx_job = pool.submit(_ptx, source, hw)
         traced = _trace(source, entry, blocks, hw) if trace else "not traced (trace=False)"
         ptx = ptx_job.result()
-    resources: dict[str, ptxmod.Resources | str] = {}
+    resources: dict[str, tuple[ptxmod.Resources | str, sassmod.SassSummary | str]] = {}
     out = []
     seen: dict[str, int] = {}
     for launch in entry.launches:
@@ -112,8 +116,19 @@ def report_kernels(source: str, entry: "Entry", hw: HardwareProfile, *, trace: b
         if launch.kernel not in resources:
             resources[launch.kernel] = _resources(ptx, launch.kernel, hw)
         record = traced if isinstance(traced, str) else _nth(traced, launch.kernel, n)
-        out.append(_report(launch, resources[launch.kernel], record, hw))
+        res, sass = resources[launch.kernel]
+        out.append(_report(launch, res, record, hw, sass, _banks(source, launch)))
     return out
+
+
+def _banks(source: str, launch: "Launch") -> tuple[BankAccess, ...] | str:
+    block = _dims(launch.block)
+    if block is None:
+        return f"the block {launch.block} is not a constant"
+    try:
+        return bank_conflicts(source, launch.kernel, block)
+    except SyntaxError as e:
+        return f"the module does not parse ({e})"
 
 
 def _ptx(source: str, hw: HardwareProfile) -> dict | str:
@@ -135,17 +150,24 @@ def _nth(records: list[dict], kernel: str, n: int) -> dict | str:
     return mine[n] if n < len(mine) else f"the host function made no launch {n} of {kernel}"
 
 
-def _resources(ptx: dict | str, kernel: str, hw: HardwareProfile) -> ptxmod.Resources | str:
+def _resources(ptx: dict | str, kernel: str, hw: HardwareProfile) -> tuple[ptxmod.Resources | str,
+                                                                          sassmod.SassSummary | str]:
+    """ptxas's resources of one kernel and the summary of its SASS (each a reason when missing)."""
     if isinstance(ptx, str):
-        return ptx
+        return ptx, ptx
     if kernel in ptx["errors"]:
-        return f"no PTX: {ptx['errors'][kernel]}"
+        return (f"no PTX: {ptx['errors'][kernel]}",) * 2
     if kernel not in ptx["ptx"]:
-        return f"no @cuda.jit(\"signature\") kernel {kernel} in the module"
+        return (f"no @cuda.jit(\"signature\") kernel {kernel} in the module",) * 2
+    arch = ptxmod.arch_of(hw.cc)
     try:
-        return ptxmod.resources(ptx["ptx"][kernel], ptxmod.arch_of(hw.cc))
+        res, cubin = ptxmod.assemble(ptx["ptx"][kernel], arch)
     except MeasureError as e:
-        return str(e)
+        return str(e), str(e)
+    try:
+        return res, sassmod.sass_summary(cubin, ptx["ptx"][kernel], arch)
+    except MeasureError as e:
+        return res, str(e)
 
 
 def _dims(dims: tuple[str, ...]) -> tuple[int, ...] | None:
@@ -155,7 +177,10 @@ def _dims(dims: tuple[str, ...]) -> tuple[int, ...] | None:
         return None
 
 
-def _report(launch: "Launch", res: ptxmod.Resources | str, record: dict | str, hw: HardwareProfile) -> KernelReport:
+def _report(launch: "Launch", res: ptxmod.Resources | str, record: dict | str, hw: HardwareProfile,
+            sass: sassmod.SassSummary | str | None = None,
+            banks: tuple[BankAccess, ...] | str | None = None) -> KernelReport:
+    """One launch's report; `sass` and `banks` None: not asked for (no field, no reason)."""
     unmeasured = []
     grid, block = _dims(launch.grid), _dims(launch.block)
     if grid is None and isinstance(record, dict) and "grid" in record:
@@ -191,6 +216,14 @@ def _report(launch: "Launch", res: ptxmod.Resources | str, record: dict | str, h
         unmeasured.append(("coalescing", record["error"]))
     else:
         fields["coalescing"] = _coalescing(record)
+    if isinstance(sass, str):
+        unmeasured.append(("sass", sass))
+    elif sass is not None:
+        fields["sass"] = sass
+    if isinstance(banks, str):
+        unmeasured.append(("bank_conflicts", banks))
+    elif banks is not None:
+        fields["bank_conflicts"] = banks
     return KernelReport(launch.kernel, launch.kind, launch.group, grid, block, threads, blocks, **fields,
                         unmeasured=tuple(unmeasured))
 

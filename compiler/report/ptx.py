@@ -156,6 +156,11 @@ def parse_ptxas(text: str) -> dict[str, Resources]:
 
 def resources(ptx: str, arch: str) -> Resources:
     """One kernel's PTX assembled by `ptxas -v -arch=<arch>` (e.g. sm_90): its entry's resources."""
+    return assemble(ptx, arch)[0]
+
+
+def assemble(ptx: str, arch: str) -> tuple[Resources, bytes]:
+    """`resources`, and the cubin ptxas wrote (sass.py disassembles it)."""
     exe = ptxas_path()
     if exe is None:
         raise MeasureError("no ptxas: pip install nvidia-cuda-nvcc (the dev extra)")
@@ -164,6 +169,7 @@ def resources(ptx: str, arch: str) -> Resources:
         src.write_text(ptx)
         proc = subprocess.run([exe, "-v", f"-arch={arch}", str(src), "-o", str(Path(tmp, "kernel.cubin"))],
                               capture_output=True, text=True, timeout=300)
+        cubin = Path(tmp, "kernel.cubin").read_bytes() if proc.returncode == 0 else b""
     text = (proc.stdout + proc.stderr).strip()
     if proc.returncode != 0:
         raise MeasureError(f"ptxas failed (exit {proc.returncode}): {text[-1000:]}")
@@ -171,7 +177,7 @@ def resources(ptx: str, arch: str) -> Resources:
     if len(parsed) != 1:
         raise MeasureError(f"ptxas reported {len(parsed)} entry functions, expected 1")
     return replace(next(iter(parsed.values())), shuffles=len(re.findall(r"\bshfl\.sync\.", ptx)),
-                   mma=len(re.findall(r"\bmma\.sync\.", ptx)))
+                   mma=len(re.findall(r"\bmma\.sync\.", ptx))), cubin
 
 
 def arch_of(cc: tuple[int, int]) -> str:

@@ -1,0 +1,141 @@
+"""The SASS census of the GPU bench kernels (issue 36's done-when figures), from the kernel report
+without a GPU and without running a kernel: each workload compiled for the H200, every kernel's
+PTX assembled by ptxas for sm_90 and disassembled (compiler/report/sass.py), its shared accesses'
+bank conflicts computed from the emitted Python (banks.py).
+
+    python -m bench.sass_census [--only mlp,matmul4096] [--out bench/results]
+
+Per kernel: the hot innermost loop's instructions per iteration and math share (the whole
+kernel's when it has no loop), its shared and global loads by width, wraparound selects in the
+innermost PTX loops and in all, 64-bit multiplies, the fewest global loads in flight per thread
+over its phases, registers, local memory and spills, and the worst bank-conflict ways. Then the
+done-when checks: math share >= 70% (mlp, matmul4096), >= 60% (conv), >= 50% (attention);
+operand loads of those loops LDS.128 or wider; 0 wraparound selects in innermost loops; >= 4
+loads in flight in every phase of the row kernels (softmax, layernorm); 16-byte global loads in
+the elementwise kernels (ew_chain, bias_gelu_res).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+MATMUL = "chain mm(a: f32[M, K], b: f32[K, N]) -> f32[M, N] { return a @ b }"
+# (name, .fdsl file or source, chain, binding, kind: what the done-when asks of it)
+CASES = (
+    ("mlp", "bench/fdsl/mlp.fdsl", "mlp", dict(M=512, K=1024, N=4096), ("contraction", 0.70)),
+    ("matmul4096", MATMUL, "mm", dict(M=4096, K=4096, N=4096), ("contraction", 0.70)),
+    ("conv_bn_relu", "bench/fdsl/conv_bn_relu.fdsl", "conv_bn_relu", dict(B=8, C=64, F=64), ("contraction", 0.60)),
+    ("attention", "bench/fdsl/attention.fdsl", "attention", dict(B=8, S=1024, D=64), ("contraction", 0.50)),
+    ("softmax", "bench/fdsl/softmax.fdsl", "softmax", dict(M=8192, N=1024), ("row", None)),
+    ("layernorm", "bench/fdsl/layernorm.fdsl", "layernorm", dict(M=8192, N=1024), ("row", None)),
+    ("layernorm768", "bench/fdsl/layernorm.fdsl", "layernorm", dict(M=16384, N=768), ("row", None)),
+    ("ew_chain", "bench/fdsl/ew_chain.fdsl", "ew_chain", dict(M=4096, N=4096), ("elementwise", None)),
+    ("bias_gelu_res", "bench/fdsl/bias_gelu_res.fdsl", "bias_gelu_res", dict(M=8192, N=3072), ("elementwise", None)),
+)
+
+
+def kernels_of(src: str, chain: str, binding: dict) -> list:
+    """The kernel reports of a chain's fused build for the H200, untraced (nothing runs)."""
+    import fusec
+    from fusec.compiler.options import CompileOptions
+    from fusec.compiler.pipeline import compile_typed
+    from fusec.compiler.plan.hardware import GPUS
+    from fusec.compiler.report import report_kernels
+    path = os.path.join(ROOT, src) if src.endswith(".fdsl") else src
+    st = compile_typed(fusec.check(path).chain(chain), binding,
+                       options=CompileOptions(target="gpu", hardware=GPUS["h200"]))
+    return report_kernels(st.emitted.source, st.emitted.entries[chain], GPUS["h200"], trace=False)
+
+
+def row(r) -> dict:
+    """One kernel's census entry (plain data)."""
+    s = r.sass
+    out = {"kernel": r.kernel, "grid": r.grid, "block": r.block, "registers": r.registers,
+           "local_bytes": None if r.stack_frame_bytes is None else r.stack_frame_bytes + (r.local_bytes or 0),
+           "spill_bytes": None if r.spill_store_bytes is None else r.spill_store_bytes + r.spill_load_bytes,
+           "bank_ways": max((b.ways for b in r.bank_conflicts or () if b.ways is not None), default=None),
+           "unmeasured": dict(r.unmeasured)}
+    if s is None:
+        return out
+    h = s.hot_counts
+    out.update(loop=None if s.hot is None else f"{s.loops[s.hot].start:#x}-{s.loops[s.hot].end:#x}",
+               innermost_loops=len(s.loops), instructions_per_iteration=h.instructions, math=h.math,
+               math_share=h.math_share, shared_loads=h.shared_loads, global_loads=h.global_loads,
+               kernel_global_loads=s.kernel.global_loads, kernel_global_stores=s.kernel.global_stores,
+               wraparound_selects_innermost=s.ptx.wraparound_selects_innermost,
+               wraparound_selects=s.ptx.wraparound_selects, mul64_innermost=s.ptx.mul64_innermost,
+               mul64=s.ptx.mul64, loads_in_flight_min=s.loads_in_flight_min,
+               phases=[[p.where, p.global_loads, p.loads_in_flight] for p in s.phases])
+    return out
+
+
+def checks(kind: tuple, rows: list[dict]) -> list[tuple[str, bool]]:
+    """The done-when items of one workload: (what, met)."""
+    what, share = kind
+    out = []
+    for k in rows:
+        if "math_share" not in k:
+            out.append((f"{k['kernel']}: SASS measured", False))
+            continue
+        out.append((f"{k['kernel']}: 0 wraparound selects in innermost loops", k["wraparound_selects_innermost"] == 0))
+        out.append((f"{k['kernel']}: 0 local memory and spills", k["local_bytes"] == 0 and k["spill_bytes"] == 0))
+        if what == "contraction" and k["shared_loads"] and k["math"]:
+            out.append((f"{k['kernel']}: math share {100 * (k['math_share'] or 0):.1f}% >= {100 * share:.0f}%",
+                        (k["math_share"] or 0) >= share))
+            narrow = {op: n for op, n in k["shared_loads"].items() if int(op.rsplit(".", 1)[1]) < 128}
+            out.append((f"{k['kernel']}: operand loads LDS.128 or wider (narrower: {narrow or 'none'})", not narrow))
+        if what == "row" and k["phases"]:
+            out.append((f"{k['kernel']}: >= 4 loads in flight in every phase (fewest {k['loads_in_flight_min']})",
+                        (k["loads_in_flight_min"] or 0) >= 4))
+        if what == "elementwise" and k["kernel_global_loads"]:
+            narrow = {op: n for op, n in k["kernel_global_loads"].items() if int(op.rsplit(".", 1)[1]) < 128}
+            out.append((f"{k['kernel']}: 16-byte global loads (narrower: {narrow or 'none'})", not narrow))
+    return out
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default="", help="comma-separated case names (default: all)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    args = ap.parse_args(argv)
+    only = {x for x in args.only.split(",") if x}
+    census, failed = [], 0
+    for name, src, chain, binding, kind in CASES:
+        if only and name not in only:
+            continue
+        t0 = time.perf_counter()
+        rows = [row(r) for r in kernels_of(src, chain, binding)]
+        met = checks(kind, rows)
+        failed += sum(1 for _, ok in met if not ok)
+        census.append({"workload": name, "binding": binding, "kernels": rows,
+                       "checks": [{"what": w, "met": ok} for w, ok in met]})
+        print(f"{name} {binding} ({time.perf_counter() - t0:.1f} s)")
+        for k in rows:
+            print(f"  {k['kernel']}: regs {k['registers']}, loop {k.get('loop')} {k.get('instructions_per_iteration')} "
+                  f"instructions, math {_pct(k.get('math_share'))}, shared loads {k.get('shared_loads')}, "
+                  f"global loads {k.get('global_loads')} (kernel {k.get('kernel_global_loads')}), wraparound selects "
+                  f"{k.get('wraparound_selects_innermost')}/{k.get('wraparound_selects')}, 64-bit multiplies "
+                  f"{k.get('mul64_innermost')}/{k.get('mul64')}, loads in flight min {k.get('loads_in_flight_min')}, "
+                  f"bank ways {k['bank_ways']}" + (f", unmeasured {k['unmeasured']}" if k["unmeasured"] else ""))
+        for w, ok in met:
+            print(f"    [{'x' if ok else ' '}] {w}")
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"sass-census-{time.strftime('%Y-%m-%dT%H%M')}.json")
+    with open(path, "w") as fh:
+        json.dump({"machine": os.uname().nodename, "arch": "sm_90", "census": census}, fh, indent=1)
+    print(f"wrote {path}; {failed} done-when check(s) not met")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
