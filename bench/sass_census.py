@@ -40,17 +40,24 @@ CASES = (
 )
 
 
-def kernels_of(src: str, chain: str, binding: dict) -> list:
-    """The kernel reports of a chain's fused build for the H200, untraced (nothing runs)."""
+def kernels_of(src: str, chain: str, binding: dict) -> tuple[list, dict]:
+    """The kernel reports of a chain's fused build for the H200, untraced (nothing runs), and the
+    plan's predicted time: the model's alone, and priced again with what the report measured."""
     import fusec
     from fusec.compiler.options import CompileOptions
     from fusec.compiler.pipeline import compile_typed
+    from fusec.compiler.plan.cost import total_time
     from fusec.compiler.plan.hardware import GPUS
+    from fusec.compiler.plan.planner import with_measured
     from fusec.compiler.report import report_kernels
     path = os.path.join(ROOT, src) if src.endswith(".fdsl") else src
-    st = compile_typed(fusec.check(path).chain(chain), binding,
-                       options=CompileOptions(target="gpu", hardware=GPUS["h200"]))
-    return report_kernels(st.emitted.source, st.emitted.entries[chain], GPUS["h200"], trace=False)
+    hw = GPUS["h200"]
+    st = compile_typed(fusec.check(path).chain(chain), binding, options=CompileOptions(target="gpu", hardware=hw))
+    reports = report_kernels(st.emitted.source, st.emitted.entries[chain], hw, trace=False)
+    measured = {r.group: m for r in reports if r.kind == "launch" and (m := r.measured()) is not None}
+    predicted = {"model_s": total_time(st.plan.costs),
+                 "measured_s": total_time(with_measured(st.plan, hw, measured).costs)}
+    return reports, predicted
 
 
 def row(r) -> dict:
@@ -114,12 +121,14 @@ def main(argv=None) -> int:
         if only and name not in only:
             continue
         t0 = time.perf_counter()
-        rows = [row(r) for r in kernels_of(src, chain, binding)]
+        reports, predicted = kernels_of(src, chain, binding)
+        rows = [row(r) for r in reports]
         met = checks(kind, rows)
         failed += sum(1 for _, ok in met if not ok)
-        census.append({"workload": name, "binding": binding, "kernels": rows,
+        census.append({"workload": name, "binding": binding, "predicted_h200": predicted, "kernels": rows,
                        "checks": [{"what": w, "met": ok} for w, ok in met]})
-        print(f"{name} {binding} ({time.perf_counter() - t0:.1f} s)")
+        print(f"{name} {binding} ({time.perf_counter() - t0:.1f} s): predicted on h200 "
+              f"{1e6 * predicted['model_s']:.1f} us (model), {1e6 * predicted['measured_s']:.1f} us (with the report)")
         for k in rows:
             print(f"  {k['kernel']}: regs {k['registers']}, loop {k.get('loop')} {k.get('instructions_per_iteration')} "
                   f"instructions, math {_pct(k.get('math_share'))}, shared loads {k.get('shared_loads')}, "
