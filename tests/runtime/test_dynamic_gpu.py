@@ -98,7 +98,9 @@ def test_attention_over_a_run_time_batch_launches_one_block_row_per_batch(capsys
                  "--emit", "kernels"]) == 0
     src = capsys.readouterr().out
     launch = next(line for line in src.splitlines() if line.strip().startswith("k0["))
-    assert launch.strip().startswith("k0[(1, dim")                 # (query blocks, batch read at run time)
+    # (query blocks, batch read at run time: at most 65535 launched, grid-strided beyond)
+    assert launch.strip().startswith("k0[(1, min(dim, 65535), 1)")
+    assert "for block_y in range((cuda.blockIdx.y & 0xffff), dim, (cuda.gridDim.y & 0xffff)):" in src
     assert main([f, "--chain", "attention", "--target", "cuda-sim", "--dynamic", "B", "--bind", "B=3,S=16"]) == 0
     out = capsys.readouterr().out
     assert "attention (online softmax)" in out and "out 0 f32[3, 16, 64]" in out and "-> ok" in out
