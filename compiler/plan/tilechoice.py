@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from .analysis import ChainInfo, tileable_loops
-from .cost import KernelCost, Tiling, kernel_bytes, kernel_cost, op_flops, unfused_kernels
+from .cost import KernelCost, Tiling, allocated_registers, kernel_bytes, kernel_cost, op_flops, unfused_kernels
 from .hardware import HardwareProfile
 from .measured import Measured
 from .attention import Attention, attention_kernel, attention_tiles
@@ -287,7 +287,7 @@ class TileChooser:
         for T in counts:
             for R in row_options:
                 regs = row_registers(rk.extent // T, R)
-                if (T * R <= limit and regs * T * R <= self.hw.regs_per_unit       # launchable
+                if (T * R <= limit and allocated_registers(self.hw, regs) * T * R <= self.hw.regs_per_unit  # launchable
                         and row_tiling_error(self.info, members, root, tiling(T, R), "gpu", limit) is None):
                     evaluated[(T, R)] = self.cost(members, tiling(T, R))
         if not evaluated:

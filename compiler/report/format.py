@@ -17,7 +17,7 @@ def format_report(reports: Sequence[KernelReport]) -> str:
     shared memory per block, resident blocks per SM and occupancy with the limiting resource,
     waves on the device, the sector-weighted coalescing efficiency, sectors and active lanes
     per warp request), then a line per site
-    coalesced below 90%, per unmeasured field group, and per failed self-check."""
+    coalesced below 90%, per unmeasured field group, per failed self-check and per error (a block that fits no SM)."""
     rows = [_HEADER] + [_row(r) for r in reports]
     widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADER))]
     lines = ["  ".join(c.ljust(w) if h in _LEFT else c.rjust(w) for c, w, h in zip(row, widths, _HEADER)).rstrip()
@@ -32,6 +32,8 @@ def format_report(reports: Sequence[KernelReport]) -> str:
             lines.append(f"  {r.kernel}: {c.note}")
         for what, why in r.unmeasured:
             lines.append(f"  {r.kernel}: {what} not measured: {why}")
+        for error in r.errors:
+            lines.append(f"  {r.kernel}: error: {error}")
     return "\n".join(lines)
 
 
