@@ -21,14 +21,14 @@ WIDTH = 4                    # f32 per 16-byte access
 _MARK = "__fusec_lane__"     # stands for the loop's index while index expressions are compared
 
 VECTOR_HELPERS = [
-    "if _CUDASIM:   # the simulator runs kernels as Python: the 4 elements one at a time",
+    "if _CUDASIM:   # the simulator runs kernels as Python: a slice of 4 (one access to the kernel report's tracer)",
     "    def _ld4_f32(a, idx):",
     "        *lead, c = idx",
-    "        return (a[(*lead, c)], a[(*lead, c + 1)], a[(*lead, c + 2)], a[(*lead, c + 3)])",
+    "        return tuple(a[(*lead, slice(c, c + 4))])",
     "",
     "    def _st4_f32(a, idx, x0, x1, x2, x3):",
     "        *lead, c = idx",
-    "        a[(*lead, c)], a[(*lead, c + 1)], a[(*lead, c + 2)], a[(*lead, c + 3)] = x0, x1, x2, x3",
+    "        a[(*lead, slice(c, c + 4))] = (x0, x1, x2, x3)",
     "else:",
     "    from llvmlite import ir as _llir",
     "    from numba import types as _nbt",
