@@ -31,3 +31,17 @@ if os.environ.get("FUSEC_TEST_MEASURED_CPU") != "1":
     os.environ["FUSEC_CACHE_DIR"] = str(_root)
     _profile = json.loads((Path(__file__).parent / "data" / "cpu-profile.json").read_text())
     (_root / "hardware-cpu.json").write_text(json.dumps({"key": profile_key(), "profile": _profile}))
+
+
+def pytest_configure(config):
+    """Under the simulator every kernel launch of the suite is checked against CUDA's grid and
+    block limits (tests/tools/launches.py): the simulator itself runs any grid."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        import importlib.util
+        from pathlib import Path
+        import sys
+        spec = importlib.util.spec_from_file_location("fusec_tests_launches",
+                                                      Path(__file__).parent / "tools" / "launches.py")
+        launches = sys.modules["fusec_tests_launches"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(launches)
+        launches.install()

@@ -9,6 +9,7 @@ from .values import EmitError, expr_add, expr_mul, floordiv, is_int, is_memref, 
 from .views import Array
 from ..mlir import ir
 from .siblings import access, defined_in, nested_ops, operation, within
+from .vector import vector_loop
 
 
 class ControlFlow:
@@ -16,6 +17,8 @@ class ControlFlow:
 
     def scf_for(self, op):
         self.need(op, "kernel", "cpu")
+        if vector_loop(self, op):                # a thread's 4 consecutive f32: 16-byte accesses
+            return
         lb, ub, step = (self.val(v) for v in op.operands[:3])
         block = op.regions[0].blocks[0]
         iv, carried = block.arguments[0], list(block.arguments)[1:]

@@ -8,11 +8,31 @@ grid x < 2^31, grid y and z <= 65535) gives LLVM the known bits to drop the wrap
 an int64 literal, so the id becomes int64 (uint32 & int64): never the uint64 + int64 -> float64
 trap. On a GPU the masks change nothing: a launch keeps every id inside them (the planner's grids
 stay within (2^31-1, 65535, 65535) and blocks within 1024 threads).
+
+A grid axis whose block count is not a number within its limit (a run-time extent, or a static
+one above it) is walked by a grid-stride loop (emit/module.py): inside it `block_id` is the
+loop's variable and `grid_dim` the axis's block count (`grid_stride`).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
+GRID_LIMITS = {"x": 2**31 - 1, "y": 65535, "z": 65535}      # CUDA's gridDim limits (cc 3.0 and later)
 _BLOCK_MASK = {"x": "0x7fffffff", "y": "0xffff", "z": "0xffff"}
 _THREAD_MASK = "1023"
+# per grid-strided axis of the kernel being emitted: (the loop's variable, the axis's block count)
+_STRIDED: contextvars.ContextVar[dict] = contextvars.ContextVar("fusec_grid_stride", default={})
+
+
+@contextlib.contextmanager
+def grid_stride(axes: dict[str, tuple[str, str]]):
+    """While a kernel's body is emitted inside grid-stride loops: {axis: (loop variable, count)}."""
+    token = _STRIDED.set(dict(axes))
+    try:
+        yield
+    finally:
+        _STRIDED.reset(token)
 
 
 def thread_id(dim: str) -> str:
@@ -21,8 +41,11 @@ def thread_id(dim: str) -> str:
 
 
 def block_id(dim: str) -> str:
-    """`cuda.blockIdx.<dim>`, known to lie within the grid limit of its axis."""
-    return f"(cuda.blockIdx.{dim} & {_BLOCK_MASK[dim]})"
+    """`cuda.blockIdx.<dim>`, known to lie within the grid limit of its axis (the grid-stride
+    loop's variable on a strided axis)."""
+    if dim in _STRIDED.get():
+        return _STRIDED.get()[dim][0]
+    return hardware_block_id(dim)
 
 
 def block_dim(dim: str) -> str:
@@ -31,7 +54,20 @@ def block_dim(dim: str) -> str:
 
 
 def grid_dim(dim: str) -> str:
-    """`cuda.gridDim.<dim>`, known to lie within the grid limit of its axis."""
+    """`cuda.gridDim.<dim>`, known to lie within the grid limit of its axis (the axis's block
+    count on a strided axis: what the kernel's blocks cover, not what was launched)."""
+    if dim in _STRIDED.get():
+        return _STRIDED.get()[dim][1]
+    return hardware_grid_dim(dim)
+
+
+def hardware_block_id(dim: str) -> str:
+    """`cuda.blockIdx.<dim>` as launched (a grid-stride loop's start)."""
+    return f"(cuda.blockIdx.{dim} & {_BLOCK_MASK[dim]})"
+
+
+def hardware_grid_dim(dim: str) -> str:
+    """`cuda.gridDim.<dim>` as launched (a grid-stride loop's step)."""
     return f"(cuda.gridDim.{dim} & {_BLOCK_MASK[dim]})"
 
 

@@ -102,6 +102,8 @@ def _assemble(target, consts, globals_, helpers, kernels, hosts) -> str:
         parts.append(CACHE_FLAG)
     if helpers.cudasim:       # Numba's simulator runs kernels as Python and has no warp shuffles
         parts.append("_CUDASIM = bool(numba.config.ENABLE_CUDASIM)")
+    if target == "cuda":
+        parts.append(BOUNDS_HELPER)
     if consts.defs:
         parts.append("\n".join(consts.lines()))
     if globals_.defs:
@@ -323,25 +325,31 @@ class _FuncEmitter:
         region = op.regions[0]
         if len(region.blocks) != 1:
             raise EmitError("the emitter has no rule for a multi-block 'gpu.launch' body", op)
-        grid = [host.val(v[0]) for v in seg[1:4]]
+        counts = [host.val(v[0]) for v in seg[1:4]]
         block_dims = [host.val(v[0]) for v in seg[4:7]]
         name = self._new_kernel_name()
         body_block = region.blocks[0]
-        for arg, e in zip(body_block.arguments, _LAUNCH_ARGS):
-            self.ctx.expr[arg] = e
         params, sigs = self._params(region)
+        strided, grid = grid_stride_axes(counts, self.ctx.names)
+        for count in (c for _, c in strided.values() if not c.isdigit() and c not in params):
+            params.append(count)
+            sigs.append("int64")
         self.ctx.shared = block_shared_allocs(op)
         self.ctx.block_dims = tuple(block_dims)
-        w = Writer(1)
-        Body(self.ctx, w, "kernel").ops(body_block)
-        if not w.lines:
-            w("pass")
+        w = Writer(1 + len(strided))
+        with ids.grid_stride(strided):
+            for arg, e in zip(body_block.arguments, launch_args()):
+                self.ctx.expr[arg] = e
+            Body(self.ctx, w, "kernel").ops(body_block)
+        lines = strip_trailing_barrier(w.lines, 1 + len(strided))
+        if strided:
+            lines = grid_stride_loops(strided, lines)
         grid_t, block_t = _dims(grid), _dims(block_dims)
         self.kernels.append("\n".join([
             f"# {name}: gpu.launch in @{self.func_name} at {format_location(op.location)}, "
-            f"grid {grid_t}, block {block_t}",
-            f'@cuda.jit("void({", ".join(sigs)})", cache=NUMBA_CACHE)',
-            f"def {name}({', '.join(params)}):"] + w.lines))
+            f"grid {grid_t}, block {block_t}" + (f" (grid-stride on {', '.join(strided)})" if strided else ""),
+            f'@cuda.jit("void({", ".join(sigs)})", cache=NUMBA_CACHE{launch_bounds(block_dims)})',
+            f"def {name}({', '.join(params)}):"] + (lines or ["    pass"])))
         host.w(f"{name}[{grid_t}, {block_t}]({', '.join(params)})")
         group = sum(1 for launch in self.launches if launch.kind == "launch")
         self.launches.append(Launch(name, "launch", group, tuple(grid), tuple(block_dims)))
@@ -378,8 +386,13 @@ class _FuncEmitter:
                 params.setdefault(self.ctx.expr[s], elem_of_type(s.type).numba_compute)
         w = Writer(1)
         t = self.ctx.names.temp("t")
-        w(f"{t} = {ids.global_id('x')}")
-        w(f"if {t} < {total}:")
+        blocks = max(1, -(-total // _COPY_THREADS))
+        if blocks <= ids.GRID_LIMITS["x"]:
+            w(f"{t} = {ids.global_id('x')}")
+            w(f"if {t} < {total}:")
+        else:                       # more blocks than grid x takes: each thread strides over the grid
+            blocks = ids.GRID_LIMITS["x"]
+            w(f"for {t} in range({ids.global_id('x')}, {total}, {ids.hardware_grid_dim('x')} * {_COPY_THREADS}):")
         idx, inner = [], total
         with w.indent():
             for k, n in enumerate(dst.shape):
@@ -389,19 +402,78 @@ class _FuncEmitter:
                 w(f"{i} = {e if k == 0 else mod(e, n)}")
                 idx.append(i)
             w(f"{dst.at(idx)} = {src.at(idx)}")
-        grid = (max(1, -(-total // _COPY_THREADS)), 1, 1)
+        grid = (blocks, 1, 1)
         block = (_COPY_THREADS, 1, 1)
         self.kernels.append("\n".join([
             f"# {name}: memref.copy in @{self.func_name} at {format_location(op.location)}, "
             f"grid {grid}, block {block}",
-            f'@cuda.jit("void({", ".join(params.values())})", cache=NUMBA_CACHE)',
+            f'@cuda.jit("void({", ".join(params.values())})", cache=NUMBA_CACHE{launch_bounds(block)})',
             f"def {name}({', '.join(params)}):"] + w.lines))
         host.w(f"{name}[{grid}, {block}]({', '.join(params)})")
         self.launches.append(Launch(name, "copy", None, tuple(map(str, grid)), tuple(map(str, block))))
 
 
-# a gpu.launch body's block arguments: block ids, thread ids, grid and block sizes (x, y, z each)
-_LAUNCH_ARGS = tuple(f(d) for f in (ids.block_id, ids.thread_id, ids.grid_dim, ids.block_dim) for d in "xyz")
+def launch_args() -> tuple[str, ...]:
+    """A gpu.launch body's block arguments: block ids, thread ids, grid and block sizes (x, y, z
+    each), as the kernel being emitted reads them (emit/ids.py: inside its grid-stride loops)."""
+    return tuple(f(d) for f in (ids.block_id, ids.thread_id, ids.grid_dim, ids.block_dim) for d in "xyz")
+
+
+def grid_stride_axes(counts: list[str], names) -> tuple[dict[str, tuple[str, str]], list[str]]:
+    """Which grid axes a kernel walks with a grid-stride loop, and the grid it is launched with.
+
+    An axis whose block count is a number within CUDA's limit (2^31-1 on x, 65535 on y and z)
+    is launched as it is. Any other (a static count above the limit; a count the host computes
+    at run time, from an extent taken at run time: --dynamic) is launched with at most the
+    limit, and the kernel loops `for b in range(blockIdx, count, gridDim)` over it: a grid
+    within the limits by construction at every size. Returns ({axis: (loop variable, count)},
+    the launch's grid as written)."""
+    strided, grid = {}, []
+    for d, count in zip("xyz", counts):
+        limit = ids.GRID_LIMITS[d]
+        if count.isdigit() and int(count) <= limit:
+            grid.append(count)
+            continue
+        if not count.isdigit() and not count.isidentifier():
+            raise EmitError(f"a gpu.launch's run-time grid size {count!r} is not a host variable")
+        strided[d] = (names.fresh(f"block_{d}"), count)
+        grid.append(str(limit) if count.isdigit() else f"min({count}, {limit})")
+    return strided, grid
+
+
+def grid_stride_loops(strided: dict[str, tuple[str, str]], lines: list[str]) -> list[str]:
+    """A kernel body (indented one level per strided axis) inside its grid-stride loops. A body
+    that shares memory between its threads ends each step with a barrier: the next step's
+    writes must not overtake this step's last reads."""
+    head = [
+        "    " * (1 + k) + f"for {var} in range({ids.hardware_block_id(d)}, {count}, {ids.hardware_grid_dim(d)}):"
+        for k, (d, (var, count)) in enumerate(strided.items())]
+    if any("cuda.syncthreads()" in line or "cuda.shared.array" in line for line in lines):
+        lines = lines + ["    " * (1 + len(strided)) + "cuda.syncthreads()"]
+    return head + (lines or ["    " * (1 + len(strided)) + "pass"])
+
+
+def strip_trailing_barrier(lines: list[str], depth: int) -> list[str]:
+    """A body without the barrier it ends with (map_nested_forall_to_threads puts one after each
+    thread loop): at the end of a kernel it guards nothing."""
+    if lines and lines[-1] == "    " * depth + "cuda.syncthreads()":
+        return lines[:-1]
+    return lines
+
+
+def launch_bounds(block_dims) -> str:
+    """cuda.jit's launch bounds: the block's threads (`.maxntid` in the PTX), so ptxas keeps a
+    thread's registers within what a block of that size can have (64 at 1,024 threads, 128 at
+    512). The module's `_bounds` gives none under the simulator, which takes no such option."""
+    threads = 1
+    for b in block_dims:
+        threads *= int(b)
+    return f", **_bounds({threads})"
+
+
+BOUNDS_HELPER = '''def _bounds(threads):
+    """cuda.jit's launch_bounds: ptxas fits a kernel's registers to blocks of `threads` (Numba's simulator takes none)."""
+    return {} if _CUDASIM else {"launch_bounds": threads}'''
 
 
 def _dims(values: list[str]) -> str:

@@ -247,13 +247,21 @@ def finish_cost(common: dict, hw: HardwareProfile, compute_s: float, memory_s: f
                       time_s=body + launch_s + alloc_s, bound=bound, **kw)
 
 
+def allocated_registers(hw: HardwareProfile, regs: int) -> int:
+    """The registers a thread of `regs` is given: a warp's are allocated in units of
+    reg_alloc_unit (256 on every part since cc 5.0: a thread's count rounds up to 8)."""
+    per_thread = max(1, hw.reg_alloc_unit // WARP)
+    return -(-regs // per_thread) * per_thread
+
+
 def fitting_blocks(hw: HardwareProfile, warps: int, regs: int, smem: int) -> int:
     """Blocks of `warps` warps, `regs` registers per thread and `smem` shared bytes (0: none)
-    that one SM holds at once: the planner's estimate of occupancy, by threads, registers,
-    shared memory and the block limit; 0 when a block does not fit. The kernel report measures
-    the real one (report/occupancy.py: NVIDIA's rules, allocation granularities included)."""
+    that one SM holds at once: the planner's estimate of occupancy, by threads, registers (in
+    their allocation unit), shared memory and the block limit; 0 when a block does not fit. The
+    kernel report measures the real one (report/occupancy.py: NVIDIA's rules, every allocation
+    granularity included)."""
     return min(hw.max_blocks_per_unit, hw.max_threads_per_unit // (warps * WARP),
-               hw.regs_per_unit // max(1, regs * warps * WARP),
+               hw.regs_per_unit // max(1, allocated_registers(hw, regs) * warps * WARP),
                hw.onchip_per_unit // (smem + SMEM_RESERVED) if smem else hw.max_blocks_per_unit)
 
 

@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 
 from .analysis import ChainInfo, tileable_loops
-from .cost import KernelCost, Tiling, kernel_bytes, kernel_cost, op_flops, unfused_kernels
-from .hardware import HardwareProfile
+from .cost import KernelCost, Tiling, allocated_registers, kernel_bytes, kernel_cost, op_flops, unfused_kernels
+from .hardware import WARP, HardwareProfile
 from .measured import Measured
 from .attention import Attention, attention_kernel, attention_tiles
 from .gemm import gemm_kernel, gemm_tiling_error
@@ -32,6 +32,9 @@ class Choice:
     cost: KernelCost
     candidates: tuple[tuple[Tiling, float], ...]      # what was evaluated, fastest first
     tuned: bool = False                                # tiles taken from autotuning
+
+
+VECTOR = 4                   # f32 a thread of an elementwise kernel takes along the contiguous axis: 16 bytes
 
 
 def divisors(n: int) -> list[int]:
@@ -287,7 +290,7 @@ class TileChooser:
         for T in counts:
             for R in row_options:
                 regs = row_registers(rk.extent // T, R)
-                if (T * R <= limit and regs * T * R <= self.hw.regs_per_unit       # launchable
+                if (T * R <= limit and allocated_registers(self.hw, regs) * T * R <= self.hw.regs_per_unit  # launchable
                         and row_tiling_error(self.info, members, root, tiling(T, R), "gpu", limit) is None):
                     evaluated[(T, R)] = self.cost(members, tiling(T, R))
         if not evaluated:
@@ -418,8 +421,43 @@ class TileChooser:
             if not improved:
                 break
         best = self._filling(best, seen)
+        vector = self._vector_tiling(members, best, r, root)
+        if vector is not None:
+            seen.setdefault(vector, self.cost(members, vector))
+            best = vector
         ranked = tuple(sorted(((t, c.time_s) for t, c in seen.items()), key=lambda x: (x[1], x[0] != best)))
         return Choice(best, seen[best], ranked)
+
+    def _vector_tiling(self, members, t: Tiling, r, root: int) -> Tiling | None:
+        """An elementwise kernel's tiling with VECTOR (4) consecutive f32 a thread along its
+        contiguous axis (the last loop, threadIdx.x), so the emitter gives them one 16-byte load
+        or store each (emit/vector.py), and a warp inside one row: threads along x 32 (when the
+        row's runs of 4 divide by 32), else the whole row (33 to 1,024 runs) with one row a
+        block. None when the axis is not split 4 ways evenly, is taken at run time, or the grid
+        would not fill the device twice over."""
+        if r.kind != "elementwise" or not t.mapped or r.elem_bytes != 4:
+            return None
+        x = t.mapped[-1]
+        extent = r.loops[x]
+        if x != len(r.loops) - 1 or t.thread[x] != 1 or extent % VECTOR or x in self.run_time.get(root, ()):
+            return None
+        runs = extent // VECTOR
+        block, thread = list(t.block), list(t.thread)
+        if runs % WARP == 0:
+            lanes = WARP
+        elif WARP < runs <= self.hw.max_threads_per_block:
+            lanes = runs
+            for loop in t.mapped[:-1]:              # one row a block: no warp holds two rows
+                block[loop] = thread[loop] = 1
+        else:
+            return None
+        block[x], thread[x] = VECTOR * lanes, VECTOR
+        out = Tiling(tuple(block), tuple(thread), t.mapped, t.config)
+        blocks = math.prod(r.loops[loop] // out.block[loop] for loop in out.mapped)
+        if (blocks < 2 * self.hw.units or not 1 <= _threads(out) <= self.hw.max_threads_per_block
+                or not self._valid(members, out)):
+            return None
+        return out
 
     def _neighbours(self, t: Tiling, loops, root: int) -> list[Tiling]:
         out = []

@@ -23,7 +23,8 @@ def format_report(reports: Sequence[KernelReport]) -> str:
     PTX loops / in all the PTX, the fewest global loads in flight per thread over its phases, and
     the worst bank-conflict ways of its shared accesses), then a line per site coalesced below
     90%, a line of each kernel's SASS loops and phases, a line per shared access with a bank
-    conflict or not evaluated, per unmeasured field group, and per failed self-check."""
+    conflict or not evaluated, per unmeasured field group, per failed self-check and per
+    error (a block that fits no SM)."""
     rows = [_HEADER] + [_row(r) for r in reports]
     widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADER))]
     lines = ["  ".join(c.ljust(w) if h in _LEFT else c.rjust(w) for c, w, h in zip(row, widths, _HEADER)).rstrip()
@@ -45,6 +46,8 @@ def format_report(reports: Sequence[KernelReport]) -> str:
             lines.append(f"  {r.kernel}: {c.note}")
         for what, why in r.unmeasured:
             lines.append(f"  {r.kernel}: {what} not measured: {why}")
+        for error in r.errors:
+            lines.append(f"  {r.kernel}: error: {error}")
     return "\n".join(lines)
 
 

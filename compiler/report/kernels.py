@@ -82,6 +82,7 @@ class KernelReport:
     sass: sassmod.SassSummary | None = None     # its SASS: loops, math share, load widths, loads in flight
     bank_conflicts: tuple[BankAccess, ...] | None = None   # per shared-memory access site of its source
     unmeasured: tuple[tuple[str, str], ...] = ()
+    errors: tuple[str, ...] = ()        # what a GPU would refuse: a block that fits no SM with its measured resources
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -177,11 +178,17 @@ def _dims(dims: tuple[str, ...]) -> tuple[int, ...] | None:
         return None
 
 
+def _allocated(regs: int, hw: HardwareProfile) -> int:
+    """Registers a thread is given: a warp's are allocated in units of reg_alloc_unit (256: 8 a thread)."""
+    per_thread = max(1, hw.reg_alloc_unit // hw.warp_size)
+    return -(-regs // per_thread) * per_thread
+
+
 def _report(launch: "Launch", res: ptxmod.Resources | str, record: dict | str, hw: HardwareProfile,
             sass: sassmod.SassSummary | str | None = None,
             banks: tuple[BankAccess, ...] | str | None = None) -> KernelReport:
     """One launch's report; `sass` and `banks` None: not asked for (no field, no reason)."""
-    unmeasured = []
+    unmeasured, errors = [], []
     grid, block = _dims(launch.grid), _dims(launch.block)
     if grid is None and isinstance(record, dict) and "grid" in record:
         grid = tuple(int(n) for n in record["grid"])    # a run-time grid (--dynamic): as the traced call launched it
@@ -208,6 +215,9 @@ def _report(launch: "Launch", res: ptxmod.Resources | str, record: dict | str, h
                               waves=o.waves)
                 if not o.blocks_per_sm:
                     unmeasured.append(("waves", f"a block does not fit on an SM ({', '.join(o.limited_by)})"))
+                    errors.append(f"does not launch: a block of {threads} threads at {res.registers} registers "
+                                  f"(allocated {_allocated(res.registers, hw)} a thread) and {res.smem_bytes} bytes "
+                                  f"of shared memory fits no SM (limited by {', '.join(o.limited_by)})")
             except occ.OccupancyError as e:
                 unmeasured.append(("occupancy", str(e)))
     if isinstance(record, str):
@@ -225,7 +235,7 @@ def _report(launch: "Launch", res: ptxmod.Resources | str, record: dict | str, h
     elif banks is not None:
         fields["bank_conflicts"] = banks
     return KernelReport(launch.kernel, launch.kind, launch.group, grid, block, threads, blocks, **fields,
-                        unmeasured=tuple(unmeasured))
+                        unmeasured=tuple(unmeasured), errors=tuple(errors))
 
 
 def _coalescing(record: dict) -> Coalescing:

@@ -273,7 +273,8 @@ class _Tracer:
     def accesses(self) -> int:
         return sum(len(log) for _, _, log in self.threads)
 
-    def record(self, arr: "TracedArray", offset: int, kind: str) -> None:
+    def record(self, arr: "TracedArray", offset: int, kind: str, width: int | None = None) -> None:
+        """One access of `width` bytes (an element's by default) at `offset` in `arr`."""
         t = threading.current_thread()
         state = getattr(t, "_fusec_trace", None)
         if state is None:
@@ -300,20 +301,20 @@ class _Tracer:
         key = (code, pos, kind, arr._name)
         site = self.sites.get(key)
         if site is None:
-            site = self._new_site(key, pos, f.f_lineno, arr, kind)
+            site = self._new_site(key, pos, f.f_lineno, arr, kind, width or arr._itemsize)
         counts, log = state
         k = counts.get(site, 0)
         counts[site] = k + 1
         log.append((site, k, arr._addr + offset))
 
-    def _new_site(self, key, pos, lineno, arr, kind) -> int:
+    def _new_site(self, key, pos, lineno, arr, kind, width) -> int:
         with self.lock:
             if key not in self.sites:
                 text = linecache.getline(self.filename, lineno).rstrip("\n")
                 expr = text[pos[2]:pos[3]] if pos[0] == pos[1] == lineno and None not in pos[2:] else text
                 self.sites[key] = len(self.site_info)
                 self.site_info.append({"line": lineno, "col": pos[2] or 0, "expr": expr.strip(), "kind": kind,
-                                       "array": arr._name, "itemsize": arr._itemsize})
+                                       "array": arr._name, "itemsize": width})
             return self.sites[key]
 
 
@@ -346,8 +347,21 @@ class TracedArray:
             off += (i + n if i < 0 else i) * s
         return off
 
+    def _run(self, idx) -> int | None:
+        """Byte offset of `idx` when it is a run of consecutive elements along the last axis
+        (integers, then a step-1 slice): emit/vector.py's 16-byte accesses, one access each."""
+        if not isinstance(idx, tuple) or len(idx) != self._ndim or not isinstance(idx[-1], slice) \
+                or idx[-1].step not in (None, 1) or self._strides[-1] != self._itemsize:
+            return None
+        start = idx[-1].start
+        return self._offset(idx[:-1] + (start,)) if start is not None and self._ndim else None
+
     def __getitem__(self, idx):
         val = self._ary[idx]                     # raises IndexError exactly like the simulator
+        run = self._run(idx)
+        if run is not None and isinstance(val, np.ndarray) and val.size:
+            self._tracer.record(self, run, "load", val.nbytes)
+            return val.copy()
         if isinstance(val, np.ndarray):
             delta = val.__array_interface__["data"][0] - self._ary.__array_interface__["data"][0]
             return TracedArray(val, self._name, self._tracer, self._addr + delta)
@@ -358,6 +372,10 @@ class TracedArray:
 
     def __setitem__(self, idx, val):
         self._ary[idx] = val
+        run = self._run(idx)
+        if run is not None:
+            self._tracer.record(self, run, "store", self._ary[idx].nbytes)
+            return
         off = self._offset(idx)
         if off is not None:
             self._tracer.record(self, off, "store")

@@ -109,6 +109,18 @@ def _static_grid(region) -> list:
         found.append((_GRID_AXES[mapping[pos]], loop.operands[k]))
         with ir.InsertionPoint(region), loop.location:
             loop.operands[k] = arith.ConstantOp(ir.IndexType.get(), _STAND_IN).result
+    # a static count above its axis's limit (which map_forall_to_blocks refuses) the same way:
+    # the launch gets it back and the emitter walks that axis with a grid-stride loop
+    static = list(ir.DenseI64ArrayAttr(loop.attributes["staticUpperBound"]))
+    over = [(pos, n) for pos, n in enumerate(static)
+            if n != ir.ShapedType.get_dynamic_size() and mapping[pos] in _GRID_AXES
+            and n > _GRID_LIMITS[_GRID_AXES[mapping[pos]]]]
+    for pos, n in over:
+        with ir.InsertionPoint(region), loop.location:
+            found.append((_GRID_AXES[mapping[pos]], arith.ConstantOp(ir.IndexType.get(), n).result))
+        static[pos] = _STAND_IN
+    if over:
+        loop.attributes["staticUpperBound"] = ir.DenseI64ArrayAttr.get(static)
     return found
 
 
@@ -126,6 +138,7 @@ def _run_time_counts(loop) -> list[tuple[int, int]]:
 
 _STAND_IN = 2                                # any count above 1: MLIR maps the loop, the grid is reset after
 _GRID_AXES = {"#gpu.block<x>": 0, "#gpu.block<y>": 1, "#gpu.block<z>": 2}
+_GRID_LIMITS = (2**31 - 1, 65535, 65535)     # CUDA's gridDim limits; emit/ids.py: GRID_LIMITS
 
 
 def _guard_thread_loops(block_loop) -> None:

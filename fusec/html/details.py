@@ -71,6 +71,7 @@ def _launches(k: dict, target: str) -> str:
         cells = "".join(f"<td>{escape(_figure(r, key))}</td>" for key, _ in _FIGURES)
         body.append(f"<tr><th>{escape(r['kernel'])}</th>{cells}</tr>")
         gaps += [f"{r['kernel']}: {what} not measured: {why}" for what, why in (r.get("unmeasured") or {}).items()]
+        gaps += [f"{r['kernel']}: error: {e}" for e in r.get("errors") or ()]
         src = k["sources"].get(r["kernel"])
         if src:
             sources.append(f'<details class="launch"><summary>source of {escape(r["kernel"])} '

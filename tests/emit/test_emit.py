@@ -429,7 +429,7 @@ def test_shared_memory_barrier_host_copy_and_views(sim, tmp_path_factory):
 def test_kernel_views_scalars_and_structured_control_flow(sim, tmp_path_factory):
     em = emit_text(VIEWS, "cuda")
     src = em.source
-    assert '@cuda.jit("void(float32[:, ::1], int64, float32[:, ::1], float32[::1])", cache=NUMBA_CACHE)' in src
+    assert '@cuda.jit("void(float32[:, ::1], int64, float32[:, ::1], float32[::1])", cache=NUMBA_CACHE, **_bounds(2))' in src
     assert "k0[(1, 1, 1), (2, 1, 1)](arg0, arg1, alloc, alloc_0)" in src
     mod = load(src, tmp_path_factory, "views")
     x = RNG.standard_normal((4, 8)).astype(np.float32)

@@ -15,7 +15,7 @@ def kernels(src, target="gpu"):
 def test_elementwise_chain_is_one_typed_kernel():
     s = kernels(EW)
     assert s.count("@cuda.jit(\"void(") == 1
-    assert '@cuda.jit("void(float32[:, ::1], float32[:, ::1])", cache=NUMBA_CACHE)' in s
+    assert '@cuda.jit("void(float32[:, ::1], float32[:, ::1])", cache=NUMBA_CACHE, **_bounds(256))' in s
     assert "_f32_1p702 = np.float32(1.702)" in s and "_f32_0p25 = np.float32(0.25)" in s
     assert "cuda.threadIdx.x" in s and "math.tanh(" in s and "math.exp(" in s
     assert re.search(r"^    k0\[\(\d+, \d+, 1\), \(\d+, \d+, 1\)\]\(arg0, alloc\)$", s, re.M)

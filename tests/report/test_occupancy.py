@@ -113,9 +113,19 @@ def test_a_sweep_agrees_with_cuda_occupancy_h(tmp_path):
 
 def test_a_block_that_fits_no_sm_has_no_waves_and_says_why():
     from fusec.compiler.emitted import Launch
+    from dataclasses import replace
     from fusec.compiler.report import kernels, ptx
+    from fusec.compiler.report import format_report as kernels_format
     resources = ptx.Resources(registers=255, stack_frame_bytes=0, lmem_bytes=0, spill_store_bytes=0,
                               spill_load_bytes=0, smem_bytes=0, barriers=1)
     r = kernels._report(Launch("k0", "launch", 0, ("64",), ("1024",)), resources, "not traced", H200)
     assert r.blocks_per_sm == 0 and r.occupancy == 0 and r.limited_by == ("registers",) and r.waves is None
     assert dict(r.unmeasured) == {"waves": "a block does not fit on an SM (registers)", "coalescing": "not traced"}
+    assert r.errors == ("does not launch: a block of 1024 threads at 255 registers (allocated 256 a thread) and 0 "
+                        "bytes of shared memory fits no SM (limited by registers)",)
+    assert "k0: error: does not launch: a block of 1024 threads" in kernels_format([r])
+    # 64 registers fit a 1,024-thread block; 65 are allocated as 72 (8 a thread): it no longer fits
+    for regs, fits in ((64, True), (65, False)):
+        r = kernels._report(Launch("k0", "launch", 0, ("64",), ("1024",)),
+                            replace(resources, registers=regs), "not traced", H200)
+        assert (r.blocks_per_sm > 0) == fits and (not r.errors) == fits

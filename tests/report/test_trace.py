@@ -184,3 +184,29 @@ def test_later_launches_read_the_traced_blocks_results_and_zeros_elsewhere():
     loads = {s["expr"]: (s["requests"], s["lanes"]) for s in r1["sites"] if s["kind"] == "load"}
     assert loads == {"b[(i + 32) % 128]": (2, 64), "a[0]": (1, 32), "a[i]": (1, 32)}
     assert r0["verified"] is r1["verified"] is True
+
+
+RUNS = textwrap.dedent('''
+    from numba import cuda
+
+    @cuda.jit("void(float32[:, ::1], float32[:, ::1])")
+    def k(a, b):
+        t = cuda.threadIdx.x
+        v = a[1, t * 4:t * 4 + 4]                   # 16 B a lane, 512 contiguous: 16 sectors, ideal 16
+        b[0, t * 4:t * 4 + 4] = v                   # the same, stored
+        b[1, t:t + 1] = v[:1]                       # a run of one: 4 sectors, ideal 4
+
+    def run_k(a, b):
+        k[(1, 1, 1), (32, 1, 1)](a, b)
+        return (b,)
+''')
+
+
+def test_a_run_of_consecutive_elements_is_one_access():
+    """emit/vector.py's 16-byte loads and stores run under the simulator as slices of 4 along
+    the last axis: one access of their bytes each, as ld.global.v4.f32 is on a GPU."""
+    (rec,) = trace.trace_here(RUNS, "run_k", ("f32[2,128]", "f32[2,128]"), ["first"], 32)
+    got = {s["expr"]: (s["kind"], s["sectors"] / s["requests"], s["ideal_sectors"] / s["requests"],
+                       s["lanes"] / s["requests"]) for s in rec["sites"]}
+    assert got == {"a[1, t * 4:t * 4 + 4]": ("load", 16, 16, 32), "b[0, t * 4:t * 4 + 4]": ("store", 16, 16, 32),
+                   "b[1, t:t + 1]": ("store", 4, 4, 32)}
