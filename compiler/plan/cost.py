@@ -254,6 +254,32 @@ def allocated_registers(hw: HardwareProfile, regs: int) -> int:
     return -(-regs // per_thread) * per_thread
 
 
+def issue_per_step(math: float, modelled: float, outside: float, measured: Measured | None) -> float:
+    """Warp instructions per step of a template's main loop (a K step, a key step), `math` of
+    them math: the SASS's when the kernel report measured the kernel's hot loop (its instructions
+    per iteration times the iterations a step's math takes; when the hot loop holds a part of a
+    step, the compute loop inside a K step, the model's `outside` instructions of the step are
+    added), else the model's `modelled`."""
+    if measured is None or not measured.loop_math or not measured.loop_instructions or math <= 0:
+        return modelled
+    iterations = math / measured.loop_math
+    return iterations * measured.loop_instructions + (outside if iterations > 1.5 else 0.0)
+
+
+def loads_in_flight(modelled: float, measured: Measured | None) -> float:
+    """Global loads a thread keeps in flight (what hides memory latency): the SASS's fewest over
+    the kernel's phases when the kernel report measured them, else the model's."""
+    if measured is None or not measured.loads_in_flight:
+        return modelled
+    return float(measured.loads_in_flight)
+
+
+def latency_bandwidth(hw: HardwareProfile, threads_per_unit: float, bytes_in_flight: float) -> float:
+    """The bandwidth a kernel can draw when each of its threads keeps `bytes_in_flight` bytes of
+    global loads outstanding (Little's law over the memory latency, every SM alike)."""
+    return hw.units * threads_per_unit * bytes_in_flight / hw.mem_latency_s
+
+
 def fitting_blocks(hw: HardwareProfile, warps: int, regs: int, smem: int) -> int:
     """Blocks of `warps` warps, `regs` registers per thread and `smem` shared bytes (0: none)
     that one SM holds at once: the planner's estimate of occupancy, by threads, registers (in

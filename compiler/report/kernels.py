@@ -93,9 +93,19 @@ class KernelReport:
         """What the cost model takes from the report (None when ptxas did not measure it)."""
         if self.registers is None:
             return None
+        loop = self.sass.loops[self.sass.hot].counts if self.sass is not None and self.sass.hot is not None else None
         return Measured(self.registers, (self.stack_frame_bytes or 0) + (self.local_bytes or 0),
                         (self.spill_store_bytes or 0) + (self.spill_load_bytes or 0), self.smem_bytes or 0,
-                        self.coalescing.efficiency if self.coalescing is not None else None)
+                        self.coalescing.efficiency if self.coalescing is not None else None,
+                        loop.instructions if loop is not None else None, loop.math if loop is not None else None,
+                        self.sass.loads_in_flight_min if self.sass is not None else None,
+                        _load_bytes(self.sass.kernel.global_loads) if self.sass is not None else None)
+
+
+def _load_bytes(loads: dict) -> float | None:
+    """Bytes per global load instruction over {"LDG.128": n, ...} (None: no global load)."""
+    n = sum(loads.values())
+    return sum(int(k.rsplit(".", 1)[-1]) * c for k, c in loads.items()) / 8 / n if n else None
 
 
 def report_kernels(source: str, entry: "Entry", hw: HardwareProfile, *, trace: bool = True,
