@@ -21,8 +21,8 @@ can change what it reads; its index depends only on values defined before the lo
 and the loop counter (a literal once unrolled). A reused element is matched by its full access
 expression (array and index text): the kernel's names are assigned once (SSA), so equal text is
 the same element. Reuse stays within the block (MLIR region) the first phase ran in. A phase
-with more than ROW_UNROLL elements per thread stays a loop (see plan/rows.py:
-`row_registers`, `cached_row_inputs`).
+with more than ROW_UNROLL (plan/rows.py: ROW_KEPT, which the row time model reads) elements
+per thread stays a loop.
 """
 from __future__ import annotations
 
@@ -31,9 +31,8 @@ from dataclasses import dataclass, field
 from .values import is_int, is_memref
 from ..marks import BLOCK_REDUCE
 from ..mlir import ir
+from ..plan.rows import ROW_KEPT as ROW_UNROLL      # the row model prices the same limit
 from .siblings import operation
-
-ROW_UNROLL = 16          # elements per thread of one phase unrolled and kept in registers at most
 
 _VIEWS = ("memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast",
           "memref.reinterpret_cast")
