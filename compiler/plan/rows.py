@@ -289,7 +289,8 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
     warps = math.ceil(threads / WARP)
     smem = sum(R * (T + math.ceil(T / WARP) + 1) * max(4, info.op(m).elem_bytes) for m in rk.reductions)
     regs = row_registers(J, R)
-    coalesced = rk.coalesced
+    # a column kernel (RowConfig.columns): a warp reads R consecutive columns of a few rows
+    coalesced = rk.coalesced or (getattr(tiling.config, "columns", False) and R * 4 >= SECTOR)
     if measured is not None:
         regs, smem = measured.registers, measured.shared_bytes
         if measured.coalescing is not None:

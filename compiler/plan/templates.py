@@ -66,15 +66,21 @@ class RowConfig(Config):
     mlir_threads: ClassVar[bool] = False
     splits_rows: ClassVar[bool] = True
     threads: int
+    # columns: the reduced axis is not the contiguous one (a reduction over axis 0 of [M, N]): its
+    # T threads go on thread y and the block's rows (the columns, contiguous) on thread x, so a
+    # warp's loads are consecutive columns; the combine goes through shared memory over y
+    columns: bool = False
 
     def mapped_threads(self, block, thread, mapped):
         return super().mapped_threads(block, thread, mapped) + (self.threads,)
 
     def block_dims(self, threads, mapped):
+        if self.columns:
+            return [threads[-2] if len(threads) > 1 else 1, self.threads] + list(reversed(threads[:-2]))
         return [self.threads] + list(reversed(threads[:-1]))
 
     def fields(self):
-        return {"row_threads": self.threads}
+        return {"row_threads": self.threads, **({"row_columns": True} if self.columns else {})}
 
 
 @dataclass(frozen=True, kw_only=True)
