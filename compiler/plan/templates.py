@@ -247,13 +247,14 @@ def groups_of(plans: dict, config: type) -> list:
     return [(plan, g) for plan in plans.values() for g in plan.kernels if isinstance(g.config, config)]
 
 
-def searched_config(row_threads: int = 0, gemm=()) -> Config:
+def searched_config(row_threads: int = 0, gemm=(), row_columns: bool = False) -> Config:
     """A tile search's config from the plan JSON's candidate fields (the autotuning cache's):
-    a row kernel's threads, or a contraction's (bk, tm, tn[, double-buffered])."""
+    a row kernel's threads (and whether it is a column kernel), or a contraction's (bk, tm, tn[,
+    double-buffered])."""
     if gemm:
         return ContractionConfig(bk=gemm[0], tm=gemm[1], tn=gemm[2], prefetch=len(gemm) > 3 and bool(gemm[3]))
     if row_threads:
-        return RowConfig(threads=row_threads)
+        return RowConfig(threads=row_threads, columns=row_columns)
     return ElementwiseConfig()
 
 
@@ -261,7 +262,8 @@ def candidate_fields(config: Config) -> dict:
     """A candidate tiling's config in the plan JSON (and the autotuning cache): row_threads, gemm."""
     f = config.fields()
     gemm = f.get("gemm", [])
-    return {"row_threads": f.get("row_threads", 0), "gemm": gemm + ([1] if f.get("double_buffered") else [])}
+    out = {"row_threads": f.get("row_threads", 0), "gemm": gemm + ([1] if f.get("double_buffered") else [])}
+    return dict(out, row_columns=True) if f.get("row_columns") else out
 
 
 # the plan JSON's template fields and their values for a kernel whose template sets none of them

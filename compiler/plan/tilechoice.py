@@ -144,7 +144,8 @@ class TileChooser:
         tuned = self.tuned.get(group_signature(self.info, members))
         if tuned is not None:
             t = Tiling(tuple(tuned["block"]), tuple(tuned.get("thread", ())), tuple(tuned["mapped"]),
-                       searched_config(int(tuned.get("row_threads", 0)), tuple(tuned.get("gemm", ()))))
+                       searched_config(int(tuned.get("row_threads", 0)), tuple(tuned.get("gemm", ())),
+                                       bool(tuned.get("row_columns", False))))
             c = self.cost(members, t)
             return Choice(t, c, ((t, c.time_s),), tuned=True)
         choice = None

@@ -72,3 +72,16 @@ def test_column_kernels_keep_the_numbers_on_the_simulator(src, binding):
         c = compare(got, w, "f32")
         assert c.ok, c.describe()
         assert np.array_equal(np.isnan(got), np.isnan(w))
+
+
+def test_a_column_kernel_survives_hand_plans_and_the_autotuning_cache():
+    from fusec.compiler.plan.handplan import to_spec
+    from fusec.compiler.plan.templates import candidate_fields, searched_config
+    binding = {"M": 1024, "N": 2048}
+    (g,) = stages(LS_BROADCAST, binding).plan.kernels
+    spec = to_spec(stages(LS_BROADCAST, binding).plan)
+    assert spec["groups"][0]["row_columns"] is True
+    (again,) = stages(LS_BROADCAST, binding, plan=spec).plan.kernels
+    assert again.config == g.config and again.block_tiles == g.block_tiles
+    fields = candidate_fields(g.config)
+    assert searched_config(fields["row_threads"], tuple(fields["gemm"]), fields.get("row_columns", False)) == g.config
