@@ -85,3 +85,12 @@ def test_a_column_kernel_survives_hand_plans_and_the_autotuning_cache():
     assert again.config == g.config and again.block_tiles == g.block_tiles
     fields = candidate_fields(g.config)
     assert searched_config(fields["row_threads"], tuple(fields["gemm"]), fields.get("row_columns", False)) == g.config
+
+
+def test_a_batched_reduction_over_a_middle_axis_is_one_column_kernel():
+    # [8, 512, 1024] minus its mean over axis 1: 1024 columns per image, 8 images on the grid's
+    # other dim; split-reductions left it whole (8 x 1024 columns give blocks for every SM)
+    st = stages(NORM3, {"B": 8, "M": 512, "N": 1024})
+    (g,) = st.plan.kernels
+    assert g.config.columns and g.block_tiles[0] == 1 and g.block_tiles[1] == 0
+    assert not any("split-reductions" in d for d in st.plan.decisions)
