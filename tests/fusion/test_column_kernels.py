@@ -94,3 +94,15 @@ def test_a_batched_reduction_over_a_middle_axis_is_one_column_kernel():
     (g,) = st.plan.kernels
     assert g.config.columns and g.block_tiles[0] == 1 and g.block_tiles[1] == 0
     assert not any("split-reductions" in d for d in st.plan.decisions)
+
+
+def test_a_column_kernel_reads_each_element_once_with_its_loads_in_flight():
+    """log_softmax over axis 0 of [1024, 2048]: each thread's 1024/T elements of its column are
+    loaded once (the later phases read registers) and all issued before their first use."""
+    from helpers import loads_in_flight, sass_of
+    st = stages(LS_BROADCAST, {"M": 1024, "N": 2048})
+    (g,) = st.plan.kernels
+    (ins,) = sass_of(st.emitted.source).values()
+    per_thread = 1024 // g.config.threads
+    assert sum(1 for t in ins if t.split()[0].startswith("LDG")) == per_thread
+    assert loads_in_flight(ins) == [per_thread]

@@ -9,7 +9,7 @@ import pytest
 import fusec
 from fusec.runtime import reference
 from fusec.runtime.compare import compare
-from helpers import stages
+from helpers import loads_in_flight, sass_of, stages
 
 SOFTMAX = "chain s(x: f32[M, N]) -> f32[M, N] { return softmax(x) }"
 LOGSOFTMAX = "chain s(x: f32[M, N]) -> f32[M, N] { return log_softmax(x) }"
@@ -59,53 +59,6 @@ def test_phases_unrolled_and_kept_in_registers_keep_the_numbers(src, threads, ro
         assert np.array_equal(np.isnan(got), np.isnan(w))
 
 
-def _sass(source: str) -> dict[str, list[str]]:
-    """The SASS instructions of each kernel of an emitted module (NVVM, ptxas, cuobjdump)."""
-    import os
-    import subprocess
-    import tempfile
-    from fusec.compiler.report.ptx import ptx_of, ptxas_path
-    ptxas = ptxas_path()
-    cuobjdump = ptxas and os.path.join(os.path.dirname(ptxas), "cuobjdump")
-    if not ptxas or not os.path.exists(cuobjdump):
-        pytest.skip("no ptxas and cuobjdump (the nvidia-cuda-nvcc and -cuobjdump wheels)")
-    out = ptx_of(source, (9, 0))
-    if not out["ptx"]:
-        pytest.skip(f"no NVVM to compile PTX with: {out['errors']}")
-    kernels = {}
-    with tempfile.TemporaryDirectory() as d:
-        for name, ptx in out["ptx"].items():
-            open(f"{d}/k.ptx", "w").write(ptx)
-            subprocess.run([ptxas, "-arch=sm_90", f"{d}/k.ptx", "-o", f"{d}/k.cubin"], check=True)
-            sass = subprocess.run([cuobjdump, "-sass", f"{d}/k.cubin"], capture_output=True, text=True,
-                                  check=True).stdout
-            kernels[name] = [m.group(1).strip() for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+([^;]*);", sass)]
-    return kernels
-
-
-def _loads_in_flight(ins: list[str]) -> list[int]:
-    """Per phase (the code between barriers) that loads from global memory: the longest run of
-    LDGs issued before an instruction reads one of their destination registers."""
-    phases, best, pending, run = [], 0, set(), 0
-    for t in ins:
-        op = re.sub(r"^@!?P\w+\s+", "", t)
-        opc, _, rest = op.partition(" ")
-        if opc.startswith("BAR") or opc == "EXIT":
-            if best or run:
-                phases.append(max(best, run))
-            best, pending, run = 0, set(), 0
-            continue
-        operands = rest.split(",")
-        srcs = operands if opc.startswith(("ST", "RED", "ATOM")) else operands[1:]
-        used = {int(r) for s in srcs for r in re.findall(r"\bR(\d+)", s)}
-        if pending & used:
-            best, pending, run = max(best, run), set(), 0
-        if opc.startswith("LDG"):
-            pending.add(int(re.match(r"R(\d+)", operands[0].strip()).group(1)))
-            run += 1
-    return phases
-
-
 @pytest.mark.parametrize("src,loads", [(SOFTMAX, 4), (LAYERNORM, 12)])
 def test_a_row_is_read_once_with_its_loads_in_flight(src, loads):
     """softmax and layernorm over [64, 1024] rows, 256 threads per row (4 elements each): x is
@@ -113,7 +66,7 @@ def test_a_row_is_read_once_with_its_loads_in_flight(src, loads):
     has its 4 loads in flight (issued before the first use)."""
     binding = dict(M=64, N=1024)
     source = stages(src, binding, plan=_plan(src, binding, 256)).emitted.source
-    (ins,) = _sass(source).values()
+    (ins,) = sass_of(source).values()
     assert sum(1 for t in ins if t.split()[0].startswith("LDG")) == loads
-    flight = _loads_in_flight(ins)
+    flight = loads_in_flight(ins)
     assert flight and min(flight) >= 4, flight
