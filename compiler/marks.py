@@ -19,6 +19,7 @@ GROUP = "fusec.group"                      # the kernel (plan group) an op belon
 PART = "fusec.part"                        # a row kernel's phase
 THREADS_OF = "fusec.threads_of"            # on a row kernel's thread loops: the kernel's id
 BLOCK_REDUCE = "fusec.block_reduce"        # the block-wide combine the emitter writes (emit/reduce.py)
+BLOCK_REDUCE_ON_Y = "fusec.block_reduce_on_y"   # its partials on thread y, the rows on x (a column kernel)
 
 # contraction kernels (transforms/gemm_kernels.py, emit/gemm.py)
 BLOCK_GEMM = "fusec.block_gemm"            # the kernel's root: the template writes it

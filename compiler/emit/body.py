@@ -8,6 +8,7 @@ from typing import Callable
 
 from . import cpu as emit_cpu
 from . import ids
+from . import row_phases
 from . import views
 from .control import ControlFlow
 from .siblings import FusedLoops, access, fuse_siblings, operation
@@ -85,6 +86,7 @@ class FuncCtx:
     memory: "object | None" = None                # the host function's MemoryPlan (emit/memplan.py)
     held: dict = field(default_factory=dict)      # cpu buffer -> the Python local holding its element
                                                   # (a one-element alloc, or an element for a loop)
+    row_launches: dict = field(default_factory=dict)   # gpu.launch -> its row_phases.RowLaunch (or None)
 
 
 _LOOPS_RUN_APART = ("scf.parallel", "scf.forall")      # a prange's iterations: a local is not shared
@@ -345,6 +347,19 @@ class Body(ControlFlow):
                               "combines of row kernels and scans)")
         emit(self, op)
 
+    def for_loop(self, op):
+        """scf.for; in a row kernel, a phase loop unrolled with its loads first (emit/row_phases.py)."""
+        if self.mode == "kernel":
+            launch = row_phases.enclosing_launch(op)
+            if launch is not None:
+                if launch not in self.ctx.row_launches:
+                    self.ctx.row_launches[launch] = row_phases.row_launch(launch)
+                rows = self.ctx.row_launches[launch]
+                if rows is not None and row_phases.phase_loop(self, op, rows):
+                    row_phases.unrolled_phase(self, op, rows)
+                    return
+        self.scf_for(op)
+
     # ------------------------------------------------------------------ gpu
     def gpu_id(self, op):
         self.need(op, "kernel")
@@ -432,7 +447,7 @@ _HANDLERS = {
     "memref.collapse_shape": Body.collapse_shape, "memref.cast": Body.cast,
     "memref.reinterpret_cast": Body.reinterpret_cast, "memref.dim": Body.dim, "memref.transpose": Body.transpose,
     "memref.load": Body.load, "memref.store": Body.store, "memref.copy": Body.copy,
-    "scf.for": Body.scf_for, "scf.if": Body.scf_if, "scf.parallel": Body.scf_parallel,
+    "scf.for": Body.for_loop, "scf.if": Body.scf_if, "scf.parallel": Body.scf_parallel,
     "scf.execute_region": Body.execute_region,
     "gpu.block_id": Body.gpu_id, "gpu.thread_id": Body.gpu_id, "gpu.block_dim": Body.gpu_id,
     "gpu.grid_dim": Body.gpu_id, "gpu.global_id": Body.global_id, "gpu.barrier": Body.barrier,

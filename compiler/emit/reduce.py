@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from . import ids
 from .values import EmitError
-from ..marks import BLOCK_REDUCE
+from ..marks import BLOCK_REDUCE, BLOCK_REDUCE_ON_Y
 from ..plan.hardware import WARP
 
 
@@ -28,6 +28,9 @@ def block_reduce(body, op) -> None:
         raise EmitError("a fusec.block_reduce combines one row dim per block (threads y)", op)
     dims = body.ctx.block_dims or None
     R = rows[big[0]] if big else 1
+    if BLOCK_REDUCE_ON_Y in op.attributes:
+        _on_y(body, op, P, O, T, R, rows, big, dims, combine_op)
+        return
     if dims is not None and (str(dims[0]) != str(T) or (R > 1 and str(dims[1]) != str(R))):
         raise EmitError(f"a fusec.block_reduce over {T} partials x {R} rows in a block of {dims}", op)
     x, y = ids.thread_id("x"), (ids.thread_id("y") if R > 1 else "0")
@@ -84,4 +87,40 @@ def block_reduce(body, op) -> None:
                 with w.indent():
                     w(f"{acc} = {comb(acc, f'{slots}[{y}, {k}]')}")
             w(f"{at(O)} = {acc}")
+    w("cuda.syncthreads()")
+
+
+def _on_y(body, op, P, O, T: int, R: int, rows, big, dims, combine_op) -> None:
+    """A column kernel's combine (plan/templates.py: RowConfig.columns): the partials P[row, t]
+    of the block's R rows (its columns) on thread x and their T threads on thread y, combined
+    by a tree over y in P (a warp holds consecutive columns, so no shuffle combines them), then
+    O[row] = P[row, 0]; a barrier after each step."""
+    if dims is not None and (str(dims[1]) != str(T) or (R > 1 and str(dims[0]) != str(R))):
+        raise EmitError(f"a fusec.block_reduce on y over {T} partials x {R} rows in a block of {dims}", op)
+    x, y = (ids.thread_id("x") if R > 1 else "0"), ids.thread_id("y")
+
+    def at(view, t=None):
+        idx = [x if i in big else "0" for i in range(len(rows))]
+        return view.at(idx + ([t] if t is not None else []))
+
+    def comb(a: str, b: str) -> str:
+        e = body.ctx.rules.expr(combine_op, [a, b])
+        if e is None:
+            raise EmitError(f"the emitter has no rule for the combiner {combine_op.name}", op)
+        return e
+
+    w = body.w
+    w(f"# {BLOCK_REDUCE} {combine_op.name}: {T} partials per row x {R} rows, threads y along the partials, "
+      "x along the rows")
+    n = T
+    while n > 1:
+        h = (n + 1) // 2
+        w(f"if {y} < {n - h}:")
+        with w.indent():
+            w(f"{at(P, y)} = {comb(at(P, y), at(P, f'{y} + {h}'))}")
+        w("cuda.syncthreads()")
+        n = h
+    w(f"if {y} == 0:")
+    with w.indent():
+        w(f"{at(O)} = {at(P, '0')}")
     w("cuda.syncthreads()")

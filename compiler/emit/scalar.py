@@ -111,38 +111,27 @@ class Helpers:
 
 
 _HELPERS = {  # name -> source; {key} is the function's name, the rest typed constants
+    # Branch-free (one select over predicates: FSETP and FSEL in SASS, so a row's loads are not
+    # held back by branch regions), with the IEEE 754-2019 rules of arith.maximumf / minimumf.
+    # `|` and `&` on the predicates, not `or` / `and`, which Numba lowers to branches.
     "maximumf": '''
 def {key}(a, b):
-    """arith.maximumf: NaN if either operand is NaN; +0 is above -0."""
-    if a != a or b != b:
-        return a + b
-    if a == b:
-        return b if math.copysign({one}, a) < {zero} else a
-    return a if a > b else b''',
+    """arith.maximumf: NaN if either operand is NaN; +0 is above -0. Branch-free: a when it is
+    above b, when it is NaN, or when the two are equal and a's sign is + (max(+0, -0) = +0);
+    else b (NaN when b is)."""
+    return a if (a > b) | (a != a) | ((a == b) & (math.copysign({one}, a) > {zero})) else b''',
     "minimumf": '''
 def {key}(a, b):
-    """arith.minimumf: NaN if either operand is NaN; -0 is below +0."""
-    if a != a or b != b:
-        return a + b
-    if a == b:
-        return a if math.copysign({one}, a) < {zero} else b
-    return a if a < b else b''',
+    """arith.minimumf: NaN if either operand is NaN; -0 is below +0. Branch-free, as maximumf."""
+    return a if (a < b) | (a != a) | ((a == b) & (math.copysign({one}, a) < {zero})) else b''',
     "maxnumf": '''
 def {key}(a, b):
-    """arith.maxnumf: the other operand if one is NaN."""
-    if a != a:
-        return b
-    if b != b:
-        return a
-    return a if a > b else b''',
+    """arith.maxnumf: the other operand if one is NaN. Branch-free: a when above b or b is NaN."""
+    return a if (a > b) | (b != b) else b''',
     "minnumf": '''
 def {key}(a, b):
-    """arith.minnumf: the other operand if one is NaN."""
-    if a != a:
-        return b
-    if b != b:
-        return a
-    return a if a < b else b''',
+    """arith.minnumf: the other operand if one is NaN. Branch-free: a when below b or b is NaN."""
+    return a if (a < b) | (b != b) else b''',
     "divsi": '''
 def {key}(a, b):
     """arith.divsi: integer division rounding toward zero."""

@@ -72,6 +72,9 @@ def tiles_text(g: dict) -> str:
         tc = f", {g['tensor_cores']} tensor cores (mma.sync m16n8k16)" if g.get("tensor_cores") else ""
         tc += ", double-buffered" if g.get("double_buffered") else ""
         return f"{text}; tiled contraction: K step {bk}, {tm}x{tn} outputs per thread, {threads} threads{tc}"
+    if g.get("row_threads") and g.get("row_columns"):
+        return (f"{text}; column kernel: {g['row_threads']} threads per column (threads y), "
+                f"{g['threads'][-2] if len(g['threads']) > 1 else 1} columns per block (threads x)")
     if g.get("row_threads"):
         return f"{text}; row kernel: {g['row_threads']} threads per row, {threads} threads"
     if any(g["thread_tiles"]):

@@ -35,6 +35,8 @@ def group_spec(group: dict, ops: list[int] | None = None) -> dict:
             "block_tiles": list(group["block_tiles"]), "thread_tiles": list(group["thread_tiles"])}
     if group.get("row_threads"):
         spec["row_threads"] = group["row_threads"]
+        if group.get("row_columns"):
+            spec["row_columns"] = True
     if group.get("gemm"):
         spec["gemm"] = list(group["gemm"])
         if group.get("double_buffered"):
@@ -54,7 +56,8 @@ def to_spec(plan: FusionPlan | dict) -> dict:
     return {"groups": [group_spec(g) for g in summary["groups"]]}
 
 
-def _config(row_threads: int, gemm: tuple[int, ...], att: tuple[int, ...], scan: Config | None, conv: str) -> Config:
+def _config(row_threads: int, gemm: tuple[int, ...], att: tuple[int, ...], scan: Config | None, conv: str,
+            columns: bool = False) -> Config:
     """A checked hand plan group's template fields as its config (plan/templates.py)."""
     if scan is not None:
         return scan
@@ -63,7 +66,7 @@ def _config(row_threads: int, gemm: tuple[int, ...], att: tuple[int, ...], scan:
     if gemm:
         return ContractionConfig(bk=gemm[0], tm=gemm[1], tn=gemm[2], prefetch=len(gemm) > 3 and bool(gemm[3]))
     if row_threads:
-        return RowConfig(threads=row_threads)
+        return RowConfig(threads=row_threads, columns=columns)
     if conv:
         return ConvConfig(algorithm=conv)
     return ElementwiseConfig()
@@ -113,9 +116,10 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
         if target == "gpu" and len(mapped) > 3:
             raise PlanError(f"group {gid}: at most 3 loops can be mapped to GPU blocks")
         row_threads = int(g.get("row_threads", 0))
+        columns = bool(g.get("row_columns", False))
         if row_threads:
-            why = row_tiling_error(info, members, root, Tiling(block, thread, mapped, RowConfig(threads=row_threads)),
-                                   target)
+            why = row_tiling_error(info, members, root, Tiling(block, thread, mapped,
+                                                               RowConfig(threads=row_threads, columns=columns)), target)
             if why:
                 raise PlanError(f"group {gid}: row_threads {row_threads}: {why}")
         gemm = tuple(int(x) for x in g.get("gemm", ()))
@@ -167,7 +171,7 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
             if why:
                 raise PlanError(f"group {gid}: conv {conv!r} {why} (%{convs[0]} is {shape.text()})")
             given_conv.add(root)
-        t = Tiling(block, thread, mapped, _config(row_threads, gemm, att, scan, conv))
+        t = Tiling(block, thread, mapped, _config(row_threads, gemm, att, scan, conv, columns))
         recomputed = frozenset(int(x) for x in g.get("recomputed", ()))
         if recomputed - (set(compute) - {root}):
             raise PlanError(f"group {gid}: recomputed {sorted(recomputed)}: only the group's compute ops other than "

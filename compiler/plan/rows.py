@@ -260,9 +260,10 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
     Each reduction is a phase (every thread accumulates J = N/T elements, then the block
     combines the T partials: warp shuffles and a shared-memory slot per warp), and so is the
     root when it walks the row; an elementwise producer along the row is computed again in each
-    phase that needs it (nothing row-sized is kept per thread). A tensor read along the row is
-    read from global memory in the first phase that needs it and again in the later ones, from
-    L1 when the rows of the resident blocks fit there (else from L2, else from memory)."""
+    phase that needs it. A tensor read along the row is read from global memory in the first
+    phase that needs it; when J <= ROW_KEPT the emitter keeps the thread's elements in registers
+    for the later phases (emit/row_phases.py), else the later phases read it again, from L1 when
+    the rows of the resident blocks fit there (else from L2, else from memory)."""
     rk = row_kernel(info, members, root)
     if isinstance(rk, str):
         raise ValueError(f"not a row kernel: {rk}")
@@ -288,7 +289,8 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
     warps = math.ceil(threads / WARP)
     smem = sum(R * (T + math.ceil(T / WARP) + 1) * max(4, info.op(m).elem_bytes) for m in rk.reductions)
     regs = row_registers(J, R)
-    coalesced = rk.coalesced
+    # a column kernel (RowConfig.columns): a warp reads R consecutive columns of a few rows
+    coalesced = rk.coalesced or (getattr(tiling.config, "columns", False) and R * 4 >= SECTOR)
     if measured is not None:
         regs, smem = measured.registers, measured.shared_bytes
         if measured.coalescing is not None:
@@ -305,6 +307,8 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
     l1_free = hw.onchip_per_unit - blocks_per_sm * smem
     readers = {k: {m for m in members if k in info.op(m).operand_keys[:info.op(m).n_inputs]} for k in row_inputs}
     passes = {k: sum(1 for closure in phases.values() if closure & readers[k]) for k in row_inputs}
+    if J <= ROW_KEPT:                          # later phases read the thread's elements from registers
+        passes = {k: min(1, n) for k, n in passes.items()}
     again = sum(reads[k][0] * max(0, passes[k] - 1) for k in row_inputs)
     l1_hit = row_bytes * blocks_per_sm <= 0.5 * l1_free
     l1 = again if l1_hit else 0.0
@@ -340,6 +344,8 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
 
 
 ROW_UNROLL_LIMIT = 96     # elements per thread beyond which LLVM no longer unrolls a row kernel's loops
+ROW_KEPT = 16             # elements per thread up to which the emitter unrolls a phase, loads first, and
+                          # keeps a row's elements in registers for the later phases (emit/row_phases.py)
 
 
 def row_registers(per_thread: int, rows: int) -> int:

@@ -66,15 +66,21 @@ class RowConfig(Config):
     mlir_threads: ClassVar[bool] = False
     splits_rows: ClassVar[bool] = True
     threads: int
+    # columns: the reduced axis is not the contiguous one (a reduction over axis 0 of [M, N]): its
+    # T threads go on thread y and the block's rows (the columns, contiguous) on thread x, so a
+    # warp's loads are consecutive columns; the combine goes through shared memory over y
+    columns: bool = False
 
     def mapped_threads(self, block, thread, mapped):
         return super().mapped_threads(block, thread, mapped) + (self.threads,)
 
     def block_dims(self, threads, mapped):
+        if self.columns:
+            return [threads[-2] if len(threads) > 1 else 1, self.threads] + list(reversed(threads[:-2]))
         return [self.threads] + list(reversed(threads[:-1]))
 
     def fields(self):
-        return {"row_threads": self.threads}
+        return {"row_threads": self.threads, **({"row_columns": True} if self.columns else {})}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -241,13 +247,14 @@ def groups_of(plans: dict, config: type) -> list:
     return [(plan, g) for plan in plans.values() for g in plan.kernels if isinstance(g.config, config)]
 
 
-def searched_config(row_threads: int = 0, gemm=()) -> Config:
+def searched_config(row_threads: int = 0, gemm=(), row_columns: bool = False) -> Config:
     """A tile search's config from the plan JSON's candidate fields (the autotuning cache's):
-    a row kernel's threads, or a contraction's (bk, tm, tn[, double-buffered])."""
+    a row kernel's threads (and whether it is a column kernel), or a contraction's (bk, tm, tn[,
+    double-buffered])."""
     if gemm:
         return ContractionConfig(bk=gemm[0], tm=gemm[1], tn=gemm[2], prefetch=len(gemm) > 3 and bool(gemm[3]))
     if row_threads:
-        return RowConfig(threads=row_threads)
+        return RowConfig(threads=row_threads, columns=row_columns)
     return ElementwiseConfig()
 
 
@@ -255,7 +262,8 @@ def candidate_fields(config: Config) -> dict:
     """A candidate tiling's config in the plan JSON (and the autotuning cache): row_threads, gemm."""
     f = config.fields()
     gemm = f.get("gemm", [])
-    return {"row_threads": f.get("row_threads", 0), "gemm": gemm + ([1] if f.get("double_buffered") else [])}
+    out = {"row_threads": f.get("row_threads", 0), "gemm": gemm + ([1] if f.get("double_buffered") else [])}
+    return dict(out, row_columns=True) if f.get("row_columns") else out
 
 
 # the plan JSON's template fields and their values for a kernel whose template sets none of them

@@ -147,7 +147,8 @@ class TileChooser:
         tuned = self.tuned.get(group_signature(self.info, members))
         if tuned is not None:
             t = Tiling(tuple(tuned["block"]), tuple(tuned.get("thread", ())), tuple(tuned["mapped"]),
-                       searched_config(int(tuned.get("row_threads", 0)), tuple(tuned.get("gemm", ()))))
+                       searched_config(int(tuned.get("row_threads", 0)), tuple(tuned.get("gemm", ())),
+                                       bool(tuned.get("row_columns", False))))
             c = self.cost(members, t)
             return Choice(t, c, ((t, c.time_s),), tuned=True)
         choice = None
@@ -258,8 +259,10 @@ class TileChooser:
         if self.target != "gpu":
             return None
         rk = row_kernel(self.info, members, root)
-        if isinstance(rk, str) or (not rk.coalesced and tile):
-            return None           # strided rows: threads along the contiguous axis instead
+        if isinstance(rk, str):
+            return None
+        if not rk.coalesced:      # strided rows: threads x along the contiguous axis instead
+            return self.column_search(members, root, tile, rk) if tile else None
         if any(loop is not None and loop in self.run_time.get(m, ()) for m, loop in rk.op_loops):
             return None           # a run-time row: its split over threads is counted at compile time
         r = self.info.op(root)
@@ -303,6 +306,49 @@ class TileChooser:
             if c.time_s < evaluated[best].time_s * (1 - MARGIN):
                 best = key
         best = self._filling(best, evaluated)
+        ranked = tuple(sorted(((tiling(*k), c.time_s) for k, c in evaluated.items()),
+                              key=lambda x: (x[1], x[0] != tiling(*best))))
+        return Choice(tiling(*best), evaluated[best], ranked)
+
+    def column_search(self, members, root, tile, rk) -> Choice | None:
+        """A row kernel whose row is not the contiguous axis (a reduction over axis 0 of [M, N]
+        with its producers and consumers) as a column kernel (RowConfig.columns): R columns per
+        block on threads x (the root's innermost mapped loop, which must be its last: the
+        contiguous one), each column's elements split cyclically over T threads y (T <= 64,
+        dividing the reduced extent), the partials combined through shared memory. Every
+        (T, R) with R in 8..64 is priced; the fastest wins (filling the device within the
+        margin)."""
+        if any(loop is not None and loop in self.run_time.get(m, ()) for m, loop in rk.op_loops):
+            return None
+        r = self.info.op(root)
+        n = len(r.loops)
+        mapped = tuple(tile[-3:])
+        if any(r.loops[l] > 1 for l in tile[:-3]) or not mapped or mapped[-1] != n - 1 \
+                or mapped[-1] == rk.root_loop:
+            return None
+        limit = self.hw.max_threads_per_block
+        counts = [t for t in rk.thread_counts(limit) if 2 <= t <= 64]
+        columns = [d for d in divisors(r.loops[mapped[-1]]) if 8 <= d <= 64]
+        if mapped[-1] in self.run_time.get(root, ()) or not counts or not columns:
+            return None
+
+        def tiling(T, R):
+            block, thread = [0] * n, [0] * n
+            for loop in mapped[:-1]:
+                block[loop] = 1
+            block[mapped[-1]], thread[mapped[-1]] = R, 1
+            return Tiling(tuple(block), tuple(thread), mapped, RowConfig(threads=T, columns=True))
+
+        evaluated = {}
+        for T in counts:
+            for R in columns:
+                regs = row_registers(rk.extent // T, R)
+                if (T * R <= limit and regs * T * R <= self.hw.regs_per_unit
+                        and row_tiling_error(self.info, members, root, tiling(T, R), "gpu", limit) is None):
+                    evaluated[(T, R)] = self.cost(members, tiling(T, R))
+        if not evaluated:
+            return None
+        best = self._filling(min(evaluated, key=lambda k: evaluated[k].time_s), evaluated)
         ranked = tuple(sorted(((tiling(*k), c.time_s) for k, c in evaluated.items()),
                               key=lambda x: (x[1], x[0] != tiling(*best))))
         return Choice(tiling(*best), evaluated[best], ranked)

@@ -99,11 +99,32 @@ def _split(op, hw: HardwareProfile) -> int:
     if not along or any(_compound(m, r) for _, m in inputs):
         return 0
     contiguous = all(is_dim(m.results[_last(v)], r) for v, m in along)
+    if not contiguous and _columns_fill(along, r, loops, outputs, hw):
+        return 0
     g = split_factor(outputs, steps, contiguous, hw)
     if g < 2:
         return 0
     _rewrite(op, r, g, combiner, amaps, n_in, steps)
     return 1
+
+
+COLUMN_BLOCK = 8     # columns per block of a column kernel at least (a 32-byte sector of f32 per row)
+
+
+def _columns_fill(along, r: int, loops: list[int], outputs: int, hw: HardwareProfile) -> bool:
+    """Whether a reduction over a non-contiguous axis can be a column kernel that fills the device
+    (plan/tilechoice.py: column_search): every input it reduces has a kept loop of COLUMN_BLOCK
+    columns or more on its contiguous dim, and its outputs (the other kept loops go to blocks one
+    at a time) give blocks of COLUMN_BLOCK columns for every SM. The planner then prices that kernel
+    (threads y along the reduced axis, columns on threads x, fused with its producers and
+    consumers) against the others; a reduction too narrow for it is split as before."""
+    inner = set()
+    for v, m in along:
+        e = m.results[_last(v)].maybe_downcast()
+        if not isinstance(e, ir.AffineDimExpr) or e.position == r:
+            return False
+        inner.add(e.position)
+    return len(inner) == 1 and loops[inner.pop()] >= COLUMN_BLOCK and outputs // COLUMN_BLOCK >= hw.units
 
 
 def _last(v) -> int:

@@ -19,7 +19,7 @@ from ..plan.kernels import Kernel
 from ..plan.rows import RowKernel, row_kernel
 from .generic import empty_like, is_dim, iterator_attr, iterators, map_attr, maps, rebuild, split_groups, type_shape
 from .script import tag_of
-from ..marks import BLOCK_REDUCE, GROUP, PART, TAG, THREADS_OF
+from ..marks import BLOCK_REDUCE, BLOCK_REDUCE_ON_Y, GROUP, PART, TAG, THREADS_OF
 from .. import combiners
 
 WORKGROUP = "#gpu.address_space<workgroup>"
@@ -34,6 +34,7 @@ class Phase:
     thread_rows: bool                         # the block's rows map to thread y (t maps to thread x)
     along: int | None = None                  # the op's loop over j (its chunks of the row), walked one
                                               # element at a time with its copies fused in (no row in local memory)
+    columns: bool = False                     # t maps to thread y and the block's rows to thread x
 
 
 def split_rows(func_op, g: Kernel, info: ChainInfo) -> list[Phase]:
@@ -265,6 +266,8 @@ class _Splitter:
                 linalg.YieldOp([combine.build(block.arguments[0], block.arguments[1])])
         _label(comb, tag, "combine")
         comb.attributes[BLOCK_REDUCE] = ir.StringAttr.get(dict(self.rk.combiners)[m])
+        if getattr(self.g.config, "columns", False):
+            comb.attributes[BLOCK_REDUCE_ON_Y] = ir.UnitAttr.get()
         old.results[0].replace_all_uses_with(comb.results[0])
         self.new[m] = partial
 
@@ -297,7 +300,8 @@ class _Splitter:
             if row is not None:
                 tiles[row] = 1
             phases.append(Phase((_tag_value(op), ir.StringAttr(op.attributes[PART]).value), tuple(fused),
-                                tuple(tiles), row is not None, self.rk.loop_of(end)))
+                                tuple(tiles), row is not None, self.rk.loop_of(end),
+                                bool(getattr(self.g.config, "columns", False))))
         for m in sorted(templates, reverse=True):       # the templates, now unread
             if any(list(r.uses) for r in self.new[m].results):
                 raise CompilerInternalError("tiled", f"%{m} is read outside the phases of its row kernel")

@@ -224,7 +224,10 @@ def row_script(gid: int, phases: list[Phase]) -> list[Step]:
     for n, ph in enumerate(phases):
         k = f"{gid}_{n}"
         steps.append(_match_part(f"ph{k}", *ph.op))
-        dims = "[#gpu.thread<y>, #gpu.thread<x>]" if ph.thread_rows else "[#gpu.thread<x>]"
+        if ph.columns:      # a column kernel: t on thread y, the block's rows (its columns) on thread x
+            dims = "[#gpu.thread<x>, #gpu.thread<y>]" if ph.thread_rows else "[#gpu.thread<y>]"
+        else:
+            dims = "[#gpu.thread<y>, #gpu.thread<x>]" if ph.thread_rows else "[#gpu.thread<x>]"
         steps.append(Step(f"%pt{k}, %pf{k}_0 = transform.structured.tile_using_forall %ph{k} tile_sizes "
                           f"{list(ph.tiles)} (mapping = {dims}) : ({ANY}) -> ({ANY}, {ANY})"))
         for i, (tag, part) in enumerate(ph.fused):

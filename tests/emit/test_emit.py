@@ -538,6 +538,17 @@ FLOAT_OPS = [
     ("{t}z = arith.constant 0.0 : f32\n{t}n = arith.negf {t}z : f32\n"
      "{r} = arith.minimumf {t}z, {t}n : f32", lambda: np.full(16, -0.0)),
     ("{r} = arith.minnumf %x, %y : f32", lambda: np.fmin(X, Y)),
+    # NaN, the infinities and a sign change as the first operand too; each zero order
+    ("{r} = arith.maximumf %y, %x : f32", lambda: np.maximum(Y, X)),
+    ("{r} = arith.minimumf %y, %x : f32", lambda: np.minimum(Y, X)),
+    ("{r} = arith.maxnumf %y, %x : f32", lambda: np.fmax(Y, X)),
+    ("{r} = arith.minnumf %y, %x : f32", lambda: np.fmin(Y, X)),
+    ("{t}z = arith.constant 0.0 : f32\n{t}n = arith.negf {t}z : f32\n"
+     "{r} = arith.maximumf {t}z, {t}n : f32", lambda: np.zeros(16)),
+    ("{t}z = arith.constant 0.0 : f32\n{t}n = arith.negf {t}z : f32\n"
+     "{r} = arith.minimumf {t}n, {t}z : f32", lambda: np.full(16, -0.0)),
+    ("{t}z = arith.constant 0.0 : f32\n{t}n = arith.negf {t}z : f32\n"
+     "{r} = arith.maximumf {t}n, {t}n : f32", lambda: np.full(16, -0.0)),
     ("{r} = math.exp %x : f32", lambda: np.exp(X)),
     ("{r} = math.exp2 %x : f32", lambda: np.exp2(X)),
     ("{r} = math.log %p : f32", lambda: np.log(P)),
@@ -868,3 +879,48 @@ def test_kernels_compile_for_a_real_gpu(tmp_path):
     assert len(result) >= len(paths)
     uses_f64 = [k for k, v in result.items() if v and k.split(":")[0] in f32_only]
     assert not uses_f64
+
+
+_MINMAX = r"""
+func.func @mm(%X: memref<256xf32>, %Y: memref<256xf32>) -> memref<4x256xf32> {
+  %c1 = arith.constant 1 : index
+  %c0 = arith.constant 0 : index
+  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  %c256 = arith.constant 256 : index
+  %O = memref.alloc() : memref<4x256xf32>
+  gpu.launch blocks(%bx, %by, %bz) in (%gx = %c1, %gy = %c1, %gz = %c1)
+             threads(%tx, %ty, %tz) in (%sx = %c256, %sy = %c1, %sz = %c1) {
+    %i = gpu.thread_id x
+    %x = memref.load %X[%i] : memref<256xf32>
+    %y = memref.load %Y[%i] : memref<256xf32>
+    %a = arith.maximumf %x, %y : f32
+    %b = arith.minimumf %x, %y : f32
+    %c = arith.maxnumf %x, %y : f32
+    %d = arith.minnumf %x, %y : f32
+    memref.store %a, %O[%c0, %i] : memref<4x256xf32>
+    memref.store %b, %O[%c1, %i] : memref<4x256xf32>
+    memref.store %c, %O[%c2, %i] : memref<4x256xf32>
+    memref.store %d, %O[%c3, %i] : memref<4x256xf32>
+    gpu.terminator
+  }
+  return %O : memref<4x256xf32>
+}"""
+
+
+def test_float_max_and_min_are_branch_free():
+    """arith.maximumf / minimumf / maxnumf / minnumf compile to selects: the PTX of a kernel that
+    only loads, takes the four and stores has no branch (the helpers used to be `if` chains, whose
+    branch regions hold back the loads after them in a row kernel). Their values on NaN, the
+    infinities and signed zeros: the scalar battery above."""
+    from fusec.compiler.report.ptx import ptx_of
+    src = emit_text(_MINMAX, "cuda").source
+    for helper in ("_maximumf_f32", "_minimumf_f32", "_maxnumf", "_minnumf"):
+        assert f"def {helper}(a, b):" in src
+    out = ptx_of(src, (9, 0))
+    if not out["ptx"]:
+        pytest.skip(f"no NVVM to compile PTX with: {out['errors']}")
+    (ptx,) = out["ptx"].values()
+    body = ptx[ptx.index(".entry"):]
+    assert "max.f32" in body or "setp" in body          # the helpers were inlined and compiled
+    assert re.findall(r"^\s*(?:@%p\d+\s+)?bra", body, re.M) == []
