@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from .analysis import ChainInfo, OpInfo
 from .. import combiners
 from .cost import (COALESCED, COMBINE_CYCLES, DEP_LATENCY, MEM_PARALLELISM, SCHEDULERS, SECTOR, Tiling,
-                   finish_cost, fitting_blocks, op_flops, product, warp_occupancy)
+                   finish_cost, fitting_blocks, latency_bandwidth, loads_in_flight, op_flops, product,
+                   warp_occupancy)
 from .cost_cpu import cpu_time
 from .hardware import WARP, HardwareProfile
 from .measured import Measured
@@ -319,6 +320,10 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
     l1_bw = hw.units * 128 * hw.clock_hz
     bw = hw.cache_bandwidth if dram <= hw.l2_bytes else hw.bandwidth             # timed again: in L2
     share = min(1.0, blocks / hw.units)            # a grid of fewer blocks than SMs leaves SMs idle
+    if measured is not None and measured.loads_in_flight and measured.global_load_bytes:
+        # the bytes each thread keeps in flight (the SASS's) bound what its SM draws: Little's law
+        bw = min(bw, latency_bandwidth(hw, resident * threads / min(hw.units, max(1, resident)),
+                                       loads_in_flight(1, measured) * measured.global_load_bytes))
     throughput = (dram / bw + cached / hw.cache_bandwidth + l1 / l1_bw) / share
 
     # latency: per thread, J loads per row tensor per phase (the first from memory, the others
@@ -326,7 +331,10 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
     loads_first = J * len(row_inputs)
     loads_again = J * sum(max(0, n - 1) for n in passes.values())
     l1_latency = 0.15 * hw.mem_latency_s
-    per_thread = (loads_first * hw.mem_latency_s + loads_again * (l1_latency if l1_hit else hw.mem_latency_s)) / MEM_PARALLELISM
+    # in flight: a phase's loads are issued before their first use (emit/row_phases.py), up to
+    # MEM_PARALLELISM; the SASS's fewest over the phases when the kernel report measured them
+    in_flight = loads_in_flight(max(1, min(J, MEM_PARALLELISM)), measured)
+    per_thread = (loads_first * hw.mem_latency_s + loads_again * (l1_latency if l1_hit else hw.mem_latency_s)) / in_flight
     per_thread += len(rk.reductions) * (COMBINE_CYCLES + math.log2(max(2, T)) * DEP_LATENCY) / hw.clock_hz
     latency = waves * per_thread
     warps_per_scheduler = resident * warps / min(hw.units, max(1, resident)) / SCHEDULERS
