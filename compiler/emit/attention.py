@@ -5,6 +5,8 @@ one. See docs/ARCHITECTURE.md, "GPU kernels", Attention kernels.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from . import ids
 from .attention_cpu import emit_cpu
 from .template_values import (TemplateValues, affine, dims_of_map, indexing_maps, ints, n_inputs,
@@ -264,21 +266,22 @@ class AttentionKernel:
             w("cuda.syncthreads()")
             # the scores: 4 adjacent d of each query and key per read
             s = [[names.fresh(f"s{a}_{k}") for k in range(ck)] for a in range(rq)]
-            for d4 in range(0, L.dp, 4):
-                qv = [[names.fresh(f"q{a}_{i}_") for i in range(4)] for a in range(rq)]
-                kv = [[names.fresh(f"k{k}_{i}_") for i in range(4)] for k in range(ck)]
-                for a in range(rq):
-                    for i in range(4):
-                        w(f"{qv[a][i]} = {Qs}[{rows[a]}, {d4 + i}]")
+            for a in range(rq):
                 for k in range(ck):
-                    for i in range(4):
-                        w(f"{kv[k][i]} = {Ks}[{keys[k]}, {d4 + i}]")
-                for a in range(rq):
+                    w(f"{s[a][k]} = {zero}")
+            with self._chunks(L.dp, max(1, UNROLLED_FMAS // (rq * ck * 4))) as offsets:
+                for d4 in offsets:
+                    qv = [[names.fresh(f"q{a}_{i}_") for i in range(4)] for a in range(rq)]
+                    kv = [[names.fresh(f"k{k}_{i}_") for i in range(4)] for k in range(ck)]
+                    for a in range(rq):
+                        for i in range(4):
+                            w(f"{qv[a][i]} = {Qs}[{rows[a]}, {expr_add(d4, str(i))}]")
                     for k in range(ck):
                         for i in range(4):
-                            if d4 == 0 and i == 0:
-                                w(f"{s[a][k]} = {self.values.contraction_step(self.s, qv[a][i], kv[k][i], zero)}")
-                            else:
+                            w(f"{kv[k][i]} = {Ks}[{keys[k]}, {expr_add(d4, str(i))}]")
+                    for a in range(rq):
+                        for k in range(ck):
+                            for i in range(4):
                                 w(f"{s[a][k]} = {self.values.contraction_step(self.s, qv[a][i], kv[k][i], s[a][k])}")
             # the score function, -inf past the ends; the row max across the row's 8 threads
             z = [[names.fresh(f"z{a}_{k}") for k in range(ck)] for a in range(rq)]
@@ -336,20 +339,21 @@ class AttentionKernel:
             with w.indent():
                 w("cuda.syncwarp()")
             # P · V: 4 adjacent keys of a row, a run of cw value columns, per read
-            for j4 in range(0, BKV, 4):
-                pv = [[names.fresh(f"p{a}_{i}_") for i in range(4)] for a in range(rq)]
-                for a in range(rq):
-                    for i in range(4):
-                        w(f"{pv[a][i]} = {Ps}[{rows[a]}, {j4 + i}]")
-                for i in range(4):
-                    vv = [[names.fresh(f"v{g}_{e}_") for e in range(L.cw)] for g in range(L.groups)]
-                    for g in range(L.groups):
-                        for e in range(L.cw):
-                            w(f"{vv[g][e]} = {Vs}[{j4 + i}, {cols[g][e]}]")
+            with self._chunks(BKV, max(1, UNROLLED_FMAS // (rq * L.groups * L.cw * 4))) as offsets:
+                for j4 in offsets:
+                    pv = [[names.fresh(f"p{a}_{i}_") for i in range(4)] for a in range(rq)]
                     for a in range(rq):
+                        for i in range(4):
+                            w(f"{pv[a][i]} = {Ps}[{rows[a]}, {expr_add(j4, str(i))}]")
+                    for i in range(4):
+                        vv = [[names.fresh(f"v{g}_{e}_") for e in range(L.cw)] for g in range(L.groups)]
                         for g in range(L.groups):
                             for e in range(L.cw):
-                                w(f"{acc[a][g][e]} = {acc[a][g][e]} + {pv[a][i]} * {vv[g][e]}")
+                                w(f"{vv[g][e]} = {Vs}[{expr_add(j4, str(i))}, {cols[g][e]}]")
+                        for a in range(rq):
+                            for g in range(L.groups):
+                                for e in range(L.cw):
+                                    w(f"{acc[a][g][e]} = {acc[a][g][e]} + {pv[a][i]} * {vv[g][e]}")
         # the row sums across the row's 8 threads, then O = acc / l through the epilogue
         for off in (1, 2, 4):
             other = [names.fresh(f"y{a}_") for a in range(rq)]
@@ -373,6 +377,37 @@ class AttentionKernel:
                         w.depth -= 1
             if row_guard:
                 w.depth -= 1
+
+    @contextmanager
+    def _chunks(self, n: int, unroll: int):
+        """The offsets 0, 4, ... n - 4 of a loop over n (a multiple of 4) in steps of 4, `unroll`
+        steps written out per iteration of a loop the emitter writes (all of them, no loop, when
+        n <= 4 unroll)."""
+        while (n // 4) % unroll:
+            unroll -= 1
+        if n <= 4 * unroll:
+            yield self._in_blocks([str(o) for o in range(0, n, 4)])
+            return
+        v, o = self.names.fresh("u"), self.names.fresh("uo")
+        self.w(f"for {v} in range({n // (4 * unroll)}):")
+        self.w.depth += 1
+        self.w(f"{o} = {v} * {4 * unroll}")
+        yield self._in_blocks([expr_add(o, str(4 * c)) for c in range(unroll)])
+        self.w.depth -= 1
+
+    def _in_blocks(self, items: list, per: int | None = None):
+        """`items`, the code written for each `per` of them under `if tid >= 0:` (always true:
+        LLVM drops the test). Numba's lowering is quadratic in a basic block's length
+        (`_find_singly_assigned_variable` scans the block once per variable); blocks of a few
+        hundred statements keep a written-out key step's compile to seconds."""
+        per = per or BLOCK_CHUNKS
+        for b in range(0, len(items), per):
+            if len(items) > per:
+                self.w(f"if {self._tid} >= 0:")
+                self.w.depth += 1
+            yield from items[b:b + per]
+            if len(items) > per:
+                self.w.depth -= 1
 
     def _xor_lanes(self, values: list[str], into: list[str], off: int) -> None:
         """`into[a]` = `values[a]` of the lane `off` away (lane ^ off): a warp shuffle; under the
@@ -466,3 +501,8 @@ class AttentionKernel:
 
 
 _SIM_LANES = "_ATTENTION_SIM_LANES"
+# the scores and P . V are written out whole up to this many FMAs each per key step (the bench
+# tiles: 512 each); longer ones are loops over that many (Numba compiles ~1,000 statements a
+# second or slower, and ptxas forms LDS.128 from constant offsets only)
+UNROLLED_FMAS = 1024
+BLOCK_CHUNKS = 4
