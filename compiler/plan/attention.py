@@ -408,8 +408,10 @@ def attention_tiles(a: Attention) -> list[tuple[int, int]]:
 
 
 def attention_registers(a: Attention, bq: int, bkv: int) -> int:
-    """Registers per thread: about 96 for the unrolled loops' addressing plus the register tiles
-    (scores rq x ck, accumulators rq x cd). Fitted to ptxas -v for sm_90
-    (docs/PERFORMANCE.md, "Figures behind the planner's constants")."""
-    rq, ck, cd = bq // THREADS_Y, bkv // THREADS_X, -(-a.dv // THREADS_X)
-    return int(96 + 2.5 * rq * cd + 2 * rq * ck)
+    """Registers per thread: ~36 for the addressing, the ids and the row statistics, plus the
+    accumulators (rq x the value columns), the scores and their operands (rq x ck, 2.5 each) and
+    the query operands of a 4-wide step. Fitted to ptxas -v for sm_90 over 9 tiles at D = 32,
+    64, 128 (56-116 registers, within 5 of each)."""
+    rq, ck = bq // THREADS_Y, bkv // THREADS_X
+    lay = gpu_layout(a.d, a.dv, bq, bkv)
+    return int(36 + rq * lay.groups * lay.cw + 2.5 * rq * ck + 2 * rq)
