@@ -445,7 +445,7 @@ class AttentionKernel:
         return self.ctx.consts.float(1.4426950408889634, self.elem)
 
     def _exp2(self, x: str) -> str:
-        return f"np.float32(math.exp2({x}) if not _CUDASIM else np.exp2(np.float32({x})))"
+        return f"{self.ctx.helpers.use_text(_EX2, EX2_HELPER)}({x})"
 
     def _load_tiles(self, tiles) -> None:
         """Tiles (rows, cols, valid cols, row0, rows limit, read(r, d), shared tile) of an operand
@@ -501,6 +501,30 @@ class AttentionKernel:
 
 
 _SIM_LANES = "_ATTENTION_SIM_LANES"
+_EX2 = "_ex2_ftz_f32"
+# 2^x by the SFU alone: PTX ex2.approx.ftz.f32 (max rel. error 2^-22, subnormal results 0, as
+# the exponentials' sum can ignore); libdevice's exp2f scales inputs below -126 around it (4
+# instructions). The simulator runs the same definition in NumPy.
+EX2_HELPER = [
+    "if _CUDASIM:",
+    "    def _ex2_ftz_f32(x):",
+    '        """ex2.approx.ftz.f32 as the simulator runs it: 2**x, below the least normal f32 0."""',
+    "        r = np.exp2(np.float32(x))",
+    "        return np.float32(0) if r < np.float32(1.1754944e-38) else np.float32(r)",
+    "else:",
+    "    from llvmlite import ir as _llir",
+    "    from numba import types as _nbt",
+    "    from numba.cuda.extending import intrinsic as _intrinsic",
+    "",
+    "    @_intrinsic",
+    "    def _ex2_ftz_f32(typingctx, x):",
+    '        """2**x by the SFU (PTX ex2.approx.ftz.f32)."""',
+    "        def codegen(context, builder, sig, args):",
+    "            f32 = _llir.FloatType()",
+    '            fn = _llir.InlineAsm(_llir.FunctionType(f32, [f32]), "ex2.approx.ftz.f32 $0, $1;", "=f,f")',
+    "            return builder.call(fn, list(args))",
+    "        return _nbt.float32(_nbt.float32), codegen",
+]
 # the scores and P . V are written out whole up to this many FMAs each per key step (the bench
 # tiles: 512 each); longer ones are loops over that many (Numba compiles ~1,000 statements a
 # second or slower, and ptxas forms LDS.128 from constant offsets only)

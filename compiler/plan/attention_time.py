@@ -75,14 +75,14 @@ def _attention_time(info, members, tiling: Tiling, hw: HardwareProfile, common, 
     occupancy = warp_occupancy(hw, fit, warps)
     fma_rate = hw.peak(4) / (2 * WARP * hw.units * hw.clock_hz)
     # warp instructions per key step, as the emitted step issues them (emit/attention.py; the
-    # bench tiles: 1,625 in SASS, this counts ~1,560)
+    # bench tiles: 1,595 in SASS, this counts ~1,540)
     loads = math.ceil(bkv * lay.dp / T) + math.ceil(bkv * a.dv / T)
     fma = lay.dp * rq * ck + bkv * rq * cols + rq * cols + rq * ck  # scores, P . V, rescale, exp args
     lds = lay.dp // 4 * (rq + ck) + bkv // 4 * (rq + 4 * lay.groups)  # LDS.128 (cw-wide runs of V)
     sts = loads + rq * ck                                          # K/V tiles, P
     sfu = rq * ck + rq                                             # exponentials (and alpha)
     other = rq * ck * (score_flops + 10) + rq * 24 + 20            # score function, max, shuffles, loop
-    issue = fma + lds + sts + 3 * loads + sfu * 4 + other + 2 * spilled
+    issue = fma + lds + sts + 3 * loads + sfu * 2 + other + 2 * spilled
     cyc = max(fma / fma_rate, 2 * lds + sts + 2 * spilled, sfu / (fma_rate / 8), issue / SCHEDULERS)
     latency = hw.mem_latency_s * hw.clock_hz
     barrier = 2 * 20
