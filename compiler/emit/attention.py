@@ -360,8 +360,14 @@ class AttentionKernel:
             self._xor_lanes(l, other, off)
             for a in range(rq):
                 w(f"{l[a]} = {l[a]} + {other[a]}")
+        # O = acc / l. Where the value columns fit in a row of Qs (free once every thread is
+        # past the last step) the outputs pass through it, so each store (and the epilogue's
+        # reads) is 8 adjacent columns of a row across its threads, not 4 columns 4 apart
+        staged = DV <= L.dp
+        if staged:
+            w("cuda.syncthreads()")
         for a in range(rq):
-            if row_guard:
+            if row_guard and not staged:
                 w(f"if {expr_add(i0, rows[a])} < {self.SQ}:")
                 w.depth += 1
             for g in range(L.groups):
@@ -370,11 +376,33 @@ class AttentionKernel:
                     if col_guard:
                         w(f"if {cols[g][e]} < {DV}:")
                         w.depth += 1
-                    ov = names.fresh("ov")
-                    w(f"{ov} = {acc[a][g][e]} / {l[a]}")
-                    self.store(batch, expr_add(i0, rows[a]), cols[g][e], ov)
+                    if staged:
+                        w(f"{Qs}[{rows[a]}, {cols[g][e]}] = {acc[a][g][e]} / {l[a]}")
+                    else:
+                        ov = names.fresh("ov")
+                        w(f"{ov} = {acc[a][g][e]} / {l[a]}")
+                        self.store(batch, expr_add(i0, rows[a]), cols[g][e], ov)
                     if col_guard:
                         w.depth -= 1
+            if row_guard and not staged:
+                w.depth -= 1
+        if not staged:
+            return
+        w("cuda.syncthreads()")
+        for a in range(rq):
+            if row_guard:
+                w(f"if {expr_add(i0, rows[a])} < {self.SQ}:")
+                w.depth += 1
+            for k in range(-(-DV // THREADS_X)):
+                col = expr_add(tx, str(THREADS_X * k))
+                if THREADS_X * (k + 1) > DV:
+                    w(f"if {col} < {DV}:")
+                    w.depth += 1
+                ov = names.fresh("ov")
+                w(f"{ov} = {Qs}[{rows[a]}, {col}]")
+                self.store(batch, expr_add(i0, rows[a]), col, ov)
+                if THREADS_X * (k + 1) > DV:
+                    w.depth -= 1
             if row_guard:
                 w.depth -= 1
 
