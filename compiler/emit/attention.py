@@ -5,13 +5,15 @@ one. See docs/ARCHITECTURE.md, "GPU kernels", Attention kernels.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from . import ids
 from .attention_cpu import emit_cpu
 from .template_values import (TemplateValues, affine, dims_of_map, indexing_maps, ints, n_inputs,
                               pure_dim)
-from .values import EmitError, elem_of_type, expr_mul, floordiv, mod
+from .values import EmitError, atom, elem_of_type, expr_add, expr_mul, floordiv, mod
 from ..mlir import ir
-from ..plan.attention import THREADS_X, THREADS_Y
+from ..plan.attention import THREADS_X, THREADS_Y, gpu_layout
 from ..marks import ABSORBED, ATTENTION_BATCH, ATTENTION_LOOPS, ATTENTION_ROLE, ATTENTION_V, ATTENTION_Z, BLOCK_ATTENTION
 
 
@@ -205,15 +207,23 @@ class AttentionKernel:
     # -- the gpu schedule ----------------------------------------------------------------------
     def emit_gpu(self) -> None:
         """The gpu schedule (docs/ARCHITECTURE.md, "Attention kernels"), inside the kernel's
-        gpu.launch of (query blocks, batch) blocks of THREADS_X x THREADS_Y threads."""
+        gpu.launch of (query blocks, batch) blocks of THREADS_X x THREADS_Y threads; tiles as
+        `plan.attention.GpuLayout` says. Everything inside a key step is unrolled here (the
+        loaders, the scores over d, P · V over the step's keys), so each shared read is a
+        per-thread base plus a constant; the row max and the final row sum combine across a
+        row's 8 threads (adjacent lanes of one warp) by shuffles."""
         w, names, c = self.w, self.names, self.ctx.consts
         BQ, BKV, D, DV = self.bq, self.bkv, self.D, self.DV
         T = THREADS_X * THREADS_Y
-        rq, ck, cd = BQ // THREADS_Y, BKV // THREADS_X, -(-DV // THREADS_X)
+        L = gpu_layout(D, DV, BQ, BKV)
+        rq, ck = BQ // THREADS_Y, BKV // THREADS_X
         f = f"numba.{self.elem.compute}"
         ninf, zero = c.float(float("-inf"), self.elem), c.zero(self.elem)
-        w(f"# {BLOCK_ATTENTION}: {BQ} queries per block, keys in steps of {BKV}, {rq}x{ck} scores and {rq}x{cd} "
-          f"outputs per thread (online softmax)")
+        self.ctx.helpers.cudasim = True
+        self.ctx.helpers.use_text(_SIM_LANES, [f"{_SIM_LANES} = {T} if _CUDASIM else 1   "
+                                               "# the simulator's stand-in for warp shuffles: a word per thread"])
+        w(f"# {BLOCK_ATTENTION}: {BQ} queries per block, keys in steps of {BKV}; a thread takes {rq} queries x "
+          f"{ck} keys of scores and {rq} x {L.groups}x{L.cw} outputs (online softmax)")
         tx, ty, tid = names.fresh("tx"), names.fresh("ty"), names.fresh("tid")
         w(f"{tx} = {ids.thread_id('x')}")
         w(f"{ty} = {ids.thread_id('y')}")
@@ -221,143 +231,330 @@ class AttentionKernel:
         i0 = names.fresh("i0")
         w(f"{i0} = {ids.block_id('x')} * {BQ}")
         batch = self.batch_coords(ids.block_id("y"))
-        Qs, Ks, Vs, Ps, Rs = (names.fresh(n) for n in ("Qs", "Ks", "Vs", "Ps", "Rs"))
-        w(f"{Qs} = cuda.shared.array(({D}, {BQ + 1}), {f})")
-        w(f"{Ks} = cuda.shared.array(({D}, {BKV + 1}), {f})")
-        w(f"{Vs} = cuda.shared.array(({BKV}, {THREADS_X * cd + 1}), {f})")
-        w(f"{Ps} = cuda.shared.array(({BQ}, {BKV + 1}), {f})")
-        w(f"{Rs} = cuda.shared.array(({BQ}, {THREADS_X}), {f})")
-        # the Q tile, along the head dim
-        e = names.fresh("e")
-        w(f"for {e} in range({tid}, {BQ * D}, {T}):")
-        with w.indent():
-            r, d, v = names.fresh("r"), names.fresh("d"), names.fresh("v")
-            w(f"{r} = {e} // {D}")
-            w(f"{d} = {e} % {D}")
-            w(f"{v} = {zero}")
-            w(f"if {i0} + {r} < {self.SQ}:")
-            with w.indent():
-                w(f"{v} = {self.operand(self.s, self.smaps, self.q_op, self.s_dims(batch, f'{i0} + {r}', '0', d))}")
-            w(f"{Qs}[{d}, {r}] = {v}")
-        rows = [names.fresh(f"row{a}_") for a in range(rq)]
-        for a, row in enumerate(rows):
-            w(f"{row} = {ty} + {THREADS_Y * a}")
+        Qs, Ks, Vs, Ps, Xs = (names.fresh(n) for n in ("Qs", "Ks", "Vs", "Ps", "Xs"))
+        w(f"{Qs} = cuda.shared.array(({BQ}, {L.dp}), {f})")
+        w(f"{Ks} = cuda.shared.array(({BKV}, {L.k_stride}), {f})")
+        w(f"{Vs} = cuda.shared.array(({BKV}, {L.v_stride}), {f})")
+        w(f"{Ps} = cuda.shared.array(({BQ}, {L.p_stride}), {f})")
+        w(f"{Xs} = cuda.shared.array({_SIM_LANES}, {f})")
+        self._tid, self._xs, self._splits = tid, Xs, {}
+        q_read = lambda r, d: self.operand(self.s, self.smaps, self.q_op, self.s_dims(batch, expr_add(i0, r), "0", d))
+        self._load_tiles([(BQ, L.dp, D, i0, self.SQ, q_read, Qs)])
+        rows = [expr_add(ty, str(THREADS_Y * a)) for a in range(rq)]
+        keys = [expr_add(tx, str(THREADS_X * k)) for k in range(ck)]
+        cols = [[expr_add(expr_mul(tx, str(L.cw)), str(g * THREADS_X * L.cw + i)) for i in range(L.cw)]
+                for g in range(L.groups)]
         m = [names.fresh(f"m{a}_") for a in range(rq)]
         l = [names.fresh(f"l{a}_") for a in range(rq)]
-        acc = [[names.fresh(f"o{a}_{k}") for k in range(cd)] for a in range(rq)]
+        acc = [[[names.fresh(f"o{a}_{g}_{i}") for i in range(L.cw)] for g in range(L.groups)] for a in range(rq)]
         for a in range(rq):
             w(f"{m[a]} = {ninf}")
             w(f"{l[a]} = {zero}")
-            for k in range(cd):
-                w(f"{acc[a][k]} = {zero}")
+            for g in range(L.groups):
+                for i in range(L.cw):
+                    w(f"{acc[a][g][i]} = {zero}")
+        row_guard = self.SQ % BQ != 0
+        key_guard = self.SK % BKV != 0
         j0 = names.fresh("j0")
         w(f"for {j0} in range(0, {self.SK}, {BKV}):")
         with w.indent():
+            # K and V of this step (the barrier: every thread is done with the last step's tiles)
             w("cuda.syncthreads()")
-            for name, n, col, tile, load in (
-                    ("K", D, D, Ks, lambda cc, dd: self.operand(self.s, self.smaps, self.k_op,
-                                                                  self.s_dims(batch, "0", f"{j0} + {cc}", dd))),
-                    ("V", DV, DV, Vs, lambda cc, dd: self.operand(self.o, self.omaps, self.v_op,
-                                                                    self.o_dims(batch, "0", f"{j0} + {cc}", dd)))):
-                e = names.fresh("e")
-                w(f"for {e} in range({tid}, {BKV * n}, {T}):")
-                with w.indent():
-                    cc, dd, v = names.fresh("c"), names.fresh("d"), names.fresh("v")
-                    w(f"{cc} = {e} // {n}")
-                    w(f"{dd} = {e} % {n}")
-                    w(f"{v} = {zero}")
-                    w(f"if {j0} + {cc} < {self.SK}:")
-                    with w.indent():
-                        w(f"{v} = {load(cc, dd)}")
-                    w(f"{tile}[{dd}, {cc}] = {v}" if name == "K" else f"{tile}[{cc}, {dd}] = {v}")
+            k_read = lambda r, d: self.operand(self.s, self.smaps, self.k_op, self.s_dims(batch, "0", expr_add(j0, r), d))
+            v_read = lambda r, d: self.operand(self.o, self.omaps, self.v_op, self.o_dims(batch, "0", expr_add(j0, r), d))
+            self._load_tiles([(BKV, L.dp, D, j0, self.SK, k_read, Ks), (BKV, DV, DV, j0, self.SK, v_read, Vs)])
             w("cuda.syncthreads()")
+            # the scores: 4 adjacent d of each query and key per read
             s = [[names.fresh(f"s{a}_{k}") for k in range(ck)] for a in range(rq)]
             for a in range(rq):
                 for k in range(ck):
                     w(f"{s[a][k]} = {zero}")
-            dd = names.fresh("d")
-            w(f"for {dd} in range({D}):")
-            with w.indent():
-                qv = [names.fresh(f"q{a}_") for a in range(rq)]
-                kv = [names.fresh(f"k{k}_") for k in range(ck)]
-                for a in range(rq):
-                    w(f"{qv[a]} = {Qs}[{dd}, {rows[a]}]")
-                for k in range(ck):
-                    w(f"{kv[k]} = {Ks}[{dd}, {tx} + {THREADS_X * k}]")
-                for a in range(rq):
+            with self._chunks(L.dp, max(1, UNROLLED_FMAS // (rq * ck * 4))) as offsets:
+                for d4 in offsets:
+                    qv = [[names.fresh(f"q{a}_{i}_") for i in range(4)] for a in range(rq)]
+                    kv = [[names.fresh(f"k{k}_{i}_") for i in range(4)] for k in range(ck)]
+                    for a in range(rq):
+                        for i in range(4):
+                            w(f"{qv[a][i]} = {Qs}[{rows[a]}, {expr_add(d4, str(i))}]")
                     for k in range(ck):
-                        w(f"{s[a][k]} = {self.values.contraction_step(self.s, qv[a], kv[k], s[a][k])}")
-            # the score function, masked past the ends; the row max across the row's threads
+                        for i in range(4):
+                            w(f"{kv[k][i]} = {Ks}[{keys[k]}, {expr_add(d4, str(i))}]")
+                    for a in range(rq):
+                        for k in range(ck):
+                            for i in range(4):
+                                w(f"{s[a][k]} = {self.values.contraction_step(self.s, qv[a][i], kv[k][i], s[a][k])}")
+            # the score function, -inf past the ends; the row max across the row's 8 threads
             z = [[names.fresh(f"z{a}_{k}") for k in range(ck)] for a in range(rq)]
+            mn = [names.fresh(f"mn{a}_") for a in range(rq)]
             for a in range(rq):
-                pm = names.fresh(f"pm{a}_")
-                w(f"{pm} = {ninf}")
                 for k in range(ck):
-                    j = names.fresh("j")
-                    w(f"{j} = {j0} + {tx} + {THREADS_X * k}")
-                    w(f"{z[a][k]} = {ninf}")
-                    w(f"if {i0} + {rows[a]} < {self.SQ} and {j} < {self.SK}:")
-                    with w.indent():
-                        w(f"{z[a][k]} = {self.score(batch, f'{i0} + {rows[a]}', j, s[a][k])}")
-                    w(f"{pm} = {self.maximum(z[a][k], pm)}")
-                w(f"{Rs}[{rows[a]}, {tx}] = {pm}")
-            w("cuda.syncthreads()")
+                    conds = ([f"{expr_add(i0, rows[a])} < {self.SQ}"] if row_guard else []) + \
+                            ([f"{expr_add(j0, keys[k])} < {self.SK}"] if key_guard else [])
+                    if conds:
+                        w(f"{z[a][k]} = {ninf}")
+                        w(f"if {' and '.join(conds)}:")
+                        with w.indent():
+                            w(f"{z[a][k]} = {self.score(batch, expr_add(i0, rows[a]), expr_add(j0, keys[k]), s[a][k])}")
+                    else:
+                        w(f"{z[a][k]} = {self.score(batch, expr_add(i0, rows[a]), expr_add(j0, keys[k]), s[a][k])}")
+                w(f"{mn[a]} = {z[a][0]}")
+                for k in range(1, ck):
+                    w(f"{mn[a]} = {self.maximum(z[a][k], mn[a])}")
+            for off in (1, 2, 4):
+                other = [names.fresh(f"x{a}_") for a in range(rq)]
+                self._xor_lanes(mn, other, off)
+                for a in range(rq):
+                    w(f"{mn[a]} = {self.maximum(other[a], mn[a])}")
+            # the exponentials against the new max (0 for a row that has seen only -inf, so
+            # exp(-inf - 0) = 0 leaves p, l and the outputs 0); the rescale of the running sums
+            fold = self._exp2_form()
             for a in range(rq):
-                mn, alpha, ls = names.fresh(f"mn{a}_"), names.fresh(f"al{a}_"), names.fresh(f"ls{a}_")
-                w(f"{mn} = {m[a]}")
-                for t in range(THREADS_X):
-                    w(f"{mn} = {self.maximum(f'{Rs}[{rows[a]}, {t}]', mn)}")
-                w(f"{ls} = {zero}")
-                w(f"if {mn} == {ninf}:")      # nothing seen yet on this row: p = 0, nothing to rescale
-                with w.indent():
-                    w(f"{alpha} = {c.float(1.0, self.elem)}")
-                    for k in range(ck):
-                        w(f"{Ps}[{rows[a]}, {tx} + {THREADS_X * k}] = {zero}")
-                w("else:")
-                with w.indent():
-                    w(f"{alpha} = {self.exp_sub(m[a], mn)}")
-                    for k in range(ck):
-                        p = names.fresh("p")
-                        w(f"{p} = {self.exp_sub(z[a][k], mn)}")
-                        w(f"{Ps}[{rows[a]}, {tx} + {THREADS_X * k}] = {p}")
-                        w(f"{ls} = {ls} + {p}")
-                w(f"{l[a]} = {l[a]} * {alpha} + {ls}")
-                for k in range(cd):
-                    w(f"{acc[a][k]} = {acc[a][k]} * {alpha}")
-                w(f"{m[a]} = {mn}")
+                w(f"{mn[a]} = {self.maximum(m[a], mn[a])}")
+                ms, al, ls = names.fresh(f"ms{a}_"), names.fresh(f"al{a}_"), names.fresh(f"ls{a}_")
+                w(f"{ms} = {zero} if {mn[a]} == {ninf} else {mn[a]}")
+                if fold:
+                    msl = names.fresh(f"msl{a}_")
+                    w(f"{msl} = {ms} * {fold}")
+                    w(f"{al} = {self._exp2(f'{m[a]} * {fold} - {msl}')}")
+                else:
+                    w(f"{al} = {self.exp_sub(m[a], ms)}")
+                for k in range(ck):
+                    p = names.fresh("p")
+                    if fold:
+                        w(f"{p} = {self._exp2(f'{z[a][k]} * {fold} - {msl}')}")
+                    else:
+                        w(f"{p} = {self.exp_sub(z[a][k], ms)}")
+                    w(f"{Ps}[{rows[a]}, {keys[k]}] = {p}")
+                    w(f"{ls} = {p}" if k == 0 else f"{ls} = {ls} + {p}")
+                w(f"{l[a]} = {l[a]} * {al} + {ls}")
+                for g in range(L.groups):
+                    for i in range(L.cw):
+                        w(f"{acc[a][g][i]} = {acc[a][g][i]} * {al}")
+                w(f"{m[a]} = {mn[a]}")
+            # a row's P is written and read by its own warp
+            w("if _CUDASIM:")
+            with w.indent():
+                w("cuda.syncthreads()")
+            w("else:")
+            with w.indent():
+                w("cuda.syncwarp()")
+            # P · V: 4 adjacent keys of a row, a run of cw value columns, per read
+            with self._chunks(BKV, max(1, UNROLLED_FMAS // (rq * L.groups * L.cw * 4))) as offsets:
+                for j4 in offsets:
+                    pv = [[names.fresh(f"p{a}_{i}_") for i in range(4)] for a in range(rq)]
+                    for a in range(rq):
+                        for i in range(4):
+                            w(f"{pv[a][i]} = {Ps}[{rows[a]}, {expr_add(j4, str(i))}]")
+                    for i in range(4):
+                        vv = [[names.fresh(f"v{g}_{e}_") for e in range(L.cw)] for g in range(L.groups)]
+                        for g in range(L.groups):
+                            for e in range(L.cw):
+                                w(f"{vv[g][e]} = {Vs}[{expr_add(j4, str(i))}, {cols[g][e]}]")
+                        for a in range(rq):
+                            for g in range(L.groups):
+                                for e in range(L.cw):
+                                    w(f"{acc[a][g][e]} = {acc[a][g][e]} + {pv[a][i]} * {vv[g][e]}")
+        # the row sums across the row's 8 threads, then O = acc / l through the epilogue
+        for off in (1, 2, 4):
+            other = [names.fresh(f"y{a}_") for a in range(rq)]
+            self._xor_lanes(l, other, off)
+            for a in range(rq):
+                w(f"{l[a]} = {l[a]} + {other[a]}")
+        # O = acc / l. Where the value columns fit in a row of Qs (free once every thread is
+        # past the last step) the outputs pass through it, so each store (and the epilogue's
+        # reads) is 8 adjacent columns of a row across its threads, not 4 columns 4 apart
+        staged = DV <= L.dp
+        if staged:
             w("cuda.syncthreads()")
-            jj = names.fresh("jj")
-            w(f"for {jj} in range({BKV}):")
-            with w.indent():
-                pv = [names.fresh(f"p{a}_") for a in range(rq)]
-                vv = [names.fresh(f"v{k}_") for k in range(cd)]
-                for a in range(rq):
-                    w(f"{pv[a]} = {Ps}[{rows[a]}, {jj}]")
-                for k in range(cd):
-                    w(f"{vv[k]} = {Vs}[{jj}, {tx} + {THREADS_X * k}]")
-                for a in range(rq):
-                    for k in range(cd):
-                        w(f"{acc[a][k]} = {acc[a][k]} + {pv[a]} * {vv[k]}")
-        # the row sums across the row's threads, then O = acc / l through the epilogue
-        w("cuda.syncthreads()")
         for a in range(rq):
-            w(f"{Rs}[{rows[a]}, {tx}] = {l[a]}")
-        w("cuda.syncthreads()")
-        for a in range(rq):
-            lt = names.fresh(f"lt{a}_")
-            w(f"{lt} = {Rs}[{rows[a]}, 0]")
-            for t in range(1, THREADS_X):
-                w(f"{lt} = {lt} + {Rs}[{rows[a]}, {t}]")
-            w(f"if {i0} + {rows[a]} < {self.SQ}:")
-            with w.indent():
-                for k in range(cd):
-                    dv = f"{tx} + {THREADS_X * k}"
-                    guard = (THREADS_X * (k + 1) > DV)
-                    if guard:
-                        w(f"if {dv} < {DV}:")
+            if row_guard and not staged:
+                w(f"if {expr_add(i0, rows[a])} < {self.SQ}:")
+                w.depth += 1
+            for g in range(L.groups):
+                for e in range(L.cw):
+                    col_guard = (g * THREADS_X + THREADS_X) * L.cw > DV and cols[g][e] != "0"
+                    if col_guard:
+                        w(f"if {cols[g][e]} < {DV}:")
                         w.depth += 1
-                    ov = names.fresh("ov")
-                    w(f"{ov} = {acc[a][k]} / {lt}")
-                    self.store(batch, f"{i0} + {rows[a]}", dv, ov)
-                    if guard:
+                    if staged:
+                        w(f"{Qs}[{rows[a]}, {cols[g][e]}] = {acc[a][g][e]} / {l[a]}")
+                    else:
+                        ov = names.fresh("ov")
+                        w(f"{ov} = {acc[a][g][e]} / {l[a]}")
+                        self.store(batch, expr_add(i0, rows[a]), cols[g][e], ov)
+                    if col_guard:
                         w.depth -= 1
+            if row_guard and not staged:
+                w.depth -= 1
+        if not staged:
+            return
+        w("cuda.syncthreads()")
+        for a in range(rq):
+            if row_guard:
+                w(f"if {expr_add(i0, rows[a])} < {self.SQ}:")
+                w.depth += 1
+            for k in range(-(-DV // THREADS_X)):
+                col = expr_add(tx, str(THREADS_X * k))
+                if THREADS_X * (k + 1) > DV:
+                    w(f"if {col} < {DV}:")
+                    w.depth += 1
+                ov = names.fresh("ov")
+                w(f"{ov} = {Qs}[{rows[a]}, {col}]")
+                self.store(batch, expr_add(i0, rows[a]), col, ov)
+                if THREADS_X * (k + 1) > DV:
+                    w.depth -= 1
+            if row_guard:
+                w.depth -= 1
+
+    @contextmanager
+    def _chunks(self, n: int, unroll: int):
+        """The offsets 0, 4, ... n - 4 of a loop over n (a multiple of 4) in steps of 4, `unroll`
+        steps written out per iteration of a loop the emitter writes (all of them, no loop, when
+        n <= 4 unroll)."""
+        while (n // 4) % unroll:
+            unroll -= 1
+        if n <= 4 * unroll:
+            yield self._in_blocks([str(o) for o in range(0, n, 4)])
+            return
+        v, o = self.names.fresh("u"), self.names.fresh("uo")
+        self.w(f"for {v} in range({n // (4 * unroll)}):")
+        self.w.depth += 1
+        self.w(f"{o} = {v} * {4 * unroll}")
+        yield self._in_blocks([expr_add(o, str(4 * c)) for c in range(unroll)])
+        self.w.depth -= 1
+
+    def _in_blocks(self, items: list, per: int | None = None):
+        """`items`, the code written for each `per` of them under `if tid >= 0:` (always true:
+        LLVM drops the test). Numba's lowering is quadratic in a basic block's length
+        (`_find_singly_assigned_variable` scans the block once per variable); blocks of a few
+        hundred statements keep a written-out key step's compile to seconds."""
+        per = per or BLOCK_CHUNKS
+        for b in range(0, len(items), per):
+            if len(items) > per:
+                self.w(f"if {self._tid} >= 0:")
+                self.w.depth += 1
+            yield from items[b:b + per]
+            if len(items) > per:
+                self.w.depth -= 1
+
+    def _xor_lanes(self, values: list[str], into: list[str], off: int) -> None:
+        """`into[a]` = `values[a]` of the lane `off` away (lane ^ off): a warp shuffle; under the
+        simulator, which has no warps, through a shared word per thread between barriers (every
+        warp of the block is full, so the two agree)."""
+        w, tid, xs = self.w, self._tid, self._xs
+        w("if _CUDASIM:")
+        with w.indent():
+            for v, o in zip(values, into):
+                w("cuda.syncthreads()")
+                w(f"{xs}[{tid}] = {v}")
+                w("cuda.syncthreads()")
+                w(f"{o} = {xs}[{tid} ^ {off}]")
+        w("else:")
+        with w.indent():
+            for v, o in zip(values, into):
+                w(f"{o} = cuda.shfl_xor_sync(0xFFFFFFFF, {v}, {off})")
+
+    def _exp2_form(self) -> str | None:
+        """log2(e) as a constant when the exponentials are exactly exp(z - m) in f32: then they
+        are written exp2(z log2(e) - m log2(e)), one FFMA and the SFU's ex2 (rel. error ~1e-6 for
+        |m| ~ 100, inside the f32 tolerance); None otherwise (the op's own body)."""
+        if self.elem.mlir != "f32":
+            return None
+        block = self.e.regions[0].blocks[0]
+        ops = [o.operation for o in block.operations]
+        if [o.name for o in ops] != ["arith.subf", "math.exp", "linalg.yield"]:
+            return None
+        args = list(block.arguments)
+        sub, ex = ops[0], ops[1]
+        if list(sub.operands) != [args[self.z_op], args[1 - self.z_op]] or ex.operands[0] != sub.results[0]:
+            return None
+        if any(str(v.type) != "f32" for v in (*sub.operands, *ex.results)):
+            return None
+        return self.ctx.consts.float(1.4426950408889634, self.elem)
+
+    def _exp2(self, x: str) -> str:
+        return f"{self.ctx.helpers.use_text(_EX2, EX2_HELPER)}({x})"
+
+    def _load_tiles(self, tiles) -> None:
+        """Tiles (rows, cols, valid cols, row0, rows limit, read(r, d), shared tile) of an operand
+        into shared memory: thread tid takes elements tid + T k, unrolled, every load of all the
+        tiles issued before the first store. Row r, column d of a tile is the operand's row0 + r
+        at d; 0 past `limit` rows or `valid` columns (padding)."""
+        w, names, T, tid = self.w, self.names, THREADS_X * THREADS_Y, self._tid
+        zero = self.ctx.consts.zero(self.elem)
+        stores = []
+        for rows, cols, valid, row0, limit, read, tile in tiles:
+            n = rows * cols
+            for k in range(-(-n // T)):
+                r, d = self._element(cols, k)
+                exists = [f"{tid} < {n - T * k}"] if n - T * k < T else []
+                conds = list(exists)
+                if limit % rows:
+                    conds.append(f"{expr_add(row0, r)} < {limit}")
+                if valid < cols:
+                    conds.append(f"{d} < {valid}")
+                v = names.fresh("v")
+                if conds:
+                    w(f"{v} = {zero}")
+                    w(f"if {' and '.join(conds)}:")
+                    with w.indent():
+                        w(f"{v} = {read(r, d)}")
+                else:
+                    w(f"{v} = {read(r, d)}")
+                stores.append((exists, f"{tile}[{r}, {d}] = {v}"))
+        for conds, line in stores:
+            if conds:
+                w(f"if {conds[0]}:")
+                with w.indent():
+                    w(line)
+            else:
+                w(line)
+
+    def _element(self, cols: int, k: int) -> tuple[str, str]:
+        """(row, column) of element tid + T k of a tile `cols` wide: a power of two dividing T
+        by the thread's hoisted shift and mask, a multiple of T by constants, else `//` and `%`."""
+        T, tid = THREADS_X * THREADS_Y, self._tid
+        if cols & (cols - 1) == 0 and T % cols == 0:
+            if cols not in self._splits:
+                r, d = self.names.fresh("tr"), self.names.fresh("tc")
+                self.w(f"{r} = {tid} >> {cols.bit_length() - 1}")
+                self.w(f"{d} = {tid} & {cols - 1}")
+                self._splits[cols] = (r, d)
+            r, d = self._splits[cols]
+            return expr_add(r, str(k * (T // cols))), d
+        if cols % T == 0:
+            return str(k // (cols // T)), expr_add(tid, str(T * (k % (cols // T))))
+        e = expr_add(tid, str(T * k))
+        return floordiv(atom(e), str(cols)), mod(atom(e), str(cols))
+
+
+_SIM_LANES = "_ATTENTION_SIM_LANES"
+_EX2 = "_ex2_ftz_f32"
+# 2^x by the SFU alone: PTX ex2.approx.ftz.f32 (max rel. error 2^-22, subnormal results 0, as
+# the exponentials' sum can ignore); libdevice's exp2f scales inputs below -126 around it (4
+# instructions). The simulator runs the same definition in NumPy.
+EX2_HELPER = [
+    "if _CUDASIM:",
+    "    def _ex2_ftz_f32(x):",
+    '        """ex2.approx.ftz.f32 as the simulator runs it: 2**x, below the least normal f32 0."""',
+    "        r = np.exp2(np.float32(x))",
+    "        return np.float32(0) if r < np.float32(1.1754944e-38) else np.float32(r)",
+    "else:",
+    "    from llvmlite import ir as _llir",
+    "    from numba import types as _nbt",
+    "    from numba.cuda.extending import intrinsic as _intrinsic",
+    "",
+    "    @_intrinsic",
+    "    def _ex2_ftz_f32(typingctx, x):",
+    '        """2**x by the SFU (PTX ex2.approx.ftz.f32)."""',
+    "        def codegen(context, builder, sig, args):",
+    "            f32 = _llir.FloatType()",
+    '            fn = _llir.InlineAsm(_llir.FunctionType(f32, [f32]), "ex2.approx.ftz.f32 $0, $1;", "=f,f")',
+    "            return builder.call(fn, list(args))",
+    "        return _nbt.float32(_nbt.float32), codegen",
+]
+# the scores and P . V are written out whole up to this many FMAs each per key step (the bench
+# tiles: 512 each); longer ones are loops over that many (Numba compiles ~1,000 statements a
+# second or slower, and ptxas forms LDS.128 from constant offsets only)
+UNROLLED_FMAS = 1024
+BLOCK_CHUNKS = 4

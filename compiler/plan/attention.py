@@ -357,10 +357,44 @@ THREADS_X, THREADS_Y = 8, 16
 SHARED_LIMIT = 48 * 1024
 
 
+@dataclass(frozen=True)
+class GpuLayout:
+    """Where the gpu kernel keeps its tiles in shared memory (row strides in words) and what each
+    thread holds (docs/ARCHITECTURE.md, "Attention kernels"). Thread (ty, tx) takes query rows
+    ty + 16 a and keys tx + 8 c; its values are `groups` runs of `cw` adjacent columns,
+    g (8 cw) + tx cw + {0..cw-1}, so each run is one LDS.64/LDS.128 and the 8 threads of a row
+    read 8 cw adjacent words (no bank conflict).
+
+    - Qs [bq][dp], Ks [bkv][k_stride], the head dim padded with zeros to dp (a multiple of 4):
+      the scores read 4 adjacent d of a query (broadcast across the row's threads) and of each
+      key with LDS.128; k_stride / 4 is odd, so the 8 keys tx + 8 c a quarter-warp reads start
+      in 8 different groups of 4 banks.
+    - Vs [bkv][v_stride], v_stride = groups 8 cw: P · V reads a thread's runs with LDS.128.
+    - Ps [bq][p_stride], p_stride = 8 (mod 16): the 4 rows x 8 keys a warp writes fall in 32
+      different banks; P · V reads 4 adjacent keys of a row with LDS.128 (broadcast)."""
+    dp: int
+    k_stride: int
+    cw: int
+    groups: int
+    v_stride: int
+    p_stride: int
+
+    def words(self, bq: int, bkv: int) -> int:
+        return bq * self.dp + bkv * self.k_stride + bkv * self.v_stride + bq * self.p_stride
+
+
+def gpu_layout(d: int, dv: int, bq: int, bkv: int) -> GpuLayout:
+    dp = -(-d // 4) * 4
+    k_stride = dp if (dp // 4) % 2 else dp + 4
+    cw = 4 if dv >= 32 else 2 if dv >= 16 else 1
+    groups = -(-dv // (THREADS_X * cw))
+    p_stride = bkv + (8 - bkv % 16) % 16
+    return GpuLayout(dp, k_stride, cw, groups, groups * THREADS_X * cw, p_stride)
+
+
 def shared_bytes(a: Attention, bq: int, bkv: int, elem: int = 4) -> int:
-    """Static shared memory of the GPU kernel: Q [d][bq+1], K [d][bkv+1], V [bkv][dv+1], P
-    [bq][bkv+1] and the row partials [bq][8]."""
-    return 4 * (a.d * (bq + 1) + a.d * (bkv + 1) + bkv * (a.dv + 1) + bq * (bkv + 1) + bq * THREADS_X)
+    """Static shared memory of the GPU kernel (`GpuLayout`): Q, K, V and P tiles of f32."""
+    return 4 * gpu_layout(a.d, a.dv, bq, bkv).words(bq, bkv)
 
 
 def attention_tiles(a: Attention) -> list[tuple[int, int]]:
@@ -374,8 +408,10 @@ def attention_tiles(a: Attention) -> list[tuple[int, int]]:
 
 
 def attention_registers(a: Attention, bq: int, bkv: int) -> int:
-    """Registers per thread: about 96 for the unrolled loops' addressing plus the register tiles
-    (scores rq x ck, accumulators rq x cd). Fitted to ptxas -v for sm_90
-    (docs/PERFORMANCE.md, "Figures behind the planner's constants")."""
-    rq, ck, cd = bq // THREADS_Y, bkv // THREADS_X, -(-a.dv // THREADS_X)
-    return int(96 + 2.5 * rq * cd + 2 * rq * ck)
+    """Registers per thread: ~36 for the addressing, the ids and the row statistics, plus the
+    accumulators (rq x the value columns), the scores and their operands (rq x ck, 2.5 each) and
+    the query operands of a 4-wide step. Fitted to ptxas -v for sm_90 over 9 tiles at D = 32,
+    64, 128 (56-116 registers, within 5 of each)."""
+    rq, ck = bq // THREADS_Y, bkv // THREADS_X
+    lay = gpu_layout(a.d, a.dv, bq, bkv)
+    return int(36 + rq * lay.groups * lay.cw + 2.5 * rq * ck + 2 * rq)

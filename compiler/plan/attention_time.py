@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from .attention import THREADS_X, THREADS_Y, NotAttention, attention_kernel, attention_registers, shared_bytes
+from .attention import (THREADS_X, THREADS_Y, NotAttention, attention_kernel, attention_registers, gpu_layout,
+                        shared_bytes)
 from .cost import (GEMM_REG_HEADROOM, SCHEDULERS, Tiling, finish_cost, fitting_blocks, op_flops,
                    warp_occupancy)
 from .cost_cpu import cpu_bandwidth
@@ -24,8 +25,8 @@ def _attention_time(info, members, tiling: Tiling, hw: HardwareProfile, common, 
     running max and sum never leave the chip.
 
     gpu: 16 x 8 threads; per key step a thread computes a (BQ/16) x (BKV/8) score tile from shared
-    memory, the score function, its share of the row max (a combine through shared memory), the
-    exponentials, and a (BQ/16) x (DV/8) slice of P · V, with four barriers. Priced like a
+    memory (LDS.128), the score function, its share of the row max (combined by shuffles), the
+    exponentials, and a (BQ/16) x (DV/8) slice of P · V, with two barriers. Priced like a
     contraction kernel: warp instructions per step at the SM's issue rates, the step's loads
     waited for unless other resident blocks fill the wait. Memory: Q, K, V and the outside
     operands once, K and V once more per block of queries (from L2 when they fit there).
@@ -59,7 +60,9 @@ def _attention_time(info, members, tiling: Tiling, hw: HardwareProfile, common, 
                        0.0, threads=blocks, blocks=blocks, occupancy=busy / cores, recompute_s=0.0, spill_s=0.0)
     T = THREADS_X * THREADS_Y
     warps = T // WARP
-    rq, ck, cd = bq // THREADS_Y, bkv // THREADS_X, -(-a.dv // THREADS_X)
+    rq, ck = bq // THREADS_Y, bkv // THREADS_X
+    lay = gpu_layout(a.d, a.dv, bq, bkv)
+    cols = lay.groups * lay.cw                                    # value columns per thread
     regs = attention_registers(a, bq, bkv)
     smem = shared_bytes(a, bq, bkv)
     if measured is not None:             # the kernel report's ptxas figures
@@ -71,16 +74,18 @@ def _attention_time(info, members, tiling: Tiling, hw: HardwareProfile, common, 
     resident = min(per_sm, math.ceil(blocks / hw.units))
     occupancy = warp_occupancy(hw, fit, warps)
     fma_rate = hw.peak(4) / (2 * WARP * hw.units * hw.clock_hz)
-    loads = math.ceil(bkv * (a.d + a.dv) / T)
-    fma = a.d * rq * ck + bkv * rq * cd + rq * cd                 # scores, P · V, the rescale
-    lds = a.d * (rq + ck) + bkv * (rq + cd) + rq * THREADS_X       # operands, P, the row partials
-    sts = loads + rq * ck + rq                                     # K/V tiles, P, the partials
+    # warp instructions per key step, as the emitted step issues them (emit/attention.py; the
+    # bench tiles: 1,595 in SASS, this counts ~1,540)
+    loads = math.ceil(bkv * lay.dp / T) + math.ceil(bkv * a.dv / T)
+    fma = lay.dp * rq * ck + bkv * rq * cols + rq * cols + rq * ck  # scores, P . V, rescale, exp args
+    lds = lay.dp // 4 * (rq + ck) + bkv // 4 * (rq + 4 * lay.groups)  # LDS.128 (cw-wide runs of V)
+    sts = loads + rq * ck                                          # K/V tiles, P
     sfu = rq * ck + rq                                             # exponentials (and alpha)
-    other = rq * ck * (score_flops + 4) + loads * 8
-    issue = fma + lds + sts + 2 * loads + sfu * 2 + other + 2 * spilled
-    cyc = max(fma / fma_rate, lds + sts + 2 * spilled, sfu / (fma_rate / 8), issue / SCHEDULERS)
+    other = rq * ck * (score_flops + 10) + rq * 24 + 20            # score function, max, shuffles, loop
+    issue = fma + lds + sts + 3 * loads + sfu * 2 + other + 2 * spilled
+    cyc = max(fma / fma_rate, 2 * lds + sts + 2 * spilled, sfu / (fma_rate / 8), issue / SCHEDULERS)
     latency = hw.mem_latency_s * hw.clock_hz
-    barrier = 4 * 20
+    barrier = 2 * 20
     per_round = max(resident * warps * cyc, latency + warps * cyc) + barrier
     per_sm_blocks = math.ceil(blocks / hw.units)
     cycles = math.ceil(per_sm_blocks / resident) * (steps * per_round + latency)
