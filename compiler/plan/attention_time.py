@@ -7,8 +7,8 @@ import math
 
 from .attention import (THREADS_X, THREADS_Y, NotAttention, attention_kernel, attention_registers, gpu_layout,
                         shared_bytes)
-from .cost import (GEMM_REG_HEADROOM, SCHEDULERS, Tiling, finish_cost, fitting_blocks, op_flops,
-                   warp_occupancy)
+from .cost import (GEMM_REG_HEADROOM, SCHEDULERS, Tiling, finish_cost, fitting_blocks, issue_per_step,
+                   op_flops, warp_occupancy)
 from .cost_cpu import cpu_bandwidth
 from .hardware import WARP, HardwareProfile
 from .measured import Measured
@@ -83,6 +83,8 @@ def _attention_time(info, members, tiling: Tiling, hw: HardwareProfile, common, 
     sfu = rq * ck + rq                                             # exponentials (and alpha)
     other = rq * ck * (score_flops + 10) + rq * 24 + 20            # score function, max, shuffles, loop
     issue = fma + lds + sts + 3 * loads + sfu * 2 + other + 2 * spilled
+    # with the kernel report: the SASS's hot loop (the key step, or the compute loop inside it)
+    issue = issue_per_step(fma + sfu, issue, sts + 3 * loads + 2 * spilled, measured)
     cyc = max(fma / fma_rate, 2 * lds + sts + 2 * spilled, sfu / (fma_rate / 8), issue / SCHEDULERS)
     latency = hw.mem_latency_s * hw.clock_hz
     barrier = 2 * 20
