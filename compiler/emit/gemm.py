@@ -299,6 +299,8 @@ class _Gemm:
         ext_k = [self.ext[l] for l in self.loops["k"]]
         kloops = self.loops["k"]
 
+        split = self._k_split(k_pos, kloops, ext_k)
+
         held: dict[tuple[int, int], str] = {}      # double-buffered: element -> the register holding it
 
         def elements():
@@ -323,7 +325,13 @@ class _Gemm:
                     w.depth += 1
                 self.values.forget()
                 full = dict(coords)
-                full.update(self._delinearize(k, kloops, "kc_", ext_k))
+                if split is not None:        # the K step's outer coordinate, the rest the thread's own
+                    inner, per_pos = split
+                    outer, rest = per_pos[kl]
+                    full.update(rest)
+                    full[kloops[0]] = expr_add(floordiv(k0, str(inner)), outer)
+                else:
+                    full.update(self._delinearize(k, kloops, "kc_", ext_k))
                 dims = [full.get(l, "0") for l in range(len(self.sides))]
                 idx = [affine(e, dims) for e in m.results]
                 w(f"{v} = {self.values.read(self.c.operands[operand], idx, self.c)}")
@@ -350,6 +358,27 @@ class _Gemm:
                 w(f"{held.setdefault(key, names.fresh('pf'))} = {zero}")
 
         return _Loader(lambda k0: fetch(k0, True), lambda k0: fetch(k0, False), put, declare)
+
+    def _k_split(self, k_pos, kloops: list[int], ext_k: list[str]):
+        """The loader's K coordinates without a division per element: where K is several loops
+        (a conv's (c, r, s)) of static inner extents whose product `inner` divides BK, a K step
+        starts on a multiple of `inner`, so the element at k0 + kl has outer coordinate
+        k0 // inner + kl // inner and inner coordinates those of kl % inner, all but the first
+        term fixed per thread: computed here, before the K loop. Returns (inner, {kl: (outer
+        offset, {loop: coordinate})}), or None (one K loop, or BK not a multiple)."""
+        if len(kloops) < 2 or not all(is_int(e) for e in ext_k[1:]):
+            return None
+        inner = math.prod(int(e) for e in ext_k[1:])
+        if inner == 1 or self.bk % inner:
+            return None
+        out = {}
+        for i, (kl, _) in enumerate(k_pos):
+            rem = self.names.fresh(f"kr{i}_")
+            self.w(f"{rem} = {mod(kl, str(inner))}")
+            outer = self.names.fresh(f"kq{i}_")
+            self.w(f"{outer} = {floordiv(kl, str(inner))}")
+            out[kl] = (outer, self._delinearize(rem, kloops[1:], f"ki{i}_", ext_k[1:]))
+        return inner, out
 
     def _delinearize(self, flat: str, loops: list[int], stem: str, extents: list[str] | None = None) -> dict[int, str]:
         """Coordinates of `loops` (row-major over their static tiles, or `extents`) from a flat index."""
