@@ -159,7 +159,10 @@ class _Gemm:
             sm, sn = tc.tiles(tile_pad(True))
         else:
             pm, pn = tile_pad(False, wide), tile_pad(False)
-            w(f"{sm} = cuda.shared.array(({self.bk}, {self.bm + pm}), numba.{elem_of_type(self.c.operands[self.m_op].type).compute})")
+            # 16-byte aligned (the simulator takes no alignment), so a run of 4 is one LDS.128
+            align = self.body.ctx.helpers.use_text("_SMEM_ALIGN", [
+                "_SMEM_ALIGN = None if _CUDASIM else 16   # shared staging tiles: 16-byte runs (LDS.128)"])
+            w(f"{sm} = cuda.shared.array(({self.bk}, {self.bm + pm}), numba.{elem_of_type(self.c.operands[self.m_op].type).compute}, {align})")
             w(f"{sn} = cuda.shared.array(({self.bk}, {self.bn + pn}), numba.{elem_of_type(self.c.operands[self.n_op].type).compute})")
             sm, sn = Tile(sm), Tile(sn)
         loads = [self._loader("m", self.m_op, sm, self.bm), self._loader("n", self.n_op, sn, self.bn)]

@@ -154,25 +154,6 @@ def gemm_shape(info: ChainInfo, gk: GemmKernel, root: int, block: tuple[int, ...
     return GemmShape(tuple(tiles), bm, bn, bk, tm, tn)
 
 
-def k_inner(co, gk: GemmKernel) -> int:
-    """The product of a contraction's K loops' extents after the first (1: one K loop); the
-    template's loader computes an element's K coordinates once per thread when the K step is a
-    multiple of it (emit/gemm.py: _k_split), else with a division per element and K step."""
-    kl = [co.loops[l] for l in gk.loops_of("k") if co.loops[l] != 1]
-    return math.prod(kl[1:]) if len(kl) > 1 else 1
-
-
-def gemm_k_steps(co, gk: GemmKernel) -> tuple[int, ...]:
-    """The K steps the tile search tries: 8, 16 and 32, and where K is several loops (a conv's
-    (c, r, s)) the multiples of their inner extents (`k_inner`) from 8 to 36."""
-    inner = k_inner(co, gk)
-    extra = tuple(inner * j for j in range(1, 37) if 8 <= inner * j <= 36) if inner > 1 else ()
-    return tuple(sorted({8, 16, 32, *extra}))
-
-
-DELINEARIZE_OPS = 10          # integer ops per element and K loop of a loader's division-based K coordinates
-
-
 MMA_M, MMA_N, MMA_K = 16, 8, 16      # mma.sync.aligned.m16n8k16: one warp's fragment
 
 
@@ -350,9 +331,6 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
     producers = sum(op_flops(info.op(m), hw) / max(1, info.op(m).points) for m in loader_ops)
     sts = loads
     ints = loads * 8 + gathered * (12 + producers)      # index math; a gather's window and bounds
-    inner = k_inner(co, gk)
-    if inner > 1 and s.bk % inner:         # K coordinates divided out per element and step
-        ints += loads * DELINEARIZE_OPS * (sum(1 for l in gk.loops_of("k") if co.loops[l] != 1) - 1)
     if mma:
         # per 16 of K: (TM/2) x (TN/2) mma.sync.m16n8k16 (2048 MACs each), the fragments' words
         # read from shared memory (8 per A fragment, 4 per B) and packed in pairs to f16x2
