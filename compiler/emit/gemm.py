@@ -47,9 +47,6 @@ class WideGrid(Grid):
     (`LDS.128`) reads them. Columns keep the strided form (x + j NX): the epilogue's stores along
     the output's contiguous dim stay one coalesced request per accumulator column."""
 
-    def __init__(self, y: str, ny: int, x: str, nx: int):
-        super().__init__(y, ny, x, nx)
-
     def row(self, i: int) -> str:
         return expr_add(self.y, str(i % 4 + 4 * self.ny * (i // 4)))
 
