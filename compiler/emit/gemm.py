@@ -40,6 +40,17 @@ class Grid:
         return expr_add(self.x, str(j * self.nx))
 
 
+class WideGrid(Grid):
+    """The FMA form's thread grid with rows in runs of 4 (CUTLASS SIMT) where the register tile
+    is TM a multiple of 4: thread y's rows are 4 y + {0..3} + 4 NY q (`y` given as 4 y), so a
+    thread's 4 A operands of one run are adjacent in the tile's row k and one 16-byte shared load
+    (`LDS.128`) reads them. Columns keep the strided form (x + j NX): the epilogue's stores along
+    the output's contiguous dim stay one coalesced request per accumulator column."""
+
+    def row(self, i: int) -> str:
+        return expr_add(self.y, str(i % 4 + 4 * self.ny * (i // 4)))
+
+
 class _Loader:
     """One operand's tile loader (_Gemm._loader): `load(k0)` reads the K step at k0 into the
     tile; double-buffered, `hold(k0)` reads it into registers, `put()` stores those into the
@@ -129,18 +140,27 @@ class _Gemm:
         w(f"{self.tyn} = {ids.thread_id('y')}")
         w(f"{self.tid} = {self.tyn} * {self.tx} + {self.txn}")
         # where a thread's accumulator (i, j) lies in the block's tile (`.row(i)`, `.col(j)`)
-        self.at = Grid(self.tyn, self.ty, self.txn, self.tx)
+        wide = not self.mma and self.tm % 4 == 0
+        if wide:
+            ty4 = names.fresh("ty4")
+            w(f"{ty4} = {self.tyn} * 4")
+            self.at = WideGrid(ty4, self.ty, self.txn, self.tx)
+        else:
+            self.at = Grid(self.tyn, self.ty, self.txn, self.tx)
         tc = None
         if self.mma:
             tc = TensorCores(self.body, self.mma, self.tid, self.bm, self.bn, self.bk, self.tm, self.tn, self.T)
             self.at = tc.layout()
         sm, sn = names.fresh("Ms"), names.fresh("Ns")
-        pad = tile_pad(bool(self.mma))
         if tc:
-            sm, sn = tc.tiles(pad)
+            sm, sn = tc.tiles(tile_pad(True))
         else:
-            w(f"{sm} = cuda.shared.array(({self.bk}, {self.bm + pad}), numba.{elem_of_type(self.c.operands[self.m_op].type).compute})")
-            w(f"{sn} = cuda.shared.array(({self.bk}, {self.bn + pad}), numba.{elem_of_type(self.c.operands[self.n_op].type).compute})")
+            pm, pn = tile_pad(False, wide), tile_pad(False)
+            # 16-byte aligned (the simulator takes no alignment), so a run of 4 is one LDS.128
+            align = self.body.ctx.helpers.use_text("_SMEM_ALIGN", [
+                "_SMEM_ALIGN = None if _CUDASIM else 16   # shared staging tiles: 16-byte runs (LDS.128)"])
+            w(f"{sm} = cuda.shared.array(({self.bk}, {self.bm + pm}), numba.{elem_of_type(self.c.operands[self.m_op].type).compute}, {align})")
+            w(f"{sn} = cuda.shared.array(({self.bk}, {self.bn + pn}), numba.{elem_of_type(self.c.operands[self.n_op].type).compute})")
             sm, sn = Tile(sm), Tile(sn)
         loads = [self._loader("m", self.m_op, sm, self.bm), self._loader("n", self.n_op, sn, self.bn)]
         init = self._init()
@@ -157,6 +177,9 @@ class _Gemm:
                 ld.hold("0")
         w(f"for {k0} in range(0, {self.K()}, {self.bk}):")
         with w.indent():
+            # the step's start, known non-negative (a range's induction variable is not to
+            # LLVM): its indices need no wraparound select
+            w(f"{k0} = {k0} & 0x7fffffff")
             if prefetch:
                 # this step from the registers into the tiles, then the next step's loads issued
                 # before this step's products, so their latency hides behind them
@@ -182,19 +205,20 @@ class _Gemm:
                     with w.indent():
                         tc.step(sm, sn, accs, kk0)
             else:
-                self._fma_steps(sm, sn, accs, f"range({self.bk})")
+                self._fma_steps(sm, sn, accs, None)
             w("cuda.syncthreads()")
         if tc:
             accs, self.at = tc.restage(accs, self.at, Grid)
         self._epilogue(accs)
 
     # -- the products ----------------------------------------------------------------------------
-    def _fma_steps(self, sm, sn, accs, ks: str) -> None:
-        """Per k of `ks`, each accumulator += its row of A times its column of B."""
+    def _fma_steps(self, sm, sn, accs, ks: str | None) -> None:
+        """Per k of `ks` (a range's text), each accumulator += its row of A times its column of
+        B. None: the K step's BK written out, so each shared-memory index is the thread's row or
+        column plus a constant (and a run of 4 rows of a `WideGrid` one 16-byte load)."""
         w, names = self.w, self.names
-        kk = names.fresh("kk")
-        w(f"for {kk} in {ks}:")
-        with w.indent():
+
+        def step(kk: str) -> None:
             a = [names.fresh(f"a{i}") for i in range(self.tm)]
             b = [names.fresh(f"b{j}") for j in range(self.tn)]
             for i, n in enumerate(a):
@@ -206,6 +230,15 @@ class _Gemm:
                     ins = [None, None]
                     ins[self.m_op], ins[self.n_op] = a[i], b[j]
                     w(f"{accs[i][j]} = {self.values.contraction_step(self.c, ins[0], ins[1], accs[i][j])}")
+
+        if ks is None:
+            for kk in range(self.bk):
+                step(str(kk))
+            return
+        kk = names.fresh("kk")
+        w(f"for {kk} in {ks}:")
+        with w.indent():
+            step(kk)
 
     def _init(self) -> str:
         """The accumulators' initial value: the fill of the contraction's output."""
@@ -232,8 +265,8 @@ class _Gemm:
             lanes *= 2
         rows = self.T // lanes
         lane, row = names.fresh(f"{side}l"), names.fresh(f"{side}r")
-        w(f"{lane} = {mod(self.tid, str(lanes))}")
-        w(f"{row} = {floordiv(self.tid, str(lanes))}")
+        w(f"{lane} = {self.tid} & {lanes - 1}")            # lanes is a power of two
+        w(f"{row} = {self.tid} >> {lanes.bit_length() - 1}")
         n_along, n_across = -(-along // lanes), -(-across // rows)
 
         def position(base: str, step: int, n: int, extent: int, stem: str):
@@ -266,6 +299,8 @@ class _Gemm:
         ext_k = [self.ext[l] for l in self.loops["k"]]
         kloops = self.loops["k"]
 
+        split = self._k_split(k_pos, kloops, ext_k)
+
         held: dict[tuple[int, int], str] = {}      # double-buffered: element -> the register holding it
 
         def elements():
@@ -290,7 +325,13 @@ class _Gemm:
                     w.depth += 1
                 self.values.forget()
                 full = dict(coords)
-                full.update(self._delinearize(k, kloops, "kc_", ext_k))
+                if split is not None:        # the K step's outer coordinate, the rest the thread's own
+                    inner, per_pos = split
+                    outer, rest = per_pos[kl]
+                    full.update(rest)
+                    full[kloops[0]] = expr_add(floordiv(k0, str(inner)), outer)
+                else:
+                    full.update(self._delinearize(k, kloops, "kc_", ext_k))
                 dims = [full.get(l, "0") for l in range(len(self.sides))]
                 idx = [affine(e, dims) for e in m.results]
                 w(f"{v} = {self.values.read(self.c.operands[operand], idx, self.c)}")
@@ -317,6 +358,27 @@ class _Gemm:
                 w(f"{held.setdefault(key, names.fresh('pf'))} = {zero}")
 
         return _Loader(lambda k0: fetch(k0, True), lambda k0: fetch(k0, False), put, declare)
+
+    def _k_split(self, k_pos, kloops: list[int], ext_k: list[str]):
+        """The loader's K coordinates without a division per element: where K is several loops
+        (a conv's (c, r, s)) of static inner extents whose product `inner` divides BK, a K step
+        starts on a multiple of `inner`, so the element at k0 + kl has outer coordinate
+        k0 // inner + kl // inner and inner coordinates those of kl % inner, all but the first
+        term fixed per thread: computed here, before the K loop. Returns (inner, {kl: (outer
+        offset, {loop: coordinate})}), or None (one K loop, or BK not a multiple)."""
+        if len(kloops) < 2 or not all(is_int(e) for e in ext_k[1:]):
+            return None
+        inner = math.prod(int(e) for e in ext_k[1:])
+        if inner == 1 or self.bk % inner:
+            return None
+        out = {}
+        for i, (kl, _) in enumerate(k_pos):
+            rem = self.names.fresh(f"kr{i}_")
+            self.w(f"{rem} = {mod(kl, str(inner))}")
+            outer = self.names.fresh(f"kq{i}_")
+            self.w(f"{outer} = {floordiv(kl, str(inner))}")
+            out[kl] = (outer, self._delinearize(rem, kloops[1:], f"ki{i}_", ext_k[1:]))
+        return inner, out
 
     def _delinearize(self, flat: str, loops: list[int], stem: str, extents: list[str] | None = None) -> dict[int, str]:
         """Coordinates of `loops` (row-major over their static tiles, or `extents`) from a flat index."""

@@ -170,12 +170,14 @@ def mma_tiles_error(bm: int, bn: int, bk: int, tm: int, tn: int) -> str | None:
     return None
 
 
-def tile_pad(mma: bool) -> int:
+def tile_pad(mma: bool, wide: bool = False) -> int:
     """Words of padding per row of a [BK][B] staging tile. FMA form: 1 (an odd row stride: the
-    loader's transposed stores and the row reads hit 32 banks). Tensor cores: 4 (B is a multiple
+    loader's transposed stores and the row reads hit 32 banks); 4 for a side read in runs of 4
+    (`wide`: emit/gemm.py's WideGrid; a row stride a multiple of 4 words keeps each run 16-byte
+    aligned for `LDS.128`). Tensor cores: 4 (B is a multiple
     of 8, so the stride is 4 or 12 mod 16 and a fragment read, k rows 2t (+1), columns g, hits
     bank 2t * stride + g: 32 banks)."""
-    return 4 if mma else 1
+    return 4 if mma or wide else 1
 
 
 def mma_kind(info: ChainInfo, gk: GemmKernel, shape: GemmShape, hw=None) -> str | None:

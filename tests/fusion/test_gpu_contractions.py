@@ -50,6 +50,17 @@ def test_conv_gathers_its_padded_window_in_the_tile_loader():
     assert "58" not in src                             # no padded tensor anywhere
 
 
+def test_a_k_step_of_whole_windows_divides_nothing_per_element():
+    """BK 18 over K = (c, 3, 3): each thread's k positions are split into (c offset, r, s)
+    before the K loop; inside it an element only adds the step's channel, k0 // 9."""
+    st = stages(CONV, binding={"B": 2, "C": 8, "F": 16},
+                plan={"groups": [{"ops": [2, 3, 4], "block_tiles": [1, 16, 2, 0], "gemm": [18, 4, 7]}]})
+    src = st.emitted.source
+    before, loop = src[:src.index("for k0 in range")], src[src.index("for k0 in range"):src.index("cuda.syncthreads()")]
+    assert "k0 // 9" in loop and "% 3" not in loop and "// 3" not in loop
+    assert "% 9" in before and "% 3" in before
+
+
 @pytest.mark.parametrize("spec,why", [
     ({"block_tiles": [64, 64], "gemm": [16, 3, 4]}, "does not divide"),
     ({"block_tiles": [64, 64], "gemm": [16, 1, 1]}, "threads per block"),
@@ -93,6 +104,12 @@ CASES = [
      {"B": 3, "S": 9, "D": 13, "N": 20}, [2, 8, 16], [8, 2, 4]),
     ("chain t(a: f32[B, H, M, K], b: f32[K, N]) -> f32[B, H, M, N] { return a @ b }",
      {"B": 2, "H": 2, "M": 5, "K": 7, "N": 9}, [1, 2, 4, 0, 0], [8, 2, 3]),
+    # K steps a multiple of the window (9): K coordinates split once per thread (emit/gemm.py
+    # _k_split), K = 27 not a multiple of 18; runs of 4 rows (TM 4, 8) past F's edge
+    ("chain t(x: f32[B, C, 7, 6], w: f32[F, C, 3, 3]) -> f32[B, F, 7, 6] { return relu(conv2d(x, w, padding=1)) }",
+     {"B": 2, "C": 3, "F": 5}, [1, 4, 2, 0], [9, 4, 3]),
+    ("chain t(x: f32[B, C, 7, 6], w: f32[F, C, 3, 3]) -> f32[B, F, 7, 6] { return relu(conv2d(x, w, padding=1)) }",
+     {"B": 2, "C": 3, "F": 11}, [1, 8, 2, 0], [18, 8, 4]),
 ]
 
 
