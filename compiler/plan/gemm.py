@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from .analysis import ChainInfo, loop_correspondence
 from .cost import (COALESCED, GEMM_REG_HEADROOM, SCHEDULERS, SECTOR, Tiling, finish_cost, fitting_blocks,
-                   op_flops, warp_occupancy)
+                   issue_per_step, op_flops, warp_occupancy)
 from .cost_cpu import cpu_time
 from .hardware import WARP, HardwareProfile
 from .measured import Measured
@@ -346,6 +346,8 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
         lds = s.bk * (s.tm + s.tn)
         issue = fma + lds + sts + 2 * loads + ints
         issue += 2 * spilled                                          # a spilled word: a local store and load
+        # with the kernel report: the SASS's hot loop (the K step written out, or a part of it)
+        issue = issue_per_step(fma, issue, sts + 2 * loads + ints + 2 * spilled, measured)
         cyc = max(fma / fma_rate, lds + sts + 2 * spilled, ints / (fma_rate / 2), issue / SCHEDULERS)
     latency = hw.mem_latency_s * hw.clock_hz                        # cycles a K step's loads take
     barrier = 2 * 20                                                # two barriers per K step

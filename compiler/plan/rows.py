@@ -331,9 +331,10 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
     loads_first = J * len(row_inputs)
     loads_again = J * sum(max(0, n - 1) for n in passes.values())
     l1_latency = 0.15 * hw.mem_latency_s
-    # in flight: a phase's loads are issued before their first use (emit/row_phases.py), up to
-    # MEM_PARALLELISM; the SASS's fewest over the phases when the kernel report measured them
-    in_flight = loads_in_flight(max(1, min(J, MEM_PARALLELISM)), measured)
+    # in flight: a phase's loads are issued before their first use (emit/row_phases.py); the
+    # SASS's fewest over the phases when the kernel report measured them, else MEM_PARALLELISM
+    # as every template assumes without it
+    in_flight = loads_in_flight(MEM_PARALLELISM, measured)
     per_thread = (loads_first * hw.mem_latency_s + loads_again * (l1_latency if l1_hit else hw.mem_latency_s)) / in_flight
     per_thread += len(rk.reductions) * (COMBINE_CYCLES + math.log2(max(2, T)) * DEP_LATENCY) / hw.clock_hz
     latency = waves * per_thread
