@@ -266,7 +266,7 @@ def issue_per_step(math: float, modelled: float, outside: float, measured: Measu
     return iterations * measured.loop_instructions + (outside if iterations > 1.5 else 0.0)
 
 
-def loads_in_flight(modelled: float, measured: Measured | None) -> float:
+def in_flight_loads(modelled: float, measured: Measured | None) -> float:
     """Global loads a thread keeps in flight (what hides memory latency): the SASS's fewest over
     the kernel's phases when the kernel report measured them, else the model's."""
     if measured is None or not measured.loads_in_flight:

@@ -8,8 +8,8 @@ import math
 
 from .analysis import ChainInfo
 from .cost import (COALESCED, DEP_LATENCY, MEM_PARALLELISM, SCHEDULERS, SECTOR, Tiling, finish_cost,
-                   latency_bandwidth, loads_in_flight,
-                   fitting_blocks, product, warp_occupancy)
+                   fitting_blocks, in_flight_loads, latency_bandwidth, product,
+                   warp_occupancy)
 from .cost_cpu import cpu_time
 from .hardware import WARP, HardwareProfile
 from .measured import Measured
@@ -90,7 +90,7 @@ def _gpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, 
     bw = hw.cache_bandwidth if io + spill_bytes <= hw.l2_bytes else hw.bandwidth   # timed again: in L2
     if measured is not None and measured.loads_in_flight and measured.global_load_bytes:
         # the loads a thread has in flight (the SASS's) bound what its SM draws: Little's law
-        bw = min(bw, latency_bandwidth(hw, threads_per_sm, loads_in_flight(1, measured) * measured.global_load_bytes))
+        bw = min(bw, latency_bandwidth(hw, threads_per_sm, in_flight_loads(1, measured) * measured.global_load_bytes))
     throughput = (io / bw + common["bytes_cached"] / hw.cache_bandwidth + spill_bytes / spill_bw) / share
     compute_s = max(common["flops"] / peak, latency_cmp)
     # a contraction outside a contraction kernel (plan/gemm.py) is a dot product per thread: every

@@ -11,7 +11,7 @@ class Measured:
     the model's estimates of registers, private (local) memory, shared memory and coalescing,
     and, from its SASS, of the instructions a warp issues per step of the template's main loop
     (plan/cost.py: issue_per_step) and the global loads a thread keeps in flight
-    (plan/cost.py: loads_in_flight)."""
+    (plan/cost.py: in_flight_loads)."""
     registers: int
     local_bytes: int                  # per thread: ptxas's stack frame and lmem
     spill_bytes: int                  # per thread: spill stores + loads

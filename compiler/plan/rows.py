@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from .analysis import ChainInfo, OpInfo
 from .. import combiners
 from .cost import (COALESCED, COMBINE_CYCLES, DEP_LATENCY, MEM_PARALLELISM, SCHEDULERS, SECTOR, Tiling,
-                   finish_cost, fitting_blocks, latency_bandwidth, loads_in_flight, op_flops, product,
+                   finish_cost, fitting_blocks, in_flight_loads, latency_bandwidth, op_flops, product,
                    warp_occupancy)
 from .cost_cpu import cpu_time
 from .hardware import WARP, HardwareProfile
@@ -323,7 +323,7 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
     if measured is not None and measured.loads_in_flight and measured.global_load_bytes:
         # the bytes each thread keeps in flight (the SASS's) bound what its SM draws: Little's law
         bw = min(bw, latency_bandwidth(hw, resident * threads / min(hw.units, max(1, resident)),
-                                       loads_in_flight(1, measured) * measured.global_load_bytes))
+                                       in_flight_loads(1, measured) * measured.global_load_bytes))
     throughput = (dram / bw + cached / hw.cache_bandwidth + l1 / l1_bw) / share
 
     # latency: per thread, J loads per row tensor per phase (the first from memory, the others
@@ -334,7 +334,7 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
     # in flight: a phase's loads are issued before their first use (emit/row_phases.py); the
     # SASS's fewest over the phases when the kernel report measured them, else MEM_PARALLELISM
     # as every template assumes without it
-    in_flight = loads_in_flight(MEM_PARALLELISM, measured)
+    in_flight = in_flight_loads(MEM_PARALLELISM, measured)
     per_thread = (loads_first * hw.mem_latency_s + loads_again * (l1_latency if l1_hit else hw.mem_latency_s)) / in_flight
     per_thread += len(rk.reductions) * (COMBINE_CYCLES + math.log2(max(2, T)) * DEP_LATENCY) / hw.clock_hz
     latency = waves * per_thread

@@ -205,7 +205,8 @@ def test_the_mlp_kernel_has_a_hot_loop_of_ffma_over_shared_loads(mlp_report):
     s = r.sass
     hot = s.loops[s.hot].counts
     assert hot.math > 0 and sum(hot.shared_loads.values()) > 0 and hot.instructions > hot.math
-    assert s.kernel.global_loads and s.kernel.global_stores and s.ptx.loops >= 2
+    # the K loop (the emitter writes each K step's kk loop out: one PTX loop)
+    assert s.kernel.global_loads and s.kernel.global_stores and s.ptx.loops >= 1
     assert r.bank_conflicts and all(b.ways is not None for b in r.bank_conflicts)
     assert {b.array for b in r.bank_conflicts} == {"Ms", "Ns"}
 
