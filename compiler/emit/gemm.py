@@ -8,8 +8,9 @@ from __future__ import annotations
 import math
 
 from . import ids
+from .vector import VECTOR_HELPERS
 from .mma import TensorCores
-from .template_values import TemplateValues, affine, dims_of, dims_of_map, indexing_maps, ints, pure_dim
+from .template_values import TemplateValues, affine, n_inputs, dims_of, dims_of_map, indexing_maps, ints, pure_dim
 from .values import EmitError, elem_of_type, expr_add, expr_mul, floordiv, is_int, mod
 from ..mlir import ir
 from ..plan.gemm import mma_tiles_error, tile_pad
@@ -41,14 +42,22 @@ class Grid:
 
 
 class WideGrid(Grid):
-    """The FMA form's thread grid with rows in runs of 4 (CUTLASS SIMT) where the register tile
-    is TM a multiple of 4: thread y's rows are 4 y + {0..3} + 4 NY q (`y` given as 4 y), so a
-    thread's 4 A operands of one run are adjacent in the tile's row k and one 16-byte shared load
-    (`LDS.128`) reads them. Columns keep the strided form (x + j NX): the epilogue's stores along
-    the output's contiguous dim stay one coalesced request per accumulator column."""
+    """The FMA form's thread grid in runs of 4 (CUTLASS SIMT) along the sides whose register
+    tile is a multiple of 4: thread y's rows are 4 y + {0..3} + 4 NY q (`y` given as 4 y) where
+    `rows`, thread x's columns 4 x + {0..3} + 4 NX p (`x` given as 4 x) where `cols`, so a
+    thread's 4 operands of one run are adjacent in the tile's row k and one 16-byte shared load
+    (`LDS.128`) reads them. The epilogue stores a run of 4 columns with one 16-byte global store
+    (`_st4_f32`), so a warp's store request stays as few sectors as a scalar one per column."""
+
+    def __init__(self, y: str, ny: int, x: str, nx: int, rows: bool, cols: bool):
+        super().__init__(y, ny, x, nx)
+        self.rows, self.cols = rows, cols
 
     def row(self, i: int) -> str:
-        return expr_add(self.y, str(i % 4 + 4 * self.ny * (i // 4)))
+        return expr_add(self.y, str(i % 4 + 4 * self.ny * (i // 4))) if self.rows else super().row(i)
+
+    def col(self, j: int) -> str:
+        return expr_add(self.x, str(j % 4 + 4 * self.nx * (j // 4))) if self.cols else super().col(j)
 
 
 class _Loader:
@@ -141,12 +150,17 @@ class _Gemm:
         w(f"{self.tid} = {self.tyn} * {self.tx} + {self.txn}")
         # where a thread's accumulator (i, j) lies in the block's tile (`.row(i)`, `.col(j)`)
         wide = not self.mma and self.tm % 4 == 0
-        if wide:
-            ty4 = names.fresh("ty4")
-            w(f"{ty4} = {self.tyn} * 4")
-            self.at = WideGrid(ty4, self.ty, self.txn, self.tx)
-        else:
-            self.at = Grid(self.tyn, self.ty, self.txn, self.tx)
+        wide_n = not self.mma and self.tn % 4 == 0
+        self.at = Grid(self.tyn, self.ty, self.txn, self.tx)
+        if wide or wide_n:
+            ty4, tx4 = self.tyn, self.txn
+            if wide:
+                ty4 = names.fresh("ty4")
+                w(f"{ty4} = {self.tyn} * 4")
+            if wide_n:
+                tx4 = names.fresh("tx4")
+                w(f"{tx4} = {self.txn} * 4")
+            self.at = WideGrid(ty4, self.ty, tx4, self.tx, wide, wide_n)
         tc = None
         if self.mma:
             tc = TensorCores(self.body, self.mma, self.tid, self.bm, self.bn, self.bk, self.tm, self.tn, self.T)
@@ -155,12 +169,12 @@ class _Gemm:
         if tc:
             sm, sn = tc.tiles(tile_pad(True))
         else:
-            pm, pn = tile_pad(False, wide), tile_pad(False)
+            pm, pn = tile_pad(False, wide), tile_pad(False, wide_n)
             # 16-byte aligned (the simulator takes no alignment), so a run of 4 is one LDS.128
             align = self.body.ctx.helpers.use_text("_SMEM_ALIGN", [
                 "_SMEM_ALIGN = None if _CUDASIM else 16   # shared staging tiles: 16-byte runs (LDS.128)"])
             w(f"{sm} = cuda.shared.array(({self.bk}, {self.bm + pm}), numba.{elem_of_type(self.c.operands[self.m_op].type).compute}, {align})")
-            w(f"{sn} = cuda.shared.array(({self.bk}, {self.bn + pn}), numba.{elem_of_type(self.c.operands[self.n_op].type).compute})")
+            w(f"{sn} = cuda.shared.array(({self.bk}, {self.bn + pn}), numba.{elem_of_type(self.c.operands[self.n_op].type).compute}, {align})")
             sm, sn = Tile(sm), Tile(sn)
         loads = [self._loader("m", self.m_op, sm, self.bm), self._loader("n", self.n_op, sn, self.bn)]
         init = self._init()
@@ -407,27 +421,137 @@ class _Gemm:
 
     # -- the epilogue ----------------------------------------------------------------------------
     def _epilogue(self, accs) -> None:
+        """Each accumulator's epilogue down to the root, stored. Where the thread's columns run
+        in 4s (`WideGrid.cols`) along the output arrays' contiguous dim, each run's 4 values are
+        computed, then stored with one `_st4_f32` per output (a scalar store per column past the
+        output's edge)."""
         w = self.w
-        ms, ns = [], []
+        ms = []
         for i in range(len(accs)):
-            m = self.at.row(i)
-            coords = self._delinearize(m, self.loops["m"], f"mo{i}_")
+            coords = self._delinearize(self.at.row(i), self.loops["m"], f"mo{i}_")
             conds = [f"{coords[l]} < {self.ext[l]}" for l in self.loops["m"] if self.ext[l] != str(self.tiles[l])]
             ms.append((coords, conds))
-        for j in range(len(accs[0])):
-            n = self.at.col(j)
-            coords = self._delinearize(n, self.loops["n"], f"no{j}_")
-            conds = [f"{coords[l]} < {self.ext[l]}" for l in self.loops["n"] if self.ext[l] != str(self.tiles[l])]
-            ns.append((coords, conds))
-        out_map = self.cmaps[2]
         self.values.forget()
+        runs = isinstance(self.at, WideGrid) and self.at.cols
         for i, (mc, mconds) in enumerate(ms):
-            for j, (nc, nconds) in enumerate(ns):
-                dims = [mc.get(l, nc.get(l, "0")) for l in range(len(self.sides))]
-                idx = [affine(e, dims) for e in out_map.results]
-                self.values.supply(self.out, idx, accs[i][j])
+            j = 0
+            while j < len(accs[0]):
+                if runs and j % 4 == 0 and self._run4(i, j, accs, mc, mconds):
+                    j += 4
+                    continue
+                nc, nconds = self._ncoords(self.at.col(j), f"no{j}_")
                 with self.values.guarded(mconds + nconds):    # values computed outside stay valid
-                    if self.root == self.c:
-                        w(f"{self.body.view(self.out).at(idx)} = {accs[i][j]}")
-                    else:
-                        self.values.store_results(self.root, [dims[cl] for cl in self.root_loops])
+                    self._store(mc, nc, accs[i][j], None)
+                j += 1
+
+    def _ncoords(self, n: str, stem: str):
+        coords = self._delinearize(n, self.loops["n"], stem)
+        conds = [f"{coords[l]} < {self.ext[l]}" for l in self.loops["n"] if self.ext[l] != str(self.tiles[l])]
+        return coords, conds
+
+    def _outputs(self, dims: list[str]):
+        """(view, index) of each array the epilogue stores at loop coordinates `dims`."""
+        if self.root == self.c:
+            ops, maps = [self.out], [self.cmaps[2]]
+        else:
+            n_in = n_inputs(self.root)
+            ops, maps = list(self.root.operands)[n_in:], indexing_maps(self.root)[n_in:]
+        return [(self.body.view(v), [affine(e, dims) for e in m.results]) for v, m in zip(ops, maps)]
+
+    def _store(self, mc, nc, acc: str, into: list | None) -> None:
+        """Accumulator `acc`'s epilogue at (mc, nc): each result stored, or (`into`) kept in a
+        register appended to `into`."""
+        dims = [mc.get(l, nc.get(l, "0")) for l in range(len(self.sides))]
+        self.values.supply(self.out, [affine(e, dims) for e in self.cmaps[2].results], acc)
+        if self.root == self.c:
+            values = [acc]
+        else:
+            values = self.values.results(self.root, [dims[cl] for cl in self.root_loops])
+        for (view, idx), v in zip(self._outputs(dims), values):
+            if into is None:
+                self.w(f"{view.at(idx)} = {v}")
+            else:
+                t = self.names.fresh("y")
+                self.w(f"{t} = {v}")
+                into.append(t)
+
+    def _run_reads(self, i: int, j: int, accs, mc, nb: str, mark: str) -> list:
+        """The global f32 reads of the epilogue of columns j..j+3 of row i whose 4 elements are
+        consecutive on the array's contiguous dim: [(array, base index)]. Found by writing the
+        epilogue of column nb and of nb + `mark` and discarding the text (the reads in order)."""
+        w = self.w
+        found = []
+        for col in (nb, expr_add(nb, mark)):
+            lines, depth, memo = len(w.lines), w.depth, dict(self.values.memo)
+            self.values.probe = []
+            try:
+                nc, _ = self._ncoords(col, "probe")
+                self._store(mc, nc, accs[i][j], [])
+            finally:
+                found.append(self.values.probe)
+                self.values.probe = None
+                del w.lines[lines:]
+                w.depth, self.values.memo = depth, memo
+        out = []
+        if len(found[0]) != len(found[1]):
+            return out
+        for (view, i0), (_, im) in zip(*found):
+            if view.array.space != "global" or view.array.storage != "float32":
+                continue
+            b0, bm = tuple(view.to_base(tuple(i0))), tuple(view.to_base(tuple(im)))
+            if any(mark in e for e in bm[:-1]) or bm[:-1] != b0[:-1] or bm[-1] != expr_add(b0[-1], mark):
+                continue
+            if (view.array.name, b0) not in out:
+                out.append((view.array.name, b0))
+        return out
+
+    def _run4(self, i: int, j: int, accs, mc, mconds) -> bool:
+        """Columns j..j+3 (one run of 4) of row i stored 16 bytes at a time where each output's
+        4 elements are consecutive on its array's contiguous dim; False (nothing written) where
+        they are not."""
+        mark = "__fusec_run__"
+        nb = self.at.col(j)
+        if len([l for l in self.loops["n"] if self.tiles[l] != 1]) != 1:
+            return False
+        nc0, _ = self._ncoords(nb, f"no{j}_")
+        ncm = {l: (expr_add(v, mark) if v == nb else v) for l, v in nc0.items()}
+        dims0 = [mc.get(l, nc0.get(l, "0")) for l in range(len(self.sides))]
+        dimsm = [mc.get(l, ncm.get(l, "0")) for l in range(len(self.sides))]
+        bases = []
+        for (view, idx0), (_, idxm) in zip(self._outputs(dims0), self._outputs(dimsm)):
+            if view.array.space != "global" or view.array.storage != "float32":
+                return False
+            b0, bm = view.to_base(tuple(idx0)), view.to_base(tuple(idxm))
+            if any(mark in e for e in bm[:-1]) or bm[:-1] != b0[:-1] or bm[-1] != expr_add(b0[-1], mark):
+                return False
+            bases.append((view.array.name, b0))
+        self.body.ctx.helpers.use_text("_ld4_f32", VECTOR_HELPERS)
+        # the columns as nb + r, the form the wide loads' registers are keyed by
+        cols = [self._ncoords(expr_add(nb, str(r)), f"no{j + r}_") for r in range(4)]
+        last = cols[3][1]
+        loads = self._run_reads(i, j, accs, mc, nb, mark)
+        with self.values.guarded(mconds):
+            with self.values.guarded(last):
+                for array, base in loads:      # the epilogue's operands along n: 16 bytes each
+                    lanes = [self.names.fresh("x") for _ in range(4)]
+                    self.w(f"{', '.join(lanes)} = _ld4_f32({array}, ({', '.join(base)},))")
+                    for r, x in enumerate(lanes):
+                        self.values.loaded[(array, base[:-1] + (expr_add(base[-1], str(r)),))] = x
+                regs: list[str] = []
+                for r, (nc, _) in enumerate(cols):
+                    self._store(mc, nc, accs[i][j + r], regs)
+                k = len(bases)
+                for o, (array, base) in enumerate(bases):
+                    lanes = regs[o::k]
+                    self.w(f"_st4_f32({array}, ({', '.join(base)},), {', '.join(lanes)})")
+                self.values.loaded = {}
+            if last:
+                self.w("else:")
+                self.w.depth += 1
+                saved = dict(self.values.memo)
+                for r, (nc, nconds) in enumerate(cols):
+                    with self.values.guarded(nconds):
+                        self._store(mc, nc, accs[i][j + r], None)
+                self.values.memo = saved
+                self.w.depth -= 1
+        return True
