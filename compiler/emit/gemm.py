@@ -314,6 +314,7 @@ class _Gemm:
         kloops = self.loops["k"]
 
         split = self._k_split(k_pos, kloops, ext_k)
+        counted = None if split is not None else self._k_counted(k_pos, kloops, ext_k)
 
         held: dict[tuple[int, int], str] = {}      # double-buffered: element -> the register holding it
 
@@ -325,6 +326,7 @@ class _Gemm:
         def fetch(k0: str, store: bool) -> None:
             """Each of the thread's elements of the K step at k0, loaded (zero outside the
             operand); stored into the tile at once, or kept in its register (`held`)."""
+            step = counted(k0) if counted is not None else None
             for key, sl, coords, ok, kl, inside in elements():
                 if inside:                       # positions past the tile's end
                     w(f"if {' and '.join(inside)}:")
@@ -344,6 +346,8 @@ class _Gemm:
                     outer, rest = per_pos[kl]
                     full.update(rest)
                     full[kloops[0]] = expr_add(floordiv(k0, str(inner)), outer)
+                elif step is not None:
+                    full.update(step(kl))
                 else:
                     full.update(self._delinearize(k, kloops, "kc_", ext_k))
                 dims = [full.get(l, "0") for l in range(len(self.sides))]
@@ -393,6 +397,65 @@ class _Gemm:
             self.w(f"{outer} = {floordiv(kl, str(inner))}")
             out[kl] = (outer, self._delinearize(rem, kloops[1:], f"ki{i}_", ext_k[1:]))
         return inner, out
+
+    def _k_counted(self, k_pos, kloops: list[int], ext_k: list[str]):
+        """The loader's K coordinates with one division per K step where K is several loops of
+        static inner extents (product `inner`) but BK is no multiple of `inner` (a conv's
+        (c, r, s), BK 16, inner 9): k0 = inner q0 + r0 once per step, each position's kl =
+        inner kq + kr once per thread, so k0 + kl has outer coordinate q0 + kq + (r0 + kr >=
+        inner) and the inner ones those of r0 + kr (less inner on the carry), all below 2 inner:
+        divisions by constants written as a multiply and a shift (`_small_div`). Returns
+        k0 -> (kl -> {loop: coordinate}) (writing the step's statements), or None."""
+        if len(kloops) < 2 or not all(is_int(e) for e in ext_k[1:]):
+            return None
+        sizes = [int(e) for e in ext_k[1:]]
+        inner = math.prod(sizes)
+        if inner == 1 or _small_div("x", inner, 2 * inner) is None:
+            return None
+        names, w = self.names, self.w
+        per_pos = {}
+        for i, (kl, _) in enumerate(k_pos):
+            if kl in per_pos:
+                continue
+            q, r = names.fresh(f"kq{i}_"), names.fresh(f"kr{i}_")
+            w(f"{q} = {floordiv(kl, str(inner))}")
+            w(f"{r} = {mod(kl, str(inner))}")
+            per_pos[kl] = (q, r)
+
+        def at(k0: str):
+            q0, r0 = names.fresh("kq"), names.fresh("kr")
+            w(f"{q0} = {k0} // {inner}")
+            w(f"{r0} = {k0} - {q0} * {inner}")
+
+            def coords(kl: str) -> dict[int, str]:
+                q, r = per_pos[kl]
+                e, cy, rem = names.fresh("ke"), names.fresh("kcy"), names.fresh("krem")
+                w(f"{e} = {r0} + {r}")
+                w(f"{cy} = {_small_div(e, inner, 2 * inner - 2)}")
+                w(f"{rem} = {e} - {cy} * {inner}")
+                out = {kloops[0]: f"{q0} + {q} + {cy}"}
+                div = {}                         # rem // P for P a suffix product of the sizes
+                for li, l in enumerate(kloops[1:]):
+                    p_in = math.prod(sizes[li + 1:])
+                    p_out = p_in * sizes[li]
+                    for p in (p_in, p_out):
+                        if p not in div:
+                            if p == 1:
+                                div[p] = rem
+                            elif p >= inner:
+                                div[p] = "0"
+                            else:
+                                div[p] = names.fresh("kd")
+                                w(f"{div[p]} = {_small_div(rem, p, inner - 1)}")
+                    c = div[p_in] if div[p_out] == "0" else f"{div[p_in]} - {div[p_out]} * {sizes[li]}"
+                    if " " in c:
+                        n = names.fresh("kc")
+                        w(f"{n} = {c}")
+                        c = n
+                    out[l] = c
+                return out
+            return coords
+        return at
 
     def _delinearize(self, flat: str, loops: list[int], stem: str, extents: list[str] | None = None) -> dict[int, str]:
         """Coordinates of `loops` (row-major over their static tiles, or `extents`) from a flat index."""
@@ -475,17 +538,17 @@ class _Gemm:
                 self.w(f"{t} = {v}")
                 into.append(t)
 
-    def _run_reads(self, i: int, j: int, accs, mc, nb: str, mark: str) -> list:
+    def _run_reads(self, i: int, j: int, accs, mc, nc0: dict, inner: int, mark: str) -> list:
         """The global f32 reads of the epilogue of columns j..j+3 of row i whose 4 elements are
         consecutive on the array's contiguous dim: [(array, base index)]. Found by writing the
-        epilogue of column nb and of nb + `mark` and discarding the text (the reads in order)."""
+        epilogue at the run's first column (n coordinates `nc0`) and at it plus `mark` on the
+        innermost n loop, and discarding the text (the reads in order)."""
         w = self.w
         found = []
-        for col in (nb, expr_add(nb, mark)):
+        for nc in (nc0, {**nc0, inner: expr_add(nc0[inner], mark)}):
             lines, depth, memo = len(w.lines), w.depth, dict(self.values.memo)
             self.values.probe = []
             try:
-                nc, _ = self._ncoords(col, "probe")
                 self._store(mc, nc, accs[i][j], [])
             finally:
                 found.append(self.values.probe)
@@ -511,10 +574,13 @@ class _Gemm:
         they are not."""
         mark = "__fusec_run__"
         nb = self.at.col(j)
-        if len([l for l in self.loops["n"] if self.tiles[l] != 1]) != 1:
+        big = [l for l in self.loops["n"] if self.tiles[l] != 1]
+        # the run's 4 columns (nb a multiple of 4) differ only in the innermost n loop's coordinate
+        if not big or self.tiles[big[-1]] % 4:
             return False
+        inner = big[-1]
         nc0, _ = self._ncoords(nb, f"no{j}_")
-        ncm = {l: (expr_add(v, mark) if v == nb else v) for l, v in nc0.items()}
+        ncm = {**nc0, inner: expr_add(nc0[inner], mark)}
         dims0 = [mc.get(l, nc0.get(l, "0")) for l in range(len(self.sides))]
         dimsm = [mc.get(l, ncm.get(l, "0")) for l in range(len(self.sides))]
         bases = []
@@ -527,9 +593,13 @@ class _Gemm:
             bases.append((view.array.name, b0))
         self.body.ctx.helpers.use_text("_ld4_f32", VECTOR_HELPERS)
         # the columns as nb + r, the form the wide loads' registers are keyed by
-        cols = [self._ncoords(expr_add(nb, str(r)), f"no{j + r}_") for r in range(4)]
+        def at(r: int):
+            nc = {**nc0, inner: expr_add(nc0[inner], str(r))}
+            return nc, [f"{nc[l]} < {self.ext[l]}" for l in self.loops["n"] if self.ext[l] != str(self.tiles[l])]
+
+        cols = [at(r) for r in range(4)]
         last = cols[3][1]
-        loads = self._run_reads(i, j, accs, mc, nb, mark)
+        loads = self._run_reads(i, j, accs, mc, nc0, inner, mark)
         with self.values.guarded(mconds):
             with self.values.guarded(last):
                 for array, base in loads:      # the epilogue's operands along n: 16 bytes each
@@ -555,3 +625,19 @@ class _Gemm:
                 self.values.memo = saved
                 self.w.depth -= 1
         return True
+
+
+def _small_div(x: str, d: int, most: int) -> str | None:
+    """`x // d` for 0 <= x <= most written as `(x * m) >> s` (checked over the range); None where
+    no m below 2**16 serves or the range is too long to check."""
+    if d == 1:
+        return x
+    if most > 1 << 16:
+        return None
+    for sh in range(1, 24):
+        m = -(-(1 << sh) // d)
+        if m >= 1 << 16:
+            return None
+        if all((v * m) >> sh == v // d for v in range(most + 1)):
+            return f"(({x} * {m}) >> {sh})"
+    return None
