@@ -628,10 +628,13 @@ class _Gemm:
 
 
 def _small_div(x: str, d: int, most: int) -> str | None:
-    """`x // d` for 0 <= x <= most written as `(x * m) >> s` (checked over the range); None where
-    no m below 2**16 serves or the range is too long to check."""
+    """`x // d` for 0 <= x <= most written as comparisons where the quotient is at most 3, else
+    as `(x * m) >> s` (checked over the range); None where no m below 2**16 serves or the range
+    is too long to check."""
     if d == 1:
         return x
+    if most // d <= 3:       # a few comparisons (no 64-bit multiply in the PTX)
+        return "(" + " + ".join(f"int({x} >= {d * t})" for t in range(1, most // d + 1)) + ")" if most >= d else "0"
     if most > 1 << 16:
         return None
     for sh in range(1, 24):
