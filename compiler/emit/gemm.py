@@ -8,8 +8,9 @@ from __future__ import annotations
 import math
 
 from . import ids
+from .vector import VECTOR_HELPERS
 from .mma import TensorCores
-from .template_values import TemplateValues, affine, dims_of, dims_of_map, indexing_maps, ints, pure_dim
+from .template_values import TemplateValues, affine, n_inputs, dims_of, dims_of_map, indexing_maps, ints, pure_dim
 from .values import EmitError, elem_of_type, expr_add, expr_mul, floordiv, is_int, mod
 from ..mlir import ir
 from ..plan.gemm import mma_tiles_error, tile_pad
@@ -41,14 +42,22 @@ class Grid:
 
 
 class WideGrid(Grid):
-    """The FMA form's thread grid with rows in runs of 4 (CUTLASS SIMT) where the register tile
-    is TM a multiple of 4: thread y's rows are 4 y + {0..3} + 4 NY q (`y` given as 4 y), so a
-    thread's 4 A operands of one run are adjacent in the tile's row k and one 16-byte shared load
-    (`LDS.128`) reads them. Columns keep the strided form (x + j NX): the epilogue's stores along
-    the output's contiguous dim stay one coalesced request per accumulator column."""
+    """The FMA form's thread grid in runs of 4 (CUTLASS SIMT) along the sides whose register
+    tile is a multiple of 4: thread y's rows are 4 y + {0..3} + 4 NY q (`y` given as 4 y) where
+    `rows`, thread x's columns 4 x + {0..3} + 4 NX p (`x` given as 4 x) where `cols`, so a
+    thread's 4 operands of one run are adjacent in the tile's row k and one 16-byte shared load
+    (`LDS.128`) reads them. The epilogue stores a run of 4 columns with one 16-byte global store
+    (`_st4_f32`), so a warp's store request stays as few sectors as a scalar one per column."""
+
+    def __init__(self, y: str, ny: int, x: str, nx: int, rows: bool, cols: bool):
+        super().__init__(y, ny, x, nx)
+        self.rows, self.cols = rows, cols
 
     def row(self, i: int) -> str:
-        return expr_add(self.y, str(i % 4 + 4 * self.ny * (i // 4)))
+        return expr_add(self.y, str(i % 4 + 4 * self.ny * (i // 4))) if self.rows else super().row(i)
+
+    def col(self, j: int) -> str:
+        return expr_add(self.x, str(j % 4 + 4 * self.nx * (j // 4))) if self.cols else super().col(j)
 
 
 class _Loader:
@@ -141,12 +150,17 @@ class _Gemm:
         w(f"{self.tid} = {self.tyn} * {self.tx} + {self.txn}")
         # where a thread's accumulator (i, j) lies in the block's tile (`.row(i)`, `.col(j)`)
         wide = not self.mma and self.tm % 4 == 0
-        if wide:
-            ty4 = names.fresh("ty4")
-            w(f"{ty4} = {self.tyn} * 4")
-            self.at = WideGrid(ty4, self.ty, self.txn, self.tx)
-        else:
-            self.at = Grid(self.tyn, self.ty, self.txn, self.tx)
+        wide_n = not self.mma and self.tn % 4 == 0
+        self.at = Grid(self.tyn, self.ty, self.txn, self.tx)
+        if wide or wide_n:
+            ty4, tx4 = self.tyn, self.txn
+            if wide:
+                ty4 = names.fresh("ty4")
+                w(f"{ty4} = {self.tyn} * 4")
+            if wide_n:
+                tx4 = names.fresh("tx4")
+                w(f"{tx4} = {self.txn} * 4")
+            self.at = WideGrid(ty4, self.ty, tx4, self.tx, wide, wide_n)
         tc = None
         if self.mma:
             tc = TensorCores(self.body, self.mma, self.tid, self.bm, self.bn, self.bk, self.tm, self.tn, self.T)
@@ -155,12 +169,12 @@ class _Gemm:
         if tc:
             sm, sn = tc.tiles(tile_pad(True))
         else:
-            pm, pn = tile_pad(False, wide), tile_pad(False)
+            pm, pn = tile_pad(False, wide), tile_pad(False, wide_n)
             # 16-byte aligned (the simulator takes no alignment), so a run of 4 is one LDS.128
             align = self.body.ctx.helpers.use_text("_SMEM_ALIGN", [
                 "_SMEM_ALIGN = None if _CUDASIM else 16   # shared staging tiles: 16-byte runs (LDS.128)"])
             w(f"{sm} = cuda.shared.array(({self.bk}, {self.bm + pm}), numba.{elem_of_type(self.c.operands[self.m_op].type).compute}, {align})")
-            w(f"{sn} = cuda.shared.array(({self.bk}, {self.bn + pn}), numba.{elem_of_type(self.c.operands[self.n_op].type).compute})")
+            w(f"{sn} = cuda.shared.array(({self.bk}, {self.bn + pn}), numba.{elem_of_type(self.c.operands[self.n_op].type).compute}, {align})")
             sm, sn = Tile(sm), Tile(sn)
         loads = [self._loader("m", self.m_op, sm, self.bm), self._loader("n", self.n_op, sn, self.bn)]
         init = self._init()
@@ -300,6 +314,7 @@ class _Gemm:
         kloops = self.loops["k"]
 
         split = self._k_split(k_pos, kloops, ext_k)
+        counted = None if split is not None else self._k_counted(k_pos, kloops, ext_k)
 
         held: dict[tuple[int, int], str] = {}      # double-buffered: element -> the register holding it
 
@@ -311,6 +326,7 @@ class _Gemm:
         def fetch(k0: str, store: bool) -> None:
             """Each of the thread's elements of the K step at k0, loaded (zero outside the
             operand); stored into the tile at once, or kept in its register (`held`)."""
+            step = counted(k0) if counted is not None else None
             for key, sl, coords, ok, kl, inside in elements():
                 if inside:                       # positions past the tile's end
                     w(f"if {' and '.join(inside)}:")
@@ -330,6 +346,8 @@ class _Gemm:
                     outer, rest = per_pos[kl]
                     full.update(rest)
                     full[kloops[0]] = expr_add(floordiv(k0, str(inner)), outer)
+                elif step is not None:
+                    full.update(step(kl))
                 else:
                     full.update(self._delinearize(k, kloops, "kc_", ext_k))
                 dims = [full.get(l, "0") for l in range(len(self.sides))]
@@ -380,6 +398,65 @@ class _Gemm:
             out[kl] = (outer, self._delinearize(rem, kloops[1:], f"ki{i}_", ext_k[1:]))
         return inner, out
 
+    def _k_counted(self, k_pos, kloops: list[int], ext_k: list[str]):
+        """The loader's K coordinates with one division per K step where K is several loops of
+        static inner extents (product `inner`) but BK is no multiple of `inner` (a conv's
+        (c, r, s), BK 16, inner 9): k0 = inner q0 + r0 once per step, each position's kl =
+        inner kq + kr once per thread, so k0 + kl has outer coordinate q0 + kq + (r0 + kr >=
+        inner) and the inner ones those of r0 + kr (less inner on the carry), all below 2 inner:
+        divisions by constants written as a multiply and a shift (`_small_div`). Returns
+        k0 -> (kl -> {loop: coordinate}) (writing the step's statements), or None."""
+        if len(kloops) < 2 or not all(is_int(e) for e in ext_k[1:]):
+            return None
+        sizes = [int(e) for e in ext_k[1:]]
+        inner = math.prod(sizes)
+        if inner == 1 or _small_div("x", inner, 2 * inner) is None:
+            return None
+        names, w = self.names, self.w
+        per_pos = {}
+        for i, (kl, _) in enumerate(k_pos):
+            if kl in per_pos:
+                continue
+            q, r = names.fresh(f"kq{i}_"), names.fresh(f"kr{i}_")
+            w(f"{q} = {floordiv(kl, str(inner))}")
+            w(f"{r} = {mod(kl, str(inner))}")
+            per_pos[kl] = (q, r)
+
+        def at(k0: str):
+            q0, r0 = names.fresh("kq"), names.fresh("kr")
+            w(f"{q0} = {k0} // {inner}")
+            w(f"{r0} = {k0} - {q0} * {inner}")
+
+            def coords(kl: str) -> dict[int, str]:
+                q, r = per_pos[kl]
+                e, cy, rem = names.fresh("ke"), names.fresh("kcy"), names.fresh("krem")
+                w(f"{e} = {r0} + {r}")
+                w(f"{cy} = {_small_div(e, inner, 2 * inner - 2)}")
+                w(f"{rem} = {e} - {cy} * {inner}")
+                out = {kloops[0]: f"{q0} + {q} + {cy}"}
+                div = {}                         # rem // P for P a suffix product of the sizes
+                for li, l in enumerate(kloops[1:]):
+                    p_in = math.prod(sizes[li + 1:])
+                    p_out = p_in * sizes[li]
+                    for p in (p_in, p_out):
+                        if p not in div:
+                            if p == 1:
+                                div[p] = rem
+                            elif p >= inner:
+                                div[p] = "0"
+                            else:
+                                div[p] = names.fresh("kd")
+                                w(f"{div[p]} = {_small_div(rem, p, inner - 1)}")
+                    c = div[p_in] if div[p_out] == "0" else f"{div[p_in]} - {div[p_out]} * {sizes[li]}"
+                    if " " in c:
+                        n = names.fresh("kc")
+                        w(f"{n} = {c}")
+                        c = n
+                    out[l] = c
+                return out
+            return coords
+        return at
+
     def _delinearize(self, flat: str, loops: list[int], stem: str, extents: list[str] | None = None) -> dict[int, str]:
         """Coordinates of `loops` (row-major over their static tiles, or `extents`) from a flat index."""
         sizes = [str(self.tiles[l]) for l in loops] if extents is None else list(extents)
@@ -407,27 +484,163 @@ class _Gemm:
 
     # -- the epilogue ----------------------------------------------------------------------------
     def _epilogue(self, accs) -> None:
+        """Each accumulator's epilogue down to the root, stored. Where the thread's columns run
+        in 4s (`WideGrid.cols`) along the output arrays' contiguous dim, each run's 4 values are
+        computed, then stored with one `_st4_f32` per output (a scalar store per column past the
+        output's edge)."""
         w = self.w
-        ms, ns = [], []
+        ms = []
         for i in range(len(accs)):
-            m = self.at.row(i)
-            coords = self._delinearize(m, self.loops["m"], f"mo{i}_")
+            coords = self._delinearize(self.at.row(i), self.loops["m"], f"mo{i}_")
             conds = [f"{coords[l]} < {self.ext[l]}" for l in self.loops["m"] if self.ext[l] != str(self.tiles[l])]
             ms.append((coords, conds))
-        for j in range(len(accs[0])):
-            n = self.at.col(j)
-            coords = self._delinearize(n, self.loops["n"], f"no{j}_")
-            conds = [f"{coords[l]} < {self.ext[l]}" for l in self.loops["n"] if self.ext[l] != str(self.tiles[l])]
-            ns.append((coords, conds))
-        out_map = self.cmaps[2]
         self.values.forget()
+        runs = isinstance(self.at, WideGrid) and self.at.cols
         for i, (mc, mconds) in enumerate(ms):
-            for j, (nc, nconds) in enumerate(ns):
-                dims = [mc.get(l, nc.get(l, "0")) for l in range(len(self.sides))]
-                idx = [affine(e, dims) for e in out_map.results]
-                self.values.supply(self.out, idx, accs[i][j])
+            j = 0
+            while j < len(accs[0]):
+                if runs and j % 4 == 0 and self._run4(i, j, accs, mc, mconds):
+                    j += 4
+                    continue
+                nc, nconds = self._ncoords(self.at.col(j), f"no{j}_")
                 with self.values.guarded(mconds + nconds):    # values computed outside stay valid
-                    if self.root == self.c:
-                        w(f"{self.body.view(self.out).at(idx)} = {accs[i][j]}")
-                    else:
-                        self.values.store_results(self.root, [dims[cl] for cl in self.root_loops])
+                    self._store(mc, nc, accs[i][j], None)
+                j += 1
+
+    def _ncoords(self, n: str, stem: str):
+        coords = self._delinearize(n, self.loops["n"], stem)
+        conds = [f"{coords[l]} < {self.ext[l]}" for l in self.loops["n"] if self.ext[l] != str(self.tiles[l])]
+        return coords, conds
+
+    def _outputs(self, dims: list[str]):
+        """(view, index) of each array the epilogue stores at loop coordinates `dims`."""
+        if self.root == self.c:
+            ops, maps = [self.out], [self.cmaps[2]]
+        else:
+            n_in = n_inputs(self.root)
+            ops, maps = list(self.root.operands)[n_in:], indexing_maps(self.root)[n_in:]
+        return [(self.body.view(v), [affine(e, dims) for e in m.results]) for v, m in zip(ops, maps)]
+
+    def _store(self, mc, nc, acc: str, into: list | None) -> None:
+        """Accumulator `acc`'s epilogue at (mc, nc): each result stored, or (`into`) kept in a
+        register appended to `into`."""
+        dims = [mc.get(l, nc.get(l, "0")) for l in range(len(self.sides))]
+        self.values.supply(self.out, [affine(e, dims) for e in self.cmaps[2].results], acc)
+        if self.root == self.c:
+            values = [acc]
+        else:
+            values = self.values.results(self.root, [dims[cl] for cl in self.root_loops])
+        for (view, idx), v in zip(self._outputs(dims), values):
+            if into is None:
+                self.w(f"{view.at(idx)} = {v}")
+            else:
+                t = self.names.fresh("y")
+                self.w(f"{t} = {v}")
+                into.append(t)
+
+    def _run_reads(self, i: int, j: int, accs, mc, nc0: dict, inner: int, mark: str) -> list:
+        """The global f32 reads of the epilogue of columns j..j+3 of row i whose 4 elements are
+        consecutive on the array's contiguous dim: [(array, base index)]. Found by writing the
+        epilogue at the run's first column (n coordinates `nc0`) and at it plus `mark` on the
+        innermost n loop, and discarding the text (the reads in order)."""
+        w = self.w
+        found = []
+        for nc in (nc0, {**nc0, inner: expr_add(nc0[inner], mark)}):
+            lines, depth, memo = len(w.lines), w.depth, dict(self.values.memo)
+            self.values.probe = []
+            try:
+                self._store(mc, nc, accs[i][j], [])
+            finally:
+                found.append(self.values.probe)
+                self.values.probe = None
+                del w.lines[lines:]
+                w.depth, self.values.memo = depth, memo
+        out = []
+        if len(found[0]) != len(found[1]):
+            return out
+        for (view, i0), (_, im) in zip(*found):
+            if view.array.space != "global" or view.array.storage != "float32":
+                continue
+            b0, bm = tuple(view.to_base(tuple(i0))), tuple(view.to_base(tuple(im)))
+            if any(mark in e for e in bm[:-1]) or bm[:-1] != b0[:-1] or bm[-1] != expr_add(b0[-1], mark):
+                continue
+            if (view.array.name, b0) not in out:
+                out.append((view.array.name, b0))
+        return out
+
+    def _run4(self, i: int, j: int, accs, mc, mconds) -> bool:
+        """Columns j..j+3 (one run of 4) of row i stored 16 bytes at a time where each output's
+        4 elements are consecutive on its array's contiguous dim; False (nothing written) where
+        they are not."""
+        mark = "__fusec_run__"
+        nb = self.at.col(j)
+        big = [l for l in self.loops["n"] if self.tiles[l] != 1]
+        # the run's 4 columns (nb a multiple of 4) differ only in the innermost n loop's coordinate
+        if not big or self.tiles[big[-1]] % 4:
+            return False
+        inner = big[-1]
+        nc0, _ = self._ncoords(nb, f"no{j}_")
+        ncm = {**nc0, inner: expr_add(nc0[inner], mark)}
+        dims0 = [mc.get(l, nc0.get(l, "0")) for l in range(len(self.sides))]
+        dimsm = [mc.get(l, ncm.get(l, "0")) for l in range(len(self.sides))]
+        bases = []
+        for (view, idx0), (_, idxm) in zip(self._outputs(dims0), self._outputs(dimsm)):
+            if view.array.space != "global" or view.array.storage != "float32":
+                return False
+            b0, bm = view.to_base(tuple(idx0)), view.to_base(tuple(idxm))
+            if any(mark in e for e in bm[:-1]) or bm[:-1] != b0[:-1] or bm[-1] != expr_add(b0[-1], mark):
+                return False
+            bases.append((view.array.name, b0))
+        self.body.ctx.helpers.use_text("_ld4_f32", VECTOR_HELPERS)
+        # the columns as nb + r, the form the wide loads' registers are keyed by
+        def at(r: int):
+            nc = {**nc0, inner: expr_add(nc0[inner], str(r))}
+            return nc, [f"{nc[l]} < {self.ext[l]}" for l in self.loops["n"] if self.ext[l] != str(self.tiles[l])]
+
+        cols = [at(r) for r in range(4)]
+        last = cols[3][1]
+        loads = self._run_reads(i, j, accs, mc, nc0, inner, mark)
+        with self.values.guarded(mconds):
+            with self.values.guarded(last):
+                for array, base in loads:      # the epilogue's operands along n: 16 bytes each
+                    lanes = [self.names.fresh("x") for _ in range(4)]
+                    self.w(f"{', '.join(lanes)} = _ld4_f32({array}, ({', '.join(base)},))")
+                    for r, x in enumerate(lanes):
+                        self.values.loaded[(array, base[:-1] + (expr_add(base[-1], str(r)),))] = x
+                regs: list[str] = []
+                for r, (nc, _) in enumerate(cols):
+                    self._store(mc, nc, accs[i][j + r], regs)
+                k = len(bases)
+                for o, (array, base) in enumerate(bases):
+                    lanes = regs[o::k]
+                    self.w(f"_st4_f32({array}, ({', '.join(base)},), {', '.join(lanes)})")
+                self.values.loaded = {}
+            if last:
+                self.w("else:")
+                self.w.depth += 1
+                saved = dict(self.values.memo)
+                for r, (nc, nconds) in enumerate(cols):
+                    with self.values.guarded(nconds):
+                        self._store(mc, nc, accs[i][j + r], None)
+                self.values.memo = saved
+                self.w.depth -= 1
+        return True
+
+
+def _small_div(x: str, d: int, most: int) -> str | None:
+    """`x // d` for 0 <= x <= most written as comparisons where the quotient is at most 3, else
+    as `(x * m) >> s` (checked over the range); None where no m below 2**16 serves or the range
+    is too long to check."""
+    if d == 1:
+        return x
+    if most // d <= 3:       # a few comparisons (no 64-bit multiply in the PTX)
+        return "(" + " + ".join(f"int({x} >= {d * t})" for t in range(1, most // d + 1)) + ")" if most >= d else "0"
+    if most > 1 << 16:
+        return None
+    for sh in range(1, 24):
+        m = -(-(1 << sh) // d)
+        if m >= 1 << 16:
+            return None
+        if all((v * m) >> sh == v // d for v in range(most + 1)):
+            return f"(({x} * {m}) >> {sh})"
+    return None

@@ -109,6 +109,8 @@ class TemplateValues:
         self.writers, self.supplied = writers, tuple(supplied)
         self.memo: dict = {}            # (writer, index) -> the temporaries holding its results
         self.acc: dict = {}             # (a supplied op's buffer, index) -> the register holding it
+        self.probe: list | None = None  # while probing: the (view, index) of each global read
+        self.loaded: dict = {}          # (array, base index) -> the register a wide load put it in
 
     def supply(self, v, idx: list[str], value: str) -> None:
         """From now on buffer `v` (a supplied op's) holds `value` at `idx`, and nothing else."""
@@ -157,7 +159,14 @@ class TemplateValues:
             if self.written_through_another_view(v):
                 raise EmitError("a fusec.block_gemm kernel reads a buffer through another view than the one "
                                 "its op wrote", before)
-            return load_element(self.body.view(v), idx)
+            view = self.body.view(v)
+            if self.probe is not None:
+                self.probe.append((view, list(idx)))
+            if self.loaded:
+                got = self.loaded.get((view.array.name, tuple(view.to_base(tuple(idx)))))
+                if got is not None:
+                    return got
+            return load_element(view, idx)
         if writer.name == "linalg.fill":
             return self.body.val(writer.operands[0])
         if writer.name == "memref.copy":          # an absorbed copy between the kernel's buffers
@@ -184,6 +193,10 @@ class TemplateValues:
                 temps.append(t)
             self.memo[key] = temps
         return self.memo[key][k]
+
+    def results(self, op, dims: list[str]) -> list[str]:
+        """Op's body at loop coordinates `dims`: its results (expressions), stored nowhere."""
+        return self._inline(op, dims)
 
     def store_results(self, op, dims: list[str]) -> None:
         """Op's body at loop coordinates `dims`, each result stored into its output there."""

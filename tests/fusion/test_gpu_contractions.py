@@ -110,6 +110,11 @@ CASES = [
      {"B": 2, "C": 3, "F": 5}, [1, 4, 2, 0], [9, 4, 3]),
     ("chain t(x: f32[B, C, 7, 6], w: f32[F, C, 3, 3]) -> f32[B, F, 7, 6] { return relu(conv2d(x, w, padding=1)) }",
      {"B": 2, "C": 3, "F": 11}, [1, 8, 2, 0], [18, 8, 4]),
+    # BK 16 over K = (c, 3, 3): the K coordinates counted per step (`_k_counted`); TN 4 over
+    # (oh, ow) with ow's tile 8: the epilogue's runs of 4 stored 16 bytes at a time, oh's edge
+    ("chain t(x: f32[B, C, 5, 8], w: f32[F, C, 3, 3], g: f32[F]) -> f32[B, F, 5, 8] "
+     "{ return relu(batchnorm(conv2d(x, w, padding=1), g, g, g, g, eps=1e-5)) }",
+     {"B": 2, "C": 3, "F": 11}, [1, 8, 2, 0], [16, 4, 4]),
 ]
 
 
