@@ -40,12 +40,7 @@ def block_reduce(body, op) -> None:
         idx = [y if i in big else "0" for i in range(len(rows))]
         return view.at(idx + ([t] if t is not None else []))
 
-    def comb(a: str, b: str) -> str:
-        e = body.ctx.rules.expr(combine_op, [a, b])
-        if e is None:
-            raise EmitError(f"the emitter has no rule for the combiner {combine_op.name}", op)
-        return e
-
+    comb = _combiner(body, op, combine_op)
     w = body.w
     names = body.names
     body.ctx.helpers.cudasim = True
@@ -55,17 +50,7 @@ def block_reduce(body, op) -> None:
     w(f"{slots} = cuda.shared.array(({R}, {warps}), numba.{elem.compute})")
     w(f"if _CUDASIM or {T % WARP}:")
     with w.indent():
-        n = T
-        while n > 1:
-            h = (n + 1) // 2
-            w(f"if {x} < {n - h}:")
-            with w.indent():
-                w(f"{at(P, x)} = {comb(at(P, x), at(P, f'{x} + {h}'))}")
-            w("cuda.syncthreads()")
-            n = h
-        w(f"if {x} == 0:")
-        with w.indent():
-            w(f"{at(O)} = {at(P, '0')}")
+        _tree(w, at, comb, P, O, x, T)
     w("else:")
     with w.indent():
         v, other = names.temp("v"), names.temp("other")
@@ -103,24 +88,35 @@ def _on_y(body, op, P, O, T: int, R: int, rows, big, dims, combine_op) -> None:
         idx = [x if i in big else "0" for i in range(len(rows))]
         return view.at(idx + ([t] if t is not None else []))
 
+    comb = _combiner(body, op, combine_op)
+    w = body.w
+    w(f"# {BLOCK_REDUCE} {combine_op.name}: {T} partials per row x {R} rows, threads y along the partials, "
+      "x along the rows")
+    _tree(w, at, comb, P, O, y, T)
+    w("cuda.syncthreads()")
+
+
+def _combiner(body, op, combine_op):
+    """comb(a, b): the text of combine_op's scalar rule applied to a and b."""
     def comb(a: str, b: str) -> str:
         e = body.ctx.rules.expr(combine_op, [a, b])
         if e is None:
             raise EmitError(f"the emitter has no rule for the combiner {combine_op.name}", op)
         return e
+    return comb
 
-    w = body.w
-    w(f"# {BLOCK_REDUCE} {combine_op.name}: {T} partials per row x {R} rows, threads y along the partials, "
-      "x along the rows")
+
+def _tree(w, at, comb, P, O, t: str, T: int) -> None:
+    """The T partials P[row, t] combined by halves in place over thread index `t` (a barrier after
+    each step), then O[row] = P[row, 0] by thread 0."""
     n = T
     while n > 1:
         h = (n + 1) // 2
-        w(f"if {y} < {n - h}:")
+        w(f"if {t} < {n - h}:")
         with w.indent():
-            w(f"{at(P, y)} = {comb(at(P, y), at(P, f'{y} + {h}'))}")
+            w(f"{at(P, t)} = {comb(at(P, t), at(P, f'{t} + {h}'))}")
         w("cuda.syncthreads()")
         n = h
-    w(f"if {y} == 0:")
+    w(f"if {t} == 0:")
     with w.indent():
         w(f"{at(O)} = {at(P, '0')}")
-    w("cuda.syncthreads()")
