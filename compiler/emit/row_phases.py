@@ -32,11 +32,9 @@ from .values import is_int, is_memref
 from ..marks import BLOCK_REDUCE
 from ..mlir import ir
 from ..plan.rows import ROW_KEPT as ROW_UNROLL      # the row model prices the same limit
-from .siblings import operation
+from .siblings import MEMREF_VIEW_OPS, defined_in, nested_ops, operation, view_root
 
-_VIEWS = ("memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast",
-          "memref.reinterpret_cast")
-_READS = ("memref.load", "memref.dim", "memref.dealloc") + _VIEWS
+_READS = ("memref.load", "memref.dim", "memref.dealloc") + MEMREF_VIEW_OPS
 
 
 @dataclass
@@ -51,40 +49,9 @@ class RowLaunch:
         return next((n for b, a, n in self.loaded if a == access and b == block), None)
 
 
-def root_of(v):
-    """The buffer a memref value views (through subviews, reshapes and casts)."""
-    while not isinstance(v.owner, ir.Block) and operation(v.owner).name in _VIEWS:
-        v = operation(v.owner).operands[0]
-    return v
-
-
-def _inside(op, launch) -> bool:
-    p = op
-    while p is not None:
-        if p == launch:
-            return True
-        p = p.parent
-    return False
-
-
-def _defined_inside(v, launch) -> bool:
-    owner = v.owner
-    op = owner.owner if isinstance(owner, ir.Block) else operation(owner)
-    return op is not None and _inside(operation(op), launch)
-
-
-def _walk(op):
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                inner = inner.operation
-                yield inner
-                yield from _walk(inner)
-
-
 def row_launch(launch) -> RowLaunch | None:
     """The launch's RowLaunch when it is a row kernel (it holds a block-wide combine), else None."""
-    ops = list(_walk(launch))
+    ops = list(nested_ops(launch))
     if not any(o.name == "linalg.generic" and BLOCK_REDUCE in o.attributes for o in ops):
         return None
     written = set()
@@ -92,12 +59,12 @@ def row_launch(launch) -> RowLaunch | None:
         if o.name in _READS:
             continue
         targets = [o.operands[1]] if o.name == "memref.store" else [v for v in o.operands if is_memref(v)]
-        written.update(root_of(v) for v in targets)
+        written.update(view_root(v) for v in targets)
     read_only = set()
     for o in ops:
         if o.name == "memref.load":
-            r = root_of(o.operands[0])
-            if r not in written and not _defined_inside(r, launch):
+            r = view_root(o.operands[0])
+            if r not in written and not defined_in(r, [launch]):
                 read_only.add(r)
     return RowLaunch(launch, read_only)
 
@@ -127,7 +94,7 @@ def phase_loop(body, op, rows: RowLaunch) -> bool:
     inner = [o.operation for o in block.operations]
     if any(len(o.regions) for o in inner):
         return False
-    return any(o.name == "memref.load" and root_of(o.operands[0]) in rows.read_only for o in inner)
+    return any(o.name == "memref.load" and view_root(o.operands[0]) in rows.read_only for o in inner)
 
 
 def unrolled_phase(body, op, rows: RowLaunch) -> None:
@@ -181,16 +148,16 @@ def _in_block(v, block) -> bool:
 def _early(o, early: set, block, rows: RowLaunch) -> bool:
     if not all(_ready(v, early, block) for v in o.operands):
         return False
-    if o.name == "arith.constant" or o.name in _VIEWS:
+    if o.name == "arith.constant" or o.name in MEMREF_VIEW_OPS:
         return True
     if o.name == "memref.load":
-        return root_of(o.operands[0]) in rows.read_only
+        return view_root(o.operands[0]) in rows.read_only
     return o.name.startswith("arith.") and len(o.results) == 1 and str(o.results[0].type) == "index"
 
 
 def _emit_early(body, o, k: int, here, rows: RowLaunch) -> None:
     ctx = body.ctx
-    if o.name == "arith.constant" or o.name in _VIEWS:
+    if o.name == "arith.constant" or o.name in MEMREF_VIEW_OPS:
         body.op(o)
         return
     result = o.results[0]

@@ -61,7 +61,8 @@ def _defining(v):
     return None if isinstance(owner, ir.Block) else operation(owner)
 
 
-def _root(v):
+def view_root(v):
+    """The buffer a memref value views (through subviews, reshapes, casts and transposes)."""
     while True:
         op = _defining(v)
         if op is None or op.name not in MEMREF_VIEW_OPS:
@@ -116,7 +117,7 @@ def _accesses(loop) -> list | None:
     for inner in nested_ops(loop):
         name, at = inner.name, access(inner)
         if at is not None:
-            out.append(_Access(_root(at[0]), *at))
+            out.append(_Access(view_root(at[0]), *at))
         elif name in _STRUCTURED:
             continue                 # the ops inside come next
         elif not (_pure(inner) or name in ("memref.alloc", "memref.alloca", "memref.dealloc")):
@@ -170,7 +171,7 @@ class _Group:
         at = access(op)
         if at is None:
             return False
-        root, store = _root(at[0]), at[2]
+        root, store = view_root(at[0]), at[2]
         return all(self.buffers.apart(root, a.root) or not (store or a.store)
                    for theirs in self.accesses for a in theirs)
 
