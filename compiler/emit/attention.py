@@ -290,13 +290,8 @@ class AttentionKernel:
                 for k in range(ck):
                     conds = ([f"{expr_add(i0, rows[a])} < {self.SQ}"] if row_guard else []) + \
                             ([f"{expr_add(j0, keys[k])} < {self.SK}"] if key_guard else [])
-                    if conds:
-                        w(f"{z[a][k]} = {ninf}")
-                        w(f"if {' and '.join(conds)}:")
-                        with w.indent():
-                            w(f"{z[a][k]} = {self.score(batch, expr_add(i0, rows[a]), expr_add(j0, keys[k]), s[a][k])}")
-                    else:
-                        w(f"{z[a][k]} = {self.score(batch, expr_add(i0, rows[a]), expr_add(j0, keys[k]), s[a][k])}")
+                    _guarded(w, z[a][k], ninf, conds,
+                             lambda: self.score(batch, expr_add(i0, rows[a]), expr_add(j0, keys[k]), s[a][k]))
                 w(f"{mn[a]} = {z[a][0]}")
                 for k in range(1, ck):
                     w(f"{mn[a]} = {self.maximum(z[a][k], mn[a])}")
@@ -494,13 +489,7 @@ class AttentionKernel:
                 if valid < cols:
                     conds.append(f"{d} < {valid}")
                 v = names.fresh("v")
-                if conds:
-                    w(f"{v} = {zero}")
-                    w(f"if {' and '.join(conds)}:")
-                    with w.indent():
-                        w(f"{v} = {read(r, d)}")
-                else:
-                    w(f"{v} = {read(r, d)}")
+                _guarded(w, v, zero, conds, lambda: read(r, d))
                 stores.append((exists, f"{tile}[{r}, {d}] = {v}"))
         for conds, line in stores:
             if conds:
@@ -558,3 +547,15 @@ EX2_HELPER = [
 # second or slower, and ptxas forms LDS.128 from constant offsets only)
 UNROLLED_FMAS = 1024
 BLOCK_CHUNKS = 4
+
+
+def _guarded(w, name: str, default: str, conds: list[str], value) -> None:
+    """name = value() where every condition holds, else `default`; without conditions, name =
+    value(). `value` is called where its line goes (reading a value may write lines before it)."""
+    if conds:
+        w(f"{name} = {default}")
+        w(f"if {' and '.join(conds)}:")
+        with w.indent():
+            w(f"{name} = {value()}")
+    else:
+        w(f"{name} = {value()}")
