@@ -240,6 +240,10 @@ def row_tiling_error(info: ChainInfo, members, root: int, t, target: str, max_th
     if t.mapped and t.thread[t.mapped[-1]] != 1:
         return "each row of a block is one row of threads (thread tile 1)"
     rows = t.block[t.mapped[-1]] if t.mapped else 1
+    n_rows = info.op(root).loops[t.mapped[-1]] if t.mapped else 1
+    if rows > 1 and n_rows % rows:
+        # the last block would hold a partial, run-time count of rows: each block takes whole tiles
+        return f"{rows} rows per block do not divide the {n_rows} rows of loop {t.mapped[-1]}"
     if rows * t.config.threads > max_threads:
         return f"{rows} rows x {t.config.threads} threads exceed {max_threads} threads per block"
     return None

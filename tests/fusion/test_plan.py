@@ -114,6 +114,21 @@ def test_hand_plan_errors_are_specific():
         stages(SOFTMAX, plan=json.dumps({"groups": [{"ops": [1, 2, 4]}]}))
 
 
+@pytest.mark.parametrize("rows, why", [(3, "3 rows per block do not divide the 10 rows of loop 0"), (5, None)])
+def test_a_hand_row_kernel_takes_whole_rows_per_block(rows, why):
+    # a block of 3 rows over 10 would leave the last block a run-time count of rows: refused in
+    # the plan (it was an internal error in the row split); 5 divides 10 and builds
+    from fusec.compiler.plan.kernels import PlanError
+    spec = json.dumps({"groups": [{"ops": [1, 2, 4, 5], "block_tiles": [rows, 0], "thread_tiles": [1, 0],
+                                   "row_threads": 16}]})
+    if why:
+        with pytest.raises(PlanError, match=why):
+            stages(SOFTMAX, binding={"M": 10, "N": 16}, plan=spec)
+    else:
+        st = stages(SOFTMAX, binding={"M": 10, "N": 16}, plan=spec)
+        assert [g.block_tiles for g in st.plan.kernels] == [(5, 0)]
+
+
 def test_gpu_stage_is_one_launch_per_kernel_and_only_the_closed_set():
     st = stages(CONV_BN_RELU, binding={"N": 2})
     gpu = st.texts["gpu"]
