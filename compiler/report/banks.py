@@ -14,11 +14,17 @@ byte address. Banks are 32 of 4 bytes; the ways of a request are the most distin
 any one bank must serve (a word read by several lanes is one broadcast; 1: conflict-free). An
 8- or 16-byte element is served in 2 or 4 phases of 16 or 8 lanes (the hardware's rule for
 64- and 128-bit accesses); the ways are the worst phase's.
+
+Consecutive sites of one array and kind whose lanes read 2 or 4 consecutive elements, the first
+at a multiple of 8 or 16 bytes from the array's start for every lane (a register run of the
+contraction template, `Ns[kk, tx4]` .. `Ns[kk, tx4 + 3]`), are one 8- or 16-byte access, as the
+compiler vectorizes them (LLVM may raise the alignment of a shared array, a global it defines, to
+16 bytes; the SASS shows `LDS.128`): their ways are those of the wide access, `width` its bytes.
 """
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -38,6 +44,7 @@ class BankAccess:
     array: str
     ways: int | None
     why: str | None = None
+    width: int | None = None        # bytes per lane of the access (a run of several sites: 8 or 16)
 
 
 class Unknown(Exception):
@@ -74,7 +81,32 @@ def bank_conflicts(source: str, kernel: str, block: tuple[int, ...]) -> tuple[Ba
                 and isinstance(stmt.value, ast.Constant) and type(stmt.value.value) is int:
             walker.env[stmt.targets[0].id] = stmt.value.value
     walker.block(fn.body)
-    return tuple(sorted(walker.sites, key=lambda s: (s.line, s.expr)))
+    return tuple(sorted(_runs(walker.sites, walker.flats), key=lambda s: (s.line, s.expr)))
+
+
+def _runs(sites: list[BankAccess], flats: list) -> list[BankAccess]:
+    """`sites` (in the walk's order) with each vectorizable run (module docstring) as one wide
+    access; `flats` holds each site's (per-lane element index, itemsize), or None."""
+    out = list(sites)
+    i = 0
+    while i < len(sites):
+        step = 1
+        if flats[i] is not None:
+            flat, itemsize = flats[i]
+            for width in (16, 8):
+                n = width // itemsize
+                if n < 2 or i + n > len(sites) or np.any(flat * itemsize % width):
+                    continue
+                if all(flats[i + r] is not None and sites[i + r].array == sites[i].array
+                       and sites[i + r].kind == sites[i].kind and np.array_equal(flats[i + r][0], flat + r)
+                       for r in range(1, n)):
+                    wide = ways(flat * itemsize, width)
+                    for r in range(n):
+                        out[i + r] = replace(sites[i + r], ways=wide, width=width)
+                    step = n
+                    break
+        i += step
+    return out
 
 
 class _Walker:
@@ -86,6 +118,7 @@ class _Walker:
         self.env: dict[str, object] = {}
         self.shared: dict[str, tuple[tuple[int, ...], int]] = {}
         self.sites: list[BankAccess] = []
+        self.flats: list = []               # per site: (its lanes' element indices, itemsize) or None
         self.seen: set[int] = set()
 
     # statements
@@ -162,9 +195,11 @@ class _Walker:
                     continue
                 self.seen.add(id(n))
                 kind = "store" if (store and n is node) or isinstance(n.ctx, ast.Store) else "load"
-                self.sites.append(self.site(n, kind))
+                site, flat = self.site(n, kind)
+                self.sites.append(site)
+                self.flats.append(flat)
 
-    def site(self, n: ast.Subscript, kind: str) -> BankAccess:
+    def site(self, n: ast.Subscript, kind: str) -> tuple[BankAccess, tuple | None]:
         name, expr = n.value.id, ast.unparse(n)
         shape, itemsize = self.shared[name]
         try:
@@ -179,9 +214,9 @@ class _Walker:
                 if isinstance(v, tuple) or isinstance(v, float) or (isinstance(v, np.ndarray) and v.dtype.kind == "f"):
                     raise Unknown(f"{ast.unparse(i)} is not an integer")
                 flat = flat * d + np.asarray(v, dtype=np.int64)
-            return BankAccess(n.lineno, expr, kind, name, ways(flat * itemsize, itemsize))
+            return BankAccess(n.lineno, expr, kind, name, ways(flat * itemsize, itemsize), width=itemsize), (flat, itemsize)
         except Unknown as e:
-            return BankAccess(n.lineno, expr, kind, name, None, str(e))
+            return BankAccess(n.lineno, expr, kind, name, None, str(e)), None
 
     # expressions: an int, a per-lane int array, or a tuple
     def eval(self, e):

@@ -224,3 +224,38 @@ def test_without_cuobjdump_and_nvdisasm_the_sass_is_unmeasured_with_the_reason(m
     assert res == "resources" and why.startswith("no SASS: no cuobjdump; no nvdisasm")
     r = kernels._report(Launch("k0", "launch", 0, ("64",), ("128",)), "no ptxas", "not traced", GPUS["h200"], why, ())
     assert r.sass is None and r.bank_conflicts == () and dict(r.unmeasured)["sass"] == why
+
+
+RUNS = '''
+from numba import cuda
+import numba
+
+@cuda.jit("void(float32[:, ::1])")
+def k0(out):
+    tx = cuda.threadIdx.x
+    Ns = cuda.shared.array((2, 520), numba.float32)
+    b0 = Ns[0, tx * STRIDE + OFFSET]
+    b1 = Ns[0, tx * STRIDE + OFFSET + 1]
+    b2 = Ns[0, tx * STRIDE + OFFSET + 2]
+    b3 = Ns[0, tx * STRIDE + OFFSET + 3]
+    c = Ns[1, tx]
+'''
+
+
+@pytest.mark.parametrize("stride, offset, widths, want", [
+    (4, 0, [16] * 4, [1] * 4),        # 8 lanes x 16 bytes a phase: 32 consecutive words
+    (8, 0, [16] * 4, [2] * 4),        # each phase over 64 words: banks 0, 8, 16, 24 twice each
+    # not 16-byte aligned: a scalar read (words 4 tx + 1: 8 banks, 4 words each), an 8-byte pair
+    # (16 lanes a phase: words 4 tx + 2, + 3 over 64 words, 2 each), a scalar read
+    (4, 1, [4, 8, 8, 4], [4, 2, 2, 4]),
+    (4, 2, [8] * 4, [2] * 4),         # 8-byte aligned: two 8-byte reads
+])
+def test_a_run_of_consecutive_reads_is_one_wide_access(stride, offset, widths, want):
+    # the contraction template's register runs (Ns[kk, tx4] .. Ns[kk, tx4 + 3]) are one LDS.128 in
+    # the SASS: the report prices them as the wide access, in phases of 8 lanes (16 lanes for 8 bytes)
+    src = RUNS.replace("STRIDE", str(stride)).replace("OFFSET", str(offset))
+    sites = bank_conflicts(src, "k0", (32, 1, 1))
+    run, last = sites[:4], sites[4]
+    assert [s.width for s in run] == widths
+    assert [s.ways for s in run] == want
+    assert (last.width, last.ways) == (4, 1)      # Ns[1, tx] alone: a scalar read, 32 banks
