@@ -211,7 +211,7 @@ class Converter:
             raise NodeError(f"an empty constant {list(arr.shape)} would become a chain value; FDSL has no empty "
                             "tensors")
         c.param = self.add_param(c.origin or hint, dt, arr.shape)
-        self.weights[c.param.name] = np.ascontiguousarray(arr)
+        self.weights[c.param.name] = np.array(arr, order="C")     # (ascontiguousarray would make a 0-d array 1-d)
         return c.param
 
     def tensor(self, v, hint: str = "c") -> T:
