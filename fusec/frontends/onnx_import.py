@@ -381,8 +381,14 @@ class Converter:
             v = helper.get_attribute_value(a)
             attrs[a.name] = v.decode() if isinstance(v, bytes) else v
         handler = getattr(self, f"op_{node.op_type}", None)
+        size = None
         if node.op_type not in NO_FOLD and ins and all(isinstance(v, (C, type(None))) for v in ins) and any(ins):
-            outs = self.fold(node, ins)         # constants in, constants out: any op onnx can evaluate
+            size = fold_size(node.op_type, [np.asarray(v.value) if v is not None else None for v in ins], attrs)
+            if size is not None and size > FOLD_LIMIT and node.op_type not in ("Expand", "ConstantOfShape"):
+                raise NodeError(f"folding it on its constant inputs would make {size} elements, more than fusec "
+                                f"folds ({FOLD_LIMIT})")
+        if size is not None and size <= FOLD_LIMIT:
+            outs = self.fold(node, ins)         # constants in, constants out: onnx's reference evaluator
         elif handler is None:
             raise NodeError(unsupported(node.op_type))
         else:
@@ -949,7 +955,11 @@ class Converter:
 
     def op_Size(self, node, ins, attrs):
         x = ins[0]
-        p = _prod(self.shape(x)) if isinstance(x, T) else None
+        if isinstance(x, C):
+            return C(np.int64(np.size(x.value)))
+        if isinstance(x, S):
+            return C(np.int64(1 if x.scalar else len(x.items)))
+        p = _prod(self.shape(x))
         if p is None:
             raise NodeError("the size of a value whose shape FDSL cannot name")
         return self.sym_or_const((_as_dim(*p),), True)
@@ -1072,10 +1082,9 @@ class Converter:
         value = np.asarray(numpy_helper.to_array(attrs["value"])).reshape(-1) if "value" in attrs else \
             np.zeros(1, np.float32)
         target = self.target_shape(ins[0])
-        if all(isinstance(d, int) for d in target):
-            n = int(np.prod(target))
-            if n > FOLD_LIMIT:
-                raise NodeError(f"a constant of {n} elements, more than fusec folds ({FOLD_LIMIT})")
+        if any(isinstance(d, int) and d < 1 for d in target):
+            raise NodeError(f"the shape {target} is empty; FDSL has no empty tensors")
+        if all(isinstance(d, int) for d in target) and math.prod(target) <= FOLD_LIMIT:
             return C(np.full(target, value[0], value.dtype))
         for d in target:
             if isinstance(d, Opaque):
@@ -1085,7 +1094,7 @@ class Converter:
                          p.dtype, tuple(target))
 
     def op_Range(self, node, ins, attrs):
-        raise NodeError("Range over a symbolic extent; FDSL has no arange (planned in issue 38)")
+        raise NodeError("a Range whose bounds are not constant numbers; FDSL has no arange (planned in issue 38)")
 
     def op_Transpose(self, node, ins, attrs):
         x = self.tensor(ins[0])
@@ -1275,6 +1284,56 @@ class Converter:
         if all(isinstance(p, int) for p in picked):
             return C(np.array(picked, np.int64).reshape(shape))
         raise NodeError("a gather of sizes into rank > 1")
+
+
+# ops whose result holds no more elements than their inputs together (folded on constants)
+NOT_GROWING = {"Identity", "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Sigmoid", "Relu", "Erf", "Sin",
+               "Cos", "Floor", "Ceil", "Cast", "CastLike", "IsNaN", "IsInf", "Not", "Sign", "Round", "Mod", "Softmax",
+               "LogSoftmax", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Split", "Slice",
+               "Trilu", "NonZero", "CumSum", "ArgMax", "ArgMin", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
+               "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "Gelu", "HardSigmoid",
+               "HardSwish", "LeakyRelu", "Elu", "Softplus", "Softsign", "Clip", "LayerNormalization",
+               "BatchNormalization", "Dropout", "GlobalAveragePool", "GlobalMaxPool", "ScatterND",
+               "ScatterElements", "GatherElements"}
+BROADCASTING = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Where", "Equal", "Less",
+                "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "PRelu", "BitShift"}
+
+
+def fold_size(op: str, arrays: list, attrs: dict) -> int | None:
+    """How many elements folding `op` on these constant inputs makes (bounded before onnx's
+    reference evaluator allocates them), or None when fusec does not fold this op."""
+    given = [a for a in arrays if a is not None]
+    total = sum(int(a.size) for a in given)
+
+    def count(shape) -> int:
+        n = 1
+        for d in shape:
+            n *= max(int(d), 0)
+        return n
+    if op in NOT_GROWING:
+        return total
+    if op in BROADCASTING:
+        return count(np.broadcast_shapes(*(a.shape for a in given)))
+    if op in ("MatMul", "Gemm"):
+        a, b = given[0], given[1]
+        return total + count(a.shape[:-1]) * int(b.shape[-1] if b.ndim else 1) * max(
+            1, count(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])))
+    if op == "Gather":
+        data, idx = arrays[0], arrays[1]
+        return count(data.shape) // max(1, int(data.shape[int(attrs.get("axis", 0))]) if data.ndim else 1) * \
+            int(idx.size) + total
+    if op == "ConstantOfShape":
+        return count(arrays[0].reshape(-1))
+    if op == "Expand":
+        return count(np.broadcast_shapes(arrays[0].shape, tuple(int(d) for d in arrays[1].reshape(-1))))
+    if op == "Tile":
+        return count(arrays[0].shape) * count(arrays[1].reshape(-1))
+    if op == "Range":
+        start, limit, delta = (float(np.asarray(a).reshape(-1)[0]) for a in arrays[:3])
+        if delta == 0 or not all(math.isfinite(v) for v in (start, limit, delta)):
+            return None
+        return max(int(math.ceil((limit - start) / delta)), 0)
+    return None
 
 
 def _f(v: float) -> str:

@@ -230,6 +230,23 @@ def test_unsupported_ops_name_the_node_and_what_fusec_offers(tmp_path, capsys):
     assert not (tmp_path / "o.fdsl").exists() and not (tmp_path / "o.npz").exists()
 
 
+def test_constant_folding_is_bounded(tmp_path, capsys):
+    """Constants that would fold into more elements than fusec folds are refused before onnx's
+    reference evaluator allocates them; a huge ConstantOfShape stays a broadcast in the chain."""
+    o = str(tmp_path / "o.fdsl")
+    i64 = lambda name, v: init(name, np.array(v, dtype=np.int64))   # noqa: E731
+    rng = model([h.make_node("Range", ["a", "b", "c"], ["r"], name="range"), h.make_node("Cast", ["r"], ["y"], to=F)],
+                [], [tensor("y", F, None)], [i64("a", 0), i64("b", 10 ** 12), i64("c", 1)])
+    refuse([save(rng, tmp_path / "range.onnx"), "-o", o], capsys, "node 0 'range' (Range)", "more than fusec folds")
+    tile = model([h.make_node("Tile", ["t", "reps"], ["y"], name="tile")], [], [tensor("y", F, None)],
+                 [init("t", rand((4, 4))), i64("reps", [10 ** 6, 10 ** 6])])
+    refuse([save(tile, tmp_path / "tile.onnx"), "-o", o], capsys, "node 0 'tile' (Tile)", "more than fusec folds")
+    big = model([h.make_node("ConstantOfShape", ["shp"], ["z"]), h.make_node("Add", ["x", "z"], ["y"])],
+                [tensor("x", F, [1])], [tensor("y", F, None)], [i64("shp", [100000, 100000])])
+    assert main(["import", save(big, tmp_path / "big.onnx"), "-o", o]) == 0
+    assert "broadcast_to(z_value, [100000, 100000])" in (tmp_path / "o.fdsl").read_text()
+
+
 def test_importing_fusec_does_not_import_onnx():
     code = "import sys, fusec, fusec.cli; assert 'onnx' not in sys.modules and 'onnxruntime' not in sys.modules"
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

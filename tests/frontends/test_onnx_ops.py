@@ -7,9 +7,14 @@ import pytest
 from onnx_helpers import TP, check_against_ort, h, init, model, rand, tensor
 
 F = TP.FLOAT
+# every family runs on the NumPy reference (the mapping's meaning) and compiled on cpu; the families
+# whose cpu build takes longest (15-30 s on a busy 2-core machine) compile under the slow mark
+BOTH = pytest.mark.parametrize("target", ["reference", "cpu"])
+SLOW_CPU = pytest.mark.parametrize("target", ["reference", pytest.param("cpu", marks=pytest.mark.slow)])
 
 
-def test_unary_and_activation_ops(tmp_path):
+@BOTH
+def test_unary_and_activation_ops(target, tmp_path):
     ops = ["Neg", "Abs", "Tanh", "Sigmoid", "Relu", "Erf", "Sin", "Cos", "Floor", "Ceil", "Softplus", "Softsign",
            "HardSigmoid", "HardSwish", "Exp"]
     nodes = [h.make_node(op, ["x"], [f"y_{op}"]) for op in ops]
@@ -22,15 +27,17 @@ def test_unary_and_activation_ops(tmp_path):
               h.make_node("Div", ["x", "sqrt2"], ["g0"]), h.make_node("Erf", ["g0"], ["g1"]),
               h.make_node("Add", ["g1", "one"], ["g2"]), h.make_node("Mul", ["x", "g2"], ["g3"]),
               h.make_node("Mul", ["g3", "half"], ["y_gelu_pattern"]),
-              h.make_node("Identity", ["x"], ["y_identity"])]
+              h.make_node("Identity", ["x"], ["y_identity"]), h.make_node("Dropout", ["x"], ["y_dropout"]),
+              h.make_node("Cast", ["x"], ["xi"], to=TP.INT64), h.make_node("CastLike", ["xi", "x"], ["y_castlike"])]
     outs = [n.output[0] for n in nodes if n.output[0].startswith("y_")]
     m = model(nodes, [tensor("x", F, ["B", 8])], [tensor(o, 0, None) for o in outs],
               [init("one", np.float32(1)), init("sqrt2", np.float32(np.sqrt(2))), init("half", np.float32(0.5))])
-    loaded, _ = check_against_ort(m, {"x": rand((3, 8))}, tmp_path)
+    loaded, _ = check_against_ort(m, {"x": rand((3, 8))}, tmp_path, target)
     assert 'gelu(x, approximate="none")' in loaded.fdsl and 'approximate="tanh"' in loaded.fdsl
 
 
-def test_binary_comparison_logic_and_cast_ops(tmp_path):
+@SLOW_CPU
+def test_binary_comparison_logic_and_cast_ops(target, tmp_path):
     nodes = [h.make_node("Add", ["a", "b"], ["y_add"]), h.make_node("Sub", ["a", "b"], ["y_sub"]),
              h.make_node("Mul", ["a", "b"], ["y_mul"]), h.make_node("Div", ["a", "b"], ["y_div"]),
              h.make_node("Max", ["a", "b", "c"], ["y_max"]), h.make_node("Min", ["a", "b"], ["y_min"]),
@@ -54,26 +61,29 @@ def test_binary_comparison_logic_and_cast_ops(tmp_path):
               [init("two", np.float32(2)), init("zero", np.float32(0)), init("lo", np.float32(-0.5)),
                init("hi", np.float32(0.75)), init("slope", rand((8,), 3))])
     feeds = {"a": rand((2, 1, 8), 1), "b": rand((4, 8), 2, lo=0.5), "c": rand((8,), 4)}
-    check_against_ort(m, feeds, tmp_path)
+    check_against_ort(m, feeds, tmp_path, target)
 
 
-def test_integer_ops(tmp_path):
+@BOTH
+def test_integer_ops(target, tmp_path):
     nodes = [h.make_node("Add", ["i", "k"], ["s"]), h.make_node("Mul", ["s", "i"], ["y_mul"]),
              h.make_node("ReduceMax", ["i"], ["y_max"], keepdims=0), h.make_node("Neg", ["i"], ["y_neg"])]
     m = model(nodes, [tensor("i", TP.INT64, [5])], [tensor(o, TP.INT64, None) for o in ("y_mul", "y_max", "y_neg")],
               [init("k", np.int64(3))])
-    check_against_ort(m, {"i": np.arange(5, dtype=np.int64) - 2}, tmp_path)
+    check_against_ort(m, {"i": np.arange(5, dtype=np.int64) - 2}, tmp_path, target)
 
 
 @pytest.mark.parametrize("opset", [17, 21])
-def test_reductions_with_axes_as_attribute_or_input(opset, tmp_path):
+@BOTH
+def test_reductions_with_axes_as_attribute_or_input(opset, target, tmp_path):
     def red(op, out, axes, keep):
         if opset >= 18 or op == "ReduceSum":
             return h.make_node(op, ["x", f"ax_{out}"], [out], keepdims=keep), init(f"ax_{out}", np.array(axes))
         return h.make_node(op, ["x"], [out], axes=axes, keepdims=keep), None
     specs = [("ReduceSum", "y_sum", [1], 1), ("ReduceMean", "y_mean", [-1, 1], 0), ("ReduceMax", "y_max", [2], 0),
              ("ReduceMin", "y_min", [0, 2], 1), ("ReduceProd", "y_prod", [2], 1),
-             ("ReduceSumSquare", "y_ss", [1], 0), ("ReduceL1", "y_l1", [2], 0), ("ReduceL2", "y_l2", [2], 1)]
+             ("ReduceSumSquare", "y_ss", [1], 0), ("ReduceL1", "y_l1", [2], 0), ("ReduceL2", "y_l2", [2], 1),
+             ("ReduceLogSum", "y_logsum", [1], 1)]
     made = [red(*s) for s in specs]
     nodes = [n for n, _ in made] + [h.make_node("ReduceMean", ["x"], ["y_all"], keepdims=0),
                                     h.make_node("ArgMax", ["x"], ["y_argmax"], axis=1, keepdims=0),
@@ -82,10 +92,11 @@ def test_reductions_with_axes_as_attribute_or_input(opset, tmp_path):
     inits = [i for _, i in made if i is not None] + [init("cax", np.int64(1))]
     outs = [n.output[0] for n in nodes]
     m = model(nodes, [tensor("x", F, [2, "N", 4])], [tensor(o, 0, None) for o in outs], inits, opset=opset)
-    check_against_ort(m, {"x": rand((2, 3, 4), 5, lo=0.5)}, tmp_path)
+    check_against_ort(m, {"x": rand((2, 3, 4), 5, lo=0.5)}, tmp_path, target)
 
 
-def test_matmul_and_gemm(tmp_path):
+@SLOW_CPU
+def test_matmul_and_gemm(target, tmp_path):
     nodes = [h.make_node("MatMul", ["a", "b"], ["y_bmm"]), h.make_node("MatMul", ["v", "w"], ["y_vec"]),
              h.make_node("MatMul", ["m", "v2"], ["y_mv"]),
              h.make_node("Gemm", ["m", "w", "cb"], ["y_gemm"], alpha=0.5, beta=2.0),
@@ -99,11 +110,12 @@ def test_matmul_and_gemm(tmp_path):
     feeds = {"a": rand((2, 3, 6), 1), "b": rand((1, 6, 5), 2), "v": rand((4,), 3), "w": rand((4, 3), 4),
              "m": rand((3, 4), 5), "v2": rand((4,), 6), "mt": rand((4, 3), 7), "wt": rand((3, 4), 8),
              "cb": rand((3,), 11)}
-    loaded, _ = check_against_ort(m, feeds, tmp_path)
+    loaded, _ = check_against_ort(m, feeds, tmp_path, target)
     assert "wc_t" in loaded.imported.weights           # a constant transB is transposed once, at import
 
 
-def test_small_cnn_conv_batchnorm_pooling_flatten(tmp_path):
+@SLOW_CPU
+def test_small_cnn_conv_batchnorm_pooling_flatten(target, tmp_path):
     nodes = [h.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
              h.make_node("BatchNormalization", ["c1", "s", "bb", "mu", "var"], ["n1"], epsilon=1e-3),
              h.make_node("Relu", ["n1"], ["r1"]),
@@ -116,21 +128,23 @@ def test_small_cnn_conv_batchnorm_pooling_flatten(tmp_path):
              init("w2", rand((6, 4, 2, 2), 7)), init("w3", rand((5, 4, 3, 3), 12)),
              init("fc", rand((10, 6), 8)), init("fcb", rand((10,), 9))]
     m = model(nodes, [tensor("x", F, ["N", 3, 12, 12])], [tensor("y", F, None), tensor("y_gmax", F, None)], inits)
-    loaded, _ = check_against_ort(m, {"x": rand((2, 3, 12, 12), 10)}, tmp_path)
+    loaded, _ = check_against_ort(m, {"x": rand((2, 3, 12, 12), 10)}, tmp_path, target)
     assert "conv2d(x, w1, bias=b1, stride=2, padding=1)" in loaded.fdsl
 
 
-def test_normalisations(tmp_path):
+@BOTH
+def test_normalisations(target, tmp_path):
     nodes = [h.make_node("LayerNormalization", ["x", "g", "b"], ["y_ln"], epsilon=1e-6),
              h.make_node("LayerNormalization", ["x", "g2"], ["y_ln2"], axis=1),
              h.make_node("Softmax", ["x"], ["y_sm"]), h.make_node("Softmax", ["x"], ["y_sm1"], axis=1),
              h.make_node("LogSoftmax", ["x"], ["y_lsm"], axis=-1)]
     m = model(nodes, [tensor("x", F, ["B", 4, 8])], [tensor(n.output[0], 0, None) for n in nodes],
               [init("g", rand((8,), 1)), init("b", rand((8,), 2)), init("g2", rand((4, 8), 3))])
-    check_against_ort(m, {"x": rand((3, 4, 8), 4)}, tmp_path)
+    check_against_ort(m, {"x": rand((3, 4, 8), 4)}, tmp_path, target)
 
 
-def test_shape_ops_with_constant_shapes(tmp_path):
+@BOTH
+def test_shape_ops_with_constant_shapes(target, tmp_path):
     i64 = lambda name, v: init(name, np.array(v, dtype=np.int64))   # noqa: E731
     nodes = [h.make_node("Transpose", ["x"], ["y_t"], perm=[0, 2, 1]),
              h.make_node("Reshape", ["x", "shp"], ["y_r"]),                        # [0, -1]: copy a dim, infer one
@@ -163,11 +177,12 @@ def test_shape_ops_with_constant_shapes(tmp_path):
               [tensor(o, 0, None) for o in outs], inits)
     feeds = {"x": rand((3, 3, 4), 1), "row": rand((1, 4), 2),
              "ids": np.array([[0, 9], [3, -1], [5, 5]], dtype=np.int64)}      # -1 counts from the end, as in ONNX
-    loaded, _ = check_against_ort(m, feeds, tmp_path)
+    loaded, _ = check_against_ort(m, feeds, tmp_path, target)
     assert "x[-2:]" in loaded.fdsl and "::-1" in loaded.fdsl
 
 
-def test_shape_arithmetic_folds_to_symbols(tmp_path):
+@BOTH
+def test_shape_arithmetic_folds_to_symbols(target, tmp_path):
     """Shape -> Gather -> Concat -> Reshape, and Shape -> ConstantOfShape -> Expand, as dynamic
     exports leave them: folded to the symbols B and S, with no shape value left in the chain."""
     i64 = lambda name, v: init(name, np.array(v, dtype=np.int64))   # noqa: E731
@@ -181,11 +196,13 @@ def test_shape_arithmetic_folds_to_symbols(tmp_path):
              h.make_node("Equal", ["shp2", "neg1"], ["isneg"]), h.make_node("Where", ["isneg", "one2", "shp2"], ["eshape"]),
              h.make_node("Concat", ["eshape", "eight"], ["eshape2"], axis=0),
              h.make_node("Expand", ["bias", "eshape2"], ["bexp"]), h.make_node("Add", ["x", "bexp"], ["xb"]),
-             h.make_node("ReduceSum", ["xb", "ax2"], ["rs"], keepdims=0), h.make_node("Add", ["rs", "zeros"], ["y2"])]
+             h.make_node("ReduceSum", ["xb", "ax2"], ["rs"], keepdims=0), h.make_node("Add", ["rs", "zeros"], ["y2"]),
+             h.make_node("Size", ["bias"], ["n8"]), h.make_node("Reshape", ["n8", "one1"], ["n8v"]),
+             h.make_node("Concat", ["b1", "s1", "n8v"], ["xshape"], axis=0), h.make_node("Reshape", ["x", "xshape"], ["y3"])]
     inits = [i64("i0", 0), i64("i1", 1), i64("z", [0]), i64("heads", [2]), i64("m1", [-1]), i64("neg1", [-1, -1]),
-             i64("one2", [1, 1]), i64("eight", [8]), i64("ax2", [2]), init("bias", rand((1, 1, 8), 3))]
-    m = model(nodes, [tensor("x", F, ["B", "S", 8])], [tensor("y", F, None), tensor("y2", F, None)], inits)
+             i64("one2", [1, 1]), i64("eight", [8]), i64("ax2", [2]), init("bias", rand((1, 1, 8), 3)), i64("one1", [1])]
+    m = model(nodes, [tensor("x", F, ["B", "S", 8])], [tensor(y, F, None) for y in ("y", "y2", "y3")], inits)
     for shape in [(2, 3, 8), (1, 5, 8)]:
-        loaded, _ = check_against_ort(m, {"x": rand(shape, 1)}, tmp_path)
+        loaded, _ = check_against_ort(m, {"x": rand(shape, 1)}, tmp_path, target)
     text = loaded.fdsl
     assert "reshape(x, [B, S, 2, -1])" in text and "broadcast_to(" in text and "[B, S]" in text
