@@ -15,7 +15,7 @@ from fusec.runtime.memory import format_bytes
 from fusec.runtime.npz import NpzError
 
 from ..errors import UsageError
-from .args import Parser, check_output_file, memory_flag
+from .args import Parser, check_output_file, size_arg
 
 
 def parser() -> argparse.ArgumentParser:
@@ -26,7 +26,9 @@ def parser() -> argparse.ArgumentParser:
                    help="the FDSL file to write (default: MODEL with .fdsl for .onnx); the initializers go to the "
                         "same path with .npz")
     p.add_argument("--chain", metavar="NAME", help="the chain's name (default: the graph's name, made an identifier)")
-    memory_flag(p)
+    p.add_argument("--max-memory", type=size_arg, metavar="SIZE",
+                   help="refuse a model file, or initializers together, larger than SIZE (8G, 512M, bytes; default: a "
+                        "quarter of this machine's memory), before reading them")
     return p
 
 

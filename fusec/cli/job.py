@@ -21,7 +21,8 @@ from .options import NOT_RUN, default_target, make_program, no_gpu, progress_for
 
 def parser() -> argparse.ArgumentParser:
     p = Parser(prog="fusec", description="Compile, run and check FDSL chains. "
-                                "Subcommand: `fusec test PATH...` runs golden tests.")
+                                "Subcommand: `fusec test PATH...` runs golden tests; "
+                                "`fusec import MODEL.onnx` writes an ONNX model as FDSL.")
     p.add_argument("file", help="an .fdsl file")
     p.add_argument("--emit", choices=stage_names(), help="print the program after this stage and stop")
     p.add_argument("--target", choices=TARGETS,
