@@ -21,7 +21,17 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 
 class OnnxImportError(UsageError):
     """An ONNX model fusec cannot import: a damaged or hostile file, an opset outside 17-21,
-    an op or dtype FDSL cannot express. One line naming the file and the node."""
+    an op or dtype FDSL cannot express. One line naming the file and the node: names read from
+    the file are shown with their control characters escaped, and a very long message is cut."""
+
+    LONGEST = 1000
+
+    def __init__(self, message: str):
+        shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(message))
+        if len(shown) > self.LONGEST:
+            half = self.LONGEST // 2
+            shown = f"{shown[:half]} ... {shown[-half:]}"
+        super().__init__(shown)
 
 
 def require_onnx():

@@ -153,6 +153,10 @@ def test_cycle_undefined_input_and_opsets(tmp_path, capsys):
     for opset in (16, 22):
         m = model([h.make_node("Relu", ["x"], ["y"])], [tensor("x", F, [4])], [tensor("y", F, [4])], opset=opset)
         refuse([save(m, tmp_path / f"op{opset}.onnx"), "-o", o], capsys, f"opset {opset}", "opsets 17 to 21")
+    hostile = model([h.make_node("Relu", ["x"], ["y"]), h.make_node("Foo", ["y"], ["z"], name="evil\nname" + "x" * 5000)],
+                    [tensor("x", F, [4])], [tensor("z", F, [4])])
+    line = refuse([save(hostile, tmp_path / "hostile.onnx"), "-o", o], capsys, "node 1 'evil\\nname", "(Foo)")
+    assert len(line) < 1100                 # a name from the file is escaped and cut, the line stays one line
     other = model([h.make_node("Foo", ["x"], ["y"], domain="com.example", name="foo")], [tensor("x", F, [4])],
                   [tensor("y", F, [4])])
     other.opset_import.append(h.make_opsetid("com.example", 1))
