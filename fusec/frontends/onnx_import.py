@@ -16,6 +16,7 @@ The text is checked by fusec's own checker before it is handed back.
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -129,6 +130,7 @@ class Converter:
         self.node_index = -1
         self.chain = self.unique(sanitize(chain_name or self.g.name or "model"), reserve=False)
         self._used = None
+        self.header_lines = 3          # the comment, the chain's head, its result types
 
     # ---- names and dims ------------------------------------------------------------------------
     def unique(self, base: str, reserve: bool = True) -> str:
@@ -330,10 +332,10 @@ class Converter:
         params = [(n, ty) for n, ty in self.params]
         head = f"chain {self.chain}(" + ", ".join(f"{n}: {ty}" for n, ty in params) + ")"
         result = types[0] if len(types) == 1 else "(" + ", ".join(types) + ")"
-        text = (f"# imported from {self.path} by fusec import (opset {self.m.opset}, {len(self.g.node)} nodes)\n"
+        shown = "".join(c if c.isprintable() else "?" for c in os.path.basename(self.path))
+        text = (f"# imported from {shown} by fusec import (opset {self.m.opset}, {len(self.g.node)} nodes)\n"
                 f"{head}\n        -> {result} {{\n" + "\n".join(self.lines + [f"    return {', '.join(outs)}"])
                 + "\n}\n")
-        self.header_lines = 3
         return Imported(text, self.chain, dict(self.weights),
                         [(n, self.vals[n].name) for n in inputs], [vo.name for vo in self.g.output],
                         nodes=count, statements=len(self.lines))
@@ -1137,14 +1139,12 @@ class Converter:
             for k in range(r):
                 if k != a:
                     out[k] = self.unify(out[k], s[k])
-        total = _prod([])
         parts = [self.shape(t)[a] for t in ts]
         ints = [p for p in parts if isinstance(p, int)]
         syms = [p for p in parts if not isinstance(p, int)]
         if syms and (len(syms) > 1 or ints):
             raise NodeError(f"the joined axis would have {' + '.join(map(str, parts))} elements; an FDSL dimension is "
                             "a number or a single symbol")
-        del total
         out[a] = syms[0] if syms else sum(ints)
         return self.emit(self.out_name(node), f"concat([{', '.join(t.name for t in ts)}], axis={a})", dtype,
                          tuple(out))
