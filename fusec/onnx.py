@@ -73,7 +73,11 @@ def load(path, target: str | None = "cpu", max_memory: int | None = None, **comp
     """Import the ONNX model at `path` and compile it with `fusec.compile` for `target`
     (keyword arguments go to fusec.compile: options, cache_dir, cache, ...); the weights are
     bound from its initializers. Returns an OnnxModel: `model(x=array)` -> [outputs]."""
-    from .program import compile as fusec_compile
+    from .program import compile_text
     imported = import_model(path, max_memory=max_memory)
-    program = fusec_compile(imported.text, target=target, max_memory=max_memory, **compile_kwargs)
+    # fusec.compile of the text, its diagnostics naming the model (MODEL.onnx.fdsl: the chain's lines)
+    label = (os.fspath(path) if isinstance(path, (str, os.PathLike)) else imported.chain) + ".fdsl"
+    if "remote_cache" in compile_kwargs:            # fusec.compile's name for it
+        compile_kwargs["remote_cache_url"] = compile_kwargs.pop("remote_cache")
+    program = compile_text(imported.text, label, target=target, max_memory=max_memory, **compile_kwargs)
     return OnnxModel(imported, program)

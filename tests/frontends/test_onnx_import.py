@@ -103,6 +103,8 @@ def test_load_runs_the_block_at_two_sequence_lengths(target, tmp_path):
         m(y=x)
     with pytest.raises(UsageError, match="missing input 'x'"):
         m()
+    with pytest.raises(fusec.FdslError, match=r"block\.onnx\.fdsl:2:\d+: error: input 'x' has shape \(2, 5, 8\)"):
+        m(x=rand((2, 5, 8), 1))                             # a wrong input is named at the chain's parameter
 
 
 def test_a_key_two_input_files_hold_with_different_arrays_is_refused(tmp_path, capsys):
