@@ -853,8 +853,10 @@ class Converter:
             expr = f"add({expr}, {ctext})"
         return self.emit(name, expr, a.dtype, shape)
 
-    def op_Conv(self, node, ins, attrs):
+    def op_Conv(self, node, ins, attrs, name: str | None = None):
         x = self.tensor(ins[0])
+        if len(x.shape) == 3:
+            return self._conv1d(node, ins, attrs, x)
         w = self.tensor(ins[1], f"{self.out_name(node)}_w" if not node.input[1] else node.input[1])
         self.need_dtype(x, FLOAT, "conv2d")
         if len(x.shape) != 4:
@@ -907,7 +909,72 @@ class Converter:
             args.append(f"padding={pair(pads[:2])}")
         if dil != [1, 1]:
             args.append(f"dilation={pair(dil)}")
-        return self.emit(self.out_name(node), f"conv2d({', '.join(args)})", x.dtype, (xs[0], f, ho, wo))
+        return self.emit(name or self.out_name(node), f"conv2d({', '.join(args)})", x.dtype, (xs[0], f, ho, wo))
+
+    def _conv1d(self, node, ins, attrs, x: T):
+        """A 1-D Conv as conv2d over [N, C, 1, L]: the input reshaped, constant weights reshaped
+        at import (others at run time), the result reshaped back to [N, F, LO]."""
+        self.need_dtype(x, FLOAT, "conv2d")
+        n, c, length = self.shape(x)
+        w = ins[1]
+        if isinstance(w, C) and np.ndim(w.value) == 3:
+            wv = np.asarray(w.value)
+            w4 = self.materialize(C(wv.reshape(wv.shape[0], wv.shape[1], 1, wv.shape[2]),
+                                    origin=f"{node.input[1]}_2d"), f"{node.input[1]}_2d")
+        else:
+            wt = self.tensor(w)
+            if len(wt.shape) != 3:
+                raise NodeError("its weights are not rank 3 (F, C, K)")
+            f_, c_, k_ = self.shape(wt)
+            w4 = self.reshape(wt, [f_, c_, 1, k_], node)
+        x4 = self.emit(f"{self.out_name(node)}_in2d", f"reshape({x.name}, [{self.dim_text(n)}, {self.dim_text(c)}, 1, "
+                                                      f"{self.dim_text(length)}])", x.dtype, (n, c, 1, length))
+        two = {k: v for k, v in attrs.items() if k not in ("strides", "dilations", "pads", "kernel_shape")}
+        if "strides" in attrs:
+            two["strides"] = [1, attrs["strides"][0]]
+        if "dilations" in attrs:
+            two["dilations"] = [1, attrs["dilations"][0]]
+        if "pads" in attrs:
+            p = list(attrs["pads"])
+            two["pads"] = [0, p[0], 0, p[1]]
+        if "kernel_shape" in attrs:
+            two["kernel_shape"] = [1, attrs["kernel_shape"][0]]
+        ins4 = [x4, w4] + list(ins[2:])
+        y4 = self.op_Conv(node, ins4, two, name=f"{self.out_name(node)}_2d")
+        nn, f, _, lo = self.shape(y4)
+        return self.emit(self.out_name(node), f"reshape({y4.name}, [{self.dim_text(nn)}, {self.dim_text(f)}, "
+                                              f"{self.dim_text(lo)}])", x.dtype, (nn, f, lo))
+
+    def op_Tile(self, node, ins, attrs):
+        """Tile as broadcast_to over interleaved axes: [d0, d1] by [r0, r1] is
+        reshape(broadcast_to(reshape(x, [1, d0, 1, d1]), [r0, d0, r1, d1]), [r0 * d0, r1 * d1]),
+        with only the repeated axes interleaved."""
+        x = self.tensor(ins[0])
+        reps = self.const_ints(ins[1], "repeats")
+        s = self.shape(x)
+        if len(reps) != len(s) or any(not isinstance(r, int) or r < 1 for r in reps):
+            raise NodeError(f"repeats {reps} for a tensor of rank {len(s)}")
+        if all(r == 1 for r in reps):
+            return x
+        inter, wide, out = [], [], []
+        for d, r in zip(s, reps):
+            if r > 1:
+                if not isinstance(d, int):
+                    raise NodeError(f"repeating an axis of symbolic extent {d}: {r} * {d} is not an FDSL dimension")
+                inter += [1, d]
+                wide += [r, d]
+                out.append(r * d)
+            else:
+                inter.append(d)
+                wide.append(d)
+                out.append(d)
+        name = self.out_name(node)
+        a = self.emit(f"{name}_axes", f"reshape({x.name}, [{', '.join(self.dim_text(d) for d in inter)}])", x.dtype,
+                      tuple(inter))
+        b = self.emit(f"{name}_wide", f"broadcast_to({a.name}, [{', '.join(self.dim_text(d) for d in wide)}])",
+                      x.dtype, tuple(wide))
+        return self.emit(name, f"reshape({b.name}, [{', '.join(self.dim_text(d) for d in out)}])", x.dtype,
+                         tuple(out))
 
     # ---- shapes -----------------------------------------------------------------------------
     def op_Identity(self, node, ins, attrs):
@@ -1483,7 +1550,7 @@ HINTS = {
     "TopK": "FDSL's argmax and max give the top 1",
     "If": "FDSL chains have no control flow", "Loop": "FDSL chains have no control flow",
     "Scan": "FDSL's cumsum and cumprod are its scans",
-    "Tile": "FDSL offers broadcast_to and reshape", "Trilu": "build the mask with comparisons and where",
+    "Trilu": "build the mask with comparisons and where",
     "ScatterND": "FDSL has no scatter", "ScatterElements": "FDSL has no scatter",
     "NonZero": "FDSL has no data-dependent shapes", "Resize": "FDSL has no resampling",
     "Selu": "FDSL offers elu-like where/exp forms; Elu is imported",

@@ -133,6 +133,16 @@ def test_small_cnn_conv_batchnorm_pooling_flatten(target, tmp_path):
 
 
 @BOTH
+def test_conv1d(target, tmp_path):
+    nodes = [h.make_node("Conv", ["x", "w", "b"], ["y"], pads=[2, 2], strides=[2], dilations=[2]),
+             h.make_node("Conv", ["x", "wt"], ["y2"], auto_pad="SAME_UPPER")]
+    m = model(nodes, [tensor("x", F, ["N", 3, 16]), tensor("wt", F, [2, 3, 3])],
+              [tensor(n.output[0], 0, None) for n in nodes], [init("w", rand((4, 3, 3), 1)), init("b", rand((4,), 2))])
+    loaded, _ = check_against_ort(m, {"x": rand((2, 3, 16), 3), "wt": rand((2, 3, 3), 4)}, tmp_path, target)
+    assert "w_2d" in loaded.imported.weights            # constant 1-D weights are reshaped to 2-D at import
+
+
+@BOTH
 def test_normalisations(target, tmp_path):
     nodes = [h.make_node("LayerNormalization", ["x", "g", "b"], ["y_ln"], epsilon=1e-6),
              h.make_node("LayerNormalization", ["x", "g2"], ["y_ln2"], axis=1),
@@ -164,13 +174,14 @@ def test_shape_ops_with_constant_shapes(target, tmp_path):
              h.make_node("Add", ["x", "cst"], ["y_const"]),
              h.make_node("ConstantOfShape", ["cshape"], ["ones"], value=h.make_tensor("o", TP.FLOAT, [1], [1.5])),
              h.make_node("Mul", ["x", "ones"], ["y_cos"]),
+             h.make_node("Tile", ["row", "reps"], ["y_tile"]),
              h.make_node("Range", ["r0", "r1", "r2"], ["rg"]), h.make_node("Cast", ["rg"], ["rgf"], to=TP.FLOAT),
              h.make_node("Add", ["x", "rgf"], ["y_range"])]
     inits = [i64("shp", [0, -1]), i64("ax0", [0]), i64("eshape", [3, 1, 4]), i64("sizes", [1, 1, 1]),
              i64("st", [1, 0]), i64("en", [100, 2 ** 63 - 1]), i64("axs", [2, 1]), i64("stp", [2, 1]),
              i64("st2", [-1]), i64("en2", [-(2 ** 63)]), i64("axs2", [2]), i64("stp2", [-1]),
              i64("st3", [-2]), i64("en3", [2 ** 63 - 1]), i64("axs3", [0]),
-             i64("k", -1), i64("idx", [[0, 3], [-1, 1]]), i64("cshape", [3, 4]), i64("r0", 0), i64("r1", 4), i64("r2", 1),
+             i64("k", -1), i64("idx", [[0, 3], [-1, 1]]), i64("cshape", [3, 4]), i64("r0", 0), i64("r1", 4), i64("r2", 1), i64("reps", [3, 2]),
              init("tab", rand((10, 4), 7))]
     outs = [n.output[k] for n in nodes for k in range(len(n.output)) if n.output[k].startswith("y_")]
     m = model(nodes, [tensor("x", F, ["S", 3, 4]), tensor("row", F, [1, 4]), tensor("ids", TP.INT64, ["S", 2])],
