@@ -87,13 +87,17 @@ def read_model(path: str, max_bytes: int) -> Model:
         size = os.path.getsize(path)
     except OSError as e:
         raise OnnxImportError(f"cannot read {path}: {e.strerror or e}") from None
+    if not os.path.isfile(path):
+        raise OnnxImportError(f"{path} is not a regular file (a device or a pipe), not an ONNX model")
     if size > max_bytes:
         raise OnnxImportError(f"{path} is {size} bytes, over the memory limit of {max_bytes} bytes")
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            data = f.read(max_bytes + 1)
     except OSError as e:
         raise OnnxImportError(f"cannot read {path}: {e.strerror or e}") from None
+    if len(data) > max_bytes:
+        raise OnnxImportError(f"{path} is over the memory limit of {max_bytes} bytes")
     proto = onnx.ModelProto()
     try:
         proto.ParseFromString(data)
@@ -260,8 +264,10 @@ def _external(t, path: str, base: str, dt: np.dtype, count: int) -> np.ndarray:
     if os.path.commonpath([root, full]) != root:
         raise OnnxImportError(f"{where}: external data location '{loc}' resolves to {full}, outside the model's "
                               f"folder {root} (a symlink); refused")
-    if not os.path.isfile(full):
+    if not os.path.exists(full):
         raise OnnxImportError(f"{where}: external data file '{loc}' does not exist in {root}")
+    if not os.path.isfile(full):
+        raise OnnxImportError(f"{where}: external data '{loc}' is not a regular file")
     try:
         offset = int(info.get("offset", "0"))
         length = int(info["length"]) if "length" in info else None

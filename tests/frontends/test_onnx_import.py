@@ -141,6 +141,8 @@ def test_truncated_and_non_onnx_files(tmp_path, capsys):
         (tmp_path / name).write_bytes(blob)
         refuse([str(tmp_path / name), "-o", str(tmp_path / "o.fdsl")], capsys, name)
     refuse([str(tmp_path / "missing.onnx")], capsys, "cannot read", "missing.onnx")
+    refuse(["/dev/zero", "-o", str(tmp_path / "o.fdsl")], capsys, "/dev/zero is not a regular file")
+    refuse([str(tmp_path), "-o", str(tmp_path / "o.fdsl")], capsys, "is a directory")
     assert not (tmp_path / "o.fdsl").exists()
 
 
