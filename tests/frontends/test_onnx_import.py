@@ -119,6 +119,24 @@ def test_a_key_two_input_files_hold_with_different_arrays_is_refused(tmp_path, c
     assert main(argv + [str(tmp_path / "same.npz")]) == 0     # the same array twice is one input
 
 
+def test_fusec_run_merges_input_files_too(tmp_path):
+    (tmp_path / "a.fdsl").write_text("chain c(x: f32[4], w: f32[4]) -> f32[4] {\n    return x * w\n}\n")
+    np.savez(tmp_path / "w.npz", **{"c/in/w": np.full(4, 2, np.float32)})
+    np.savez(tmp_path / "x.npz", **{"c/in/x": np.arange(4, dtype=np.float32)})
+    r = fusec_cli("compile", "a.fdsl", "-o", "art", "--target", "cpu", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = fusec_cli("run", "art", "--inputs", "w.npz", "--inputs", "x.npz", "--save", "out.npz", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert np.array_equal(np.load(tmp_path / "out.npz")["c/out/0"], np.arange(4, dtype=np.float32) * 2)
+
+
+def test_import_model_takes_a_model_proto_and_names_unnamed_dims():
+    m = model([h.make_node("Relu", ["x"], ["y"])], [tensor("x", F, [None, 4])], [tensor("y", F, None)], name="r")
+    imp = fonnx.import_model(m)
+    assert "chain r(x: f32[x_d0, 4]) -> f32[x_d0, 4]" in " ".join(imp.text.split())
+    assert imp.inputs == [("x", "x")] and imp.outputs == ["y"] and imp.weights == {}
+
+
 # ---- hostile, broken and unsupported files ------------------------------------------------------
 
 def refuse(argv, capsys, *expected):
@@ -235,6 +253,10 @@ def test_unsupported_ops_name_the_node_and_what_fusec_offers(tmp_path, capsys):
     sym = model([h.make_node("Conv", ["x", "w"], ["y"], name="c")], [tensor("x", F, [1, 2, "H", 4])],
                 [tensor("y", F, None)], [init("w", rand((2, 2, 3, 3)))])
     refuse([save(sym, tmp_path / "sym.onnx"), "-o", o], capsys, "node 0 'c' (Conv)", "symbol H")
+    stats = model([h.make_node("LayerNormalization", ["x", "g"], ["y", "mean"], name="ln")], [tensor("x", F, [2, 4])],
+                  [tensor("y", F, [2, 4]), tensor("mean", F, [2, 1])], [init("g", rand((4,)))])
+    refuse([save(stats, tmp_path / "stats.onnx"), "-o", o], capsys, "node 0 'ln' (LayerNormalization)",
+           "output 1 (Mean) is used")
     assert not (tmp_path / "o.fdsl").exists() and not (tmp_path / "o.npz").exists()
 
 
