@@ -12,7 +12,7 @@ import numpy as np
 
 from .errors import UsageError
 from .frontends.onnx_file import OnnxImportError, check_model, read_model, require_onnx
-from .frontends.onnx_import import Imported, convert, mapped_ops
+from .frontends.onnx_import import Imported, mapped_ops, to_fdsl
 
 __all__ = ["load", "import_model", "OnnxModel", "OnnxImportError", "Imported", "mapped_ops"]
 
@@ -35,7 +35,7 @@ def import_model(model, max_memory: int | None = None, chain_name: str | None = 
         if not isinstance(model, onnx.ModelProto):
             raise OnnxImportError(f"expected a path or an onnx.ModelProto, not {type(model).__name__}")
         checked = check_model(model, model.graph.name or "<model>", limit, base_dir=os.getcwd())
-    return convert(checked, chain_name)
+    return to_fdsl(checked, chain_name)
 
 
 class OnnxModel:

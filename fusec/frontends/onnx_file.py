@@ -44,7 +44,7 @@ def require_onnx():
 
 
 # ONNX TensorProto element type -> (FDSL dtype, numpy dtype name)
-DTYPES = {1: ("f32", "float32"), 10: ("f16", "float16"), 16: ("bf16", "bfloat16"), 11: ("f64", "float64"),
+ONNX_DTYPES = {1: ("f32", "float32"), 10: ("f16", "float16"), 16: ("bf16", "bfloat16"), 11: ("f64", "float64"),
           6: ("i32", "int32"), 7: ("i64", "int64"), 9: ("bool", "bool")}
 # element types fusec reads as constants only (shape arithmetic), never as chain values
 CONST_ONLY = {2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 12: "uint32", 13: "uint64"}
@@ -210,8 +210,8 @@ def _initializers(g, path: str, base: str, max_bytes: int) -> dict[str, np.ndarr
             raise OnnxImportError(f"{path}: an initializer has no name")
         if t.name in out:
             raise OnnxImportError(f"{path}: initializer '{t.name}' is defined twice")
-        if t.data_type in DTYPES:
-            dt = np_dtype(DTYPES[t.data_type][1])
+        if t.data_type in ONNX_DTYPES:
+            dt = np_dtype(ONNX_DTYPES[t.data_type][1])
         elif t.data_type in CONST_ONLY:
             dt = np.dtype(CONST_ONLY[t.data_type])
         else:

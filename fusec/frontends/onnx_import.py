@@ -1,4 +1,4 @@
-"""An ONNX graph as one FDSL chain: `convert(model)` -> Imported (the FDSL text, the weights).
+"""An ONNX graph as one FDSL chain: `to_fdsl(model)` -> Imported (the FDSL text, the weights).
 
 Every ONNX tensor becomes one of three kinds of value while the graph is walked in order
 (onnx_values.py): `T`, a value of the chain; `C`, a constant known now (folded with onnx's
@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from .onnx_file import DTYPES, SUPPORTED, Model, OnnxImportError, elem_name, node_label, np_dtype
+from .onnx_file import ONNX_DTYPES, SUPPORTED, Model, OnnxImportError, elem_name, node_label, np_dtype
 from .onnx_ops_math import MathOps
 from .onnx_ops_shape import ShapeOps
 from .onnx_values import (C, ELEM_TO_FDSL, FDSL_TO_NP, FLOAT, FOLD_LIMIT, NP_TO_FDSL, Imported, NodeError, Opaque, S,
@@ -268,7 +268,7 @@ class Converter(MathOps, ShapeOps):
         if not vi.type.HasField("tensor_type"):
             raise OnnxImportError(f"{where} is not a tensor (sequences, maps and optionals are not imported)")
         tt = vi.type.tensor_type
-        if tt.elem_type not in DTYPES:
+        if tt.elem_type not in ONNX_DTYPES:
             raise OnnxImportError(f"{where} has dtype {elem_name(tt.elem_type)}; fusec imports {SUPPORTED}")
         if not tt.HasField("shape"):
             raise OnnxImportError(f"{where} has no shape; an FDSL parameter needs its rank")
@@ -416,7 +416,7 @@ def unsupported(op_type: str) -> str:
             + " (fusec's ONNX importer maps the op types listed in docs/GUIDE.md, \"Importing ONNX models\")")
 
 
-def convert(model: Model, chain_name: str | None = None) -> Imported:
+def to_fdsl(model: Model, chain_name: str | None = None) -> Imported:
     """Map a checked model's graph to FDSL (see the module's docstring); the text is checked with
     fusec's checker, and a problem there is an OnnxImportError naming the node that wrote the line."""
     conv = Converter(model, chain_name)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .onnx_file import CONST_ONLY, DTYPES, SUPPORTED, elem_name, np_dtype
+from .onnx_file import CONST_ONLY, ONNX_DTYPES, SUPPORTED, elem_name, np_dtype
 from .onnx_values import (C, ELEM_TO_FDSL, FDSL_TO_NP, FLOAT, NP_TO_FDSL, NUMERIC, S, SYM_OPS, NodeError, T, _f)
 
 
@@ -95,7 +95,7 @@ class MathOps:
 
     def op_Cast(self, node, ins, attrs):
         to = attrs.get("to")
-        if to not in DTYPES:
+        if to not in ONNX_DTYPES:
             if isinstance(ins[0], S) and to in CONST_ONLY:
                 return ins[0]
             raise NodeError(f"cast to {elem_name(to)}; fusec imports {SUPPORTED}")
@@ -334,30 +334,30 @@ class MathOps:
         return op
 
 
-UNARY = {"Neg": ("neg", NUMERIC), "Abs": ("abs", NUMERIC), "Exp": ("exp", FLOAT), "Log": ("log", FLOAT),
+ONNX_UNARY = {"Neg": ("neg", NUMERIC), "Abs": ("abs", NUMERIC), "Exp": ("exp", FLOAT), "Log": ("log", FLOAT),
          "Sqrt": ("sqrt", FLOAT), "Tanh": ("tanh", FLOAT), "Sigmoid": ("sigmoid", FLOAT), "Relu": ("relu", NUMERIC),
          "Erf": ("erf", FLOAT), "Sin": ("sin", FLOAT), "Cos": ("cos", FLOAT), "Floor": ("floor", FLOAT),
          "Ceil": ("ceil", FLOAT), "Reciprocal": ("reciprocal", FLOAT)}
-BINARY = {"Add": ("add", NUMERIC, None, False), "Sub": ("sub", NUMERIC, None, False),
+ONNX_BINARY = {"Add": ("add", NUMERIC, None, False), "Sub": ("sub", NUMERIC, None, False),
           "Mul": ("mul", NUMERIC, None, False), "Div": ("div", FLOAT, None, False),
           "Max": ("maximum", NUMERIC, None, True), "Min": ("minimum", NUMERIC, None, True),
           "Sum": ("add", NUMERIC, None, True),
           "Equal": ("eq", NUMERIC + ("bool",), "bool", False), "Less": ("lt", NUMERIC, "bool", False),
           "LessOrEqual": ("le", NUMERIC, "bool", False), "Greater": ("gt", NUMERIC, "bool", False),
           "GreaterOrEqual": ("ge", NUMERIC, "bool", False)}
-REDUCE = {"ReduceSum": ("sum", "{x}", "{y}", NUMERIC), "ReduceMean": ("mean", "{x}", "{y}", FLOAT),
+ONNX_REDUCE = {"ReduceSum": ("sum", "{x}", "{y}", NUMERIC), "ReduceMean": ("mean", "{x}", "{y}", FLOAT),
           "ReduceMax": ("max", "{x}", "{y}", NUMERIC), "ReduceMin": ("min", "{x}", "{y}", NUMERIC),
           "ReduceProd": ("prod", "{x}", "{y}", NUMERIC), "ReduceSumSquare": ("sum", "square({x})", "{y}", NUMERIC),
           "ReduceL1": ("sum", "abs({x})", "{y}", NUMERIC), "ReduceL2": ("sum", "square({x})", "sqrt({y})", FLOAT),
           "ReduceLogSum": ("sum", "{x}", "log({y})", FLOAT)}
 
-for _op, (_fn, _allowed) in UNARY.items():
+for _op, (_fn, _allowed) in ONNX_UNARY.items():
     setattr(MathOps, f"op_{_op}", (lambda fn, allowed: lambda self, node, ins, attrs:
                                      self.unary(fn, allowed)(node, ins, attrs))(_fn, _allowed))
-for _op, _spec in BINARY.items():
+for _op, _spec in ONNX_BINARY.items():
     setattr(MathOps, f"op_{_op}", (lambda spec: lambda self, node, ins, attrs:
                                      self.binary(*spec)(node, ins, attrs))(_spec))
-for _op, _spec in REDUCE.items():
+for _op, _spec in ONNX_REDUCE.items():
     setattr(MathOps, f"op_{_op}", (lambda spec: lambda self, node, ins, attrs:
                                      self._reduce(*spec)(node, ins, attrs))(_spec))
 for _op, _fn in (("Softmax", "softmax"), ("LogSoftmax", "log_softmax")):

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from .onnx_file import CONST_ONLY, DTYPES, SUPPORTED, elem_name
+from .onnx_file import CONST_ONLY, ONNX_DTYPES, SUPPORTED, elem_name
 from .onnx_values import (C, FLOAT, FOLD_LIMIT, NUMERIC, Opaque, S, NodeError, T, _as_dim, _clamp, _f, _prod,
                           sanitize)
 
@@ -225,7 +225,7 @@ class ShapeOps:
         from onnx import numpy_helper
         if "value" in attrs:
             t = attrs["value"]
-            if t.data_type not in DTYPES and t.data_type not in CONST_ONLY:
+            if t.data_type not in ONNX_DTYPES and t.data_type not in CONST_ONLY:
                 raise NodeError(f"a constant of dtype {elem_name(t.data_type)}; fusec imports {SUPPORTED}")
             if t.data_location == 1:
                 raise NodeError("a Constant with external data")

@@ -16,15 +16,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .onnx_file import DTYPES
+from fusec.dsl.parser import KEYWORDS
 
-KEYWORDS = {"chain", "return", "const", "true", "false", "f16", "bf16", "f32", "f64", "i32", "i64", "bool"}
+from .onnx_file import ONNX_DTYPES
+
 FLOAT = ("f16", "bf16", "f32", "f64")
 NUMERIC = FLOAT + ("i32", "i64")
 NP_TO_FDSL = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int32": "i32",
               "int64": "i64", "bool": "bool"}
 FDSL_TO_NP = {v: k for k, v in NP_TO_FDSL.items()}
-ELEM_TO_FDSL = {k: v[0] for k, v in DTYPES.items()}
+ELEM_TO_FDSL = {k: v[0] for k, v in ONNX_DTYPES.items()}
 FOLD_LIMIT = 1 << 24            # elements: constants folded now up to this size
 
 
