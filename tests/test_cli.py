@@ -121,16 +121,17 @@ def test_console_script_is_installed_and_exit_status_propagates(tmp_path):
 
 
 
-@pytest.mark.parametrize("command", ["", "test", "compile", "run", "cache"])
+@pytest.mark.parametrize("command", ["", "test", "compile", "run", "cache", "import"])
 def test_every_command_has_its_help_and_its_module(command, capsys):
-    """fusec/cli/ has one module per command, each with parser() and run(args); main dispatches."""
+    """fusec/cli/ has one module per command, each with parser() and run(args); main dispatches
+    (`fusec import` is importer.py: `import` cannot name a module)."""
     import importlib
     argv = [command, "--help"] if command else ["--help"]
     with pytest.raises(SystemExit) as done:
         main(argv)
     assert done.value.code == 0
     assert capsys.readouterr().out.startswith(f"usage: fusec {command}".rstrip() + " ")
-    module = importlib.import_module(f"fusec.cli.{command or 'job'}")
+    module = importlib.import_module(f"fusec.cli.{ {'': 'job', 'import': 'importer'}.get(command, command)}")
     assert callable(module.parser) and callable(module.run)
     assert module.parser().prog == f"fusec {command}".rstrip()
 

@@ -31,6 +31,7 @@ def help_text(argv: list[str], capsys) -> str:
     (["compile"], "`fusec compile`"),
     (["run"], "`fusec run`"),
     (["cache"], "`fusec cache`"),
+    (["import"], "`fusec import`"),
 ])
 def test_every_flag_is_documented(argv, title, capsys):
     text = help_text(argv, capsys)

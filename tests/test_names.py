@@ -24,6 +24,7 @@ FOLDERS = ("compiler", "dsl", "runtime", "fusec")
 EXEMPT = {
     "NAME",      # each graph pass's name (compiler/transforms/*, compiler/plan/conv.py)
     "STAGE",     # each stage module's name (compiler/jit.py, lowering/lower.py, transforms/graph.py)
+    "load",      # a format's loader: runtime/artifact.py's artifact, fusec/onnx.py's model (`fusec.onnx.load`)
     "main",      # a program's entry point (fusec/cli, compiler/report/child.py: the report's child Python)
     "parser",    # each CLI subcommand's argument parser (fusec/cli/*.py)
     "run",       # each CLI subcommand's action (fusec/cli/*.py), the report child's work

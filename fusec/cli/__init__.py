@@ -1,5 +1,5 @@
 """`fusec` command line: compile, run and check FDSL chains. One module per command (`job` is
-`fusec FILE`, then `compile`, `run`, `test`, `cache`), each with its `parser()` and `run(args)`,
+`fusec FILE`, then `compile`, `run`, `test`, `cache`, `importer` for `fusec import`), each with its `parser()` and `run(args)`,
 served by `args`, `inputs`, `options` and `exits`; `main` dispatches through the `_cmd_*` names
 below. Flags and exit statuses: docs/CLI.md and docs/GUIDE.md, "Exit status".
 """
@@ -16,12 +16,13 @@ from fusec.runtime.remote_cache import RemoteCacheError
 from fusec.runtime.targets import TargetError
 
 from ..errors import NumericsError, UsageError
-from . import cache, compile, job, run, test
+from . import cache, compile, importer, job, run, test
 from .exits import FALLBACK_EXIT, INTERRUPTED, NUMERICS, USAGE, internal_error
 
 __all__ = ["main", "FALLBACK_EXIT"]
 
 _cmd_main, _cmd_test, _cmd_compile, _cmd_run, _cmd_cache = job.run, test.run, compile.run, run.run, cache.run
+_cmd_import = importer.run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_compile(compile.parser().parse_args(argv[1:]))
         if argv and argv[0] == "run":
             return _cmd_run(run.parser().parse_args(argv[1:]))
+        if argv and argv[0] == "import":
+            return _cmd_import(importer.parser().parse_args(argv[1:]))
         if argv and argv[0] == "cache":
             return _cmd_cache(cache.parser().parse_args(argv[1:]))
         return _cmd_main(job.parser().parse_args(argv))

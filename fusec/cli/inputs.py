@@ -97,6 +97,36 @@ def read_npz(flag: str, path: str, limit: int | None) -> dict:
         raise UsageError(f"{flag} {e}") from None
 
 
+def read_inputs(flag: str, paths: list[str], limit: int | None) -> tuple[dict, str]:
+    """One or more --inputs files read and merged (golden layout): (the merged entries, the files
+    as messages name them). A key two files hold with different arrays (or messages) is an
+    error; the same array twice is kept once. The memory limit covers all of them together."""
+    merged: dict = {}
+    origin: dict[str, str] = {}
+    left = limit
+    for path in paths:
+        given = read_npz(flag, path, left)
+        for cname, entry in given.items():
+            into = merged.setdefault(cname, {p: {} for p in entry})
+            for part, arrays in entry.items():
+                for key, x in arrays.items():
+                    full = f"{cname}/{part}/{key}"
+                    if key in into.setdefault(part, {}):
+                        y = into[part][key]
+                        same = (x == y) if isinstance(x, str) else (
+                            isinstance(y, np.ndarray) and x.dtype == y.dtype and x.shape == y.shape
+                            and np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"))
+                        if not same:
+                            raise UsageError(f"{flag} {path} holds {full}, which {origin[full]} holds too, with another "
+                                             "value; give each input once")
+                        continue
+                    into[part][key] = x
+                    origin[full] = path
+                    if left is not None and isinstance(x, np.ndarray):
+                        left -= x.nbytes
+    return merged, " + ".join(paths)
+
+
 def load_inputs(flag: str, path: str, chains: list[TypedChain], source: str, limit: int | None,
                  known: list[str] | None = None, given: dict | None = None, choose: str = "") -> dict:
     """An npz of inputs (the golden layout; `given`: already read) that matches the chains

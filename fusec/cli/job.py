@@ -15,13 +15,14 @@ from ..errors import UsageError
 from .args import (Parser, check_dynamic, check_kernel_report, check_output_dir, check_output_file, dynamic_flag,
                    hw_names, kernel_report_flag, memory_flag, pass_names, quiet_flag, seed_arg, stage_names)
 from .exits import finish
-from .inputs import bind_flag, load_inputs, npz_entry, plan_run, read_chains
+from .inputs import bind_flag, load_inputs, npz_entry, plan_run, read_chains, read_inputs
 from .options import NOT_RUN, default_target, make_program, no_gpu, progress_for, user_options
 
 
 def parser() -> argparse.ArgumentParser:
     p = Parser(prog="fusec", description="Compile, run and check FDSL chains. "
-                                "Subcommand: `fusec test PATH...` runs golden tests.")
+                                "Subcommand: `fusec test PATH...` runs golden tests; "
+                                "`fusec import MODEL.onnx` writes an ONNX model as FDSL.")
     p.add_argument("file", help="an .fdsl file")
     p.add_argument("--emit", choices=stage_names(), help="print the program after this stage and stop")
     p.add_argument("--target", choices=TARGETS,
@@ -32,7 +33,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="JSON", help="write plan, timings, errors and compile times as JSON")
     p.add_argument("--chain", action="append", default=[], help="only this chain (repeatable)")
     p.add_argument("--bind", action="append", default=[], help="symbol sizes, e.g. M=64,N=128")
-    p.add_argument("--inputs", help="an npz with CHAIN/in/ARG arrays (else seeded random inputs)")
+    p.add_argument("--inputs", action="append", default=[], metavar="NPZ",
+                   help="an npz with CHAIN/in/ARG arrays (else seeded random inputs); repeatable: the files are "
+                        "merged (a key in two files must hold the same array)")
     p.add_argument("--save", help="write inputs and outputs to this npz (CHAIN/in/ARG, CHAIN/out/K)")
     p.add_argument("--seed", type=seed_arg, default=0, help="seed for random inputs (default 0)")
     p.add_argument("--dump-dir", help="write every stage of every chain to this directory")
@@ -75,9 +78,11 @@ def run(args: argparse.Namespace) -> int:
         check_output_dir(flag, value)
     check_output_file("--html", args.html)
     bind = bind_flag(args.bind, chains, path)
-    given = (load_inputs("--inputs", args.inputs, chains, path, args.max_memory, [c.name for c in typed.chains],
-                          choose="; run only the chains it holds with --chain NAME")
-             if args.inputs else None)
+    given = None
+    if args.inputs:
+        merged, files = read_inputs("--inputs", args.inputs, args.max_memory)
+        given = load_inputs("--inputs", files, chains, path, args.max_memory, [c.name for c in typed.chains],
+                            given=merged, choose="; run only the chains it holds with --chain NAME")
     name = args.target or default_target()
     check_dynamic(args.dynamic, typed, name)
     plans = [plan_run(c, given, bind, args.max_memory, name) for c in chains]     # refused before anything else

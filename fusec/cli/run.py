@@ -14,7 +14,7 @@ from .. import api
 from ..errors import UsageError
 from .args import Parser, check_kernel_report, kernel_report_flag, memory_flag, seed_arg
 from .exits import finish
-from .inputs import bind_flag, load_inputs, npz_entry, plan_run
+from .inputs import bind_flag, load_inputs, npz_entry, plan_run, read_inputs
 from .options import NOT_RUN, no_gpu
 
 
@@ -22,7 +22,9 @@ def parser() -> argparse.ArgumentParser:
     p = Parser(prog="fusec run", description="Run a compiled artifact on its target, check it against the "
                 "NumPy reference and report, like `fusec FILE` does.")
     p.add_argument("artifact", metavar="DIR")
-    p.add_argument("--inputs", help="an npz with CHAIN/in/ARG arrays (else seeded random inputs)")
+    p.add_argument("--inputs", action="append", default=[], metavar="NPZ",
+                   help="an npz with CHAIN/in/ARG arrays (else seeded random inputs); repeatable: the files are "
+                        "merged (a key in two files must hold the same array)")
     p.add_argument("--save", help="write inputs and outputs to this npz")
     p.add_argument("--report", metavar="JSON", help="write the report as JSON")
     p.add_argument("--seed", type=seed_arg, default=0, help="seed for random inputs (default 0)")
@@ -63,8 +65,10 @@ def run(args: argparse.Namespace) -> int:
     if no_gpu(name):
         raise UsageError(f"no CUDA GPU is available to run {args.artifact}, compiled for cuda; run it on Numba's "
                          "simulator with --target cuda-sim, or compile it again with fusec compile --target cpu")
-    given = (load_inputs("--inputs", args.inputs, chains, str(a.directory), args.max_memory)
-             if args.inputs else None)
+    given = None
+    if args.inputs:
+        merged, files = read_inputs("--inputs", args.inputs, args.max_memory)
+        given = load_inputs("--inputs", files, chains, str(a.directory), args.max_memory, given=merged)
     runtime = {c.name: set((a.chains[c.name].plan or {}).get("dynamic", {})) for c in chains}
     bind = bind_flag(args.bind, chains, str(a.directory)) if args.bind else {}
     fixed = sorted(s for s in bind if not any(s in runtime[c.name] for c in chains))
