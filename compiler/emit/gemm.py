@@ -10,7 +10,7 @@ import math
 from . import ids
 from .vector import VECTOR_HELPERS
 from .mma import TensorCores
-from .template_values import TemplateValues, affine, n_inputs, dims_of, dims_of_map, indexing_maps, ints, pure_dim
+from .template_values import FlatViews, TemplateValues, affine, n_inputs, dims_of, dims_of_map, indexing_maps, ints, pure_dim
 from .values import EmitError, elem_of_type, expr_add, expr_mul, floordiv, is_int, mod
 from ..mlir import ir
 from ..plan.gemm import mma_tiles_error, tile_pad
@@ -176,6 +176,8 @@ class _Gemm:
             w(f"{sm} = cuda.shared.array(({self.bk}, {self.bm + pm}), numba.{elem_of_type(self.c.operands[self.m_op].type).compute}, {align})")
             w(f"{sn} = cuda.shared.array(({self.bk}, {self.bn + pn}), numba.{elem_of_type(self.c.operands[self.n_op].type).compute}, {align})")
             sm, sn = Tile(sm), Tile(sn)
+        if len(self.loops["k"]) > 1:      # a conv's (c, r, s): its 4-D operands read through 1-D views
+            self.values.flat = FlatViews(w, names, self.body.ctx.helpers, len(w.lines), w.depth)
         loads = [self._loader("m", self.m_op, sm, self.bm), self._loader("n", self.n_op, sn, self.bn)]
         init = self._init()
         accs = [[names.fresh(f"acc{i}_{j}") for j in range(self.tn)] for i in range(self.tm)]
@@ -221,6 +223,7 @@ class _Gemm:
             else:
                 self._fma_steps(sm, sn, accs, None)
             w("cuda.syncthreads()")
+        self.values.flat = None
         if tc:
             accs, self.at = tc.restage(accs, self.at, Grid)
         self._epilogue(accs)
@@ -277,10 +280,19 @@ class _Gemm:
         lanes = 1
         while self.T % (lanes * 2) == 0 and lanes * 2 <= along:
             lanes *= 2
+        if self.values.flat is not None and along % lanes:
+            # a conv's (oh, ow) tile (2 x 56): the fewest lanes above that dividing both T and
+            # the tile, so no position along it is guarded (its coordinates are computed once)
+            lanes = next((d for d in range(lanes, min(along, self.T) + 1)
+                          if self.T % d == 0 and along % d == 0), lanes)
         rows = self.T // lanes
         lane, row = names.fresh(f"{side}l"), names.fresh(f"{side}r")
-        w(f"{lane} = {self.tid} & {lanes - 1}")            # lanes is a power of two
-        w(f"{row} = {self.tid} >> {lanes.bit_length() - 1}")
+        if lanes & (lanes - 1) == 0:
+            w(f"{lane} = {self.tid} & {lanes - 1}")            # lanes is a power of two
+            w(f"{row} = {self.tid} >> {lanes.bit_length() - 1}")
+        else:
+            w(f"{lane} = {self.tid} % {lanes}")
+            w(f"{row} = {self.tid} // {lanes}")
         n_along, n_across = -(-along // lanes), -(-across // rows)
 
         def position(base: str, step: int, n: int, extent: int, stem: str):
@@ -313,8 +325,9 @@ class _Gemm:
         ext_k = [self.ext[l] for l in self.loops["k"]]
         kloops = self.loops["k"]
 
-        split = self._k_split(k_pos, kloops, ext_k)
-        counted = None if split is not None else self._k_counted(k_pos, kloops, ext_k)
+        direct = self._k_flat(operand, sides, side)
+        split = None if direct else self._k_split(k_pos, kloops, ext_k)
+        counted = None if split is not None or direct else self._k_counted(k_pos, kloops, ext_k)
 
         held: dict[tuple[int, int], str] = {}      # double-buffered: element -> the register holding it
 
@@ -341,7 +354,9 @@ class _Gemm:
                     w.depth += 1
                 self.values.forget()
                 full = dict(coords)
-                if split is not None:        # the K step's outer coordinate, the rest the thread's own
+                if direct:                   # the K coordinates' offset is k itself
+                    w(f"{v} = {direct(key[0], k)}")
+                elif split is not None:        # the K step's outer coordinate, the rest the thread's own
                     inner, per_pos = split
                     outer, rest = per_pos[kl]
                     full.update(rest)
@@ -350,9 +365,10 @@ class _Gemm:
                     full.update(step(kl))
                 else:
                     full.update(self._delinearize(k, kloops, "kc_", ext_k))
-                dims = [full.get(l, "0") for l in range(len(self.sides))]
-                idx = [affine(e, dims) for e in m.results]
-                w(f"{v} = {self.values.read(self.c.operands[operand], idx, self.c)}")
+                if not direct:
+                    dims = [full.get(l, "0") for l in range(len(self.sides))]
+                    idx = [affine(e, dims) for e in m.results]
+                    w(f"{v} = {self.values.read(self.c.operands[operand], idx, self.c)}")
                 if conds:
                     w.depth -= 1
                 if store:
@@ -376,6 +392,55 @@ class _Gemm:
                 w(f"{held.setdefault(key, names.fresh('pf'))} = {zero}")
 
         return _Loader(lambda k0: fetch(k0, True), lambda k0: fetch(k0, False), put, declare)
+
+    def _k_flat(self, operand: int, sides, side: str):
+        """Reads of an operand that is a whole global array of static shape whose K loops are
+        its trailing dims in order (a conv's weights [F, C, R, S], K = (c, r, s)) through its
+        1-D view (`FlatViews`): element (side position i, k) lies at offset base_i + k, base_i
+        computed once per side position before the K loop, so no K step divides k into its
+        coordinates. Returns (i, k) -> the read, or None (another operand, or no 1-D views)."""
+        flat, kloops = self.values.flat, self.loops["k"]
+        v = self.c.operands[operand]
+        if flat is None or self.values.writer(v, self.c) is not None:
+            return None
+        view = self.body.view(v)
+        if (view.array.space != "global" or not view.whole or view.rank < 3
+                or not all(is_int(n) for n in view.shape + tuple(self.ext[l] for l in kloops))
+                or math.prod(int(n) for n in view.shape) >= 1 << 31):
+            return None
+        coef, const, stride = {}, 0, 1
+        for e, n in reversed(list(zip(self.cmaps[operand].results, view.shape))):
+            lin = _linear(e)
+            if lin is None:
+                return None
+            for l, c in lin[0].items():
+                coef[l] = coef.get(l, 0) + c * stride
+            const += lin[1] * stride
+            stride *= int(n)
+        inner = 1
+        for l in reversed(kloops):            # k's own row-major strides
+            if coef.pop(l, 0) != inner:
+                return None
+            inner *= int(self.ext[l])
+        if any(c and l not in self.loops[side] for l, c in coef.items()):
+            return None
+        array = flat.name(view.array, stride)
+        bases = []
+        for i, (_, coords, _, _) in enumerate(sides):
+            b = str(const)
+            for l, c in coef.items():
+                b = expr_add(expr_mul(coords[l], str(c)), b)
+            if " " in b:
+                n = self.names.fresh(f"{side}b{i}_")
+                self.w(f"{n} = {b}")
+                b = n
+            bases.append(b)
+        convert = view.array.storage != view.array.elem.compute
+
+        def read(i: int, k: str) -> str:
+            e = f"{array}[{expr_add(bases[i], k)}]"
+            return f"np.{view.array.elem.compute}({e})" if convert else e
+        return read
 
     def _k_split(self, k_pos, kloops: list[int], ext_k: list[str]):
         """The loader's K coordinates without a division per element: where K is several loops
@@ -627,14 +692,36 @@ class _Gemm:
         return True
 
 
+def _linear(e) -> tuple[dict[int, int], int] | None:
+    """An affine expression as ({loop: coefficient}, constant), None where it is not linear."""
+    e = e.maybe_downcast() if hasattr(e, "maybe_downcast") else e
+    if isinstance(e, ir.AffineDimExpr):
+        return {e.position: 1}, 0
+    if isinstance(e, ir.AffineConstantExpr):
+        return {}, e.value
+    if isinstance(e, (ir.AffineAddExpr, ir.AffineMulExpr)):
+        a, b = _linear(e.lhs), _linear(e.rhs)
+        if a is None or b is None:
+            return None
+        if isinstance(e, ir.AffineAddExpr):
+            return {l: a[0].get(l, 0) + b[0].get(l, 0) for l in a[0].keys() | b[0].keys()}, a[1] + b[1]
+        if a[0] and b[0]:
+            return None
+        (c, x) = (a[1], b) if not a[0] else (b[1], a)
+        return {l: c * k for l, k in x[0].items()}, c * x[1]
+    return None
+
+
 def _small_div(x: str, d: int, most: int) -> str | None:
     """`x // d` for 0 <= x <= most written as comparisons where the quotient is at most 3, else
     as `(x * m) >> s` (checked over the range); None where no m below 2**16 serves or the range
-    is too long to check."""
+    is too long to check. The comparisons read x's low 32 bits (x itself, in that range), which
+    LLVM compares as 32-bit numbers: one ISETP each instead of a 64-bit pair."""
     if d == 1:
         return x
     if most // d <= 3:       # a few comparisons (no 64-bit multiply in the PTX)
-        return "(" + " + ".join(f"int({x} >= {d * t})" for t in range(1, most // d + 1)) + ")" if most >= d else "0"
+        return ("(" + " + ".join(f"int(({x} & 0xffffffff) >= {d * t})" for t in range(1, most // d + 1)) + ")"
+                if most >= d else "0")
     if most > 1 << 16:
         return None
     for sh in range(1, 24):

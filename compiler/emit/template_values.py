@@ -5,9 +5,10 @@ emit/attention.py and emit/scan.py; see docs/ARCHITECTURE.md, "GPU kernels", Con
 """
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 
-from .values import EmitError, atom, elem_of_type, expr_add, expr_mul, floordiv, is_memref, mod, no_rule
+from .values import EmitError, atom, elem_of_type, expr_add, expr_mul, floordiv, is_int, is_memref, mod, no_rule
 from ..mlir import ir
 
 
@@ -78,12 +79,79 @@ def is_identity(m: "ir.AffineMap") -> bool:
     return m.n_dims == len(m.results) and all(pure_dim(e) == i for i, e in enumerate(m.results))
 
 
-def load_element(view, idx: list[str]) -> str:
-    """Element `idx` of a view as a value (an f16 array's element widened to its compute type)."""
-    e = view.at(idx)
+def load_element(view, idx: list[str], flat: "FlatViews | None" = None) -> str:
+    """Element `idx` of a view as a value (an f16 array's element widened to its compute type);
+    through `flat`'s 1-D view of its array where that has one."""
+    e = flat.at(view, idx) if flat is not None else None
+    if e is None:
+        e = view.at(idx)
     if view.array.storage != view.array.elem.compute:
         e = f"np.{view.array.elem.compute}({e})"
     return e
+
+
+FLAT_HELPER = [
+    "if _CUDASIM:",
+    "    def _flat(a, n):",
+    "        return a.reshape(n)",
+    "else:",
+    "    from numba import types as _nbt",
+    "    from numba.cuda.extending import intrinsic as _intrinsic",
+    "",
+    "    @_intrinsic",
+    "    def _flat(typingctx, a, n):",
+    '        """A C-contiguous array\'s n elements as a 1-D array (Numba\'s reshape calls a host function)."""',
+    "        out = _nbt.Array(a.dtype, 1, 'C')",
+    "",
+    "        def codegen(context, builder, sig, args):",
+    "            arr = context.make_array(sig.args[0])(context, builder, args[0])",
+    "            res = context.make_array(out)(context, builder)",
+    "            n = context.cast(builder, args[1], sig.args[1], _nbt.intp)",
+    "            context.populate_array(res, data=arr.data, shape=[n], strides=[arr.itemsize], itemsize=arr.itemsize,",
+    "                                   meminfo=arr.meminfo, parent=arr.parent)",
+    "            return res._getvalue()",
+    "        return out(a, n), codegen",
+]
+
+
+class FlatViews:
+    """1-D views of whole global arrays of static shape (rank 3 or more), for a template's loop:
+    `<array>_f = _flat(<array>, n)` written once where the loop starts (line `at` of the
+    writer, at `depth`), and an element read as `<array>_f[(i0 * s0 + i1 * s1 + ...) & mask]`
+    with the strides s as constants (the array under 2**31 elements; the mask, all ones above
+    its size, keeps the offset non-negative to LLVM, so Numba's wraparound fix-up folds away). Numba indexes a 4-D array with each index times its stride as a
+    64-bit multiply (the strides are run-time values to it); with constant strides the index
+    arithmetic folds and the terms fixed across the loop are hoisted out of it."""
+
+    def __init__(self, w, names, helpers, at: int, depth: int):
+        self.w, self.names, self.helpers, self.at_line, self.depth = w, names, helpers, at, depth
+        self.views: dict[str, str] = {}
+
+    def name(self, array, size: int) -> str:
+        """The 1-D view of `array` (`size` elements), declared at the loop's start on first use."""
+        if array.name not in self.views:
+            self.helpers.use_text("_flat", FLAT_HELPER)
+            n = self.views[array.name] = self.names.fresh(f"{array.name}_f")
+            self.w.lines.insert(self.at_line, "    " * self.depth + f"{n} = _flat({array.name}, {size})")
+            self.at_line += 1
+        return self.views[array.name]
+
+    def at(self, view, idx: list[str]) -> str | None:
+        """`view[idx]` through its array's 1-D view, None where the array has none."""
+        if (view.array.space != "global" or not view.whole or view.rank < 3
+                or not all(is_int(n) for n in view.shape)):
+            return None
+        shape = [int(n) for n in view.shape]
+        if math.prod(shape) >= 1 << 31:      # offsets (and a pad's coordinates) within 32 bits
+            return None
+        flat, stride = "0", 1
+        for i, n in reversed(list(zip(view.to_base(tuple(idx)), shape))):
+            flat = expr_add(expr_mul(i, str(stride)), flat)
+            stride *= n
+        # masked non-negative: LLVM cannot prove such an offset non-negative (it drops the
+        # pad's clamps under the read's guard), and would add a wraparound fix-up; any offset
+        # inside the array (below 2**31) is left as it is, and ptxas keeps the sum in 32 bits
+        return f"{self.name(view.array, stride)}[({flat}) & {(1 << max(stride - 1, 1).bit_length()) - 1}]"
 
 
 def elem(v):
@@ -111,6 +179,7 @@ class TemplateValues:
         self.acc: dict = {}             # (a supplied op's buffer, index) -> the register holding it
         self.probe: list | None = None  # while probing: the (view, index) of each global read
         self.loaded: dict = {}          # (array, base index) -> the register a wide load put it in
+        self.flat: FlatViews | None = None  # global arrays read through 1-D views (FlatViews)
 
     def supply(self, v, idx: list[str], value: str) -> None:
         """From now on buffer `v` (a supplied op's) holds `value` at `idx`, and nothing else."""
@@ -166,7 +235,7 @@ class TemplateValues:
                 got = self.loaded.get((view.array.name, tuple(view.to_base(tuple(idx)))))
                 if got is not None:
                     return got
-            return load_element(view, idx)
+            return load_element(view, idx, self.flat)
         if writer.name == "linalg.fill":
             return self.body.val(writer.operands[0])
         if writer.name == "memref.copy":          # an absorbed copy between the kernel's buffers
@@ -224,6 +293,25 @@ class TemplateValues:
         (y_,) = ops[-1].operands
         return env[y_] if y_ in env else self.body.val(y_)
 
+    def _range_test(self, o) -> str | None:
+        """`0 <= x < n` (arith.andi of cmpi sge x, 0 and cmpi slt x, n: a pad's bounds test) as
+        `(x & 0xffffffff) < n`, which LLVM compares as 32-bit numbers (the 64-bit pair it makes
+        of the two tests costs a carry and a second ISETP per operation in SASS). Only where the
+        loader reads through 1-D views (`flat`): there every index is an array coordinate plus
+        a window offset, far inside 32 bits, where the two tests agree. None: another andi."""
+        tests = {}
+        for v in o.operands:
+            c = v.owner.opview if hasattr(v.owner, "opview") else v.owner
+            c = getattr(c, "operation", c)
+            if getattr(c, "name", None) != "arith.cmpi" or len(list(v.uses)) != 1:
+                return None
+            pred = ir.IntegerAttr(c.attributes["predicate"]).value
+            tests[pred] = (c.operands[0], self.body.val(c.operands[1]))
+        low, high = tests.get(5), tests.get(2)           # sge, slt
+        if low is None or high is None or low[0] != high[0] or low[1] != "0" or not high[1].isdigit():
+            return None
+        return f"({atom(self.body.val(low[0]))} & 0xffffffff) < {high[1]}"
+
     def _inline(self, op, dims: list[str]) -> list[str]:
         """Op's body at loop coordinates `dims`: its results as expressions (statements for
         values used more than once)."""
@@ -247,7 +335,9 @@ class TemplateValues:
                 continue
             if o.regions or len(o.results) != 1:
                 raise no_rule(o, "inside a fusec.block_gemm producer")
-            if o.name == "memref.load":
+            if o.name == "arith.andi" and self.flat is not None and (e := self._range_test(o)) is not None:
+                pass
+            elif o.name == "memref.load":
                 src = o.operands[0]
                 idx = [self.body.val(i) for i in o.operands[1:]]
                 e = self.read(src, idx, op)

@@ -237,15 +237,23 @@ def gemm_tiling_error(info: ChainInfo, members, root: int, block: tuple[int, ...
     return None
 
 
-def gemm_registers(tm: int, tn: int, loads: int, gathered: int = 0, mma: bool = False) -> int:
+def shared_loads(t: int) -> int:
+    """Shared loads per k for one side of a TM x TN register tile on the FMA path: a side that
+    is a multiple of 4 reads its runs of 4 with one 16-byte load each (emit/gemm.py's WideGrid:
+    LDS.128), another side one 4-byte load per element (LDS.32)."""
+    return t // 4 if t % 4 == 0 else t
+
+
+def gemm_registers(tm: int, tn: int, loads: int, gathered: int = 0, mma: bool = False, flat: bool = False) -> int:
     """Registers per thread of a contraction kernel: the TM x TN accumulators, a column of A and
     a row of B per K step, one per element the thread loads per K step (`loads`), seven per
     element whose operand a producer computes in the loader (`gathered`: a pad's window keeps
-    its coordinates and bounds live), and 34 for indices and addresses; on tensor cores (`mma`)
+    its coordinates and bounds live; two where the loader reads through 1-D views, `flat`: a
+    conv's K of several loops, emit/gemm.py), and 34 for indices and addresses; on tensor cores (`mma`)
     about tm * tn + 2 tm + tn more for the packed fragments. Fitted to ptxas -v on this
     emitter's sm_90 kernels (docs/PERFORMANCE.md, "Figures behind the planner's constants"); the kernel report's measured registers re-price the plan.
     Above the device's limit per thread (255), the rest spills."""
-    regs = 34 + tm * tn + tm + tn + loads + 7 * gathered
+    regs = 34 + tm * tn + tm + tn + loads + (2 if flat else 7) * gathered
     return regs + (tm * tn + 2 * tm + tn if mma else 0)
 
 
@@ -299,7 +307,8 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
     gathered = sum(n for side, n in side_loads.items() if computed[side])
     mma = mma_kind(info, gk, s, hw)
     prefetch = tiling.config.prefetch
-    regs, smem, local = (gemm_registers(s.tm, s.tn, loads - gathered, gathered, bool(mma))
+    flat = len(gk.loops_of("k")) > 1         # emit/gemm.py reads the operands through 1-D views
+    regs, smem, local = (gemm_registers(s.tm, s.tn, loads - gathered, gathered, bool(mma), flat=flat)
                          + (loads if prefetch else 0),       # the next K step's elements, held
                          s.mma_shared_bytes if mma else s.shared_bytes, 0)
     ksteps = math.ceil(gk.k / s.bk)
@@ -343,7 +352,9 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
         cyc = max(fma / mma_rate, lds + sts + 2 * spilled, (ints + cvt) / (fma_rate / 2), issue / SCHEDULERS)
     else:
         fma = s.bk * s.tm * s.tn
-        lds = s.bk * (s.tm + s.tn)
+        # 16-byte runs priced where the loader reads through 1-D views (a conv, K of several
+        # loops); elsewhere one per element as before, which keeps the other plans as they were
+        lds = s.bk * ((shared_loads(s.tm) + shared_loads(s.tn)) if flat else (s.tm + s.tn))
         issue = fma + lds + sts + 2 * loads + ints
         issue += 2 * spilled                                          # a spilled word: a local store and load
         # with the kernel report: the SASS's hot loop (the K step written out, or a part of it)

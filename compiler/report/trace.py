@@ -386,6 +386,10 @@ class TracedArray:
         for o in np.asarray(offsets)[idx].ravel():
             self._tracer.record(self, int(o), "store")
 
+    def reshape(self, *shape):
+        """A traced view of the same memory in another shape (emit's `_flat`: a 1-D view)."""
+        return TracedArray(self._ary.reshape(*shape), self._name, self._tracer, self._addr)
+
     def __len__(self):
         return len(self._ary)
 

@@ -3,6 +3,8 @@ the model picks them at bench sizes and says why, their IR and source at the sta
 happen, plans that ask for impossible ones are refused, and their numbers on the simulator
 against the NumPy reference (edges, K = 1, prime sizes, batches and broadcast batches, strided
 and dilated convs, f16, producers evaluated in the tile loader)."""
+import re
+
 import numpy as np
 import pytest
 
@@ -46,8 +48,39 @@ def test_conv_gathers_its_padded_window_in_the_tile_loader():
                 plan={"groups": [{"ops": [2, 3, 4], "block_tiles": [1, 16, 2, 0], "gemm": [16, 4, 7]}]})
     src = st.emitted.source
     loop = src[src.index("for k0 in range"):src.index("cuda.syncthreads()")]
-    assert ">= 0" in loop and "< 56" in loop          # the pad's bounds test, per element loaded
+    # the pad's bounds test, per element loaded: 0 <= i < 56 as one 32-bit unsigned comparison
+    assert "& 0xffffffff) < 56" in loop
     assert "58" not in src                             # no padded tensor anywhere
+
+
+def test_conv_loader_reads_its_operands_through_flat_views():
+    """Both conv operands read through 1-D views of constant strides (FlatViews): the weights
+    [F, C, 3, 3] at a per-thread base plus k (no K coordinates for them), the image at one
+    offset per element; no 4-D index, so no 64-bit multiply by a run-time stride."""
+    st = stages(CONV, binding={"B": 2, "C": 8, "F": 16},
+                plan={"groups": [{"ops": [2, 3, 4], "block_tiles": [1, 16, 2, 0], "gemm": [16, 4, 8]}]})
+    src = st.emitted.source
+    kernel = src[src.index("def k0"):src.index("def run_")]
+    before, loop = kernel[:kernel.index("for k0 in range")], kernel[kernel.index("for k0 in range"):]
+    loop = loop[:loop.index("cuda.syncthreads()")]
+    views = re.findall(r"(\w+_f) = _flat\((\w+), (\d+)\)", before)
+    assert sorted(int(n) for _, _, n in views) == [16 * 8 * 9, 2 * 8 * 56 * 56]
+    (w,) = [v for v, _, n in views if int(n) == 16 * 8 * 9]
+    (x,) = [v for v, _, n in views if int(n) != 16 * 8 * 9]
+    assert re.search(rf"= {w}\[mb\d+_ \+ k\w*\]", loop)          # weights: base + k
+    assert re.search(r"mb0_ = m[lr] \* 72\n", before)
+    assert f"{x}[(" in loop and "* 3136" in loop and "* 56" in loop
+    assert not re.search(r"arg\d\[[^\]]*,", loop)                    # no multi-dim global read
+
+    # 224 threads (the bench conv's 64x112, 4x8): 32 lanes would leave the 112-wide image tile's
+    # last position guarded; 56 lanes divide it, 4 rows the K step
+    st = stages(CONV, binding={"B": 2, "C": 8, "F": 64},
+                plan={"groups": [{"ops": [2, 3, 4], "block_tiles": [1, 0, 2, 0], "gemm": [32, 4, 8]}]})
+    kernel = st.emitted.source[st.emitted.source.index("def k0"):]
+    before, loop = kernel[:kernel.index("for k0 in range")], kernel[kernel.index("for k0 in range"):]
+    assert "nl = tid % 56" in before and "nr = tid // 56" in before
+    assert "ml = tid & 31" in before                  # the weights' lanes: a power of two along K
+    assert "if nl + " not in loop
 
 
 def test_a_k_step_of_whole_windows_divides_nothing_per_element():
@@ -115,6 +148,10 @@ CASES = [
     ("chain t(x: f32[B, C, 5, 8], w: f32[F, C, 3, 3], g: f32[F]) -> f32[B, F, 5, 8] "
      "{ return relu(batchnorm(conv2d(x, w, padding=1), g, g, g, g, eps=1e-5)) }",
      {"B": 2, "C": 3, "F": 11}, [1, 8, 2, 0], [16, 4, 4]),
+    # 24 threads over (oh, ow) tiles of 2 x 6: the image's 12 lanes (`tid % 12`, not a power of
+    # two) divide the tile; both operands read through 1-D views (FlatViews)
+    ("chain t(x: f32[B, C, 7, 6], w: f32[F, C, 3, 3]) -> f32[B, F, 7, 6] { return relu(conv2d(x, w, padding=1)) }",
+     {"B": 2, "C": 3, "F": 16}, [1, 0, 2, 0], [16, 2, 4]),
 ]
 
 
@@ -176,3 +213,15 @@ def test_the_model_double_buffers_where_it_pays():
             assert other not in chosen or chosen[g.tiling] <= chosen[other]      # the faster of the two
         assert ("double-buffered" in st.plan.format()) == buffered
     assert stages(MLP, binding={"M": 4096, "K": 1024, "N": 4096}).plan.kernels[0].config.prefetch   # 128x256 tiles, one block an SM
+
+
+def test_the_search_prices_16_byte_shared_loads():
+    """A register-tile side that is a multiple of 4 reads its runs of 4 with one LDS.128 each
+    (emit/gemm.py: WideGrid), another side one LDS.32 per element: the model counts them so,
+    and the bench conv, whose 8x7 tile read 112 scalar shared loads per K step, takes a tile
+    that is 4-wide on both sides."""
+    from fusec.compiler.plan.gemm import shared_loads
+    assert [shared_loads(t) for t in (2, 4, 7, 8)] == [2, 1, 7, 2]
+    st = stages(CONV, binding={"B": 8, "C": 64, "F": 64}, plan=None)
+    (g,) = st.plan.kernels
+    assert g.template == "contraction" and g.config.tm % 4 == 0 and g.config.tn % 4 == 0, g.config

@@ -16,9 +16,10 @@ from bench import sass_census
 pytestmark = pytest.mark.slow     # ~10-30 s a workload: NVVM on kernels written out whole
 
 
-CONV_OPEN = pytest.mark.xfail(strict=True, reason="issue 36 open: the conv's implicit-GEMM loader builds 4-D "
-                              "addresses with 64-bit multiplies (51% math in the K step) and its 8x7 register "
-                              "tile reads B with LDS.32")
+CONV_OPEN = pytest.mark.xfail(strict=True, reason="issue 36: the conv meets the four done-when checks (63.4% "
+                              "math, LDS.128 only, no wraparound select, no spill) but its K loop's PTX keeps "
+                              "42 64-bit multiplies (the 1-D offsets' products by 3136 and 56, which ptxas makes "
+                              "32-bit IMADs)")
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=CONV_OPEN) if c[0] == "conv_bn_relu" else c
