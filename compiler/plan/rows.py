@@ -245,6 +245,61 @@ def row_tiling_error(info: ChainInfo, members, root: int, t, target: str, max_th
     return None
 
 
+# ---- the layout of a row over its threads ----------------------------------------------------------
+
+RUN = 4                   # f32 per 16-byte access: a blocked-cyclic thread's run
+
+
+def row_layout(info: ChainInfo, members, root: int, threads: int, columns: bool = False) -> tuple[int, str]:
+    """(runs, why): how each of the T threads holds its share of a row. RUN when every tensor
+    the kernel reads along the row from global memory is f32 with the row as its contiguous dim,
+    RUN x T divides the row and the thread's share is unrolled (J = N/T <= ROW_KEPT:
+    emit/row_phases.py writes each run's 4 loads as one `_ld4_f32`): blocked-cyclic, thread t
+    holds the runs 4t + {0..3} + 4T*q, each run one 16-byte load (and store) where its address
+    is 16-byte aligned at run time (else 4 scalar ones). The row's extent a multiple of 4 keeps
+    every row's start, so every run, aligned in a contiguous array. Else 1: cyclic (thread t
+    holds t + T*j, one 4-byte load each), with the reason."""
+    rk = row_kernel(info, members, root)
+    if isinstance(rk, str):
+        return 1, f"not a row kernel: {rk}"
+    if columns:
+        return 1, "a column kernel's threads walk the strided axis"
+    if not rk.coalesced:
+        return 1, "a tensor read along the row is not contiguous along it"
+    if rk.extent % (RUN * threads):
+        return 1, f"{RUN} x {threads} threads do not divide a {rk.extent}-element row"
+    if rk.extent // threads > ROW_KEPT:
+        return 1, f"{rk.extent // threads} elements per thread: the phases stay loops (over {ROW_KEPT})"
+    found = False
+    for m, loop in rk.op_loops:
+        if loop is None:
+            continue
+        o = info.op(m)
+        for k, key in enumerate(o.operand_keys[:o.n_inputs]):
+            p = o.producers[k]
+            if (p is not None and p in members) or not any(loop in loops for loops in o.operand_loops[k]):
+                continue
+            dtype = o.operand_dtypes[k] if k < len(o.operand_dtypes) else "?"
+            if dtype != "f32":
+                return 1, f"{key} is read along the row as {dtype}, not f32"
+            found = True
+    if not found:
+        return 1, "no tensor is read along the row from global memory"
+    return RUN, f"runs of {RUN} f32 (16-byte loads where aligned at run time)"
+
+
+def resolve_rows(info: ChainInfo, members, root: int, t, hw, target: str):
+    """A row kernel's config as its group holds it: the search's threads with its layout
+    (row_layout: runs of 4 where they fit)."""
+    from dataclasses import replace
+    if target != "gpu":
+        return replace(t.config, runs=0)
+    if t.config.runs:                  # a hand plan's (handplan.py checked a forced 4 fits)
+        return t.config
+    runs, _ = row_layout(info, members, root, t.config.threads, t.config.columns)
+    return replace(t.config, runs=runs)
+
+
 # ---- the time model (the registry's cost stage: templates.py) ------------------------------------
 
 def row_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured):
@@ -326,10 +381,13 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
                                        in_flight_loads(1, measured) * measured.global_load_bytes))
     throughput = (dram / bw + cached / hw.cache_bandwidth + l1 / l1_bw) / share
 
-    # latency: per thread, J loads per row tensor per phase (the first from memory, the others
-    # from L1), a few in flight; each combine a handful of shuffles and two barriers
-    loads_first = J * len(row_inputs)
-    loads_again = J * sum(max(0, n - 1) for n in passes.values())
+    # latency: per thread, J/runs loads per row tensor per phase (runs of 4 f32 one 16-byte load
+    # each: row_layout), the first from memory, the others from L1, a few in flight; each
+    # combine a handful of shuffles and two barriers
+    runs = getattr(tiling.config, "runs", 0) or row_layout(info, members, root, T,
+                                                           bool(getattr(tiling.config, "columns", False)))[0]
+    loads_first = J // runs * len(row_inputs)
+    loads_again = J // runs * sum(max(0, n - 1) for n in passes.values())
     l1_latency = 0.15 * hw.mem_latency_s
     # in flight: a phase's loads are issued before their first use (emit/row_phases.py); the
     # SASS's fewest over the phases when the kernel report measured them, else MEM_PARALLELISM
