@@ -253,12 +253,15 @@ RUN = 4                   # f32 per 16-byte access: a blocked-cyclic thread's ru
 def row_layout(info: ChainInfo, members, root: int, threads: int, columns: bool = False) -> tuple[int, str]:
     """(runs, why): how each of the T threads holds its share of a row. RUN when every tensor
     the kernel reads along the row from global memory is f32 with the row as its contiguous dim,
-    RUN x T divides the row and the thread's share is unrolled (J = N/T <= ROW_KEPT:
+    RUN x T divides the row, the thread's share is unrolled (J = N/T <= ROW_KEPT:
     emit/row_phases.py writes each run's 4 loads as one `_ld4_f32`): blocked-cyclic, thread t
     holds the runs 4t + {0..3} + 4T*q, each run one 16-byte load (and store) where its address
-    is 16-byte aligned at run time (else 4 scalar ones). The row's extent a multiple of 4 keeps
-    every row's start, so every run, aligned in a contiguous array. Else 1: cyclic (thread t
-    holds t + T*j, one 4-byte load each), with the reason."""
+    is 16-byte aligned at run time (else 4 scalar ones), and no tensor is read along the row
+    through a view other than expand_shape (a collapse's div/mod hides that a run's addresses
+    are consecutive: the emitter would write 4 scalar loads 16 bytes apart per lane, a quarter
+    of each sector). The row's extent a multiple of 4 keeps every row's start, so every run,
+    aligned in a contiguous array. Else 1: cyclic (thread t holds t + T*j, one 4-byte load
+    each), with the reason."""
     rk = row_kernel(info, members, root)
     if isinstance(rk, str):
         return 1, f"not a row kernel: {rk}"
@@ -282,6 +285,11 @@ def row_layout(info: ChainInfo, members, root: int, threads: int, columns: bool 
             dtype = o.operand_dtypes[k] if k < len(o.operand_dtypes) else "?"
             if dtype != "f32":
                 return 1, f"{key} is read along the row as {dtype}, not f32"
+            while p is not None and info.op(p).kind == "view":
+                v = info.op(p)
+                if v.name != "tensor.expand_shape":   # a collapse's div/mod: no consecutive address text
+                    return 1, f"{key} is read along the row through %{p} {v.name.split('.')[-1]}"
+                p = v.producers[0] if v.producers else None
             found = True
     if not found:
         return 1, "no tensor is read along the row from global memory"
@@ -419,10 +427,15 @@ def row_registers(per_thread: int, rows: int) -> int:
     """Registers per thread of a row kernel, estimated from the elements each thread handles per
     row (`per_thread` = N/T: LLVM unrolls those loops up to ROW_UNROLL_LIMIT) and whether the
     block holds several rows; the kernel report measures the real ones.
-    Fitted to ptxas -v (sm_90) on this emitter's softmax, layernorm and rmsnorm kernels."""
+    Fitted to ptxas (sm_90, launch bounds T x R) on this emitter's softmax, layernorm and rmsnorm
+    kernels with their phases unrolled and the row kept in registers, cyclic and blocked-cyclic
+    alike (the layout moves them by 0-4): layernorm, the most (x kept, gamma and beta loaded in
+    the output phase), is 28-30 at J = 3-4, 37-41 at 6, 40-42 at 8, 55-58 at 12, 64-68 at 16
+    (R = 1 or 8); the estimate is 0-6 above it, and 5-30 above softmax (25-40) and rmsnorm
+    (22-50). (It was 26 + 3J + 4: 6-14 above layernorm.)"""
     if per_thread > ROW_UNROLL_LIMIT:
         return 32 + (4 if rows > 1 else 0)
-    return min(255, 26 + 3 * per_thread + (4 if rows > 1 else 0))
+    return min(255, 20 + 3 * per_thread + (2 if rows > 1 else 0))
 
 
 def _row_phases(info: ChainInfo, members, root: int, rk: RowKernel) -> dict[int, frozenset[int]]:

@@ -188,3 +188,17 @@ def test_the_planner_takes_runs_of_4_for_the_bench_rows_and_says_so():
         assert "in runs of 4 (blocked-cyclic" in st.texts["plan"]
     cyclic = stages(SOFTMAX, dict(M=64, N=1024), plan=_plan(SOFTMAX, dict(M=64, N=1024), 256, runs=1))
     assert cyclic.plan.kernels[0].config.runs == 1 and "in runs of" not in cyclic.texts["plan"]
+
+
+def test_a_row_read_through_a_collapse_stays_cyclic():
+    """mean over all of [2048, 2048]: split-reductions reads x as [512, 8192] rows through a
+    collapse_shape (then an expand_shape); the collapse's div/mod hides that a run's 4 addresses
+    are consecutive, so runs of 4 would be 4 scalar loads 16 bytes apart: cyclic, with the reason
+    (tests/report/test_reduction_kernels.py checks the kernel's coalescing)."""
+    from fusec.compiler.plan.rows import row_layout
+    st = stages("chain mean_all(x: f32[M, N]) -> f32 { return mean(x) }", dict(M=2048, N=2048))
+    g = next(g for g in st.plan.kernels if g.config.threads and 8192 % (4 * g.config.threads) == 0)
+    assert g.config.runs == 1
+    runs, why = row_layout(st.plan.info, g.ops, g.root, g.config.threads)
+    assert runs == 1 and "through %1 collapse_shape" in why, why
+    assert "_ld4_f32(" not in st.emitted.source
