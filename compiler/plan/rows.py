@@ -209,13 +209,18 @@ def _combiner(info: ChainInfo, o: OpInfo) -> str:
 
 def _off_row_access(o: OpInfo, loop: int | None, on_row) -> str | None:
     """Why an operand's access along the row is not the op's row loop alone (None when each
-    row-axis dim it reads is indexed by exactly that loop)."""
+    row-axis dim it reads is indexed by exactly that loop, over the whole dim)."""
     for k, dims in enumerate(o.operand_loops[:len(o.operand_keys)]):
         for d, loops in enumerate(dims):
             if loop is not None and loop in loops and len(loops) > 1:
                 return "indexes the row with a compound expression"
             if on_row(k, d) and loops != frozenset({loop}):
                 return "reads single elements of a row"
+            shape = o.operand_shapes[k] if k < len(o.operand_shapes) else ()
+            if loop is not None and loops == frozenset({loop}) and d < len(shape) and shape[d] != o.loops[loop]:
+                # x[:, 1:33] of [M, 40] (d1 + 1), x[:, ::2] (d1 * 2): split_rows splits whole
+                # dims indexed by the loop alone; it would leave this one unsplit
+                return f"reads {o.loops[loop]} elements of a {shape[d]}-element dim along the row (a slice)"
     return None
 
 
