@@ -405,8 +405,11 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
     # in flight: a phase's loads are issued before their first use (emit/row_phases.py); the
     # SASS's fewest over the phases when the kernel report measured them, else MEM_PARALLELISM
     # as every template assumes without it
+    # (a thread with fewer loads than that still waits one latency for them: a row of runs of 4
+    # is J/4 16-byte loads, one for a softmax of 4 elements per thread)
     in_flight = in_flight_loads(MEM_PARALLELISM, measured)
-    per_thread = (loads_first * hw.mem_latency_s + loads_again * (l1_latency if l1_hit else hw.mem_latency_s)) / in_flight
+    per_thread = (max(loads_first / in_flight, min(1, loads_first)) * hw.mem_latency_s
+                  + loads_again * (l1_latency if l1_hit else hw.mem_latency_s) / in_flight)
     per_thread += len(rk.reductions) * (COMBINE_CYCLES + math.log2(max(2, T)) * DEP_LATENCY) / hw.clock_hz
     latency = waves * per_thread
     warps_per_scheduler = resident * warps / min(hw.units, max(1, resident)) / SCHEDULERS
