@@ -261,8 +261,8 @@ def row_layout(info: ChainInfo, members, root: int, threads: int, columns: bool 
     RUN x T divides the row, the thread's share is unrolled (J = N/T <= ROW_KEPT:
     emit/row_phases.py writes each run's 4 loads as one `_ld4_f32`): blocked-cyclic, thread t
     holds the runs 4t + {0..3} + 4T*q, each run one 16-byte load (and store) where its address
-    is 16-byte aligned at run time (else 4 scalar ones), and no tensor is read along the row
-    through a view other than expand_shape (a collapse's div/mod hides that a run's addresses
+    is 16-byte aligned at run time (else 4 scalar ones), no member gathers (its loads are at
+    computed indices, left 4-byte), and no tensor is read along the row through a view other than expand_shape (a collapse's div/mod hides that a run's addresses
     are consecutive: the emitter would write 4 scalar loads 16 bytes apart per lane, a quarter
     of each sector). The row's extent a multiple of 4 keeps every row's start, so every run,
     aligned in a contiguous array. Else 1: cyclic (thread t holds t + T*j, one 4-byte load
@@ -278,6 +278,9 @@ def row_layout(info: ChainInfo, members, root: int, threads: int, columns: bool 
         return 1, f"{RUN} x {threads} threads do not divide a {rk.extent}-element row"
     if rk.extent // threads > ROW_KEPT:
         return 1, f"{rk.extent // threads} elements per thread: the phases stay loops (over {ROW_KEPT})"
+    gather = next((m for m in members if info.op(m).indirect), None)
+    if gather is not None:          # its loads are at computed indices: 4-byte, 16 bytes apart in a run
+        return 1, f"%{gather} reads {info.op(gather).indirect[0][0]} at computed indices (a gather)"
     found = False
     for m, loop in rk.op_loops:
         if loop is None:

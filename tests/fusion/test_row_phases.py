@@ -242,3 +242,19 @@ def test_a_row_read_through_a_slice_is_no_row_kernel_and_right(src):
     for got, w in zip(prog.s.compiled(binding).fused(*inputs), want):
         c = compare(got, w, "f32")
         assert c.ok, c.describe()
+
+
+def test_a_gather_along_the_row_stays_cyclic():
+    """layernorm(embedding(table, ids)): the table's row is read at computed indices (the
+    gather's index arithmetic), which the emitter leaves as 4-byte loads; in runs of 4 a warp's
+    load would touch 4 times the sectors. Cyclic, with the reason."""
+    from fusec.compiler.plan.rows import row_layout
+    src = """chain embed(table: f32[V, 256], ids: i32[B, S], g: f32[256], b: f32[256]) -> f32[B, S, 256] {
+        return layernorm(embedding(table, ids) * 16.0, g, b)
+    }"""
+    st = stages(src, dict(V=128, B=4, S=32))
+    (g,) = st.plan.kernels
+    assert g.config.splits_rows and g.config.runs == 1 and "_ld4_f32(" not in st.emitted.source
+    for threads in (16, 32, 64):
+        runs, why = row_layout(st.plan.info, g.ops, g.root, threads)
+        assert runs == 1 and "at computed indices (a gather)" in why, why
