@@ -11,8 +11,9 @@ innermost PTX loops and in all, 64-bit multiplies, the fewest global loads in fl
 over its phases, registers, local memory and spills, and the worst bank-conflict ways. Then the
 done-when checks: math share >= 70% (mlp, matmul4096), >= 60% (conv), >= 50% (attention);
 operand loads of those loops LDS.128 or wider; 0 wraparound selects in innermost loops; >= 4
-loads in flight in every phase of the row kernels (softmax, layernorm); 16-byte global loads in
-the elementwise kernels (ew_chain, bias_gelu_res).
+loads in flight in every phase of the row kernels (softmax, layernorm) and 16-byte global loads
+and stores (their blocked-cyclic layout, plan/rows.py: row_layout); 16-byte global loads in the
+elementwise kernels (ew_chain, bias_gelu_res).
 """
 from __future__ import annotations
 
@@ -100,15 +101,20 @@ def checks(kind: tuple, rows: list[dict]) -> list[tuple[str, bool]]:
         if what == "row" and k["phases"]:
             out.append((f"{k['kernel']}: >= 4 loads in flight in every phase (fewest {k['loads_in_flight_min']})",
                         (k["loads_in_flight_min"] or 0) >= 4))
-        if what == "elementwise" and k["kernel_global_loads"]:
-            # each 16-byte load has its scalar fallback (an array not 16-byte aligned: 4 loads of 4
-            # bytes, run-time branch, emit/vector.py); beyond those every load must be wide
-            loads = k["kernel_global_loads"]
-            wide = sum(n for op, n in loads.items() if int(op.rsplit(".", 1)[1]) >= 128)
-            narrow = sum(n for op, n in loads.items() if int(op.rsplit(".", 1)[1]) < 128)
-            out.append((f"{k['kernel']}: 16-byte global loads ({wide} wide, {narrow} narrow, of which "
-                        f"{min(narrow, 4 * wide)} the unaligned fallback)", wide > 0 and narrow <= 4 * wide))
+        if what in ("row", "elementwise") and k["kernel_global_loads"]:
+            out.append(_wide(k, "loads", k["kernel_global_loads"]))
+        if what == "row" and k["kernel_global_stores"]:      # the output phase's runs (row kernels' blocked-cyclic layout)
+            out.append(_wide(k, "stores", k["kernel_global_stores"]))
     return out
+
+
+def _wide(k: dict, what: str, accesses: dict) -> tuple[str, bool]:
+    """16-byte global accesses: each has its scalar fallback (an address not 16-byte aligned: 4
+    accesses of 4 bytes, a run-time branch, emit/vector.py); beyond those every one must be wide."""
+    wide = sum(n for op, n in accesses.items() if int(op.rsplit(".", 1)[1]) >= 128)
+    narrow = sum(n for op, n in accesses.items() if int(op.rsplit(".", 1)[1]) < 128)
+    return (f"{k['kernel']}: 16-byte global {what} ({wide} wide, {narrow} narrow, of which "
+            f"{min(narrow, 4 * wide)} the unaligned fallback)", wide > 0 and narrow <= 4 * wide)
 
 
 def _pct(v) -> str:

@@ -76,7 +76,9 @@ def tiles_text(g: dict) -> str:
         return (f"{text}; column kernel: {g['row_threads']} threads per column (threads y), "
                 f"{g['threads'][-2] if len(g['threads']) > 1 else 1} columns per block (threads x)")
     if g.get("row_threads"):
-        return f"{text}; row kernel: {g['row_threads']} threads per row, {threads} threads"
+        runs = (f" in runs of {g['row_runs']} (blocked-cyclic: 16-byte loads and stores where aligned)"
+                if g.get("row_runs") else "")
+        return f"{text}; row kernel: {g['row_threads']} threads per row{runs}, {threads} threads"
     if any(g["thread_tiles"]):
         return f"{text}, thread tile {g['thread_tiles']}, threads {g['threads']}"
     return text

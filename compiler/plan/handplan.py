@@ -20,7 +20,7 @@ from .grower import second_output_error
 from .hardware import HardwareProfile
 from .kernels import FusionPlan, Kernel, PlanError
 from .planner import role, whole_calls, with_costs
-from .rows import row_tiling_error
+from .rows import RUN, row_layout, row_tiling_error
 from .templates import (AttentionConfig, Config, ContractionConfig, ConvConfig, ElementwiseConfig, RowConfig,
                         resolved)
 from .tilechoice import TileChooser
@@ -57,7 +57,7 @@ def to_spec(plan: FusionPlan | dict) -> dict:
 
 
 def _config(row_threads: int, gemm: tuple[int, ...], att: tuple[int, ...], scan: Config | None, conv: str,
-            columns: bool = False) -> Config:
+            columns: bool = False, runs: int = 0) -> Config:
     """A checked hand plan group's template fields as its config (plan/templates.py)."""
     if scan is not None:
         return scan
@@ -66,7 +66,7 @@ def _config(row_threads: int, gemm: tuple[int, ...], att: tuple[int, ...], scan:
     if gemm:
         return ContractionConfig(bk=gemm[0], tm=gemm[1], tn=gemm[2], prefetch=len(gemm) > 3 and bool(gemm[3]))
     if row_threads:
-        return RowConfig(threads=row_threads, columns=columns)
+        return RowConfig(threads=row_threads, columns=columns, runs=runs)
     if conv:
         return ConvConfig(algorithm=conv)
     return ElementwiseConfig()
@@ -75,7 +75,8 @@ def _config(row_threads: int, gemm: tuple[int, ...], att: tuple[int, ...], scan:
 def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProfile) -> FusionPlan:
     """A plan from {"groups": [{"ops": [...], "block_tiles": [...], "thread_tiles": [...],
     "row_threads": T, "gemm": [bk, tm, tn], "double_buffered": false}]} (row_threads: a gpu row
-    kernel's threads per row, plan/rows.py; gemm: a gpu contraction kernel's K step and register
+    kernel's threads per row, plan/rows.py, with "row_runs" 1 or 4 to force its layout, else
+    derived: plan/rows.py: row_layout; gemm: a gpu contraction kernel's K step and register
     tile, plan/gemm.py; double_buffered: its K loop prefetches the next step into registers).
     Fills and pads may be omitted: they join the group of their consumer. A group whose ops are
     not all read by its root has siblings (ops no member reads, tiled with the root's tiles:
@@ -122,6 +123,14 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
                                                                RowConfig(threads=row_threads, columns=columns)), target)
             if why:
                 raise PlanError(f"group {gid}: row_threads {row_threads}: {why}")
+        runs = g.get("row_runs", 0)
+        if runs not in (0, 1, RUN) or isinstance(runs, bool) or (runs and not row_threads):
+            raise PlanError(f"group {gid}: row_runs {runs!r}: 1 (cyclic) or {RUN} (blocked-cyclic) for a row kernel "
+                            "(row_threads); without it the planner derives it")
+        if runs == RUN:
+            fits, why = row_layout(info, members, root, row_threads, columns)
+            if fits != RUN:
+                raise PlanError(f"group {gid}: row_runs {RUN}: {why}")
         gemm = tuple(int(x) for x in g.get("gemm", ()))
         if gemm:
             if target != "gpu" or row_threads or any(thread):
@@ -171,7 +180,7 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
             if why:
                 raise PlanError(f"group {gid}: conv {conv!r} {why} (%{convs[0]} is {shape.text()})")
             given_conv.add(root)
-        t = Tiling(block, thread, mapped, _config(row_threads, gemm, att, scan, conv, columns))
+        t = Tiling(block, thread, mapped, _config(row_threads, gemm, att, scan, conv, columns, runs))
         recomputed = frozenset(int(x) for x in g.get("recomputed", ()))
         if recomputed - (set(compute) - {root}):
             raise PlanError(f"group {gid}: recomputed {sorted(recomputed)}: only the group's compute ops other than "

@@ -209,13 +209,18 @@ def _combiner(info: ChainInfo, o: OpInfo) -> str:
 
 def _off_row_access(o: OpInfo, loop: int | None, on_row) -> str | None:
     """Why an operand's access along the row is not the op's row loop alone (None when each
-    row-axis dim it reads is indexed by exactly that loop)."""
+    row-axis dim it reads is indexed by exactly that loop, over the whole dim)."""
     for k, dims in enumerate(o.operand_loops[:len(o.operand_keys)]):
         for d, loops in enumerate(dims):
             if loop is not None and loop in loops and len(loops) > 1:
                 return "indexes the row with a compound expression"
             if on_row(k, d) and loops != frozenset({loop}):
                 return "reads single elements of a row"
+            shape = o.operand_shapes[k] if k < len(o.operand_shapes) else ()
+            if loop is not None and loops == frozenset({loop}) and d < len(shape) and shape[d] != o.loops[loop]:
+                # x[:, 1:33] of [M, 40] (d1 + 1), x[:, ::2] (d1 * 2): split_rows splits whole
+                # dims indexed by the loop alone; it would leave this one unsplit
+                return f"reads {o.loops[loop]} elements of a {shape[d]}-element dim along the row (a slice)"
     return None
 
 
@@ -247,6 +252,72 @@ def row_tiling_error(info: ChainInfo, members, root: int, t, target: str, max_th
     if rows * t.config.threads > max_threads:
         return f"{rows} rows x {t.config.threads} threads exceed {max_threads} threads per block"
     return None
+
+
+# ---- the layout of a row over its threads ----------------------------------------------------------
+
+RUN = 4                   # f32 per 16-byte access: a blocked-cyclic thread's run
+
+
+def row_layout(info: ChainInfo, members, root: int, threads: int, columns: bool = False) -> tuple[int, str]:
+    """(runs, why): how each of the T threads holds its share of a row. RUN when every tensor
+    the kernel reads along the row from global memory is f32 with the row as its contiguous dim,
+    RUN x T divides the row, the thread's share is unrolled (J = N/T <= ROW_KEPT:
+    emit/row_phases.py writes each run's 4 loads as one `_ld4_f32`): blocked-cyclic, thread t
+    holds the runs 4t + {0..3} + 4T*q, each run one 16-byte load (and store) where its address
+    is 16-byte aligned at run time (else 4 scalar ones), no member gathers (its loads are at
+    computed indices, left 4-byte), and no tensor is read along the row through a view other than expand_shape (a collapse's div/mod hides that a run's addresses
+    are consecutive: the emitter would write 4 scalar loads 16 bytes apart per lane, a quarter
+    of each sector). The row's extent a multiple of 4 keeps every row's start, so every run,
+    aligned in a contiguous array. Else 1: cyclic (thread t holds t + T*j, one 4-byte load
+    each), with the reason."""
+    rk = row_kernel(info, members, root)
+    if isinstance(rk, str):
+        return 1, f"not a row kernel: {rk}"
+    if columns:
+        return 1, "a column kernel's threads walk the strided axis"
+    if not rk.coalesced:
+        return 1, "a tensor read along the row is not contiguous along it"
+    if rk.extent % (RUN * threads):
+        return 1, f"{RUN} x {threads} threads do not divide a {rk.extent}-element row"
+    if rk.extent // threads > ROW_KEPT:
+        return 1, f"{rk.extent // threads} elements per thread: the phases stay loops (over {ROW_KEPT})"
+    gather = next((m for m in members if info.op(m).indirect), None)
+    if gather is not None:          # its loads are at computed indices: 4-byte, 16 bytes apart in a run
+        return 1, f"%{gather} reads {info.op(gather).indirect[0][0]} at computed indices (a gather)"
+    found = False
+    for m, loop in rk.op_loops:
+        if loop is None:
+            continue
+        o = info.op(m)
+        for k, key in enumerate(o.operand_keys[:o.n_inputs]):
+            p = o.producers[k]
+            if (p is not None and p in members) or not any(loop in loops for loops in o.operand_loops[k]):
+                continue
+            dtype = o.operand_dtypes[k] if k < len(o.operand_dtypes) else "?"
+            if dtype != "f32":
+                return 1, f"{key} is read along the row as {dtype}, not f32"
+            while p is not None and info.op(p).kind == "view":
+                v = info.op(p)
+                if v.name != "tensor.expand_shape":   # a collapse's div/mod: no consecutive address text
+                    return 1, f"{key} is read along the row through %{p} {v.name.split('.')[-1]}"
+                p = v.producers[0] if v.producers else None
+            found = True
+    if not found:
+        return 1, "no tensor is read along the row from global memory"
+    return RUN, f"runs of {RUN} f32 (16-byte loads where aligned at run time)"
+
+
+def resolve_rows(info: ChainInfo, members, root: int, t, hw, target: str):
+    """A row kernel's config as its group holds it: the search's threads with its layout
+    (row_layout: runs of 4 where they fit)."""
+    from dataclasses import replace
+    if target != "gpu":
+        return replace(t.config, runs=0)
+    if t.config.runs:                  # a hand plan's (handplan.py checked a forced 4 fits)
+        return t.config
+    runs, _ = row_layout(info, members, root, t.config.threads, t.config.columns)
+    return replace(t.config, runs=runs)
 
 
 # ---- the time model (the registry's cost stage: templates.py) ------------------------------------
@@ -330,16 +401,22 @@ def _gpu_row_time(info, members, root, tiling: Tiling, hw: HardwareProfile, comm
                                        in_flight_loads(1, measured) * measured.global_load_bytes))
     throughput = (dram / bw + cached / hw.cache_bandwidth + l1 / l1_bw) / share
 
-    # latency: per thread, J loads per row tensor per phase (the first from memory, the others
-    # from L1), a few in flight; each combine a handful of shuffles and two barriers
-    loads_first = J * len(row_inputs)
-    loads_again = J * sum(max(0, n - 1) for n in passes.values())
+    # latency: per thread, J/runs loads per row tensor per phase (runs of 4 f32 one 16-byte load
+    # each: row_layout), the first from memory, the others from L1, a few in flight; each
+    # combine a handful of shuffles and two barriers
+    runs = getattr(tiling.config, "runs", 0) or row_layout(info, members, root, T,
+                                                           bool(getattr(tiling.config, "columns", False)))[0]
+    loads_first = J // runs * len(row_inputs)
+    loads_again = J // runs * sum(max(0, n - 1) for n in passes.values())
     l1_latency = 0.15 * hw.mem_latency_s
     # in flight: a phase's loads are issued before their first use (emit/row_phases.py); the
     # SASS's fewest over the phases when the kernel report measured them, else MEM_PARALLELISM
     # as every template assumes without it
+    # (a thread with fewer loads than that still waits one latency for them: a row of runs of 4
+    # is J/4 16-byte loads, one for a softmax of 4 elements per thread)
     in_flight = in_flight_loads(MEM_PARALLELISM, measured)
-    per_thread = (loads_first * hw.mem_latency_s + loads_again * (l1_latency if l1_hit else hw.mem_latency_s)) / in_flight
+    per_thread = (max(loads_first / in_flight, min(1, loads_first)) * hw.mem_latency_s
+                  + loads_again * (l1_latency if l1_hit else hw.mem_latency_s) / in_flight)
     per_thread += len(rk.reductions) * (COMBINE_CYCLES + math.log2(max(2, T)) * DEP_LATENCY) / hw.clock_hz
     latency = waves * per_thread
     warps_per_scheduler = resident * warps / min(hw.units, max(1, resident)) / SCHEDULERS
@@ -365,10 +442,15 @@ def row_registers(per_thread: int, rows: int) -> int:
     """Registers per thread of a row kernel, estimated from the elements each thread handles per
     row (`per_thread` = N/T: LLVM unrolls those loops up to ROW_UNROLL_LIMIT) and whether the
     block holds several rows; the kernel report measures the real ones.
-    Fitted to ptxas -v (sm_90) on this emitter's softmax, layernorm and rmsnorm kernels."""
+    Fitted to ptxas (sm_90, launch bounds T x R) on this emitter's softmax, layernorm and rmsnorm
+    kernels with their phases unrolled and the row kept in registers, cyclic and blocked-cyclic
+    alike (the layout moves them by 0-4): layernorm, the most (x kept, gamma and beta loaded in
+    the output phase), is 28-30 at J = 3-4, 37-41 at 6, 40-42 at 8, 55-58 at 12, 64-68 at 16
+    (R = 1 or 8); the estimate is 0-6 above it, and 5-30 above softmax (25-40) and rmsnorm
+    (22-50). (It was 26 + 3J + 4: 6-14 above layernorm.)"""
     if per_thread > ROW_UNROLL_LIMIT:
         return 32 + (4 if rows > 1 else 0)
-    return min(255, 26 + 3 * per_thread + (4 if rows > 1 else 0))
+    return min(255, 20 + 3 * per_thread + (2 if rows > 1 else 0))
 
 
 def _row_phases(info: ChainInfo, members, root: int, rk: RowKernel) -> dict[int, frozenset[int]]:

@@ -70,9 +70,17 @@ class RowConfig(Config):
     # T threads go on thread y and the block's rows (the columns, contiguous) on thread x, so a
     # warp's loads are consecutive columns; the combine goes through shared memory over y
     columns: bool = False
+    # runs: elements a thread reads at a time along the row. 1: cyclic (thread t holds t + T*j);
+    # 4: blocked-cyclic (runs 4t + {0..3} + 4T*q, each run one 16-byte access where it is aligned
+    # at run time); 0: not decided yet (a search's config), the resolve stage derives it from the
+    # kernel (plan/rows.py: row_layout; a hand plan may force 1 or 4: "row_runs")
+    runs: int = 0
 
     def mapped_threads(self, block, thread, mapped):
         return super().mapped_threads(block, thread, mapped) + (self.threads,)
+
+    def searched(self):
+        return replace(self, runs=0)
 
     def block_dims(self, threads, mapped):
         if self.columns:
@@ -80,7 +88,8 @@ class RowConfig(Config):
         return [self.threads] + list(reversed(threads[:-1]))
 
     def fields(self):
-        return {"row_threads": self.threads, **({"row_columns": True} if self.columns else {})}
+        return {"row_threads": self.threads, **({"row_columns": True} if self.columns else {}),
+                **({"row_runs": self.runs} if self.runs > 1 else {})}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -222,7 +231,7 @@ TEMPLATES: dict[str, Template] = {t.config.name: t for t in (
              mark="transforms.gemm_kernels:mark_gemm_kernels",
              emit=(BLOCK_GEMM, "emit.gemm:block_gemm"), owns=GEMM_MARKS),
     Template(RowConfig, "plan.tilechoice:TileChooser.row_search", valid="plan.tilechoice:row_valid",
-             cost="plan.rows:row_time",
+             cost="plan.rows:row_time", resolve="plan.rows:resolve_rows",
              emit=(BLOCK_REDUCE, "emit.reduce:block_reduce"), owns=(BLOCK_REDUCE,)),
     Template(ConvConfig, cost="plan.cost_cpu:conv_time", resolve="plan.conv:resolve_conv", mark="transforms.cpu_library_calls:mark_conv_algorithms",
              note="plan.decisions:conv_note"),

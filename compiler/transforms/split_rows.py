@@ -1,7 +1,9 @@
 """split-rows: inside a row kernel's block, each row is split cyclically over T threads.
 
 Runs between the block and thread levels of tile-and-fuse on a row kernel's ops
-(RowConfig(threads=T)): the row dim becomes [N/T, T] (element j*T + t), each reduction a partial
+(RowConfig(threads=T)): the row dim becomes [N/T, T] (element j*T + t), or with runs of V
+(RowConfig.runs, plan/rows.py: row_layout) [N/(V*T), T, V] (element q*V*T + t*V + v, blocked-
+cyclic: a thread's V consecutive elements, one 16-byte access for V = 4 f32), each reduction a partial
 into a workgroup buffer plus a combine over t marked `fusec.block_reduce`, each elementwise op
 along the row a copy per phase that uses it; per-row scalars stay at block level. It returns what
 the thread-level script tiles: one forall per phase. See docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA"
@@ -35,6 +37,7 @@ class Phase:
     along: int | None = None                  # the op's loop over j (its chunks of the row), walked one
                                               # element at a time with its copies fused in (no row in local memory)
     columns: bool = False                     # t maps to thread y and the block's rows to thread x
+    run: int | None = None                    # the op's loop over v (within a run), walked with `along`
 
 
 def split_rows(func_op, g: Kernel, info: ChainInfo) -> list[Phase]:
@@ -90,6 +93,10 @@ class _Splitter:
         self.T = g.config.threads
         self.roots = {g.root, *g.siblings}       # the kernel's results that no member reads
         self.J = rk.extent // self.T
+        self.V = getattr(g.config, "runs", 0) or 1    # elements per run: 1 cyclic, 4 blocked-cyclic
+        self.extra = 1 if self.V == 1 else 2     # loops appended: t, and v when there are runs
+        if self.J % self.V:
+            raise CompilerInternalError("tiled", f"kernel {g.id}: runs of {self.V} do not divide {self.J} elements")
         self.expanded: dict = {}       # (value, dim) -> the value with that row dim split [.., J, T, ..]
         self.replaced: dict = {}       # old result -> the rewritten op's split result
         self.new: dict[int, "ir.Operation"] = {}    # op id -> its rewritten op (partial of a reduction)
@@ -123,14 +130,15 @@ class _Splitter:
 
     # -- operands -----------------------------------------------------------------------------
     def _operand(self, v, amap, loop: int, n_loops: int, at):
-        """(value, map) of one operand of the rewritten op (n_loops + 1 loops, t the last)."""
+        """(value, map) of one operand of the rewritten op (n_loops + 1 loops, t the last; with
+        runs n_loops + 2: t, then v)."""
         out_exprs, dim = [], None
         for d, e in enumerate(amap.results):
             out_exprs.append(e)
             if is_dim(e, loop):
                 dim = d
-                out_exprs.append(ir.AffineDimExpr.get(n_loops))
-        new_map = ir.AffineMap.get(n_loops + 1, 0, out_exprs)
+                out_exprs += [ir.AffineDimExpr.get(n_loops + i) for i in range(self.extra)]
+        new_map = ir.AffineMap.get(n_loops + self.extra, 0, out_exprs)
         if dim is None:
             return v, new_map
         if v in self.replaced:
@@ -143,20 +151,28 @@ class _Splitter:
             if any(n == ir.ShapedType.get_dynamic_size() for n in shape):
                 raise CompilerInternalError("tiled", f"kernel {self.g.id}'s block holds a run-time number of rows; "
                                                      "a row kernel over a run-time extent takes one row per block")
+            parts = [self.J, self.T] if self.V == 1 else [self.J // self.V, self.T, self.V]
             with ir.InsertionPoint(at), at.location:
-                self.expanded[key] = expand(v, tuple(shape[:dim] + [self.J, self.T] + shape[dim + 1:]),
-                                            split_groups(len(shape), dim))
+                self.expanded[key] = expand(v, tuple(shape[:dim] + parts + shape[dim + 1:]),
+                                            self._groups(len(shape), dim))
         return self.expanded[key], new_map
+
+    def _groups(self, rank: int, dim: int) -> list[list[int]]:
+        """Reassociation of a rank-`rank` shape whose row dim `dim` becomes [J, T] or [Q, T, V]."""
+        if self.V == 1:
+            return split_groups(rank, dim)
+        return [[i] for i in range(dim)] + [[dim, dim + 1, dim + 2]] + [[i + 2] for i in range(dim + 1, rank)]
 
     def _rebuild(self, old, ins, outs, iterators, part: str, loop: int):
         new = rebuild(old, ins, outs, iterators)
         new.attributes[PART] = ir.StringAttr.get(part)
-        self._split_index(new, loop, len(iterators) - 1)
+        self._split_index(new, loop, len(iterators) - self.extra)
         return new
 
     def _split_index(self, op, loop: int, t: int) -> None:
         """The body's position along the row (linalg.index of the row loop, argmax's j) is
-        j * T + t once the loop is split into j (in place) and t (loop `t`, appended)."""
+        j * T + t once the loop is split into j (in place) and t (loop `t`, appended); with runs
+        q * V*T + t * V + v (v: loop t + 1)."""
         index = ir.IndexType.get()
         for inner in list(op.regions[0].blocks[0].operations):
             inner = inner.operation
@@ -164,7 +180,10 @@ class _Splitter:
                 continue
             with ir.InsertionPoint.after(inner), inner.location:
                 lane = linalg.IndexOp(t).result
-                scaled = arith.MulIOp(inner.results[0], arith.ConstantOp(index, self.T).result).result
+                if self.V > 1:
+                    lane = arith.AddIOp(arith.MulIOp(lane, arith.ConstantOp(index, self.V).result).result,
+                                        linalg.IndexOp(t + 1).result).result
+                scaled = arith.MulIOp(inner.results[0], arith.ConstantOp(index, self.T * self.V).result).result
                 at = arith.AddIOp(scaled, lane).result
             for u in list(inner.results[0].uses):
                 if u.owner != scaled.owner:
@@ -191,7 +210,7 @@ class _Splitter:
         if m not in self.roots and not reads_outs:   # a fresh destination: per thread, a register
             with ir.InsertionPoint(old), old.location:
                 outs = [(empty_like(v), a) for v, a in outs]
-        new = self._rebuild(old, ins, outs, iterators(old) + ["parallel"], "op", loop)
+        new = self._rebuild(old, ins, outs, iterators(old) + ["parallel"] * self.extra, "op", loop)
         writer = None
         if written:
             writer = new.clone(ip=ir.InsertionPoint.after(new)).operation
@@ -208,7 +227,7 @@ class _Splitter:
             if outside:                                # the forall's result: the block's tile, collapsed
                 src = writer.results[r] if writer is not None else r_new
                 with ir.InsertionPoint.after(writer or new), old.location:
-                    flat = collapse(src, tuple(type_shape(r_old)), split_groups(len(type_shape(r_old)), dim))
+                    flat = collapse(src, tuple(type_shape(r_old)), self._groups(len(type_shape(r_old)), dim))
                 for u in outside:
                     u.owner.operands[u.operand_number] = flat
         self.new[m] = new
@@ -249,8 +268,9 @@ class _Splitter:
                                               memory_space=space).result
             filled = linalg.fill(neutral, outs=[buf])
         _label(filled.owner, tag, "init")
-        partial_map = ir.AffineMap.get(n + 1, 0, list(amaps[n_in].results) + [ir.AffineDimExpr.get(n)])
-        partial = self._rebuild(old, ins, [(filled, partial_map)], iterators(old) + ["parallel"], "partial", loop)
+        partial_map = ir.AffineMap.get(n + self.extra, 0, list(amaps[n_in].results) + [ir.AffineDimExpr.get(n)])
+        partial = self._rebuild(old, ins, [(filled, partial_map)],
+                                iterators(old) + ["parallel"] + ["reduction"] * (self.extra - 1), "partial", loop)
         # the combine over t overwrites its destination: workgroup memory, or the kernel's
         # result when the reduction is the root (its destination without the neutral fill)
         k = len(rows)
@@ -295,13 +315,14 @@ class _Splitter:
             if self.info.op(end).kind == "reduction":
                 fused.append((_tag_value(op), "init"))
             tiles = [0] * len(iterators(op))
-            tiles[-1] = 1
+            tiles[-self.extra] = 1
             row = self.row_loop.get(end)
             if row is not None:
                 tiles[row] = 1
             phases.append(Phase((_tag_value(op), ir.StringAttr(op.attributes[PART]).value), tuple(fused),
                                 tuple(tiles), row is not None, self.rk.loop_of(end),
-                                bool(getattr(self.g.config, "columns", False))))
+                                bool(getattr(self.g.config, "columns", False)),
+                                len(tiles) - 1 if self.V > 1 else None))
         for m in sorted(templates, reverse=True):       # the templates, now unread
             if any(list(r.uses) for r in self.new[m].results):
                 raise CompilerInternalError("tiled", f"%{m} is read outside the phases of its row kernel")

@@ -238,12 +238,17 @@ def row_script(gid: int, phases: list[Phase]) -> list[Step]:
         if ph.along is not None and copies:
             # a thread's chunks one at a time, its copies computed per element: a whole row's
             # worth per thread would live in local memory once LLVM stops unrolling the loop
+            # (with runs, a run's elements one at a time too: loops q and v, copies fused into v's)
             along = [0] * len(ph.tiles)
             along[ph.along] = 1
+            outer = ""
+            if ph.run is not None:
+                along[ph.run] = 1
+                outer = f"%pjo{k}, "
             steps.append(Step(f'%pj{k} = transform.structured.match attributes {{"{TAG}" = {ph.op[0]} : i64, '
                               f'"{PART}" = "{ph.op[1]}"}} in %pf{k}_{len(ph.fused)} : ({ANY}) -> {ANY}'))
-            steps.append(Step(f"%pjt{k}, %pjl{k}_0 = transform.structured.tile_using_for %pj{k} tile_sizes {along} "
-                              f": ({ANY}) -> ({ANY}, {ANY})"))
+            steps.append(Step(f"%pjt{k}, {outer}%pjl{k}_0 = transform.structured.tile_using_for %pj{k} tile_sizes "
+                              f"{along} : ({ANY}) -> ({ANY}, {ANY}{', ' + ANY if outer else ''})"))
             for i, (tag, part) in enumerate(copies):
                 steps.append(Step(f'%pjp{k}_{i} = transform.structured.match attributes {{"{TAG}" = {tag} : i64, '
                                   f'"{PART}" = "{part}"}} in %pf{k}_{len(ph.fused)} : ({ANY}) -> {ANY}'))

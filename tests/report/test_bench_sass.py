@@ -2,8 +2,9 @@
 kernel run): bench/sass_census.py compiles each workload for the H200, and every check it makes
 must hold. The checks: innermost-loop math share of the contractions and attention (>= 70% mlp and
 a 4096^3 matmul, >= 60% conv, >= 50% attention) with LDS.128 operands; 0 wraparound selects in any
-innermost loop; 0 local memory and spills; >= 4 loads in flight in every phase of the row kernels;
-16-byte global loads in the elementwise kernels. Plus: at most one 64-bit multiply inside an
+innermost loop; 0 local memory and spills; >= 4 loads in flight in every phase of the row kernels
+and 16-byte global loads and stores (blocked-cyclic rows); 16-byte global loads in the elementwise
+kernels. Plus: at most one 64-bit multiply inside an
 innermost PTX loop (the double-buffered 4096^3 matmul's loader keeps one). cuobjdump and nvdisasm
 come with the dev extra. conv_bn_relu is not there yet (issue 36 stays open): strict xfail, so the
 day it passes the mark must go."""

@@ -3,7 +3,8 @@ is split cyclically over T threads (element j*T + t, the row as [N/T, T]); each 
 a per-thread partial into workgroup memory and a block-wide combine marked fusec.block_reduce;
 each elementwise op along the row is recomputed in every phase that needs it; each phase is a
 thread loop of its own. Seen in the tiled stage of a softmax planned by hand with T = 32 and
-two rows per block."""
+two rows per block (cyclic, forced by row_runs 1), and blocked-cyclic (row_runs 4: the row as
+[N/(4T), T, 4], thread t's runs 4t + {0..3} + 4T*q)."""
 import json
 import re
 
@@ -13,7 +14,9 @@ from .stages import count, filecheck, run_matches, texts
 
 SOFTMAX = "chain f(x: f32[M, N]) -> f32[M, N] { return softmax(x) }"
 B = dict(M=4, N=256)
-ROWS = {"groups": [{"ops": [0, 1, 2, 3, 4, 5], "block_tiles": [2, 0], "thread_tiles": [1, 0], "row_threads": 32}]}
+ROWS = {"groups": [{"ops": [0, 1, 2, 3, 4, 5], "block_tiles": [2, 0], "thread_tiles": [1, 0], "row_threads": 32,
+                    "row_runs": 1}]}                         # cyclic (the planner would take runs of 4 here)
+RUNS = {"groups": [dict(ROWS["groups"][0], row_runs=4)]}
 THREAD_PER_ROW = {"groups": [{"ops": [0, 1, 2, 3, 4, 5], "block_tiles": [2, 0], "thread_tiles": [1, 0]}]}
 WG = "#gpu.address_space<workgroup>"
 
@@ -27,6 +30,18 @@ def test_each_row_is_viewed_as_chunks_of_t_threads_and_collapsed_back():
     # the input's and the output's block tiles [2, 256] as [2, N/T = 8, T = 32]
     assert count(r"memref\.expand_shape %subview(_\d+)? \[\[0\], \[1, 2\]\] output_shape \[2, 8, 32\]", tiled) == 2
     assert re.search(r"memref\.collapse_shape %expand_shape_\d+ \[\[0\], \[1, 2\]\] .* into memref<2x256xf32", tiled)
+
+
+def test_runs_of_4_view_the_row_as_runs_per_thread_and_walk_each_run_inside():
+    tiled = _tiled(RUNS)
+    # [2, 256] as [2, N/(4T) = 2, T = 32, 4]: element q*128 + t*4 + v
+    assert count(r"memref\.expand_shape %subview(_\d+)? \[\[0\], \[1, 2, 3\]\] output_shape \[2, 2, 32, 4\]", tiled) == 2
+    assert re.search(r"memref\.collapse_shape %expand_shape_\d+ \[\[0\], \[1, 2, 3\]\] .* into memref<2x256xf32", tiled)
+    # each partial reduces q and v, keeps t: loops (row, q, t, v)
+    assert count(r'iterator_types = \["parallel", "reduction", "parallel", "reduction"\].*' + PART + ' = "partial"',
+                 tiled) == 2
+    assert tiled.count(f"{THREADS_OF} = 0 : i64") == 3
+    run_matches(SOFTMAX, B, "cuda-sim", plans=(("f", json.dumps(RUNS)),))
 
 
 def test_each_reduction_is_a_partial_per_thread_and_a_block_wide_combine():
