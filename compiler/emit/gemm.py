@@ -14,7 +14,7 @@ from .mma import TensorCores
 from .template_values import TemplateValues, affine, n_inputs, dims_of, dims_of_map, indexing_maps, ints, pure_dim
 from .values import EmitError, elem_of_type, expr_add, expr_mul, floordiv, is_int, mod
 from ..mlir import ir
-from ..plan.gemm import mma_tiles_error, tile_pad
+from ..plan.gemm import F32_BYTES, SMEM_LIMIT, mma_tiles_error, tile_pad
 from ..marks import ABSORBED, BLOCK_GEMM, CONTRACTION, GEMM_MMA, GEMM_PREFETCH, GEMM_ROOT_LOOPS, GEMM_SIDES, GEMM_STAGES, GEMM_TILES
 
 
@@ -40,6 +40,28 @@ class StagedTile(Tile):
 
     def index(self, k: str, x: str) -> str:
         return f"({self.stage}, {k}, {x})"
+
+
+class FlatTile(Tile):
+    """A [BK, B] staging tile (or stage `stage` of a ring of them) at word `offset` of the flat
+    dynamic shared array: rows `stride` words apart, stages `size` words apart."""
+
+    def __init__(self, array: str, offset: int, stride: int, size: int = 0, stage: str = "0"):
+        super().__init__(array)
+        self.offset, self.stride, self.size, self.stage = offset, stride, size, stage
+
+    def staged(self, stage: str) -> "FlatTile":
+        return FlatTile(self.array, self.offset, self.stride, self.size, stage)
+
+    def flat(self, k: str, x: str) -> str:
+        at = expr_add(expr_add(expr_mul(k, str(self.stride)), x), str(self.offset))
+        return expr_add(expr_mul(self.stage, str(self.size)), at) if self.size else at
+
+    def at(self, k: str, x: str) -> str:
+        return f"{self.array}[{self.flat(k, x)}]"
+
+    def index(self, k: str, x: str) -> str:
+        return f"({self.flat(k, x)},)"
 
 
 class Grid:
@@ -214,14 +236,30 @@ class _Gemm:
             # 16-byte aligned (the simulator takes no alignment), so a run of 4 is one LDS.128
             align = self.body.ctx.helpers.use_text("_SMEM_ALIGN", [
                 "_SMEM_ALIGN = None if _CUDASIM else 16   # shared staging tiles: 16-byte runs (LDS.128)"])
-            for name, side, b, op, pad in ((sm, "m", self.bm, self.m_op, pm), (sn, "n", self.bn, self.n_op, pn)):
-                shape = f"({stages}, {self.bk}, {b + pad})" if staged[side] else f"({self.bk}, {b + pad})"
-                w(f"{name} = cuda.shared.array({shape}, numba.{elem_of_type(self.c.operands[op].type).compute}, {align})")
-            sm, sn = Tile(sm), Tile(sn)
+            plan = [(name, side, b + pad, stages if staged[side] else 1)
+                    for name, side, b, pad in ((sm, "m", self.bm, pm), (sn, "n", self.bn, pn))]
+            words = sum(self.bk * stride * ring for *_, stride, ring in plan)
+            kinds = {elem_of_type(self.c.operands[op].type).compute for op in (self.m_op, self.n_op)}
+            if F32_BYTES * words > SMEM_LIMIT and kinds == {"float32"}:
+                # over the static limit: both tiles carved from the dynamic shared array, its
+                # bytes given at launch (the kernel opted in to them: emit/module.py)
+                dyn = names.fresh("S")
+                w(f"{dyn} = cuda.shared.array(0, numba.float32, {align})   # dynamic: {F32_BYTES * words} B")
+                self.ctx.dynamic_shared = F32_BYTES * words
+                tiles, offset = [], 0
+                for name, side, stride, ring in plan:
+                    tiles.append(FlatTile(dyn, offset, stride, self.bk * stride if staged[side] else 0))
+                    offset += self.bk * stride * ring
+                sm, sn = tiles
+            else:
+                for (name, side, stride, ring), op in zip(plan, (self.m_op, self.n_op)):
+                    shape = f"({stages}, {self.bk}, {stride})" if staged[side] else f"({self.bk}, {stride})"
+                    w(f"{name} = cuda.shared.array({shape}, numba.{elem_of_type(self.c.operands[op].type).compute}, {align})")
+                sm, sn = Tile(sm), Tile(sn)
         loads = []
         for side, op, tile, b in (("m", self.m_op, sm, self.bm), ("n", self.n_op, sn, self.bn)):
             if staged[side]:
-                loads.append(self._staged_loader(side, op, tile.array, b, runs[side][1]))
+                loads.append(self._staged_loader(side, op, tile, b, runs[side][1]))
             elif runs[side] is not None:
                 loads.append(self._wide_loader(side, op, tile, b, *runs[side]))
             else:
@@ -249,10 +287,7 @@ class _Gemm:
                 w("_cp_commit()")
             w(f"{rd} = 0")           # the stage this step reads
             w(f"{wr} = {stages - 1}")   # the stage its copies fill (read S - 1 steps later)
-            if isinstance(sm, Tile) and staged["m"]:
-                sm = StagedTile(sm.array, rd)
-            if isinstance(sn, Tile) and staged["n"]:
-                sn = StagedTile(sn.array, rd)
+            sm, sn = (self._stage(t, rd) if staged[side] else t for t, side in ((sm, "m"), (sn, "n")))
         prefetch = GEMM_PREFETCH in self.root.attributes and bool(regs)
         if prefetch:             # the first K step into registers before the loop
             for ld in regs:
@@ -308,6 +343,11 @@ class _Gemm:
         if tc:
             accs, self.at = tc.restage(accs, self.at, Grid)
         self._epilogue(accs)
+
+    @staticmethod
+    def _stage(tile, stage: str):
+        """Stage `stage` of a staged side's ring."""
+        return tile.staged(stage) if isinstance(tile, FlatTile) else StagedTile(tile.array, stage)
 
     # -- the products ----------------------------------------------------------------------------
     def _fma_steps(self, sm, sn, accs, ks: str | None) -> None:
@@ -576,7 +616,7 @@ class _Gemm:
                     def at(r: int, sl=sl, kl=kl):
                         return (kl, expr_add(sl, str(r))) if side_fast else (expr_add(kl, str(r)), sl)
 
-                    yield (si, ki), k, f"{k0} + {kl}", at, index, inside, conds, full, each
+                    yield (si, ki), k, expr_add(k0, kl), at, index, inside, conds, full, each
 
         inner_k = self.loops["k"][0] if len(self.loops["k"]) == 1 else None
         if inner_k is None:
@@ -662,7 +702,7 @@ class _Gemm:
 
         return _Loader(lambda k0: fetch(k0, True), lambda k0: fetch(k0, False), put, declare)
 
-    def _staged_loader(self, side: str, operand: int, array: str, bs: int, inner: int) -> _Loader:
+    def _staged_loader(self, side: str, operand: int, ring, bs: int, inner: int) -> _Loader:
         """The tile loader by cp.async into a ring of stages (emit/cp_async.py), for a side
         whose tile has the operand's layout (the run along the side's contiguous dim, into the
         tile's row k): each run one `_cp_async16`; at the operand's edge element by element
@@ -674,8 +714,10 @@ class _Gemm:
         runs = self._run_layout(side, operand, bs, True, inner)
         self.body.ctx.helpers.use_text("_cp_async16", CP_ASYNC_HELPERS)
 
+        array = ring.array
+
         def issue(k0: str, stage: str) -> None:
-            tile = StagedTile(array, stage)
+            tile = self._stage(ring, stage)
             for key, k, kval, at, index, inside, conds, full, each in runs(k0):
                 if inside:
                     w(f"if {' and '.join(inside)}:")

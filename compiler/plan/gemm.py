@@ -21,7 +21,7 @@ from .hardware import WARP, HardwareProfile
 from .measured import Measured
 
 SIDES = ("m", "n", "batch", "k")
-SMEM_LIMIT = 48 * 1024          # static shared memory per block that Numba can declare
+SMEM_LIMIT = 48 * 1024          # static shared memory per block (more: dynamic, opted in; shared_limit)
 F32_BYTES = 4                  # bytes of an f32 element (shared-memory tiles)
 
 
@@ -275,9 +275,23 @@ def gemm_tiling_error(info: ChainInfo, members, root: int, block: tuple[int, ...
             return "no operand tile cp.async can copy as it lies (an f32 operand along its side, " \
                    "runs of 4, one K loop, sm_80+)"
         smem = staged_shared_bytes(s, sides, stages)
-    if smem > SMEM_LIMIT:
-        return f"{smem} B of shared memory per block (limit {SMEM_LIMIT})"
+    limit = shared_limit(info, gk, s, hw)
+    if smem > limit:
+        return f"{smem} B of shared memory per block (limit {limit})"
     return None
+
+
+def shared_limit(info: ChainInfo, gk: GemmKernel, s: GemmShape, hw=None) -> int:
+    """The shared memory a contraction block may have: past the static 48 KB, the device's
+    per-block opt-in (`hw.onchip_per_block`: 227 KB on sm_90) for the FMA form whose tiles are
+    f32 (f32 or f16 operands): emit/gemm.py carves them from the dynamic shared array and the
+    launch opts the kernel in (emit/module.py: `_dynamic_shared`). Tensor cores, f64 and no
+    device (`hw` None): the static limit."""
+    if hw is None or hw.kind != "gpu" or mma_kind(info, gk, s, hw):
+        return SMEM_LIMIT
+    if not set(info.op(gk.contraction).operand_dtypes[:2]) <= {"f32", "f16"}:
+        return SMEM_LIMIT
+    return max(SMEM_LIMIT, hw.onchip_per_block)
 
 
 def gemm_registers(tm: int, tn: int, loads: int, gathered: int = 0, mma: bool = False) -> int:

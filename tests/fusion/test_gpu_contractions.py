@@ -242,3 +242,17 @@ def test_the_planner_refuses_stages_where_no_tile_is_copied_as_it_lies():
     plan = {"groups": [{"ops": ops, "block_tiles": [16, 32, 0], "gemm": [8, 4, 4], "stages": 2}]}
     with pytest.raises(PlanError, match="no operand tile cp.async can copy"):
         stages(src, binding=binding, plan=plan)
+
+
+def test_tiles_past_48_kb_in_dynamic_shared_memory_match_the_reference_on_the_simulator():
+    """A 3-stage ring of 64x128 tiles, BK 32 (59,392 B): both tiles carved from the dynamic
+    shared array, its bytes given at launch; K = 70 ends in a partial step."""
+    src, binding = "chain t(a: f32[M, K], b: f32[K, N]) -> f32[M, N] { return a @ b }", {"M": 20, "K": 70, "N": 40}
+    planned = stages(src, binding=binding, plan=None).plan
+    ops = sorted({m for g in planned.kernels for m in g.ops if planned.info.op(m).kind not in ("fill", "pad")})
+    plan = {"groups": [{"ops": ops, "block_tiles": [64, 128, 0], "gemm": [32, 4, 8], "stages": 3}]}
+    st = stages(src, binding=binding, plan=plan)
+    assert "cuda.shared.array(0, numba.float32" in st.emitted.source and ", 0, 59392](" in st.emitted.source
+    prog = fusec.compile(src, target="cuda-sim", options={"baseline": False, "plans": {"t": plan}})
+    (c,) = prog.t.check(binding=binding, seed=5)
+    assert c.ok, c.describe()

@@ -224,3 +224,16 @@ def test_without_cuobjdump_and_nvdisasm_the_sass_is_unmeasured_with_the_reason(m
     assert res == "resources" and why.startswith("no SASS: no cuobjdump; no nvdisasm")
     r = kernels._report(Launch("k0", "launch", 0, ("64",), ("128",)), "no ptxas", "not traced", GPUS["h200"], why, ())
     assert r.sass is None and r.bank_conflicts == () and dict(r.unmeasured)["sass"] == why
+
+
+def test_instructions_under_the_never_true_predicate_are_not_counted():
+    """ptxas pads cp.async's LDGSTS and DEPBAR with `@!PT LDS RZ, [RZ]`: never executed, so neither
+    an instruction issued nor a shared load of the loop."""
+    code = sass.parse_sass("""
+        /*0000*/                   LDGSTS.E.BYPASS.128 [R3], desc[UR6][R4.64] ;
+        /*0010*/              @!PT LDS RZ, [RZ] ;
+        /*0020*/                   LDS.128 R8, [R2] ;
+        /*0030*/                   FFMA R20, R8, R9, R20 ;
+    """)
+    c = sass.counts(code)
+    assert c.instructions == 3 and c.shared_loads == {"LDS.128": 1} and c.global_loads == {"LDGSTS.128": 1}
