@@ -54,8 +54,17 @@ class FlatTile(Tile):
         return FlatTile(self.array, self.offset, self.stride, self.size, stage)
 
     def flat(self, k: str, x: str) -> str:
-        at = expr_add(expr_add(expr_mul(k, str(self.stride)), x), str(self.offset))
-        return expr_add(expr_mul(self.stage, str(self.size)), at) if self.size else at
+        """The word index: its variable part masked non-negative (else each index keeps Numba's
+        wraparound select, and the 4 reads of a run are no longer one LDS.128), its constant
+        part added after the mask, so a run's 4 reads share one masked base."""
+        (kb, kc), (xb, xc) = _split_const(k), _split_const(x)
+        var = expr_add(expr_mul(kb, str(self.stride)), xb)
+        if self.size:
+            var = expr_add(expr_mul(self.stage, str(self.size)), var)
+        const = kc * self.stride + xc + self.offset
+        if is_int(var):
+            return str(int(var) + const)
+        return expr_add(f"(({var}) & 0x7fffffff)", str(const))
 
     def at(self, k: str, x: str) -> str:
         return f"{self.array}[{self.flat(k, x)}]"
@@ -407,19 +416,8 @@ class _Gemm:
         w(f"{row} = {self.tid} >> {lanes.bit_length() - 1}")
         n_along, n_across = -(-along // lanes), -(-across // rows)
 
-        def position(base: str, step: int, n: int, extent: int, stem: str):
-            """(index, guard) per position: base + i * step for i < n, guarded below extent."""
-            out = []
-            for i in range(n):
-                idx = expr_add(base, str(i * step))
-                guard = None
-                if (i + 1) * step > extent and extent % step:
-                    guard = f"{idx} < {extent}"
-                out.append((idx, guard))
-            return out
-
-        pos_along = position(lane, lanes, n_along, along, "a")
-        pos_across = position(row, rows, n_across, across, "c")
+        pos_along = _positions(lane, lanes, n_along, along)
+        pos_across = _positions(row, rows, n_across, across)
         side_pos = pos_along if side_fast else pos_across
         sides = []            # per side position: coords, inside the operand, inside the tile
         for i, (sl, guard) in enumerate(side_pos):
@@ -713,7 +711,6 @@ class _Gemm:
         zero = self.ctx.consts.zero(elem_of_type(v.type))
         runs = self._run_layout(side, operand, bs, True, inner)
         self.body.ctx.helpers.use_text("_cp_async16", CP_ASYNC_HELPERS)
-
         array = ring.array
 
         def issue(k0: str, stage: str) -> None:
@@ -996,6 +993,16 @@ class _Gemm:
                 self.values.memo = saved
                 self.w.depth -= 1
         return True
+
+
+def _split_const(e: str) -> tuple[str, int]:
+    """(the rest, c) for an expression `rest + c` with c an integer literal; (e, 0) otherwise."""
+    if is_int(e):
+        return "0", int(e)
+    head, sep, tail = e.rpartition(" + ")
+    if sep and tail.isdigit() and "(" not in tail:
+        return head, int(tail)
+    return e, 0
 
 
 def _small_div(x: str, d: int, most: int) -> str | None:
