@@ -175,7 +175,9 @@ def test_the_model_double_buffers_where_it_pays():
             other = Tiling(g.block_tiles, g.thread_tiles, g.mapped, replace(g.tiling.config, prefetch=not buffered))
             assert other not in chosen or chosen[g.tiling] <= chosen[other]      # the faster of the two
         assert ("double-buffered" in st.plan.format()) == buffered
-    assert stages(MLP, binding={"M": 4096, "K": 1024, "N": 4096}).plan.kernels[0].config.prefetch   # 128x256 tiles, one block an SM
+    # 128x256 tiles, one block an SM: the next K step in flight, in registers or (sm_90) a cp.async ring
+    big = stages(MLP, binding={"M": 4096, "K": 1024, "N": 4096}).plan.kernels[0].config
+    assert big.prefetch or big.stages >= 2
 
 
 # cp.async rings (emit/gemm.py `_staged_loader`, emit/cp_async.py) and 16-byte loaders: on the
@@ -256,3 +258,31 @@ def test_tiles_past_48_kb_in_dynamic_shared_memory_match_the_reference_on_the_si
     prog = fusec.compile(src, target="cuda-sim", options={"baseline": False, "plans": {"t": plan}})
     (c,) = prog.t.check(binding=binding, seed=5)
     assert c.ok, c.describe()
+
+
+def test_the_tile_search_prices_cp_async_rings_and_needs_sm_80():
+    """The search tries 0, 2 and 3 stages where a side can be copied as it lies: at the bench mlp
+    the model takes a ring (--explain says so), and a ring's shared memory is counted; on a
+    device without cp.async (cc 7.5) no candidate has stages."""
+    from dataclasses import replace
+    from fusec.compiler.options import CompileOptions
+    from fusec.compiler.pipeline import compile_typed
+    from fusec.compiler.plan.gemm import gemm_kernel, gemm_shape, staged_shared_bytes, staged_sides
+    from fusec.compiler.plan.hardware import GPUS
+    binding = {"M": 512, "K": 1024, "N": 4096}
+    st = stages(MLP, binding=binding)
+    (g,) = st.plan.kernels
+    assert g.config.stages in (2, 3)
+    assert any(f"{g.config.stages} cp.async stages" in d for d in st.plan.decisions)
+    info = st.plan.info
+    gk = gemm_kernel(info, g.ops, g.root)
+    s = gemm_shape(info, gk, g.root, g.block_tiles, g.config.steps)
+    sides = staged_sides(info, gk, g.ops, s, GPUS["h200"])
+    assert sides == ("n",)                       # w[k, n] as it lies; x[m, k] is transposed into its tile
+    assert staged_shared_bytes(s, sides, 3) - staged_shared_bytes(s, sides, 2) == 4 * s.bk * (s.bn + 4)
+    old = replace(GPUS["h200"], cc=(7, 5))
+    c = fusec.check(MLP).chains[0]
+    st75 = compile_typed(c, binding, options=CompileOptions(target="gpu", hardware=old))
+    assert all(getattr(t.config, "stages", 0) == 0 for t, _ in st75.plan.candidates[0])
+    assert any(hasattr(t.config, "stages") for t, _ in st75.plan.candidates[0])   # contraction shapes among them
+    assert st75.plan.kernels[0].config.stages == 0
