@@ -538,7 +538,7 @@ class _Gemm:
             return None
         return side_fast, inner
 
-    def _run_layout(self, side: str, operand: int, bs: int, side_fast: bool, inner: int):  # noqa: C901
+    def _run_layout(self, side: str, operand: int, bs: int, side_fast: bool, inner: int):
         """The threads over the operand's [BK, BS] tile in runs of 4 (`_runs_of_4`): W lanes
         of runs along the contiguous dim (W the largest power of two dividing T that fits it),
         T / W rows along the other, each thread keeping its lane and row across the K loop.
