@@ -29,6 +29,7 @@ GEMM_TILES = "fusec.gemm_tiles"
 GEMM_SIDES = "fusec.gemm_sides"
 GEMM_MMA = "fusec.gemm_mma"                # on tensor cores: the operands' type (f16 | bf16)
 GEMM_PREFETCH = "fusec.gemm_prefetch"      # double-buffered: the next K step loaded into registers first
+GEMM_STAGES = "fusec.gemm_stages"          # cp.async: a ring of this many K steps in shared memory (sm_80+)
 GEMM_ROOT_LOOPS = "fusec.gemm_root_loops"
 GEMM_MARKS = (BLOCK_GEMM, CONTRACTION, ABSORBED)
 

@@ -80,6 +80,7 @@ class FuncCtx:
     globals: "Globals | None" = None              # memref.global constants of the module
     shared: set = field(default_factory=set)      # default-space allocs that are block-shared
     block_dims: tuple = ()                        # the current launch's threads per block (x, y, z)
+    dynamic_shared: int = 0                       # bytes of dynamic shared memory the current launch asks
     on_launch: Callable | None = None             # (gpu.launch op, host Body) -> None
     on_host_copy: Callable | None = None          # (memref.copy op, host Body) -> None
     phantom: set = field(default_factory=set)     # arrays a template's absorbed allocs name: never allocated

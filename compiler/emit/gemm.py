@@ -9,12 +9,13 @@ import math
 
 from . import ids
 from .vector import VECTOR_HELPERS
+from .cp_async import CP_ASYNC_HELPERS, MAX_STAGES
 from .mma import TensorCores
 from .template_values import FlatViews, TemplateValues, affine, n_inputs, dims_of, dims_of_map, indexing_maps, ints, pure_dim
 from .values import EmitError, elem_of_type, expr_add, expr_mul, floordiv, is_int, mod
 from ..mlir import ir
-from ..plan.gemm import mma_tiles_error, tile_pad
-from ..marks import ABSORBED, BLOCK_GEMM, CONTRACTION, GEMM_MMA, GEMM_PREFETCH, GEMM_ROOT_LOOPS, GEMM_SIDES, GEMM_TILES
+from ..plan.gemm import F32_BYTES, SMEM_LIMIT, mma_tiles_error, tile_pad
+from ..marks import ABSORBED, BLOCK_GEMM, CONTRACTION, GEMM_MMA, GEMM_PREFETCH, GEMM_ROOT_LOOPS, GEMM_SIDES, GEMM_STAGES, GEMM_TILES
 
 
 class Tile:
@@ -25,6 +26,51 @@ class Tile:
 
     def at(self, k: str, x: str) -> str:
         return f"{self.array}[{k}, {x}]"
+
+
+class StagedTile(Tile):
+    """Stage `stage` of a ring of [BK, B] tiles in shared memory, a 3-D array [S, BK, B]."""
+
+    def __init__(self, array: str, stage: str):
+        super().__init__(array)
+        self.stage = stage
+
+    def at(self, k: str, x: str) -> str:
+        return f"{self.array}[{self.stage}, {k}, {x}]"
+
+    def index(self, k: str, x: str) -> str:
+        return f"({self.stage}, {k}, {x})"
+
+
+class FlatTile(Tile):
+    """A [BK, B] staging tile (or stage `stage` of a ring of them) at word `offset` of the flat
+    dynamic shared array: rows `stride` words apart, stages `size` words apart."""
+
+    def __init__(self, array: str, offset: int, stride: int, size: int = 0, stage: str = "0"):
+        super().__init__(array)
+        self.offset, self.stride, self.size, self.stage = offset, stride, size, stage
+
+    def staged(self, stage: str) -> "FlatTile":
+        return FlatTile(self.array, self.offset, self.stride, self.size, stage)
+
+    def flat(self, k: str, x: str) -> str:
+        """The word index: its variable part masked non-negative (else each index keeps Numba's
+        wraparound select, and the 4 reads of a run are no longer one LDS.128), its constant
+        part added after the mask, so a run's 4 reads share one masked base."""
+        (kb, kc), (xb, xc) = _split_const(k), _split_const(x)
+        var = expr_add(expr_mul(kb, str(self.stride)), xb)
+        if self.size:
+            var = expr_add(expr_mul(self.stage, str(self.size)), var)
+        const = kc * self.stride + xc + self.offset
+        if is_int(var):
+            return str(int(var) + const)
+        return expr_add(f"(({var}) & 0x7fffffff)", str(const))
+
+    def at(self, k: str, x: str) -> str:
+        return f"{self.array}[{self.flat(k, x)}]"
+
+    def index(self, k: str, x: str) -> str:
+        return f"({self.flat(k, x)},)"
 
 
 class Grid:
@@ -63,10 +109,28 @@ class WideGrid(Grid):
 class _Loader:
     """One operand's tile loader (_Gemm._loader): `load(k0)` reads the K step at k0 into the
     tile; double-buffered, `hold(k0)` reads it into registers, `put()` stores those into the
-    tile and `declare()` defines the registers before the loop."""
+    tile and `declare()` defines the registers before the loop. A staged loader (cp.async,
+    `_Gemm._staged_loader`) has `issue(k0, stage)` instead: the K step's copies into a stage
+    of its ring."""
 
-    def __init__(self, load, hold, put, declare):
+    def __init__(self, load=None, hold=None, put=None, declare=None, issue=None):
         self.load, self.hold, self.put, self.declare = load, hold, put, declare
+        self.issue = issue
+
+
+_RUN = "__fusec_run__"       # stands for an offset along a run of 4 while index expressions are compared
+
+
+def _positions(base: str, step: int, n: int, extent: int):
+    """(index, guard) per position: base + i * step for i < n, guarded below extent."""
+    out = []
+    for i in range(n):
+        idx = expr_add(base, str(i * step))
+        guard = None
+        if (i + 1) * step > extent and extent % step:
+            guard = f"{idx} < {extent}"
+        out.append((idx, guard))
+    return out
 
 
 def block_gemm(body, root) -> None:
@@ -165,33 +229,83 @@ class _Gemm:
         if self.mma:
             tc = TensorCores(self.body, self.mma, self.tid, self.bm, self.bn, self.bk, self.tm, self.tn, self.T)
             self.at = tc.layout()
+        stages = ints(self.root.attributes[GEMM_STAGES])[0] if GEMM_STAGES in self.root.attributes else 0
         sm, sn = names.fresh("Ms"), names.fresh("Ns")
+        runs = {side: self._runs_of_4(side, op) for side, op in (("m", self.m_op), ("n", self.n_op))}
+        # cp.async where the side's tile has the operand's layout (its runs along the side)
+        staged = {side: bool(stages) and r is not None and r[0] for side, r in runs.items()}
+        if stages and not any(staged.values()):
+            raise EmitError(f"a {GEMM_STAGES} contraction with no operand copied as it lies", self.root)
+        if not 2 <= (stages or 2) <= MAX_STAGES:
+            raise EmitError(f"{GEMM_STAGES} {stages}: 2 to {MAX_STAGES} stages", self.root)
         if tc:
             sm, sn = tc.tiles(tile_pad(True))
         else:
-            pm, pn = tile_pad(False, wide), tile_pad(False, wide_n)
+            pm, pn = tile_pad(False, wide or staged["m"]), tile_pad(False, wide_n or staged["n"])
             # 16-byte aligned (the simulator takes no alignment), so a run of 4 is one LDS.128
             align = self.body.ctx.helpers.use_text("_SMEM_ALIGN", [
                 "_SMEM_ALIGN = None if _CUDASIM else 16   # shared staging tiles: 16-byte runs (LDS.128)"])
-            w(f"{sm} = cuda.shared.array(({self.bk}, {self.bm + pm}), numba.{elem_of_type(self.c.operands[self.m_op].type).compute}, {align})")
-            w(f"{sn} = cuda.shared.array(({self.bk}, {self.bn + pn}), numba.{elem_of_type(self.c.operands[self.n_op].type).compute}, {align})")
-            sm, sn = Tile(sm), Tile(sn)
+            plan = [(name, side, b + pad, stages if staged[side] else 1)
+                    for name, side, b, pad in ((sm, "m", self.bm, pm), (sn, "n", self.bn, pn))]
+            words = sum(self.bk * stride * ring for *_, stride, ring in plan)
+            kinds = {elem_of_type(self.c.operands[op].type).compute for op in (self.m_op, self.n_op)}
+            if F32_BYTES * words > SMEM_LIMIT and kinds == {"float32"}:
+                # over the static limit: both tiles carved from the dynamic shared array, its
+                # bytes given at launch (the kernel opted in to them: emit/module.py)
+                dyn = names.fresh("S")
+                w(f"{dyn} = cuda.shared.array(0, numba.float32, {align})   # dynamic: {F32_BYTES * words} B")
+                self.ctx.dynamic_shared = F32_BYTES * words
+                tiles, offset = [], 0
+                for name, side, stride, ring in plan:
+                    tiles.append(FlatTile(dyn, offset, stride, self.bk * stride if staged[side] else 0))
+                    offset += self.bk * stride * ring
+                sm, sn = tiles
+            else:
+                for (name, side, stride, ring), op in zip(plan, (self.m_op, self.n_op)):
+                    shape = f"({stages}, {self.bk}, {stride})" if staged[side] else f"({self.bk}, {stride})"
+                    w(f"{name} = cuda.shared.array({shape}, numba.{elem_of_type(self.c.operands[op].type).compute}, {align})")
+                sm, sn = Tile(sm), Tile(sn)
         if len(self.loops["k"]) > 1:      # a conv's (c, r, s): its 4-D operands read through 1-D views
             self.values.flat = FlatViews(w, names, self.body.ctx.helpers, len(w.lines), w.depth)
-        loads = [self._loader("m", self.m_op, sm, self.bm), self._loader("n", self.n_op, sn, self.bn)]
+        loads = []
+        for side, op, tile, b in (("m", self.m_op, sm, self.bm), ("n", self.n_op, sn, self.bn)):
+            if staged[side]:
+                loads.append(self._staged_loader(side, op, tile, b, runs[side][1]))
+            elif runs[side] is not None:
+                loads.append(self._wide_loader(side, op, tile, b, *runs[side]))
+            else:
+                loads.append(self._loader(side, op, tile, b))
+        ring = [ld for ld in loads if ld.issue]
+        regs = [ld for ld in loads if not ld.issue]
         init = self._init()
         accs = [[names.fresh(f"acc{i}_{j}") for j in range(self.tn)] for i in range(self.tm)]
         for row in accs:
             for a in row:
                 w(f"{a} = {init}")
         k0 = names.fresh("k0")
-        prefetch = GEMM_PREFETCH in self.root.attributes
+        K = self.K()
+        rd, wr = names.fresh("rd"), names.fresh("wr")
+        if ring:                 # the first S - 1 K steps in flight before the loop, a group each
+            for st in range(stages - 1):
+                if st and not (is_int(K) and int(K) > st * self.bk):
+                    w(f"if {st * self.bk} < {K}:")
+                    with w.indent():
+                        for ld in ring:
+                            ld.issue(str(st * self.bk), str(st))
+                else:
+                    for ld in ring:
+                        ld.issue(str(st * self.bk), str(st))
+                w("_cp_commit()")
+            w(f"{rd} = 0")           # the stage this step reads
+            w(f"{wr} = {stages - 1}")   # the stage its copies fill (read S - 1 steps later)
+            sm, sn = (self._stage(t, rd) if staged[side] else t for t, side in ((sm, "m"), (sn, "n")))
+        prefetch = GEMM_PREFETCH in self.root.attributes and bool(regs)
         if prefetch:             # the first K step into registers before the loop
-            for ld in loads:
+            for ld in regs:
                 ld.declare()
-            for ld in loads:
+            for ld in regs:
                 ld.hold("0")
-        w(f"for {k0} in range(0, {self.K()}, {self.bk}):")
+        w(f"for {k0} in range(0, {K}, {self.bk}):")
         with w.indent():
             # the step's start, known non-negative (a range's induction variable is not to
             # LLVM): its indices need no wraparound select
@@ -199,17 +313,28 @@ class _Gemm:
             if prefetch:
                 # this step from the registers into the tiles, then the next step's loads issued
                 # before this step's products, so their latency hides behind them
-                for ld in loads:
+                for ld in regs:
                     ld.put()
-                w("cuda.syncthreads()")
-                w(f"if {k0} + {self.bk} < {self.K()}:")
-                with w.indent():
-                    for ld in loads:
-                        ld.hold(f"({k0} + {self.bk})")
             else:
-                for ld in loads:
+                for ld in regs:
                     ld.load(k0)
-                w("cuda.syncthreads()")
+            if ring:             # this thread's copies of this step landed (S - 2 groups left in flight)
+                w(f"_cp_wait{stages - 2}()")
+            w("cuda.syncthreads()")
+            if ring:
+                # every thread is past the last step's products: the stage they read takes the
+                # copies of the step S - 1 ahead (a group each step, empty past the end)
+                ahead = f"({k0} + {(stages - 1) * self.bk})"
+                w(f"if {ahead} < {K}:")
+                with w.indent():
+                    for ld in ring:
+                        ld.issue(ahead, wr)
+                w("_cp_commit()")
+            if prefetch:
+                w(f"if {k0} + {self.bk} < {K}:")
+                with w.indent():
+                    for ld in regs:
+                        ld.hold(f"({k0} + {self.bk})")
             if tc:
                 kk0 = names.fresh("kk0")
                 w(f"for {kk0} in range(0, {self.bk}, 16):")
@@ -223,10 +348,18 @@ class _Gemm:
             else:
                 self._fma_steps(sm, sn, accs, None)
             w("cuda.syncthreads()")
+            if ring:
+                w(f"{rd} = 0 if {rd} == {stages - 1} else {rd} + 1")
+                w(f"{wr} = 0 if {wr} == {stages - 1} else {wr} + 1")
         self.values.flat = None
         if tc:
             accs, self.at = tc.restage(accs, self.at, Grid)
         self._epilogue(accs)
+
+    @staticmethod
+    def _stage(tile, stage: str):
+        """Stage `stage` of a staged side's ring."""
+        return tile.staged(stage) if isinstance(tile, FlatTile) else StagedTile(tile.array, stage)
 
     # -- the products ----------------------------------------------------------------------------
     def _fma_steps(self, sm, sn, accs, ks: str | None) -> None:
@@ -295,19 +428,8 @@ class _Gemm:
             w(f"{row} = {self.tid} // {lanes}")
         n_along, n_across = -(-along // lanes), -(-across // rows)
 
-        def position(base: str, step: int, n: int, extent: int, stem: str):
-            """(index, guard) per position: base + i * step for i < n, guarded below extent."""
-            out = []
-            for i in range(n):
-                idx = expr_add(base, str(i * step))
-                guard = None
-                if (i + 1) * step > extent and extent % step:
-                    guard = f"{idx} < {extent}"
-                out.append((idx, guard))
-            return out
-
-        pos_along = position(lane, lanes, n_along, along, "a")
-        pos_across = position(row, rows, n_across, across, "c")
+        pos_along = _positions(lane, lanes, n_along, along)
+        pos_across = _positions(row, rows, n_across, across)
         side_pos = pos_along if side_fast else pos_across
         sides = []            # per side position: coords, inside the operand, inside the tile
         for i, (sl, guard) in enumerate(side_pos):
@@ -441,6 +563,252 @@ class _Gemm:
             e = f"{array}[{expr_add(bases[i], k)}]"
             return f"np.{view.array.elem.compute}({e})" if convert else e
         return read
+
+    def _runs_of_4(self, side: str, operand: int):
+        """Where the operand's tile can be read in runs of 4 consecutive elements of its
+        contiguous dim (a plan fact): (side_fast, the loop a run walks), else None. The operand
+        is an f32 array the kernel reads as it is (no producer computes it in the loader), and
+        its contiguous dim is either the side's innermost loop with a block tile a multiple of
+        4 (runs never straddle a row of the tile) or a single K loop with BK a multiple of 4; a
+        run is 4 consecutive elements of the array (checked on the index expressions)."""
+        if self.mma:
+            return None
+        v = self.c.operands[operand]
+        view = self.body.view(v)
+        if (self.values.writer(v, self.c) is not None or view.array.space != "global"
+                or view.array.storage != "float32"):
+            return None
+        m = self.cmaps[operand]
+        last = dims_of(m.results[-1]) if len(m.results) else set()
+        side_fast = bool(last & set(self.loops[side]))
+        if side_fast:
+            big = [l for l in self.loops[side] if self.tiles[l] != 1]
+            if not big or self.tiles[big[-1]] % 4:
+                return None
+            inner = big[-1]
+        if len(self.loops["k"]) != 1:
+            return None                  # (a conv's K: its loader's own coordinates, _k_split)
+        if side_fast:
+            pass
+        else:
+            if self.bk % 4 or not (last & set(self.loops["k"])):
+                return None
+            inner = self.loops["k"][0]
+        dims = [f"__fusec_d{l}__" for l in range(len(self.sides))]
+        marked = list(dims)
+        marked[inner] = expr_add(dims[inner], _RUN)
+        b0 = view.to_base(tuple(affine(e, dims) for e in m.results))
+        bm = view.to_base(tuple(affine(e, marked) for e in m.results))
+        if any(_RUN in e for e in bm[:-1]) or tuple(bm[:-1]) != tuple(b0[:-1]) or bm[-1] != expr_add(b0[-1], _RUN):
+            return None
+        return side_fast, inner
+
+    def _run_layout(self, side: str, operand: int, bs: int, side_fast: bool, inner: int):
+        """The threads over the operand's [BK, BS] tile in runs of 4 (`_runs_of_4`): W lanes
+        of runs along the contiguous dim (W the largest power of two dividing T that fits it),
+        T / W rows along the other, each thread keeping its lane and row across the K loop.
+        Returns `runs(k0)`: per run of the K step at k0 (writing the statements its indices
+        need), (key, tile index of element r, array index of element r, guards of the run's
+        position in the tile, conditions on the whole run, the whole run inside the operand
+        or None, conditions per element r or None)."""
+        w, names = self.w, self.names
+        m = self.cmaps[operand]
+        along, across = (bs, self.bk) if side_fast else (self.bk, bs)
+        runs = along // 4
+        lanes = 1
+        while self.T % (lanes * 2) == 0 and lanes * 2 <= runs:
+            lanes *= 2
+        rows = self.T // lanes
+        lane, row = names.fresh(f"{side}l"), names.fresh(f"{side}r")
+        w(f"{lane} = ({self.tid} & {lanes - 1}) << 2")     # the first element of the thread's run
+        w(f"{row} = {self.tid} >> {lanes.bit_length() - 1}")
+        pos_along = _positions(lane, 4 * lanes, -(-along // (4 * lanes)), along)
+        pos_across = _positions(row, rows, -(-across // rows), across)
+        side_pos = pos_along if side_fast else pos_across
+        k_pos = pos_across if side_fast else pos_along
+        K = self.K()
+        k_ok_needed = not (is_int(K) and int(K) % self.bk == 0)
+        sides = []
+        for i, (sl, guard) in enumerate(side_pos):
+            coords = self._delinearize(sl, self.loops[side], f"{side}c{i}_")
+            loops = [l for l in self.loops[side] if self.ext[l] != str(self.tiles[l])]
+            uniform = [f"{coords[l]} < {self.ext[l]}" for l in loops if not (side_fast and l == inner)]
+            edge = None                  # the run's loop at the operand's edge: (coordinate, extent)
+            if side_fast and inner in loops:
+                e = self.ext[inner]
+                if is_int(e) and int(e) % 4 == 0:        # a run is all inside or all outside
+                    uniform.append(f"{coords[inner]} < {e}")
+                else:
+                    edge = (coords[inner], e)
+            ok = None
+            if uniform:
+                ok = names.fresh(f"{side}ok{i}")
+                w(f"{ok} = {' and '.join(uniform)}")
+            sides.append((sl, coords, ok, guard, edge))
+
+        def gen(k0: str):
+            for si, (sl, coords, ok, sguard, edge) in enumerate(sides):
+                for ki, (kl, kguard) in enumerate(k_pos):
+                    k = names.fresh("k")
+                    inside = [g for g in (sguard, kguard) if g]
+                    conds = [ok] if ok else []
+                    full, each = None, None
+                    if side_fast:
+                        if k_ok_needed:
+                            conds.append(f"{k} < {K}")
+                        if edge is not None:
+                            full = f"{expr_add(edge[0], '3')} < {edge[1]}"
+                            each = [f"{expr_add(edge[0], str(r))} < {edge[1]}" for r in range(4)]
+                    elif k_ok_needed:
+                        if is_int(K) and int(K) % 4 == 0:
+                            conds.append(f"{k} < {K}")
+                        else:
+                            full = f"{expr_add(k, '3')} < {K}"
+                            each = [f"{expr_add(k, str(r))} < {K}" for r in range(4)]
+
+                    def index(r: int, coords=coords, k=k):
+                        full_c = dict(coords)
+                        if side_fast:
+                            full_c[inner] = expr_add(coords[inner], str(r))
+                            full_c[inner_k] = k
+                        else:
+                            full_c[inner_k] = expr_add(k, str(r))
+                        dims = [full_c.get(l, "0") for l in range(len(self.sides))]
+                        return [affine(e, dims) for e in m.results]
+
+                    def at(r: int, sl=sl, kl=kl):
+                        return (kl, expr_add(sl, str(r))) if side_fast else (expr_add(kl, str(r)), sl)
+
+                    yield (si, ki), k, expr_add(k0, kl), at, index, inside, conds, full, each
+
+        inner_k = self.loops["k"][0] if len(self.loops["k"]) == 1 else None
+        if inner_k is None:
+            raise EmitError("a contraction tile read in runs of 4 needs one K loop", self.c)
+        return gen
+
+    def _wide_loader(self, side: str, operand: int, tile, bs: int, side_fast: bool, inner: int) -> _Loader:
+        """The tile loader in runs of 4 through registers: each run one `_ld4_f32` (a 16-byte
+        global load where the address is aligned, else 4 scalar ones), zero outside the
+        operand; a run at the operand's edge (a dynamic extent, or one not a multiple of 4)
+        element by element. The 4 values go to the tile's row k (a run along the side) or to
+        4 rows (a run along K: the transposed side)."""
+        w, names = self.w, self.names
+        v = self.c.operands[operand]
+        view = self.body.view(v)
+        zero = self.ctx.consts.zero(elem_of_type(v.type))
+        runs = self._run_layout(side, operand, bs, side_fast, inner)
+        self.body.ctx.helpers.use_text("_ld4_f32", VECTOR_HELPERS)
+        held: dict = {}
+
+        def fetch(k0: str, store: bool) -> None:
+            """The K step's runs into registers (every load issued before the first store into
+            the tile, so they are in flight together), then stored (`store`) or held."""
+            stores = []
+            for key, k, kval, at, index, inside, conds, full, each in runs(k0):
+                xs = ([names.fresh("x") for _ in range(4)] if store
+                      else [held.setdefault((key, r), names.fresh("pf")) for r in range(4)])
+                if inside:
+                    if store:            # defined on every path to the stores after the loads
+                        w(f"{' = '.join(xs)} = {zero}")
+                    w(f"if {' and '.join(inside)}:")
+                    w.depth += 1
+                w(f"{k} = {kval}")
+                self.values.forget()
+                base = view.to_base(tuple(index(0)))
+                wide = f"{', '.join(xs)} = _ld4_f32({view.array.name}, ({', '.join(base)},))"
+                if conds or full:
+                    w(f"{' = '.join(xs)} = {zero}")
+                if conds:
+                    w(f"if {' and '.join(conds)}:")
+                    w.depth += 1
+                if full:
+                    w(f"if {full}:")
+                    with w.indent():
+                        w(wide)
+                    w("else:")
+                    with w.indent():
+                        for r in range(4):
+                            w(f"if {each[r]}:")
+                            with w.indent():
+                                w(f"{xs[r]} = {self.values.read(v, index(r), self.c)}")
+                else:
+                    w(wide)
+                if conds:
+                    w.depth -= 1
+                if inside:
+                    w.depth -= 1
+                if store:
+                    stores.append((inside, [f"{tile.at(*at(r))} = {xs[r]}" for r in range(4)]))
+            for inside, lines in stores:
+                if inside:
+                    w(f"if {' and '.join(inside)}:")
+                    w.depth += 1
+                for line in lines:
+                    w(line)
+                if inside:
+                    w.depth -= 1
+
+        def put() -> None:
+            for key, k, kval, at, index, inside, conds, full, each in runs("0"):
+                if inside:
+                    w(f"if {' and '.join(inside)}:")
+                    w.depth += 1
+                for r in range(4):
+                    w(f"{tile.at(*at(r))} = {held[(key, r)]}")
+                if inside:
+                    w.depth -= 1
+
+        def declare() -> None:
+            for key, *_ in runs("0"):
+                for r in range(4):
+                    w(f"{held.setdefault((key, r), names.fresh('pf'))} = {zero}")
+
+        return _Loader(lambda k0: fetch(k0, True), lambda k0: fetch(k0, False), put, declare)
+
+    def _staged_loader(self, side: str, operand: int, ring, bs: int, inner: int) -> _Loader:
+        """The tile loader by cp.async into a ring of stages (emit/cp_async.py), for a side
+        whose tile has the operand's layout (the run along the side's contiguous dim, into the
+        tile's row k): each run one `_cp_async16`; at the operand's edge element by element
+        (`_cp_async4`), a zero stored where an element lies outside."""
+        w = self.w
+        v = self.c.operands[operand]
+        view = self.body.view(v)
+        zero = self.ctx.consts.zero(elem_of_type(v.type))
+        runs = self._run_layout(side, operand, bs, True, inner)
+        self.body.ctx.helpers.use_text("_cp_async16", CP_ASYNC_HELPERS)
+        array = ring.array
+
+        def issue(k0: str, stage: str) -> None:
+            tile = self._stage(ring, stage)
+            for key, k, kval, at, index, inside, conds, full, each in runs(k0):
+                if inside:
+                    w(f"if {' and '.join(inside)}:")
+                    w.depth += 1
+                w(f"{k} = {kval}")
+                src = lambda r: f"({', '.join(view.to_base(tuple(index(r))))},)"
+                whole = conds + ([full] if full else [])
+                if whole:
+                    w(f"if {' and '.join(whole)}:")
+                    w.depth += 1
+                w(f"_cp_async16({array}, {tile.index(*at(0))}, {view.array.name}, {src(0)})")
+                if whole:
+                    w.depth -= 1
+                    w("else:")
+                    with w.indent():
+                        for r in range(4):
+                            if each is None:
+                                w(f"{tile.at(*at(r))} = {zero}")
+                                continue
+                            w(f"if {' and '.join(conds + [each[r]])}:")
+                            with w.indent():
+                                w(f"_cp_async4({array}, {tile.index(*at(r))}, {view.array.name}, {src(r)})")
+                            w("else:")
+                            with w.indent():
+                                w(f"{tile.at(*at(r))} = {zero}")
+                if inside:
+                    w.depth -= 1
+
+        return _Loader(issue=issue)
 
     def _k_split(self, k_pos, kloops: list[int], ext_k: list[str]):
         """The loader's K coordinates without a division per element: where K is several loops
@@ -710,6 +1078,16 @@ def _linear(e) -> tuple[dict[int, int], int] | None:
         (c, x) = (a[1], b) if not a[0] else (b[1], a)
         return {l: c * k for l, k in x[0].items()}, c * x[1]
     return None
+
+
+def _split_const(e: str) -> tuple[str, int]:
+    """(the rest, c) for an expression `rest + c` with c an integer literal; (e, 0) otherwise."""
+    if is_int(e):
+        return "0", int(e)
+    head, sep, tail = e.rpartition(" + ")
+    if sep and tail.isdigit() and "(" not in tail:
+        return head, int(tail)
+    return e, 0
 
 
 def _small_div(x: str, d: int, most: int) -> str | None:

@@ -336,6 +336,7 @@ class _FuncEmitter:
             sigs.append("int64")
         self.ctx.shared = block_shared_allocs(op)
         self.ctx.block_dims = tuple(block_dims)
+        self.ctx.dynamic_shared = 0
         w = Writer(1 + len(strided))
         with ids.grid_stride(strided):
             for arg, e in zip(body_block.arguments, launch_args()):
@@ -350,7 +351,13 @@ class _FuncEmitter:
             f"grid {grid_t}, block {block_t}" + (f" (grid-stride on {', '.join(strided)})" if strided else ""),
             f'@cuda.jit("void({", ".join(sigs)})", cache=NUMBA_CACHE{launch_bounds(block_dims)})',
             f"def {name}({', '.join(params)}):"] + (lines or ["    pass"])))
-        host.w(f"{name}[{grid_t}, {block_t}]({', '.join(params)})")
+        dyn = self.ctx.dynamic_shared
+        if dyn:          # shared memory past the static 48 KB: the kernel opted in, the bytes at launch
+            self.ctx.helpers.use_text("_dynamic_shared", DYNAMIC_SHARED_HELPER)
+            host.w(f"_dynamic_shared({name}, {dyn})")
+            host.w(f"{name}[{grid_t}, {block_t}, 0, {dyn}]({', '.join(params)})")
+        else:
+            host.w(f"{name}[{grid_t}, {block_t}]({', '.join(params)})")
         group = sum(1 for launch in self.launches if launch.kind == "launch")
         self.launches.append(Launch(name, "launch", group, tuple(grid), tuple(block_dims)))
 
@@ -469,6 +476,28 @@ def launch_bounds(block_dims) -> str:
     for b in block_dims:
         threads *= int(b)
     return f", **_bounds({threads})"
+
+
+DYNAMIC_SHARED_HELPER = [
+    "_DYNAMIC_SHARED_SET = {}",
+    "",
+    "",
+    "def _dynamic_shared(kernel, nbytes):",
+    '    """Let `kernel` (a cuda.jit dispatcher) launch with `nbytes` of dynamic shared memory: past 48 KB',
+    "    a kernel must opt in (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES; Numba has no API for it, so",
+    "    the attribute is set on each compiled overload's function in the current context, once). The",
+    '    simulator needs nothing."""',
+    "    if _CUDASIM or nbytes <= 48 * 1024:",
+    "        return",
+    "    from numba.cuda.cudadrv.driver import binding, driver",
+    "    attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES",
+    "    for overload in kernel.overloads.values():",
+    "        fn = overload._codelibrary.get_cufunc()",
+    "        key = (id(fn), nbytes)",
+    "        if _DYNAMIC_SHARED_SET.get(key) is not fn:",
+    "            driver.cuKernelSetAttribute(attr, nbytes, fn.handle, fn.device.id)",
+    "            _DYNAMIC_SHARED_SET[key] = fn",
+]
 
 
 BOUNDS_HELPER = '''def _bounds(threads):

@@ -114,6 +114,8 @@ def contraction_note(info: ChainInfo, g: Kernel, chooser: TileChooser) -> list[s
             how = ""
         if cfg.prefetch:
             how += ", double-buffered (the next K step loaded into registers while this one computes)"
+        if cfg.stages:
+            how += f", {cfg.stages} cp.async stages (the steps ahead copied into shared memory while this one computes)"
         return [f"kernel {g.id}: %{c.id} {c.label} as {tiled_name}, {k} in steps of {cfg.bk} through "
                 f"shared memory, {cfg.tm}x{cfg.tn} outputs per thread{how}: predicted "
                 f"{time_text(choice.cost.time_s)}{other}"]

@@ -71,6 +71,7 @@ def tiles_text(g: dict) -> str:
         bk, tm, tn = g["gemm"]
         tc = f", {g['tensor_cores']} tensor cores (mma.sync m16n8k16)" if g.get("tensor_cores") else ""
         tc += ", double-buffered" if g.get("double_buffered") else ""
+        tc += f", {g['stages']} cp.async stages" if g.get("stages") else ""
         return f"{text}; tiled contraction: K step {bk}, {tm}x{tn} outputs per thread, {threads} threads{tc}"
     if g.get("row_threads") and g.get("row_columns"):
         return (f"{text}; column kernel: {g['row_threads']} threads per column (threads y), "

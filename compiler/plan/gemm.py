@@ -21,7 +21,7 @@ from .hardware import WARP, HardwareProfile
 from .measured import Measured
 
 SIDES = ("m", "n", "batch", "k")
-SMEM_LIMIT = 48 * 1024          # static shared memory per block that Numba can declare
+SMEM_LIMIT = 48 * 1024          # static shared memory per block (more: dynamic, opted in; shared_limit)
 F32_BYTES = 4                  # bytes of an f32 element (shared-memory tiles)
 
 
@@ -213,8 +213,42 @@ def mma_error(info: ChainInfo, gk: GemmKernel, shape: GemmShape, hw=None) -> str
     return None
 
 
+CP_ASYNC_CC = (8, 0)             # cp.async: sm_80 and later
+STAGE_CHOICES = (2, 3)           # the tile search's cp.async rings
+
+
+def staged_sides(info: ChainInfo, gk: GemmKernel, members, shape: GemmShape, hw=None) -> tuple[str, ...]:
+    """The sides whose tile cp.async can copy as it lies (emit/gemm.py: `_runs_of_4`, staged):
+    the operand's contiguous dim is the side's innermost loop with a block tile a multiple of 4
+    (its tile then has the operand's layout, in runs of 16 bytes), K is one loop, the operand
+    is an f32 array no op of the kernel computes, and the device has cp.async (sm_80+;
+    `hw` None: any). Not on tensor cores."""
+    if hw is not None and (hw.kind != "gpu" or tuple(hw.cc) < CP_ASYNC_CC):
+        return ()
+    co = info.op(gk.contraction)
+    if len(gk.loops_of("k")) != 1 or mma_kind(info, gk, shape, hw):
+        return ()
+    out = []
+    for side, op, contiguous in (("m", gk.m_operand, gk.m_contiguous), ("n", 1 - gk.m_operand, gk.n_contiguous)):
+        p = co.producers[op]
+        computed = p is not None and p in members and info.op(p).kind not in ("view",)
+        big = [l for l in gk.loops_of(side) if shape.tiles[l] != 1]
+        if (contiguous and not computed and co.operand_dtypes[op:op + 1] == ("f32",)
+                and big and shape.tiles[big[-1]] % 4 == 0):
+            out.append(side)
+    return tuple(out)
+
+
+def staged_shared_bytes(s: GemmShape, sides, stages: int) -> int:
+    """The staging tiles with a ring of `stages` for each staged side (4 words of padding a row)."""
+    if not stages or not sides:
+        return s.shared_bytes
+    per = {"m": F32_BYTES * s.bk * (s.bm + 4), "n": F32_BYTES * s.bk * (s.bn + 4)}
+    return sum(per[side] * (stages if side in sides else 1) for side in per)
+
+
 def gemm_tiling_error(info: ChainInfo, members, root: int, block: tuple[int, ...], gemm: tuple[int, ...],
-                      max_threads: int = 1024) -> str | None:
+                      max_threads: int = 1024, stages: int = 0, hw=None) -> str | None:
     """Why the block tiles and (bk, tm, tn) do not make a contraction kernel (None: they do)."""
     gk = gemm_kernel(info, members, root)
     if isinstance(gk, str):
@@ -232,8 +266,18 @@ def gemm_tiling_error(info: ChainInfo, members, root: int, block: tuple[int, ...
         return f"the register tile {s.tm}x{s.tn} does not divide the block tile {s.bm}x{s.bn}"
     if not 1 <= s.threads <= max_threads:
         return f"{s.threads} threads per block (limit {max_threads})"
-    if s.shared_bytes > SMEM_LIMIT:
-        return f"{s.shared_bytes} B of shared memory per block (limit {SMEM_LIMIT})"
+    smem = s.shared_bytes
+    if stages:
+        if not 2 <= stages <= 4:
+            return f"{stages} cp.async stages (2 to 4)"
+        sides = staged_sides(info, gk, members, s, hw)
+        if not sides:
+            return "no operand tile cp.async can copy as it lies (an f32 operand along its side, " \
+                   "runs of 4, one K loop, sm_80+)"
+        smem = staged_shared_bytes(s, sides, stages)
+    limit = shared_limit(info, gk, s, hw)
+    if smem > limit:
+        return f"{smem} B of shared memory per block (limit {limit})"
     return None
 
 
@@ -242,6 +286,19 @@ def shared_loads(t: int) -> int:
     is a multiple of 4 reads its runs of 4 with one 16-byte load each (emit/gemm.py's WideGrid:
     LDS.128), another side one 4-byte load per element (LDS.32)."""
     return t // 4 if t % 4 == 0 else t
+
+
+def shared_limit(info: ChainInfo, gk: GemmKernel, s: GemmShape, hw=None) -> int:
+    """The shared memory a contraction block may have: past the static 48 KB, the device's
+    per-block opt-in (`hw.onchip_per_block`: 227 KB on sm_90) for the FMA form whose tiles are
+    f32 (f32 or f16 operands): emit/gemm.py carves them from the dynamic shared array and the
+    launch opts the kernel in (emit/module.py: `_dynamic_shared`). Tensor cores, f64 and no
+    device (`hw` None): the static limit."""
+    if hw is None or hw.kind != "gpu" or mma_kind(info, gk, s, hw):
+        return SMEM_LIMIT
+    if not set(info.op(gk.contraction).operand_dtypes[:2]) <= {"f32", "f16"}:
+        return SMEM_LIMIT
+    return max(SMEM_LIMIT, hw.onchip_per_block)
 
 
 def gemm_registers(tm: int, tn: int, loads: int, gathered: int = 0, mma: bool = False, flat: bool = False) -> int:
@@ -308,9 +365,14 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
     mma = mma_kind(info, gk, s, hw)
     prefetch = tiling.config.prefetch
     flat = len(gk.loops_of("k")) > 1         # emit/gemm.py reads the operands through 1-D views
-    regs, smem, local = (gemm_registers(s.tm, s.tn, loads - gathered, gathered, bool(mma), flat=flat)
-                         + (loads if prefetch else 0),       # the next K step's elements, held
-                         s.mma_shared_bytes if mma else s.shared_bytes, 0)
+    stages = getattr(tiling.config, "stages", 0)
+    staged = staged_sides(info, gk, members, s, hw) if stages else ()
+    # elements copied by cp.async (no register, no shared store) and those read 16 bytes at a time
+    copied = sum(side_loads[side] for side in staged)
+    held = loads - copied
+    regs, smem, local = (gemm_registers(s.tm, s.tn, loads - gathered - copied, gathered, bool(mma), flat=flat)
+                         + (held if prefetch else 0),       # the next K step's elements, held
+                         s.mma_shared_bytes if mma else staged_shared_bytes(s, staged, stages), 0)
     ksteps = math.ceil(gk.k / s.bk)
     # words each thread spills and reloads per K step; the estimate runs low at the top end (against
     # ptxas), so within GEMM_REG_HEADROOM of the limit counts as spilling
@@ -338,8 +400,11 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
             loader_ops.add(m)
             todo += [p for p in info.op(m).producers if p is not None and p in members]
     producers = sum(op_flops(info.op(m), hw) / max(1, info.op(m).points) for m in loader_ops)
-    sts = loads
+    sts = loads - copied
     ints = loads * 8 + gathered * (12 + producers)      # index math; a gather's window and bounds
+    if copied:        # a run of 4 copied by one LDGSTS.128: its index math and issue once a run
+        ints -= copied * 6
+        sts += copied // 4
     if mma:
         # per 16 of K: (TM/2) x (TN/2) mma.sync.m16n8k16 (2048 MACs each), the fragments' words
         # read from shared memory (8 per A fragment, 4 per B) and packed in pairs to f16x2
@@ -362,13 +427,15 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
         cyc = max(fma / fma_rate, lds + sts + 2 * spilled, ints / (fma_rate / 2), issue / SCHEDULERS)
     latency = hw.mem_latency_s * hw.clock_hz                        # cycles a K step's loads take
     barrier = 2 * 20                                                # two barriers per K step
-    if prefetch:      # the next step's global loads are in flight while this step computes
+    if staged:        # S - 1 steps' copies in flight while this step computes
+        per_round = max(resident * warps * cyc, latency / (stages - 1)) + barrier
+    elif prefetch:    # the next step's global loads are in flight while this step computes
         per_round = max(resident * warps * cyc, latency) + barrier
     else:             # a block waits for its loads before it computes: others fill the wait
         per_round = max(resident * warps * cyc, latency + warps * cyc) + barrier
     per_sm_blocks = math.ceil(blocks / hw.units)
     cycles = math.ceil(per_sm_blocks / resident) * ksteps * per_round
-    if prefetch:      # the first step's loads, before the loop, are waited for
+    if prefetch or staged:      # the first step's loads, before the loop, are waited for
         cycles += math.ceil(per_sm_blocks / resident) * latency
     # the epilogue from registers, once per output
     epilogue = sum(op_flops(info.op(m), hw) for m in common["ops"] if m != gk.contraction)

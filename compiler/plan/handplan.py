@@ -41,6 +41,8 @@ def group_spec(group: dict, ops: list[int] | None = None) -> dict:
         spec["gemm"] = list(group["gemm"])
         if group.get("double_buffered"):
             spec["double_buffered"] = True      # (tensor cores follow from the dtypes and the profile)
+        if group.get("stages"):
+            spec["stages"] = group["stages"]
     if group.get("attention"):
         spec["attention"] = list(group["attention"])
     if group.get("conv"):
@@ -64,7 +66,8 @@ def _config(row_threads: int, gemm: tuple[int, ...], att: tuple[int, ...], scan:
     if att:
         return AttentionConfig(block_q=att[0], block_kv=att[1])
     if gemm:
-        return ContractionConfig(bk=gemm[0], tm=gemm[1], tn=gemm[2], prefetch=len(gemm) > 3 and bool(gemm[3]))
+        return ContractionConfig(bk=gemm[0], tm=gemm[1], tn=gemm[2], prefetch=len(gemm) > 3 and bool(gemm[3]),
+                                 stages=gemm[4] if len(gemm) > 4 else 0)
     if row_threads:
         return RowConfig(threads=row_threads, columns=columns, runs=runs)
     if conv:
@@ -138,15 +141,21 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
             if len(gemm) > 3:
                 raise PlanError(f"group {gid}: gemm {list(gemm)}: needs [bk, tm, tn] (double buffering is "
                                 "\"double_buffered\": true)")
-            why = gemm_tiling_error(info, members, root, block, gemm, hw.max_threads_per_block)
+            cp_stages = g.get("stages", 0)
+            if not isinstance(cp_stages, int) or isinstance(cp_stages, bool):
+                raise PlanError(f"group {gid}: stages must be a number of cp.async stages (2 to 4), not {cp_stages!r}")
+            why = gemm_tiling_error(info, members, root, block, gemm, hw.max_threads_per_block, cp_stages, hw)
             if why:
-                raise PlanError(f"group {gid}: gemm {list(gemm)}: {why}")
+                raise PlanError(f"group {gid}: gemm {list(gemm)}" + (f", stages {cp_stages}" if cp_stages else "")
+                                + f": {why}")
         prefetch = g.get("double_buffered", False)
         if not isinstance(prefetch, bool):
             raise PlanError(f"group {gid}: double_buffered must be true or false, not {prefetch!r}")
         if prefetch and not gemm:
             raise PlanError(f"group {gid}: double_buffered is for a contraction kernel (gemm)")
-        gemm = gemm[:3] + ((1,) if prefetch else ())
+        if g.get("stages") and not gemm:
+            raise PlanError(f"group {gid}: stages is for a contraction kernel (gemm)")
+        gemm = gemm[:3] + ((1, g.get("stages", 0)) if prefetch else (0, g.get("stages", 0))) if gemm else ()
         att = tuple(int(x) for x in g.get("attention", ()))
         if att:
             kernel = attention_kernel(info, members, target)

@@ -65,7 +65,7 @@ class HardwareProfile:
     warp_size: int = 32
     regs_per_block: int = 65536
     smem_per_block: int = 48 * KB           # shared memory of a block that does not opt in (onchip_per_block:
-                                            # one that does; Numba's launches do not)
+                                            # one that does: a contraction's dynamic tiles, emit/module.py)
     reserved_smem_per_block: int = 1 * KB   # what the driver keeps of each block's shared memory (cc >= 8.0)
     reg_alloc_unit: int = 256               # registers go to a warp in multiples of this
     smem_alloc_unit: int = 128              # bytes: shared memory goes to a block in multiples of this

@@ -101,6 +101,7 @@ class FusionPlan:
                 "scan_axis": self.info.op(g.root).scan_axis, "conv": f["conv"], "template": g.template,
                 **({"row_columns": True} if f.get("row_columns") else {}),
                 **({"row_runs": f["row_runs"]} if f.get("row_runs") else {}),
+                **({"stages": f["stages"]} if f.get("stages") else {}),
                 "ops": [{"id": op, "label": self.info.op(op).label, "role": role,
                          "loc": loc_text(self.info.op(op).loc)} for op, role in g.roles],
             } for g, f in ((g, summary_fields(g.config)) for g in self.kernels)],

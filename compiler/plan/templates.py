@@ -108,6 +108,7 @@ class ContractionConfig(Config):
     threads_n: int = 0
     mma: str = ""                         # on tensor cores: the operands' type (f16, bf16)
     prefetch: bool = False                # the K loop double-buffered through registers
+    stages: int = 0                       # cp.async: a ring of this many K steps in shared memory (0: none)
 
     @property
     def steps(self) -> tuple[int, int, int]:
@@ -124,7 +125,10 @@ class ContractionConfig(Config):
         return replace(self, threads_m=0, threads_n=0, mma="")
 
     def fields(self):
-        return {"gemm": list(self.steps), "tensor_cores": self.mma, "double_buffered": self.prefetch}
+        out = {"gemm": list(self.steps), "tensor_cores": self.mma, "double_buffered": self.prefetch}
+        if self.stages:
+            out["stages"] = self.stages
+        return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,7 +265,8 @@ def searched_config(row_threads: int = 0, gemm=(), row_columns: bool = False) ->
     a row kernel's threads (and whether it is a column kernel), or a contraction's (bk, tm, tn[,
     double-buffered])."""
     if gemm:
-        return ContractionConfig(bk=gemm[0], tm=gemm[1], tn=gemm[2], prefetch=len(gemm) > 3 and bool(gemm[3]))
+        return ContractionConfig(bk=gemm[0], tm=gemm[1], tn=gemm[2], prefetch=len(gemm) > 3 and bool(gemm[3]),
+                                 stages=gemm[4] if len(gemm) > 4 else 0)
     if row_threads:
         return RowConfig(threads=row_threads, columns=row_columns)
     return ElementwiseConfig()
@@ -271,7 +276,8 @@ def candidate_fields(config: Config) -> dict:
     """A candidate tiling's config in the plan JSON (and the autotuning cache): row_threads, gemm."""
     f = config.fields()
     gemm = f.get("gemm", [])
-    out = {"row_threads": f.get("row_threads", 0), "gemm": gemm + ([1] if f.get("double_buffered") else [])}
+    extra = [int(bool(f.get("double_buffered"))), f["stages"]] if f.get("stages") else [1] if f.get("double_buffered") else []
+    out = {"row_threads": f.get("row_threads", 0), "gemm": gemm + extra}
     return dict(out, row_columns=True) if f.get("row_columns") else out
 
 

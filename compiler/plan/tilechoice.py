@@ -18,7 +18,7 @@ from .cost import KernelCost, Tiling, allocated_registers, kernel_bytes, kernel_
 from .hardware import WARP, HardwareProfile
 from .measured import Measured
 from .attention import Attention, attention_kernel, attention_tiles
-from .gemm import gemm_kernel, gemm_tiling_error
+from .gemm import STAGE_CHOICES, gemm_kernel, gemm_shape, gemm_tiling_error, staged_sides
 from .rows import row_kernel, row_registers, row_tiling_error
 from .templates import TEMPLATES, AttentionConfig, ContractionConfig, RowConfig, ScanConfig, searched_config
 
@@ -396,20 +396,25 @@ class TileChooser:
                     continue
                 bm = math.prod(tiles[of_loop[cl]] for cl in gk.loops_of("m"))
                 bn = math.prod(tiles[of_loop[cl]] for cl in gk.loops_of("n"))
+                # cp.async rings where a side's tile can be copied as it lies (sm_80+)
+                rings = (0,)
+                if staged_sides(self.info, gk, members, gemm_shape(self.info, gk, root, block, (8, 1, 1)), self.hw):
+                    rings = (0,) + STAGE_CHOICES
                 for bk in (8, 16, 32):
                     for tm in (t for t in (2, 4, 8) if bm % t == 0):
-                        for tn, buffered in itertools.product(sorted({t for t in (2, 4, 7, 8) if bn % t == 0}), (0, 1)):
+                        for tn, buffered, ring in itertools.product(sorted({t for t in (2, 4, 7, 8) if bn % t == 0}),
+                                                                    (0, 1), rings):
                             t = Tiling(block, (0,) * n, mapped, ContractionConfig(bk=bk, tm=tm, tn=tn,
-                                                                                  prefetch=bool(buffered)))
+                                                                                  prefetch=bool(buffered), stages=ring))
                             if t in evaluated or (bm // tm) * (bn // tn) < min_threads:
                                 continue
                             if gemm_tiling_error(self.info, members, root, block, t.config.steps,
-                                                 self.hw.max_threads_per_block) is None:
+                                                 self.hw.max_threads_per_block, ring, self.hw) is None:
                                 c = self.cost(members, t)
                                 if c.occupancy == 0 or c.bytes_spilled > 0:
                                     continue          # registers spill, or a block does not fit on an SM
                                 evaluated[t] = c
-                                if (sm, sn, bk, tm, tn, buffered) == (64, 64, 16, 4, 4, 0):
+                                if (sm, sn, bk, tm, tn, buffered, ring) == (64, 64, 16, 4, 4, 0, 0):
                                     start = t
         if not evaluated:
             return None
@@ -557,7 +562,7 @@ def _threads(t: Tiling) -> int:
 # each template's check of a tiling another kernel's search found (TileChooser.offer; plan/templates.py)
 def gemm_valid(chooser: TileChooser, members, t: Tiling, allowed) -> bool:
     return gemm_tiling_error(chooser.info, members, chooser.root(members), t.block, t.config.steps,
-                             chooser.hw.max_threads_per_block) is None
+                             chooser.hw.max_threads_per_block, getattr(t.config, "stages", 0), chooser.hw) is None
 
 
 def row_valid(chooser: TileChooser, members, t: Tiling, allowed) -> bool:

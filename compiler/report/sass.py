@@ -252,7 +252,9 @@ class Counts:
 
 
 def counts(body: list[Instruction]) -> Counts:
-    issued = [i for i in body if i.base != "NOP"]
+    # NOPs, and instructions under the never-true predicate (`@!PT LDS RZ, [RZ]`: the padding
+    # ptxas puts around cp.async's LDGSTS and DEPBAR), do nothing
+    issued = [i for i in body if i.base != "NOP" and i.predicate != "!PT"]
     maths = sum(map(is_math, issued))
     groups = {("shared", "load"): {}, ("global", "load"): {}, ("shared", "store"): {}, ("global", "store"): {}}
     for i in issued:

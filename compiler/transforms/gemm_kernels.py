@@ -15,7 +15,7 @@ from ..plan.gemm import gemm_kernel, gemm_shape
 from ..plan.templates import ContractionConfig, groups_of
 from ..plan.kernels import FusionPlan, Kernel
 from .script import ANY, Step, apply_script, script_text, tag_of
-from ..marks import ABSORBED, BLOCK_GEMM, CONTRACTION, GEMM_MARKS, GEMM_MMA, GEMM_PREFETCH, GEMM_ROOT_LOOPS, GEMM_SIDES, GEMM_TILES, TAG
+from ..marks import ABSORBED, BLOCK_GEMM, CONTRACTION, GEMM_MARKS, GEMM_MMA, GEMM_PREFETCH, GEMM_ROOT_LOOPS, GEMM_SIDES, GEMM_STAGES, GEMM_TILES, TAG
 
 _VIEWS = ("memref.subview", "memref.expand_shape", "memref.collapse_shape", "memref.cast")
 
@@ -91,6 +91,8 @@ def _mark(plan: FusionPlan, g: Kernel, tagged: dict) -> None:
         root.attributes[GEMM_MMA] = ir.StringAttr.get(g.config.mma)
     if g.config.prefetch:
         root.attributes[GEMM_PREFETCH] = ir.UnitAttr.get()
+    if getattr(g.config, "stages", 0):
+        root.attributes[GEMM_STAGES] = _i64_array((g.config.stages,))
     block = root.block
     if c.block != block:
         raise CompilerInternalError("gpu", f"kernel {g.id}: its contraction and root are in different blocks")

@@ -212,7 +212,10 @@ def test_the_model_double_buffers_where_it_pays():
             other = Tiling(g.block_tiles, g.thread_tiles, g.mapped, replace(g.tiling.config, prefetch=not buffered))
             assert other not in chosen or chosen[g.tiling] <= chosen[other]      # the faster of the two
         assert ("double-buffered" in st.plan.format()) == buffered
-    assert stages(MLP, binding={"M": 4096, "K": 1024, "N": 4096}).plan.kernels[0].config.prefetch   # 128x256 tiles, one block an SM
+    # 128x256 tiles, one block an SM: the next K step in flight, in registers or (sm_90) a cp.async ring
+    big = stages(MLP, binding={"M": 4096, "K": 1024, "N": 4096}).plan.kernels[0].config
+    assert big.prefetch or big.stages >= 2
+
 
 
 def test_the_search_prices_16_byte_shared_loads():
@@ -225,3 +228,111 @@ def test_the_search_prices_16_byte_shared_loads():
     st = stages(CONV, binding={"B": 8, "C": 64, "F": 64}, plan=None)
     (g,) = st.plan.kernels
     assert g.template == "contraction" and g.config.tm % 4 == 0 and g.config.tn % 4 == 0, g.config
+
+
+# cp.async rings (emit/gemm.py `_staged_loader`, emit/cp_async.py) and 16-byte loaders: on the
+# simulator the copies land at once, so these check the ring's stages, the runs' indices, the
+# edges (zero outside) and the scalar fallback at misaligned addresses
+STAGED = [
+    (CASES[0], 2),            # edges on M, N and K; N = 130: odd rows of w are not 16-byte aligned
+    (CASES[0], 3),
+    (CASES[1], 3),            # K = 1: one step, the prologue's second group empty
+    (CASES[3], 2),            # batched, K = 8 (one step of 8)
+    (CASES[4], 3),            # a broadcast batch
+    (CASES[8], 2),            # a Q side across batches (B and S on M)
+]
+
+
+@pytest.mark.parametrize("case,ring", STAGED)
+def test_cp_async_staged_kernels_match_the_reference_on_the_simulator(case, ring):
+    src, binding, block, gemm = case
+    planned = stages(src, binding=binding, plan=None).plan
+    ops = sorted({m for g in planned.kernels for m in g.ops if planned.info.op(m).kind not in ("fill", "pad")})
+    plan = {"groups": [{"ops": ops, "block_tiles": block, "gemm": gemm, "stages": ring}]}
+    st = stages(src, binding=binding, plan=plan)
+    assert st.plan.kernels[0].config.stages == ring and "fusec.gemm_stages" in st.texts["gpu"]
+    kernel = st.emitted.source[st.emitted.source.index("def k0"):st.emitted.source.index("def run_")]
+    loop = kernel[kernel.index("for k0 in range"):]
+    assert kernel[:kernel.index("for k0 in range")].count("_cp_commit()") == ring - 1     # the prologue's groups
+    assert loop.index(f"_cp_wait{ring - 2}()") < loop.index("cuda.syncthreads()") < loop.index("_cp_async16(")
+    assert f", {gemm[0]}, " in kernel.split("cuda.shared.array((")[2] or f"({ring}, " in kernel
+    name = st.plan.chain
+    prog = fusec.compile(src, target="cuda-sim", options={"baseline": False, "plans": {name: plan}})
+    (c,) = getattr(prog, name).check(binding=binding, seed=5)
+    assert c.ok, c.describe()
+    assert getattr(prog, name).compiled(binding).plan["groups"][0]["stages"] == ring
+
+
+def test_a_misaligned_operand_takes_the_scalar_fallback_of_the_16_byte_loads():
+    """Operands whose base is 4 bytes past a 16-byte boundary (a view into a larger array): on a
+    GPU every run's address is misaligned, so `_ld4_f32` and `_cp_async16` take their scalar
+    branch (both branches are in the PTX: tests/report/test_contraction_kernels.py); here the
+    simulator's copies read such views at the right elements."""
+    src, binding = "chain t(a: f32[M, K], b: f32[K, N]) -> f32[M, N] { return a @ b }", {"M": 20, "K": 24, "N": 36}
+    planned = stages(src, binding=binding, plan=None).plan
+    ops = sorted({m for g in planned.kernels for m in g.ops if planned.info.op(m).kind not in ("fill", "pad")})
+    plan = {"groups": [{"ops": ops, "block_tiles": [16, 32, 0], "gemm": [8, 4, 4], "stages": 2}]}
+    st = stages(src, binding=binding, plan=plan)
+    kernel = st.emitted.source[st.emitted.source.index("def k0"):st.emitted.source.index("def run_")]
+    assert "_ld4_f32(arg0" in kernel and "_cp_async16(" in kernel     # A in runs along K, B copied as it lies
+    prog = fusec.compile(src, target="cuda-sim", options={"baseline": False, "plans": {"t": plan}})
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((20, 24), np.float32), rng.standard_normal((24, 36), np.float32)
+    pa, pb = np.zeros(20 * 24 + 1, np.float32), np.zeros(24 * 36 + 1, np.float32)
+    va, vb = pa[1:].reshape(20, 24), pb[1:].reshape(24, 36)
+    va[...], vb[...] = a, b
+    assert va.ctypes.data % 16 and vb.ctypes.data % 16
+    out = prog.t(va, vb)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_the_planner_refuses_stages_where_no_tile_is_copied_as_it_lies():
+    src = "chain t(a: f32[M, K], b: f32[N, K]) -> f32[M, N] { return a @ transpose(b) }"
+    binding = {"M": 20, "K": 24, "N": 36}
+    planned = stages(src, binding=binding, plan=None).plan
+    ops = sorted({m for g in planned.kernels for m in g.ops if planned.info.op(m).kind not in ("fill", "pad")})
+    plan = {"groups": [{"ops": ops, "block_tiles": [16, 32, 0], "gemm": [8, 4, 4], "stages": 2}]}
+    with pytest.raises(PlanError, match="no operand tile cp.async can copy"):
+        stages(src, binding=binding, plan=plan)
+
+
+def test_tiles_past_48_kb_in_dynamic_shared_memory_match_the_reference_on_the_simulator():
+    """A 3-stage ring of 64x128 tiles, BK 32 (59,392 B): both tiles carved from the dynamic
+    shared array, its bytes given at launch; K = 70 ends in a partial step."""
+    src, binding = "chain t(a: f32[M, K], b: f32[K, N]) -> f32[M, N] { return a @ b }", {"M": 20, "K": 70, "N": 40}
+    planned = stages(src, binding=binding, plan=None).plan
+    ops = sorted({m for g in planned.kernels for m in g.ops if planned.info.op(m).kind not in ("fill", "pad")})
+    plan = {"groups": [{"ops": ops, "block_tiles": [64, 128, 0], "gemm": [32, 4, 8], "stages": 3}]}
+    st = stages(src, binding=binding, plan=plan)
+    assert "cuda.shared.array(0, numba.float32" in st.emitted.source and ", 0, 59392](" in st.emitted.source
+    prog = fusec.compile(src, target="cuda-sim", options={"baseline": False, "plans": {"t": plan}})
+    (c,) = prog.t.check(binding=binding, seed=5)
+    assert c.ok, c.describe()
+
+
+def test_the_tile_search_prices_cp_async_rings_and_needs_sm_80():
+    """The search tries 0, 2 and 3 stages where a side can be copied as it lies: at the bench mlp
+    the model takes a ring (--explain says so), and a ring's shared memory is counted; on a
+    device without cp.async (cc 7.5) no candidate has stages."""
+    from dataclasses import replace
+    from fusec.compiler.options import CompileOptions
+    from fusec.compiler.pipeline import compile_typed
+    from fusec.compiler.plan.gemm import gemm_kernel, gemm_shape, staged_shared_bytes, staged_sides
+    from fusec.compiler.plan.hardware import GPUS
+    binding = {"M": 512, "K": 1024, "N": 4096}
+    st = stages(MLP, binding=binding)
+    (g,) = st.plan.kernels
+    assert g.config.stages in (2, 3)
+    assert any(f"{g.config.stages} cp.async stages" in d for d in st.plan.decisions)
+    info = st.plan.info
+    gk = gemm_kernel(info, g.ops, g.root)
+    s = gemm_shape(info, gk, g.root, g.block_tiles, g.config.steps)
+    sides = staged_sides(info, gk, g.ops, s, GPUS["h200"])
+    assert sides == ("n",)                       # w[k, n] as it lies; x[m, k] is transposed into its tile
+    assert staged_shared_bytes(s, sides, 3) - staged_shared_bytes(s, sides, 2) == 4 * s.bk * (s.bn + 4)
+    old = replace(GPUS["h200"], cc=(7, 5))
+    c = fusec.check(MLP).chains[0]
+    st75 = compile_typed(c, binding, options=CompileOptions(target="gpu", hardware=old))
+    assert all(getattr(t.config, "stages", 0) == 0 for t, _ in st75.plan.candidates[0])
+    assert any(hasattr(t.config, "stages") for t, _ in st75.plan.candidates[0])   # contraction shapes among them
+    assert st75.plan.kernels[0].config.stages == 0

@@ -259,3 +259,16 @@ def test_a_run_of_consecutive_reads_is_one_wide_access(stride, offset, widths, w
     assert [s.width for s in run] == widths
     assert [s.ways for s in run] == want
     assert (last.width, last.ways) == (4, 1)      # Ns[1, tx] alone: a scalar read, 32 banks
+
+
+def test_instructions_under_the_never_true_predicate_are_not_counted():
+    """ptxas pads cp.async's LDGSTS and DEPBAR with `@!PT LDS RZ, [RZ]`: never executed, so neither
+    an instruction issued nor a shared load of the loop."""
+    code = sass.parse_sass("""
+        /*0000*/                   LDGSTS.E.BYPASS.128 [R3], desc[UR6][R4.64] ;
+        /*0010*/              @!PT LDS RZ, [RZ] ;
+        /*0020*/                   LDS.128 R8, [R2] ;
+        /*0030*/                   FFMA R20, R8, R9, R20 ;
+    """)
+    c = sass.counts(code)
+    assert c.instructions == 3 and c.shared_loads == {"LDS.128": 1} and c.global_loads == {"LDGSTS.128": 1}

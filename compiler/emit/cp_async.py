@@ -1,0 +1,99 @@
+"""cp.async (sm_80+): global-to-shared copies that bypass registers, for the contraction
+template's staged tiles (emit/gemm.py, `fusec.gemm_stages`).
+
+`_cp_async16(dst, dst_idx, src, src_idx)` copies src[src_idx] and the 3 f32 after it to
+dst[dst_idx] and the 3 after it: one `cp.async.cg.shared.global [d], [s], 16` (LDGSTS.128 in
+SASS) when both addresses are 16-byte aligned, else four `cp.async.ca.shared.global [d], [s], 4`
+(a run-time fact, decided per thread: a sliced input, a row pitch not a multiple of 4).
+`_cp_async4` copies one element. The shared destination is the 32-bit shared-window address of
+the generic pointer (`cvta.to.shared`). `_cp_commit()` closes the thread's group of copies
+(`cp.async.commit_group`), `_cp_waitN()` waits until at most N of its groups are in flight
+(`cp.async.wait_group N`); a barrier after the wait makes every thread's copies visible. The
+asm statements have side effects and clobber memory, so LLVM keeps them in order with the
+shared loads around them. Under the simulator (no inline PTX) the copies land at once and the
+commit and wait do nothing: the ring's indexing is checked there, its timing only on a GPU.
+"""
+from __future__ import annotations
+
+MAX_STAGES = 4       # _cp_wait0 .. _cp_wait{MAX_STAGES - 2}
+
+CP_ASYNC_HELPERS = [
+    "if _CUDASIM:   # no inline PTX: each copy lands at once, commit and wait have nothing to do",
+    "    def _cp_async16(d, di, s, si):",
+    "        *dl, dc = di",
+    "        *sl, sc = si",
+    "        d[(*dl, slice(dc, dc + 4))] = s[(*sl, slice(sc, sc + 4))]",
+    "",
+    "    def _cp_async4(d, di, s, si):",
+    "        d[di] = s[si]",
+    "",
+    "    def _cp_commit():",
+    "        pass",
+    "",
+    f"    _cp_wait0 = {' = '.join(f'_cp_wait{n}' for n in range(1, MAX_STAGES - 1))} = _cp_commit",
+    "else:",
+    "    from llvmlite import ir as _llir",
+    "    from numba import types as _nbt",
+    "    from numba.core import cgutils as _cgutils",
+    "    from numba.cuda.extending import intrinsic as _intrinsic",
+    "",
+    "    def _cp_addresses(context, builder, sig, args):",
+    '        """The generic addresses (i64) of dst[di] and src[si] (C order, no wraparound)."""',
+    "        out = []",
+    "        for a, i, aty, ity in ((args[0], args[1], sig.args[0], sig.args[1]), (args[2], args[3], sig.args[2], sig.args[3])):",
+    "            arr = context.make_array(aty)(context, builder, a)",
+    "            idx = [context.cast(builder, v, t, _nbt.intp)",
+    "                   for v, t in zip(_cgutils.unpack_tuple(builder, i, len(ity)), ity)]",
+    "            ptr = _cgutils.get_item_pointer(context, builder, aty, arr, idx, wraparound=False)",
+    "            out.append(builder.ptrtoint(ptr, _llir.IntType(64)))",
+    "        return out",
+    "",
+    "    def _cp_asm(builder, size, cache, d, s):",
+    "        i64 = _llir.IntType(64)",
+    "        fn = _llir.InlineAsm(_llir.FunctionType(_llir.VoidType(), [i64, i64]),",
+    '                             "{ .reg .u64 sa, ga; .reg .u32 sa32; cvta.to.shared.u64 sa, $0; cvt.u32.u64 sa32, sa; "',
+    '                             f"cvta.to.global.u64 ga, $1; cp.async.{cache}.shared.global [sa32], [ga], {size}; }}",',
+    '                             "l,l,~{memory}", side_effect=True)',
+    "        builder.call(fn, [d, s])",
+    "",
+    "    @_intrinsic",
+    "    def _cp_async16(typingctx, d, di, s, si):",
+    '        """dst[di..di+3] = src[si..si+3] asynchronously: 16 bytes where both are aligned, else 4 x 4."""',
+    "        sig = _nbt.void(d, di, s, si)",
+    "",
+    "        def codegen(context, builder, sig, args):",
+    "            da, sa = _cp_addresses(context, builder, sig, args)",
+    "            i64 = _llir.IntType(64)",
+    "            aligned = builder.icmp_unsigned('==', builder.and_(builder.or_(da, sa), i64(15)), i64(0))",
+    "            with builder.if_else(aligned) as (wide, narrow):",
+    "                with wide:",
+    "                    _cp_asm(builder, 16, 'cg', da, sa)",
+    "                with narrow:",
+    "                    for k in range(4):",
+    "                        _cp_asm(builder, 4, 'ca', builder.add(da, i64(4 * k)), builder.add(sa, i64(4 * k)))",
+    "            return context.get_dummy_value()",
+    "        return sig, codegen",
+    "",
+    "    @_intrinsic",
+    "    def _cp_async4(typingctx, d, di, s, si):",
+    '        """dst[di] = src[si] asynchronously (4 bytes)."""',
+    "        sig = _nbt.void(d, di, s, si)",
+    "",
+    "        def codegen(context, builder, sig, args):",
+    "            da, sa = _cp_addresses(context, builder, sig, args)",
+    "            _cp_asm(builder, 4, 'ca', da, sa)",
+    "            return context.get_dummy_value()",
+    "        return sig, codegen",
+    "",
+    "    def _cp_plain(asm):",
+    "        @_intrinsic",
+    "        def _op(typingctx):",
+    "            def codegen(context, builder, sig, args):",
+    "                fn = _llir.InlineAsm(_llir.FunctionType(_llir.VoidType(), []), asm, '~{memory}', side_effect=True)",
+    "                builder.call(fn, [])",
+    "                return context.get_dummy_value()",
+    "            return _nbt.void(), codegen",
+    "        return _op",
+    "",
+    '    _cp_commit = _cp_plain("cp.async.commit_group;")',
+] + [f'    _cp_wait{n} = _cp_plain("cp.async.wait_group {n};")' for n in range(MAX_STAGES - 1)]
