@@ -16,5 +16,5 @@ def __getattr__(name: str):
     """`fusec.onnx` (the ONNX importer) loads on first use: `import fusec` never imports onnx."""
     if name == "onnx":
         import importlib
-        return importlib.import_module("fusec.onnx")
+        return importlib.import_module(".onnx", __name__)
     raise AttributeError(f"module 'fusec' has no attribute '{name}'")

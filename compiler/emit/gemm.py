@@ -42,7 +42,7 @@ class StagedTile(Tile):
         return f"({self.stage}, {k}, {x})"
 
 
-class FlatTile(Tile):
+class CarvedTile(Tile):
     """A [BK, B] staging tile (or stage `stage` of a ring of them) at word `offset` of the flat
     dynamic shared array: rows `stride` words apart, stages `size` words apart."""
 
@@ -50,8 +50,8 @@ class FlatTile(Tile):
         super().__init__(array)
         self.offset, self.stride, self.size, self.stage = offset, stride, size, stage
 
-    def staged(self, stage: str) -> "FlatTile":
-        return FlatTile(self.array, self.offset, self.stride, self.size, stage)
+    def staged(self, stage: str) -> "CarvedTile":
+        return CarvedTile(self.array, self.offset, self.stride, self.size, stage)
 
     def flat(self, k: str, x: str) -> str:
         """The word index: its variable part masked non-negative (else each index keeps Numba's
@@ -257,7 +257,7 @@ class _Gemm:
                 self.ctx.dynamic_shared = F32_BYTES * words
                 tiles, offset = [], 0
                 for name, side, stride, ring in plan:
-                    tiles.append(FlatTile(dyn, offset, stride, self.bk * stride if staged[side] else 0))
+                    tiles.append(CarvedTile(dyn, offset, stride, self.bk * stride if staged[side] else 0))
                     offset += self.bk * stride * ring
                 sm, sn = tiles
             else:
@@ -359,7 +359,7 @@ class _Gemm:
     @staticmethod
     def _stage(tile, stage: str):
         """Stage `stage` of a staged side's ring."""
-        return tile.staged(stage) if isinstance(tile, FlatTile) else StagedTile(tile.array, stage)
+        return tile.staged(stage) if isinstance(tile, CarvedTile) else StagedTile(tile.array, stage)
 
     # -- the products ----------------------------------------------------------------------------
     def _fma_steps(self, sm, sn, accs, ks: str | None) -> None:

@@ -254,6 +254,14 @@ def allocated_registers(hw: HardwareProfile, regs: int) -> int:
     return -(-regs // per_thread) * per_thread
 
 
+def bounded_registers(hw: HardwareProfile, threads: int) -> int:
+    """The most registers a thread of a block of `threads` can have: the device's limit per
+    thread, or less where the block's launch bounds (every emitted kernel's `_bounds(threads)`)
+    leave 65,536 / threads, rounded down to the allocation unit."""
+    per_thread = max(1, hw.reg_alloc_unit // WARP)
+    return min(hw.regs_per_thread, hw.regs_per_unit // max(1, threads) // per_thread * per_thread)
+
+
 def issue_per_step(math: float, modelled: float, outside: float, measured: Measured | None) -> float:
     """Warp instructions per step of a template's main loop (a K step, a key step), `math` of
     them math: the SASS's when the kernel report measured the kernel's hot loop (its instructions

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, replace
 
 from .analysis import ChainInfo, loop_correspondence
-from .cost import (COALESCED, GEMM_REG_HEADROOM, SCHEDULERS, SECTOR, Tiling, finish_cost, fitting_blocks,
+from .cost import (COALESCED, GEMM_REG_HEADROOM, bounded_registers, SCHEDULERS, SECTOR, Tiling, finish_cost, fitting_blocks,
                    issue_per_step, op_flops, warp_occupancy)
 from .cost_cpu import cpu_time
 from .hardware import WARP, HardwareProfile
@@ -370,14 +370,19 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
     # elements copied by cp.async (no register, no shared store) and those read 16 bytes at a time
     copied = sum(side_loads[side] for side in staged)
     held = loads - copied
-    regs, smem, local = (gemm_registers(s.tm, s.tn, loads - gathered - copied, gathered, bool(mma), flat=flat)
+    # a double-buffered conv holds its window's coordinates and guards across the K step too
+    regs, smem, local = (gemm_registers(s.tm, s.tn, loads - gathered - copied, gathered, bool(mma),
+                                        flat=flat and not prefetch)
                          + (held if prefetch else 0),       # the next K step's elements, held
                          s.mma_shared_bytes if mma else staged_shared_bytes(s, staged, stages), 0)
     ksteps = math.ceil(gk.k / s.bk)
     # words each thread spills and reloads per K step; the estimate runs low at the top end (against
     # ptxas), so within GEMM_REG_HEADROOM of the limit counts as spilling
-    spilled = max(0, regs - (hw.regs_per_thread - GEMM_REG_HEADROOM))
-    regs = min(regs, hw.regs_per_thread)
+    # a block's launch bounds (emit: `_bounds(threads)`) cap a thread's registers below the
+    # device's limit at 65,536 / threads (in allocation units): ptxas spills past that cap
+    limit = bounded_registers(hw, warps * WARP)
+    spilled = max(0, regs - (limit - GEMM_REG_HEADROOM if limit == hw.regs_per_thread else limit))
+    regs = min(regs, limit)
     coalesced = True                  # the loader walks each operand along its contiguous dim
     if measured is not None:
         regs, smem = measured.registers, measured.shared_bytes
