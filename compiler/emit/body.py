@@ -54,6 +54,17 @@ class Writer:
             self("pass")
         self.depth -= 1
 
+    @contextmanager
+    def when(self, conds: list[str]):
+        """The lines written inside under `if c1 and c2 ...:` (nothing added where `conds` is
+        empty: the lines at the current depth)."""
+        if conds:
+            self(f"if {' and '.join(conds)}:")
+            self.depth += 1
+        yield
+        if conds:
+            self.depth -= 1
+
 
 def arena_param(dtype: str) -> str:
     """The host function's parameter holding the arena of `dtype` elements (emit/memplan.py)."""

@@ -463,50 +463,39 @@ class _Gemm:
             operand); stored into the tile at once, or kept in its register (`held`)."""
             step = counted(k0) if counted is not None else None
             for key, sl, coords, ok, kl, inside in elements():
-                if inside:                       # positions past the tile's end
-                    w(f"if {' and '.join(inside)}:")
-                    w.depth += 1
-                k = names.fresh("k")
-                w(f"{k} = {k0} + {kl}")
-                v = names.fresh("v") if store else held.setdefault(key, names.fresh("pf"))
-                conds = ([ok] if ok else []) + ([f"{k} < {K}"] if k_ok_needed else [])
-                if conds:
-                    w(f"{v} = {zero}")
-                    w(f"if {' and '.join(conds)}:")
-                    w.depth += 1
-                self.values.forget()
-                full = dict(coords)
-                if direct:                   # the K coordinates' offset is k itself
-                    w(f"{v} = {direct(key[0], k)}")
-                elif split is not None:        # the K step's outer coordinate, the rest the thread's own
-                    inner, per_pos = split
-                    outer, rest = per_pos[kl]
-                    full.update(rest)
-                    full[kloops[0]] = expr_add(floordiv(k0, str(inner)), outer)
-                elif step is not None:
-                    full.update(step(kl))
-                else:
-                    full.update(self._delinearize(k, kloops, "kc_", ext_k))
-                if not direct:
-                    dims = [full.get(l, "0") for l in range(len(self.sides))]
-                    idx = [affine(e, dims) for e in m.results]
-                    w(f"{v} = {self.values.read(self.c.operands[operand], idx, self.c)}")
-                if conds:
-                    w.depth -= 1
-                if store:
-                    w(f"{tile.at(kl, sl)} = {v}")
-                if inside:
-                    w.depth -= 1
+                with w.when(inside):             # positions past the tile's end
+                    k = names.fresh("k")
+                    w(f"{k} = {k0} + {kl}")
+                    v = names.fresh("v") if store else held.setdefault(key, names.fresh("pf"))
+                    conds = ([ok] if ok else []) + ([f"{k} < {K}"] if k_ok_needed else [])
+                    if conds:
+                        w(f"{v} = {zero}")
+                    with w.when(conds):
+                        self.values.forget()
+                        full = dict(coords)
+                        if direct:                   # the K coordinates' offset is k itself
+                            w(f"{v} = {direct(key[0], k)}")
+                        elif split is not None:        # the K step's outer coordinate, the rest the thread's own
+                            inner, per_pos = split
+                            outer, rest = per_pos[kl]
+                            full.update(rest)
+                            full[kloops[0]] = expr_add(floordiv(k0, str(inner)), outer)
+                        elif step is not None:
+                            full.update(step(kl))
+                        else:
+                            full.update(self._delinearize(k, kloops, "kc_", ext_k))
+                        if not direct:
+                            dims = [full.get(l, "0") for l in range(len(self.sides))]
+                            idx = [affine(e, dims) for e in m.results]
+                            w(f"{v} = {self.values.read(self.c.operands[operand], idx, self.c)}")
+                    if store:
+                        w(f"{tile.at(kl, sl)} = {v}")
 
         def put() -> None:
             """The held elements into the tile."""
             for key, sl, coords, ok, kl, inside in elements():
-                if inside:
-                    w(f"if {' and '.join(inside)}:")
-                    w.depth += 1
-                w(f"{tile.at(kl, sl)} = {held[key]}")
-                if inside:
-                    w.depth -= 1
+                with w.when(inside):
+                    w(f"{tile.at(kl, sl)} = {held[key]}")
 
         def declare() -> None:
             """The held registers, defined on every path before the K loop."""
@@ -707,56 +696,40 @@ class _Gemm:
             for key, k, kval, at, index, inside, conds, full, each in runs(k0):
                 xs = ([names.fresh("x") for _ in range(4)] if store
                       else [held.setdefault((key, r), names.fresh("pf")) for r in range(4)])
-                if inside:
-                    if store:            # defined on every path to the stores after the loads
-                        w(f"{' = '.join(xs)} = {zero}")
-                    w(f"if {' and '.join(inside)}:")
-                    w.depth += 1
-                w(f"{k} = {kval}")
-                self.values.forget()
-                base = view.to_base(tuple(index(0)))
-                wide = f"{', '.join(xs)} = _ld4_f32({view.array.name}, ({', '.join(base)},))"
-                if conds or full:
+                if inside and store:     # defined on every path to the stores after the loads
                     w(f"{' = '.join(xs)} = {zero}")
-                if conds:
-                    w(f"if {' and '.join(conds)}:")
-                    w.depth += 1
-                if full:
-                    w(f"if {full}:")
-                    with w.indent():
-                        w(wide)
-                    w("else:")
-                    with w.indent():
-                        for r in range(4):
-                            w(f"if {each[r]}:")
+                with w.when(inside):
+                    w(f"{k} = {kval}")
+                    self.values.forget()
+                    base = view.to_base(tuple(index(0)))
+                    wide = f"{', '.join(xs)} = _ld4_f32({view.array.name}, ({', '.join(base)},))"
+                    if conds or full:
+                        w(f"{' = '.join(xs)} = {zero}")
+                    with w.when(conds):
+                        if full:
+                            w(f"if {full}:")
                             with w.indent():
-                                w(f"{xs[r]} = {self.values.read(v, index(r), self.c)}")
-                else:
-                    w(wide)
-                if conds:
-                    w.depth -= 1
-                if inside:
-                    w.depth -= 1
+                                w(wide)
+                            w("else:")
+                            with w.indent():
+                                for r in range(4):
+                                    w(f"if {each[r]}:")
+                                    with w.indent():
+                                        w(f"{xs[r]} = {self.values.read(v, index(r), self.c)}")
+                        else:
+                            w(wide)
                 if store:
                     stores.append((inside, [f"{tile.at(*at(r))} = {xs[r]}" for r in range(4)]))
             for inside, lines in stores:
-                if inside:
-                    w(f"if {' and '.join(inside)}:")
-                    w.depth += 1
-                for line in lines:
-                    w(line)
-                if inside:
-                    w.depth -= 1
+                with w.when(inside):
+                    for line in lines:
+                        w(line)
 
         def put() -> None:
             for key, k, kval, at, index, inside, conds, full, each in runs("0"):
-                if inside:
-                    w(f"if {' and '.join(inside)}:")
-                    w.depth += 1
-                for r in range(4):
-                    w(f"{tile.at(*at(r))} = {held[(key, r)]}")
-                if inside:
-                    w.depth -= 1
+                with w.when(inside):
+                    for r in range(4):
+                        w(f"{tile.at(*at(r))} = {held[(key, r)]}")
 
         def declare() -> None:
             for key, *_ in runs("0"):
@@ -781,32 +754,25 @@ class _Gemm:
         def issue(k0: str, stage: str) -> None:
             tile = self._stage(ring, stage)
             for key, k, kval, at, index, inside, conds, full, each in runs(k0):
-                if inside:
-                    w(f"if {' and '.join(inside)}:")
-                    w.depth += 1
-                w(f"{k} = {kval}")
-                src = lambda r: f"({', '.join(view.to_base(tuple(index(r))))},)"
-                whole = conds + ([full] if full else [])
-                if whole:
-                    w(f"if {' and '.join(whole)}:")
-                    w.depth += 1
-                w(f"_cp_async16({array}, {tile.index(*at(0))}, {view.array.name}, {src(0)})")
-                if whole:
-                    w.depth -= 1
-                    w("else:")
-                    with w.indent():
-                        for r in range(4):
-                            if each is None:
-                                w(f"{tile.at(*at(r))} = {zero}")
-                                continue
-                            w(f"if {' and '.join(conds + [each[r]])}:")
-                            with w.indent():
-                                w(f"_cp_async4({array}, {tile.index(*at(r))}, {view.array.name}, {src(r)})")
-                            w("else:")
-                            with w.indent():
-                                w(f"{tile.at(*at(r))} = {zero}")
-                if inside:
-                    w.depth -= 1
+                with w.when(inside):
+                    w(f"{k} = {kval}")
+                    src = lambda r: f"({', '.join(view.to_base(tuple(index(r))))},)"
+                    whole = conds + ([full] if full else [])
+                    with w.when(whole):
+                        w(f"_cp_async16({array}, {tile.index(*at(0))}, {view.array.name}, {src(0)})")
+                    if whole:
+                        w("else:")
+                        with w.indent():
+                            for r in range(4):
+                                if each is None:
+                                    w(f"{tile.at(*at(r))} = {zero}")
+                                    continue
+                                w(f"if {' and '.join(conds + [each[r]])}:")
+                                with w.indent():
+                                    w(f"_cp_async4({array}, {tile.index(*at(r))}, {view.array.name}, {src(r)})")
+                                w("else:")
+                                with w.indent():
+                                    w(f"{tile.at(*at(r))} = {zero}")
 
         return _Loader(issue=issue)
 
