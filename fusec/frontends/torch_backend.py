@@ -308,9 +308,7 @@ class Backend:
                                 **_compile_kwargs(self.compile_kwargs))
         try:
             program = make(opts)
-        except (UsageError, FdslError) as e:
-            if _is_option_error(e):
-                raise
+        except (UsageError, FdslError) as e:         # (an OptionsError, the user's options, propagates)
             return self._eager(region, f"fusec refused its FDSL: {_first_error(e)}")
         static = None
         if "dynamic" in opts and "dynamic" not in self.options:
@@ -343,11 +341,6 @@ def _first_error(e: Exception) -> str:
     lines = str(e).splitlines()
     err = next((ln for ln in lines if "error:" in ln), lines[0] if lines else type(e).__name__)
     return err.split("error:", 1)[-1].strip()
-
-
-def _is_option_error(e: Exception) -> bool:
-    from fusec.compiler.errors import OptionsError
-    return isinstance(e, OptionsError)
 
 
 def _compile_kwargs(kw: dict) -> dict:

@@ -116,7 +116,7 @@ def fdsl_dtype(dt) -> str:
 
 
 # whether FDSL spells infinities and NaN as literals (else such a scalar becomes a 0-d parameter)
-NONFINITE_LITERALS = False
+NONFINITE_LITERALS = "inf" in KEYWORDS
 
 
 def finite_or_literal(v) -> bool:
@@ -168,17 +168,33 @@ ATEN_COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": 
 REDUCE = {"sum.dim_IntList": "sum", "mean.dim": "mean", "amax.default": "max", "amin.default": "min",
           "prod.dim_int": "prod"}
 # ops folded when every input is a constant known now (and refused otherwise)
-ATEN_FOLDED = {"arange.start_step", "arange.start", "arange.default", "full.default", "scalar_tensor.default",
-              "logical_and.default", "logical_or.default", "logical_not.default", "logical_xor.default",
-              "any.dim", "any.default", "all.dim", "full_like.default", "zeros_like.default", "ones_like.default",
-              "zeros.default", "ones.default", "bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_not.default",
-              "index.Tensor", "gather.default", "triu.default", "tril.default"}
+ATEN_FOLDED = {"triu.default", "tril.default", "bitwise_not.default"}
+# creation ops: folded when static, else written with FDSL's creation ops
+CREATION = {"arange.start_step", "arange.start", "arange.default", "full.default", "scalar_tensor.default",
+            "full_like.default", "zeros_like.default", "ones_like.default", "zeros.default", "ones.default"}
+LOGICAL = {"logical_and.default": "logical_and", "logical_or.default": "logical_or",
+           "logical_xor.default": "logical_xor", "bitwise_and.Tensor": "logical_and",
+           "bitwise_or.Tensor": "logical_or", "bitwise_xor.Tensor": "logical_xor"}
 OTHER = {"addmm.default", "mm.default", "bmm.default", "matmul.default", "_softmax.default",
          "_log_softmax.default", "native_layer_norm.default", "_native_batch_norm_legit_no_training.default",
          "convolution.default", "embedding.default", "where.self", "pow.Tensor_Scalar", "pow.Tensor_Tensor",
          "gelu.default", "hardtanh.default", "clamp.default", "clamp_min.default", "clamp_max.default",
          "maximum.default", "minimum.default", "square.default", "rsub.Scalar", "cumsum.default",
-         "convert_element_type.default"}
+         "convert_element_type.default", "logical_not.default", "any.dim", "any.default", "any.dims",
+         "all.dim", "all.default", "gather.default", "index.Tensor", "max_pool2d_with_indices.default",
+         "avg_pool2d.default", "_adaptive_avg_pool2d.default", "hardswish.default", "hardsigmoid.default",
+         "relu6.default"}
+
+# the FDSL operator an ATen op's translation writes, where it is not one every FDSL has
+NEEDS = {"gather.default": "take_along_axis", "index.Tensor": "index", "max_pool2d_with_indices.default": "max_pool2d",
+         "avg_pool2d.default": "avg_pool2d", "_adaptive_avg_pool2d.default": "adaptive_avg_pool2d",
+         "logical_not.default": "logical_not", "any.dim": "any", "any.default": "any", "any.dims": "any",
+         "all.dim": "all", "all.default": "all", "hardswish.default": "hardswish",
+         "hardsigmoid.default": "hardsigmoid", "relu6.default": "relu6", "full.default": "full",
+         "zeros.default": "full", "ones.default": "full", "scalar_tensor.default": "full",
+         "full_like.default": "full_like", "zeros_like.default": "full_like", "ones_like.default": "full_like",
+         "arange.start_step": "arange", "arange.start": "arange", "arange.default": "arange",
+         **{k: v for k, v in LOGICAL.items()}}
 
 SIZE_FUNCTIONS = {operator.mul, operator.add, operator.sub, operator.floordiv, operator.neg}
 
@@ -190,7 +206,8 @@ def _binary_names():
     return out
 
 
-ATEN_SUPPORTED = set(ATEN_UNARY) | set(REDUCE) | ATEN_FOLDED | OTHER | ATEN_VIEWS | _binary_names()
+ATEN_SUPPORTED = set(ATEN_UNARY) | set(REDUCE) | ATEN_FOLDED | CREATION | set(LOGICAL) | OTHER | ATEN_VIEWS | \
+    _binary_names()
 
 
 def node_support(node) -> str | None:
@@ -212,16 +229,37 @@ def node_support(node) -> str | None:
                 return f"a tensor on {v.device}"
     if name in ATEN_FOLDED and not _constant_inputs(node):
         return "only folded when its inputs are constants"
-    if name == "native_layer_norm.default" or name == "_native_batch_norm_legit_no_training.default":
+    if name in NEEDS and NEEDS[name] not in _fdsl_ops() and not _constant_inputs(node):
+        return f"FDSL has no {NEEDS[name]}"
+    if name == "convolution.default" and node.args[8] != 1 and "groups" not in _fdsl_args("conv2d"):
+        return "FDSL's conv2d has no groups"
+    if name in ("native_layer_norm.default", "_native_batch_norm_legit_no_training.default",
+                "max_pool2d_with_indices.default"):
         if any(u.op != "call_function" or u.target is not operator.getitem or u.args[1] != 0 for u in node.users):
             return "its saved statistics are used (a training graph)"
     if name == "convolution.default":
         x = node.args[0].meta.get("val")
-        if x is None or x.dim() != 4 or node.args[6] or node.args[8] != 1:
-            return "a convolution other than 2-D, ungrouped, not transposed"
+        if x is None or x.dim() != 4 or node.args[6]:
+            return "a convolution other than 2-D and not transposed"
+    if name in ("bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor") and any(
+            isinstance(a, torch.fx.Node) and getattr(a.meta.get("val"), "dtype", None) != torch.bool
+            for a in node.args[:2]):
+        return "a bitwise op on integers"
+    if name == "index.Tensor" and any(i is not None and getattr(i.meta.get("val"), "dtype", None) == torch.bool
+                                      for i in node.args[1]):
+        return "an index by a boolean mask (its size depends on the data)"
     if name == "div.Tensor" and node.kwargs.get("rounding_mode") is not None:
         return "a rounding division"
     return None
+
+
+def _fdsl_ops() -> dict:
+    from fusec.dsl.ops.registry import OPS
+    return OPS
+
+
+def _fdsl_args(op: str) -> set:
+    return {a.name for a in _fdsl_ops()[op].args}
 
 
 def _constant_inputs(node) -> bool:
@@ -392,6 +430,10 @@ class Translator:
         handler = getattr(self, "op_" + name.replace(".", "_"), None)
         if handler is not None:
             return handler(node)
+        if name in LOGICAL:
+            return self._logical(node)
+        if name in ATEN_FOLDED:
+            raise Unsupported(f"aten.{name} on values computed at run time (fusec folds it on constants only)")
         op = name.split(".")[0]
         out = node.meta["val"]
         if name in ATEN_UNARY:
@@ -784,6 +826,8 @@ class Translator:
         out = node.meta["val"]
         args = [x.name, w.name] + ([b.name] if b is not None else [])
         args += [f"stride={dims_text(stride)}", f"padding={dims_text(padding)}", f"dilation={dims_text(dilation)}"]
+        if node.args[8] != 1:
+            args.append(f"groups={node.args[8]}")
         return self.emit(node.name, f"conv2d({', '.join(args)})", x.dtype, meta_shape(out), self.reads(x, w, b))
 
     def op_embedding_default(self, node):
@@ -875,6 +919,156 @@ class Translator:
             return x
         return self.emit(node.name, f"cast({x.name}, {dt})", dt, x.shape, self.reads(x))
 
+    # ---- booleans, creation, gathers, pooling ---------------------------------------------------
+    def op_logical_not_default(self, node):
+        x = self.tensor_m(node.args[0])
+        src = x.name if x.dtype == "bool" else f"{x.name} == 0"
+        return self.emit(node.name, f"logical_not({src})", "bool", x.shape, self.reads(x))
+
+    def _logical(self, node):
+        a, b = self.tensor_m(node.args[0]), self.tensor_m(node.args[1])
+        conv = [self.ref(v) if not isinstance(v, V) or v.dtype == "bool" else f"{v.name} != 0" for v in (a, b)]
+        fn = LOGICAL[op_name(node.target)]
+        return self.emit(node.name, f"{fn}({conv[0]}, {conv[1]})", "bool", meta_shape(node.meta["val"]),
+                         self.reads(a, b))
+
+    def _any_all(self, node, fn: str):
+        x = self.tensor_m(node.args[0])
+        src = x.name if x.dtype == "bool" else f"{x.name} != 0"
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        axis = "" if dims is None else f", axis={dims_text([dims] if isinstance(dims, int) else list(dims))}"
+        return self.emit(node.name, f"{fn}({src}{axis}, keepdims={'true' if keep else 'false'})", "bool",
+                         meta_shape(node.meta["val"]), self.reads(x))
+
+    def op_any_dim(self, node):
+        return self._any_all(node, "any")
+
+    op_any_default = op_any_dims = op_any_dim
+
+    def op_all_dim(self, node):
+        return self._any_all(node, "all")
+
+    op_all_default = op_all_dim
+
+    def _fill_value(self, v, dtype: str) -> str:
+        if dtype == "bool":
+            return "true" if v else "false"
+        if dtype in FLOAT_DTYPES:
+            return lit(float(v))
+        return lit(int(v))
+
+    def _creation(self, node, shape, value):
+        out = node.meta["val"]
+        dt = fdsl_dtype(out.dtype)
+        if any(d is None for d in shape):
+            raise Unsupported("a tensor filled to a size FDSL cannot name")
+        return self.emit(node.name, f"full({dims_text(shape)}, {self._fill_value(value, dt)}, dtype={dt})", dt,
+                         shape, ())
+
+    def op_full_default(self, node):
+        return self._creation(node, meta_shape(node.meta["val"]), node.args[1])
+
+    def op_zeros_default(self, node):
+        return self._creation(node, meta_shape(node.meta["val"]), 0)
+
+    def op_ones_default(self, node):
+        return self._creation(node, meta_shape(node.meta["val"]), 1)
+
+    def op_scalar_tensor_default(self, node):
+        return self._creation(node, (), node.args[0])
+
+    def _full_like(self, node, value):
+        x = self.tensor_m(node.args[0])
+        dt = fdsl_dtype(node.meta["val"].dtype)
+        extra = "" if dt == x.dtype else f", dtype={dt}"
+        return self.emit(node.name, f"full_like({x.name}, {self._fill_value(value, dt)}{extra})", dt, x.shape,
+                         self.reads(x))
+
+    def op_full_like_default(self, node):
+        return self._full_like(node, node.args[1])
+
+    def op_zeros_like_default(self, node):
+        return self._full_like(node, 0)
+
+    def op_ones_like_default(self, node):
+        return self._full_like(node, 1)
+
+    def op_arange_start_step(self, node):
+        out = node.meta["val"]
+        dt = fdsl_dtype(out.dtype)
+        a = [self.val(x) for x in node.args]
+        start, stop, step = (a + [None, None, None])[:3] if len(a) > 1 else (0, a[0], 1)
+        step = 1 if step is None else step
+        if not all(isinstance(v, (int, str)) for v in (start, stop, step)) or isinstance(step, str):
+            raise Unsupported("an arange over a size FDSL cannot name")
+        if isinstance(start, str):
+            raise Unsupported("an arange from a dynamic start")
+        return self.emit(node.name, f"arange({start}, {stop}, {step}, dtype={dt})", dt, meta_shape(out), ())
+
+    op_arange_start = op_arange_default = op_arange_start_step
+
+    def op_gather_default(self, node):
+        x, idx = self.tensor_m(node.args[0]), self.tensor_m(node.args[2])
+        dim = node.args[1]
+        return self.emit(node.name, f"take_along_axis({x.name}, {idx.name}, axis={dim})", x.dtype,
+                         meta_shape(node.meta["val"]), self.reads(x, idx))
+
+    def op_index_Tensor(self, node):
+        x = self.tensor_m(node.args[0])
+        idx, axes = [], []
+        for k, i in enumerate(node.args[1]):
+            if i is not None:
+                idx.append(self.tensor_m(i))
+                axes.append(k)
+        return self.emit(node.name, f"index({x.name}, [{', '.join(i.name for i in idx)}], axes={dims_text(axes)})",
+                         x.dtype, meta_shape(node.meta["val"]), self.reads(x, *idx))
+
+    def op_max_pool2d_with_indices_default(self, node):
+        x = self.tensor_m(node.args[0])
+        kernel = list(node.args[1])
+        stride = list(node.args[2]) if len(node.args) > 2 and node.args[2] else kernel
+        padding = list(node.args[3]) if len(node.args) > 3 else [0, 0]
+        dilation = list(node.args[4]) if len(node.args) > 4 else [1, 1]
+        ceil = node.args[5] if len(node.args) > 5 else False
+        y = self.emit(node.name, f"max_pool2d({x.name}, kernel={dims_text(_pair(kernel))}, "
+                      f"stride={dims_text(_pair(stride))}, padding={dims_text(_pair(padding))}, "
+                      f"dilation={dims_text(_pair(dilation))}, ceil_mode={'true' if ceil else 'false'})",
+                      x.dtype, meta_shape(node.meta["val"][0]), self.reads(x))
+        return [y, None]
+
+    def op_avg_pool2d_default(self, node):
+        x = self.tensor_m(node.args[0])
+        kernel = list(node.args[1])
+        stride = list(node.args[2]) if len(node.args) > 2 and node.args[2] else kernel
+        padding = list(node.args[3]) if len(node.args) > 3 else [0, 0]
+        ceil = node.args[4] if len(node.args) > 4 else False
+        incl = node.args[5] if len(node.args) > 5 else True
+        if len(node.args) > 6 and node.args[6] is not None:
+            raise Unsupported("an average pool with a divisor_override")
+        return self.emit(node.name, f"avg_pool2d({x.name}, kernel={dims_text(_pair(kernel))}, "
+                         f"stride={dims_text(_pair(stride))}, padding={dims_text(_pair(padding))}, "
+                         f"ceil_mode={'true' if ceil else 'false'}, count_include_pad={'true' if incl else 'false'})",
+                         x.dtype, meta_shape(node.meta["val"]), self.reads(x))
+
+    def op__adaptive_avg_pool2d_default(self, node):
+        x = self.tensor_m(node.args[0])
+        return self.emit(node.name, f"adaptive_avg_pool2d({x.name}, output_size={dims_text(_pair(node.args[1]))})",
+                         x.dtype, meta_shape(node.meta["val"]), self.reads(x))
+
+    def _unary_fn(self, node, fn: str):
+        x = self.tensor_m(node.args[0])
+        return self.emit(node.name, f"{fn}({x.name})", x.dtype, x.shape, self.reads(x))
+
+    def op_hardswish_default(self, node):
+        return self._unary_fn(node, "hardswish")
+
+    def op_hardsigmoid_default(self, node):
+        return self._unary_fn(node, "hardsigmoid")
+
+    def op_relu6_default(self, node):
+        return self._unary_fn(node, "relu6")
+
     def op_sym_size_int(self, node):
         v = node.meta.get("val")
         return size(v) if v is not None else None
@@ -883,6 +1077,11 @@ class Translator:
 
 
 _TORCH = {v: k for k, v in TORCH_DTYPES.items()}
+
+
+def _pair(v) -> list:
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return v * 2 if len(v) == 1 else v
 
 
 def _all_const(args) -> bool:
