@@ -78,3 +78,82 @@ def _check(src: str, name: str, target: str, inputs=None, unfused: bool = True) 
     builds = [("fused", compiled.fused)] + ([("unfused", compiled.unfused)] if unfused else [])
     bad = [f"{n} {m}" for n, b in builds for m in _mismatches(b(*inputs), want, c.typed.output_types)]
     assert not bad, f"{target} {name}:\n" + "\n".join(bad)
+
+
+SPECIAL = """\
+chain special(x: f32[1, 2, 4, 4]) -> (f32[1, 2, 2, 2], f32[1, 2, 4, 4], f32[1, 2, 2, 2], f32[1, 2, 1, 1]) {
+    return max_pool2d(x, 2), relu(max_pool2d(x, 3, stride=1, padding=1)), avg_pool2d(x, 2), adaptive_avg_pool2d(x, 1)
+}
+"""
+
+
+def _special_input() -> np.ndarray:
+    x = np.zeros((1, 2, 4, 4), np.float32)
+    x[0, 0] = [[np.nan, 1.0, -0.0, -0.0],        # window (0, 0): a NaN wins over 1 and 7
+               [7.0, 2.0, -0.0, 0.0],            # window (0, 1): -0 and +0: +0
+               [-np.inf, -np.inf, np.inf, 3.0],  # window (1, 0): only -inf
+               [-np.inf, -np.inf, 5.0, -1.0]]    # window (1, 1): +inf
+    x[0, 1] = [[-0.0, -0.0, 1.0, np.inf],
+               [-0.0, -0.0, 2.0, -np.inf],       # window (0, 1): +inf and -inf: the sum is NaN
+               [4.0, np.nan, 3.0, 3.0],
+               [1.0, 1.0, 3.0, 3.0]]
+    return x
+
+
+def test_the_reference_follows_ieee_maximum_in_max_pool():
+    c = fusec.check(SPECIAL).chain("special")
+    mx, _, avg, gap = reference.run_chain(c, [_special_input()], {})
+    assert np.isnan(mx[0, 0, 0, 0]) and np.isnan(mx[0, 1, 1, 0])
+    assert mx[0, 0, 0, 1] == 0 and not np.signbit(mx[0, 0, 0, 1])        # +0 over -0
+    assert mx[0, 1, 0, 0] == 0 and np.signbit(mx[0, 1, 0, 0])            # only -0: -0
+    assert mx[0, 0, 1, 0] == -np.inf and mx[0, 0, 1, 1] == np.inf
+    assert np.isnan(avg[0, 1, 0, 1]) and avg[0, 0, 1, 1] == np.inf and np.isnan(gap).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_special_values_match_the_reference(target, fast_simulator):
+    _check(SPECIAL, "special", target, [_special_input()], unfused=target == "cuda-sim")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_variants_match_the_reference(target, fast_simulator):
+    _check(VARIANTS, "variants", target, unfused=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chain", ["stem", "epilogue", "head"])
+@pytest.mark.parametrize("target", TARGETS)
+def test_fused_and_unfused_builds_match_the_reference(target, chain, fast_simulator):
+    _check(FUSION, chain, target, unfused=target == "cuda-sim")
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu"])
+def test_an_elementwise_epilogue_and_the_padding_fuse_into_the_pool(target):
+    from fusec.compiler.calibrate import hardware_profile
+    from fusec.compiler.options import CompileOptions
+    from fusec.compiler.pipeline import compile_typed
+    src = ("chain p(x: f32[2, 8, 16, 16], b: f32[8, 1, 1]) -> f32[2, 8, 8, 8] {\n"
+           "    return relu(max_pool2d(x, 3, stride=2, padding=1) + b)\n}\n")
+    st = compile_typed(fusec.check(src).chain("p"), {}, options=CompileOptions(target=target, hardware=hardware_profile(None, target)),
+                       until="plan")
+    (k,) = st.plan.kernels
+    kinds = {st.plan.info.op(m).kind for m in k.ops}
+    assert kinds >= {"elementwise", "pad", "reduction"}, st.plan.format()
+
+
+def test_the_references_are_pytorch():
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 7, 8)).astype(np.float32)
+    c = fusec.check(VARIANTS).chain("variants")
+    got = reference.run_chain(c, [x, np.zeros((1, 2, 6, 6), np.float16)], {})
+    t = torch.from_numpy(x)
+    want = [F.max_pool2d(t, 3, 2, 1), F.max_pool2d(t, 2, ceil_mode=True),
+            F.max_pool2d(t, (2, 3), (2, 3), 1, (2, 1), ceil_mode=True), F.avg_pool2d(t, 3, 2, 1),
+            F.avg_pool2d(t, (3, 2), 2, 1, ceil_mode=True, count_include_pad=False),
+            F.avg_pool2d(t, 2, ceil_mode=True), F.adaptive_avg_pool2d(t, 1), F.adaptive_avg_pool2d(t, (3, 5))]
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == tuple(w.shape) and np.allclose(g, w.numpy(), rtol=1e-6, atol=1e-6), k
