@@ -39,32 +39,24 @@ def _pad(x: ir.Value, low: tuple[int, int], high: tuple[int, int], value: float)
     return op.result
 
 
-def _window_map(stride, dilation, starts=None) -> ir.AffineMap:
-    """(n, c, oh, ow, kh, kw) -> (n, c, start(oh) + kh * dh, start(ow) + kw * dw), start(o) = o * s,
-    or (o * size) floordiv out for adaptive windows (`starts`: (size, out) per axis)."""
+def _window_map(stride, dilation) -> ir.AffineMap:
+    """(n, c, oh, ow, kh, kw) -> (n, c, oh * sh + kh * dh, ow * sw + kw * dw)."""
     d = [ir.AffineDimExpr.get(i) for i in range(6)]
     exprs = [d[0], d[1]]
     for a in (0, 1):
-        o, k = d[2 + a], d[4 + a]
-        if starts is None:
-            start = ir.AffineMulExpr.get(o, ir.AffineConstantExpr.get(stride[a]))
-        else:
-            size, out = starts[a]
-            start = ir.AffineFloorDivExpr.get(ir.AffineMulExpr.get(o, ir.AffineConstantExpr.get(size)),
-                                              ir.AffineConstantExpr.get(out))
-        exprs.append(ir.AffineAddExpr.get(start, ir.AffineMulExpr.get(k, ir.AffineConstantExpr.get(dilation[a]))))
+        start = ir.AffineMulExpr.get(d[2 + a], ir.AffineConstantExpr.get(stride[a]))
+        exprs.append(ir.AffineAddExpr.get(start, ir.AffineMulExpr.get(d[4 + a], ir.AffineConstantExpr.get(dilation[a]))))
     return ir.AffineMap.get(6, 0, exprs)
 
 
-def _window_reduce(x: ir.Value, out: tuple, kernel, stride, dilation, init, acc, combine, starts=None) -> ir.Value:
-    space = (*out, *kernel)
+def _window_reduce(x: ir.Value, out: tuple, kernel, stride, dilation, init, acc, combine) -> ir.Value:
+    """The windows of x combined into an accumulator of `out`'s shape filled with `init`."""
     accum = fill(init, out, acc)
     # the window operand (never read, as the named pooling ops' own) gives the loops kh and kw their extents
     window = empty(kernel, acc)
-    (y,) = generic([(x, _window_map(stride, dilation, starts)), (window, dims_map(6, (4, 5)))],
+    (y,) = generic([(x, _window_map(stride, dilation)), (window, dims_map(6, (4, 5)))],
                    [(accum, dims_map(6, range(4)))],
                    ["parallel"] * 4 + ["reduction"] * 2, lambda xs, accs: [combine(xs[0], accs[0])])
-    assert shape_of(y) == tuple(space[:4])
     return y
 
 
@@ -91,9 +83,9 @@ def lower_max_pool2d(ctx: LoweringContext, node: Node):
 
 
 def _divide(y: ir.Value, elem: ir.Type, dh, dw) -> ir.Value:
-    """y / (dh[oh] * dw[ow]): a constant where every window has the same divisor, else the
-    divisors' piecewise-linear rule built from the position (each axis's `dh` is (start0, stride,
-    size, pad, kernel, include_pad) for `_axis_count`)."""
+    """y / (dh[oh] * dw[ow]): a constant where every window has the same divisor, else built from
+    the position: each axis's divisor an int, or its rule for `_axis_count` (("window", stride,
+    size, pad, kernel, include_pad) or ("adaptive", size, out))."""
     if isinstance(dh, int) and isinstance(dw, int):
         return parallel([y], shape_of(y), elem, lambda xs: narrow(S.div(xs[0], scalar(dh * dw, xs[0].type)), elem))
 
