@@ -389,12 +389,21 @@ def _is_contraction(gen, maps, iters) -> bool:
     red = {i for i, t in enumerate(iters) if t == "reduction"}
     n_in = len(maps) - len(gen.results)
     par = {i for i, t in enumerate(iters) if t == "parallel"}
-    varying = [m for m in maps[:n_in] if any(_dims(e) & red for e in m.results)]
+    # an input the body never reads (a pooling window's, which only gives its loops their extents) is no operand
+    args = gen.regions[0].blocks[0].arguments
+    varying = [m for k, m in enumerate(maps[:n_in])
+               if any(_dims(e) & red for e in m.results) and _has_uses(args[k])]
     body = {op.name for op in gen.regions[0].blocks[0].operations}
     # sum(a * b) over a shared iteration space is a reduction; a contraction has an operand that
     # does not vary along some output loop (A[i,k] ignores j), which is what makes fusing into it costly
     missing = any(par - set().union(*[_dims(e) for e in m.results]) for m in varying)
     return len(varying) >= 2 and missing and bool(body & {"arith.mulf", "arith.muli"})
+
+
+def _has_uses(value) -> bool:
+    for _ in value.uses:
+        return True
+    return False
 
 
 def _combining_ops(gen, n_in: int) -> tuple[str, ...]:

@@ -217,3 +217,27 @@ def test_shape_arithmetic_folds_to_symbols(target, tmp_path):
         loaded, _ = check_against_ort(m, {"x": rand(shape, 1)}, tmp_path, target)
     text = loaded.fdsl
     assert "reshape(x, [B, S, 2, -1])" in text and "broadcast_to(" in text and "[B, S]" in text
+
+
+@SLOW_CPU
+def test_pooling_ops(target, tmp_path):
+    """MaxPool and AveragePool with ONNX's attributes (strides default 1, count_include_pad 0,
+    ceil_mode, dilations), GlobalAveragePool as adaptive_avg_pool2d; MaxPool's unused Indices."""
+    nodes = [h.make_node("MaxPool", ["x"], ["y_max"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             h.make_node("MaxPool", ["x"], ["y_max_ceil", "unused_indices"], kernel_shape=[2, 3], strides=[2, 2],
+                         pads=[1, 1, 1, 1], dilations=[2, 1], ceil_mode=1),
+             h.make_node("MaxPool", ["x"], ["y_max_s1"], kernel_shape=[2, 2]),
+             h.make_node("AveragePool", ["x"], ["y_avg"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             h.make_node("AveragePool", ["x"], ["y_avg_inc"], kernel_shape=[3, 2], strides=[2, 2], pads=[1, 1, 1, 1],
+                         count_include_pad=1),
+             h.make_node("AveragePool", ["x"], ["y_avg_ceil"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1,
+                         auto_pad="VALID"),
+             h.make_node("AveragePool", ["x"], ["y_avg_ceil_inc"], kernel_shape=[3, 3], strides=[2, 2],
+                         pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=1),
+             h.make_node("GlobalAveragePool", ["x"], ["y_gap"])]
+    outs = [n.output[0] for n in nodes]
+    m = model(nodes, [tensor("x", F, ["N", 3, 7, 9])], [tensor(o, F, None) for o in outs])
+    loaded, _ = check_against_ort(m, {"x": rand((2, 3, 7, 9), 11)}, tmp_path, target)
+    assert "max_pool2d(x, 3, stride=2, padding=1)" in loaded.fdsl
+    assert "avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=false)" in loaded.fdsl
+    assert "adaptive_avg_pool2d(x, 1)" in loaded.fdsl
