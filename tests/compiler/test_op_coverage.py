@@ -34,7 +34,7 @@ EXPRESSIONS.update({
     "layernorm": ["layernorm(x, g, g)"], "rmsnorm": ["rmsnorm(x, g)"],
     "batchnorm": ["batchnorm(im, ch, ch, ch, ch)"],
     "matmul": ["x @ w", "v @ w", "matmul(v, v)"],
-    "conv2d": ["conv2d(im, k, bias=ch, padding=1, stride=2)"],
+    "conv2d": ["conv2d(im, k, bias=ch, padding=1, stride=2)", "conv2d(im, k[:, :1], padding=1, groups=2)"],
     "transpose": ["transpose(x)"], "permute": ["permute(v, [2, 0, 1])"], "reshape": ["reshape(x, [8, 4])"],
     "broadcast_to": ["broadcast_to(g, [4, 8])"],
     "slice": ["x[1:3, ::2]", "x[::-1, 0]", "i[:, :4]"], "concat": ["concat([x, -y], axis=1)"],
