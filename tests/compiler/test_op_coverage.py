@@ -34,7 +34,7 @@ EXPRESSIONS.update({
     "layernorm": ["layernorm(x, g, g)"], "rmsnorm": ["rmsnorm(x, g)"],
     "batchnorm": ["batchnorm(im, ch, ch, ch, ch)"],
     "matmul": ["x @ w", "v @ w", "matmul(v, v)"],
-    "conv2d": ["conv2d(im, k, bias=ch, padding=1, stride=2)"],
+    "conv2d": ["conv2d(im, k, bias=ch, padding=1, stride=2)", "conv2d(im, k[:, :1], padding=1, groups=2)"],
     "max_pool2d": ["max_pool2d(im, 3, stride=2, padding=1, ceil_mode=true)"],
     "avg_pool2d": ["avg_pool2d(im, 3, stride=2, padding=1, count_include_pad=false)"],
     "adaptive_avg_pool2d": ["adaptive_avg_pool2d(im, [4, 5])", "adaptive_avg_pool2d(im, 1)"],

@@ -247,9 +247,10 @@ def test_unsupported_ops_name_the_node_and_what_fusec_offers(tmp_path, capsys):
     idx = model([h.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2], name="mpi")],
                 [tensor("x", F, [1, 2, 4, 4])], [tensor("y", F, [1, 2, 2, 2]), tensor("i", TP.INT64, [1, 2, 2, 2])])
     refuse([save(idx, tmp_path / "idx.onnx"), "-o", o], capsys, "node 0 'mpi' (MaxPool)", "Indices")
-    grouped = model([h.make_node("Conv", ["x", "w"], ["y"], group=2, name="dw")],
+    grouped = model([h.make_node("Conv", ["x", "w"], ["y"], group=3, name="dw")],
                     [tensor("x", F, [1, 2, 4, 4])], [tensor("y", F, [1, 2, 2, 2])], [init("w", rand((2, 1, 3, 3)))])
-    refuse([save(grouped, tmp_path / "grouped.onnx"), "-o", o], capsys, "node 0 'dw' (Conv)", "group=2")
+    refuse([save(grouped, tmp_path / "grouped.onnx"), "-o", o], capsys, "node 0 'dw' (Conv)",
+           "group=3 does not divide its 2 input channels")
     ge = model([h.make_node("GatherElements", ["x", "i"], ["y"], name="ge")],
                [tensor("x", F, [4, 4]), tensor("i", TP.INT64, [4, 4])], [tensor("y", F, [4, 4])])
     refuse([save(ge, tmp_path / "ge.onnx"), "-o", o], capsys, "node 0 'ge' (GatherElements)", "np.take")
