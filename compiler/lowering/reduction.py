@@ -1,4 +1,5 @@
-"""Reductions sum/mean/max/min/prod over any axis list; argmax/argmin; the scans cumsum/cumprod.
+"""Reductions sum/mean/max/min/prod, and any/all on bools, over any axis list; argmax/argmin; the
+scans cumsum/cumprod.
 
 One reduction linalg.generic writes the kept dims only, accumulating in the compute type (f32 for
 16-bit floats); an elementwise generic follows when something is left to do (mean's division by
@@ -33,6 +34,23 @@ def lower_reduction(ctx: LoweringContext, node: Node):
         out = parallel([out], shape_of(out), elem, lambda xs: narrow(S.div(xs[0], count_value(n, xs[0])), elem))
     elif acc != elem:
         out = parallel([out], shape_of(out), elem, lambda xs: narrow(xs[0], elem))
+    return keepdims(out, ctx.shape(node))
+
+
+@rule("any", "all")
+def lower_bool_reduction(ctx: LoweringContext, node: Node):
+    """any / all: the max / min (compiler/combiners.py) of the bools read as i32 0 / 1, then
+    `!= 0`. An i1 is signed in arith (true is -1), so its own maxsi would be `and`; the i32
+    reduction is the integer max and min every stage already knows, and the compare after it
+    is an elementwise epilogue the reduction's kernel holds."""
+    x = ctx.tensor(node.inputs[0])
+    space = shape_of(x)
+    axes = tuple(node.attr("axis"))
+    i32 = ir.IntegerType.get_signless(32)
+    c = combiners.of_reduction(node.op, "linalg")
+    out = reduction([(x, identity_map(len(space)))], space, axes, c.init(i32), i32,
+                    lambda xs, a: c.combine(arith.extui(i32, xs[0]), a))
+    out = parallel([out], shape_of(out), ctx.elem(node), lambda xs: S.cmp("ne", xs[0], S.c(0, xs[0])))
     return keepdims(out, ctx.shape(node))
 
 

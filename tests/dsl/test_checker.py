@@ -511,6 +511,7 @@ def test_fdsl_md_signature_matches_the_op_table(name):
 _CLASSES = {"float": ("f16", "bf16", "f32", "f64")}
 _CLASSES["numeric"] = _CLASSES["float"] + ("i32", "i64")
 _CLASSES["any"] = _CLASSES["numeric"] + ("bool",)
+_CLASSES["bool"] = ("bool",)
 _PROBE_SHAPES = {"batchnorm": ["[4, 4]", "[4]", "[4]", "[4]", "[4]"], "conv2d": ["[1, 4, 6, 6]", "[4, 4, 3, 3]"]}
 _PROBE_STATICS = {"permute": "[1, 0]", "reshape": "[16]", "broadcast_to": "[2, 4, 4]", "cast": "f32"}
 # Ops not probed as `y = name(tensors, statics)`: the statement, and the op of the node it makes.
