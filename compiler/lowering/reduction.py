@@ -50,8 +50,10 @@ def lower_bool_reduction(ctx: LoweringContext, node: Node):
     c = combiners.of_reduction(node.op, "linalg")
     out = reduction([(x, identity_map(len(space)))], space, axes, c.init(i32), i32,
                     lambda xs, a: c.combine(arith.extui(i32, xs[0]), a))
-    out = parallel([out], shape_of(out), ctx.elem(node), lambda xs: S.cmp("ne", xs[0], S.c(0, xs[0])))
-    return keepdims(out, ctx.shape(node))
+    # the compare after keepdims: its output is then a fresh tensor of the result's shape, which
+    # a run-time extent (--dynamic) gives the same ops as a static one
+    out = keepdims(out, ctx.shape(node))
+    return parallel([out], ctx.shape(node), ctx.elem(node), lambda xs: S.cmp("ne", xs[0], S.c(0, xs[0])))
 
 
 def keepdims(value: ir.Value, shape: tuple[int, ...]) -> ir.Value:
