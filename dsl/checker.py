@@ -386,7 +386,7 @@ class _ChainChecker(Subscripts, StaticArgs):
         if values is POISON:
             return POISON
         types = [None if v is None else self.nodes[v].type for v in values]
-        if op.category == "elementwise" and op.name not in ("where", "cast"):
+        if op.category == "elementwise" and op.name not in ("where", "cast") and not op.name.startswith("logical_"):
             mixed = self.dtype_mismatch(op, types, tensor_exprs)
             if mixed:
                 return POISON

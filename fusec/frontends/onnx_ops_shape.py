@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .onnx_file import CONST_ONLY, ONNX_DTYPES, SUPPORTED, elem_name
-from .onnx_values import (C, FLOAT, FOLD_LIMIT, NUMERIC, Opaque, S, NodeError, T, _as_dim, _clamp, _f, _prod,
+from .onnx_values import (C, FLOAT, FOLD_LIMIT, NP_TO_FDSL, NUMERIC, Opaque, S, NodeError, T, _as_dim, _clamp, _f, _prod,
                           sanitize)
 
 
@@ -399,12 +399,31 @@ class ShapeOps:
         for d in target:
             if isinstance(d, Opaque):
                 raise NodeError(f"the shape {target} holds sizes FDSL cannot name")
-        p = self.materialize(C(value.reshape(())), f"{self.out_name(node)}_value")
-        return self.emit(self.out_name(node), f"broadcast_to({p.name}, [{', '.join(self.dim_text(d) for d in target)}])",
-                         p.dtype, tuple(target))
+        dtype = NP_TO_FDSL.get(value.dtype.name)
+        if dtype is None:
+            raise NodeError(f"a value of dtype {value.dtype}; fusec imports {SUPPORTED}")
+        lit = self.literal(C(value.reshape(())), dtype)
+        dims = ", ".join(self.dim_text(d) for d in target)
+        if lit is None:            # beyond the dtype's literals: the value as a parameter, broadcast
+            p = self.materialize(C(value.reshape(())), f"{self.out_name(node)}_value")
+            return self.emit(self.out_name(node), f"broadcast_to({p.name}, [{dims}])", p.dtype, tuple(target))
+        return self.emit(self.out_name(node), f"full([{dims}], {lit}, dtype={dtype})", dtype, tuple(target))
 
     def op_Range(self, node, ins, attrs):
-        raise NodeError("a Range whose bounds are not constant numbers; FDSL has no arange (planned in issue 38)")
+        """Constant bounds are folded before this (onnx_import.py); left: 0 to a size, by 1, as
+        position ids are made (Range(0, Shape(x)[1], 1)): arange of the size's symbol."""
+        start, limit, delta = (self.s_to_c(v) if isinstance(v, S) and all(isinstance(d, (int, np.integer))
+                                                                           for d in v.items) else v for v in ins[:3])
+        zero, one = (isinstance(v, C) and np.asarray(v.value).size == 1 and np.asarray(v.value).reshape(-1)[0] == k
+                     for v, k in ((start, 0), (delta, 1)))
+        if not (zero and one and isinstance(limit, S) and len(limit.items) == 1 and isinstance(limit.items[0], str)):
+            raise NodeError("a Range whose bounds are not constants: fusec imports Range(0, n, 1) where n is a "
+                            "size of an input (a symbol), as FDSL's arange(n)")
+        dtype = NP_TO_FDSL.get(np.asarray(start.value).dtype.name, "i64")
+        if dtype not in NUMERIC:
+            raise NodeError(f"a Range of {dtype}; FDSL's arange makes numbers")
+        sym = limit.items[0]
+        return self.emit(self.out_name(node), f"arange({sym}, dtype={dtype})", dtype, (sym,))
 
     def op_Transpose(self, node, ins, attrs):
         x = self.tensor(ins[0])

@@ -44,6 +44,11 @@ EXPRESSIONS.update({
     "split": ["split(x, [3, 5], axis=1)"], "gather": ["gather(x, i, axis=1)"], "embedding": ["embedding(w, j)"],
     "cumsum": ["cumsum(x)", "cumsum(i, axis=0)"], "cumprod": ["cumprod(x, axis=0)"],
     "argmax": ["argmax(x)", "argmax(i, axis=0)"], "argmin": ["argmin(x, keepdims=true)"],
+    # issue 38: the logical ops and any / all on bools, the creation ops
+    "logical_not": ["logical_not(b)"], "logical_and": ["logical_and(b, b)"], "logical_or": ["logical_or(b, b)"],
+    "logical_xor": ["logical_xor(b, b)"], "any": ["any(b, axis=1)", "any(b)"], "all": ["all(b, axis=0, keepdims=true)"],
+    "full": ["full([4, 8], -inf)", "full([2], 3, dtype=i32)", "full([2], true)"],
+    "full_like": ["full_like(x, nan) + x", "full_like(i, 2, dtype=f16)"], "arange": ["arange(8)", "arange(1, 9, 2, dtype=f32)"],
 })
 
 
