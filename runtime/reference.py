@@ -13,6 +13,7 @@ import numpy as np
 from fusec.dsl.binding import check_binding
 from fusec.dsl.diagnostics import Diagnostic, FdslError
 from fusec.dsl.ops import OPS, IndexRangeError
+from fusec.dsl.ops.indexing import gather_nd_positions, wrap_indices
 from fusec.dsl.typed import TypedChain
 from fusec.dsl.types import DType, F64, dtype_of_numpy
 
@@ -152,7 +153,29 @@ def positive_params(chain: TypedChain) -> set[int]:
 # Ops that move an index tensor's values without changing them: an index read through them is
 # still an index (a cast between integer dtypes too, see _moves_values).
 _MOVES_VALUES = frozenset({"slice", "reshape", "permute", "transpose", "broadcast_to", "concat"})
-_INDEXING = frozenset({"gather", "embedding"})
+_INDEXING = frozenset({"gather", "embedding", "take_along_axis", "gather_nd"})
+
+
+def _indexed_extents(chain: TypedChain, n, binding: dict[str, int]) -> tuple[int, ...]:
+    """The extents of the axes an indexing node's index (input 1) indexes."""
+    table_shape = chain.nodes[n.inputs[0]].type.concrete(binding)
+    if n.op == "gather_nd":
+        b, k = n.attr("batch_dims"), chain.nodes[n.inputs[1]].type.concrete(binding)[-1]
+        return tuple(table_shape[b:b + k])
+    return (table_shape[n.attr("axis")],)
+
+
+def _check_indices(n, table_shape: tuple, idx: np.ndarray) -> None:
+    """IndexRangeError if `idx` gives the indexing node `n` an index outside its axis."""
+    if n.op == "take_along_axis":
+        wrap_indices(idx, table_shape[n.attr("axis")], n.attr("axis"))
+    elif n.op == "gather_nd":
+        gather_nd_positions(table_shape, idx, n.attr("batch_dims"))
+    else:
+        shape = [1] * len(table_shape)
+        shape[n.attr("axis")] = table_shape[n.attr("axis")]
+        table_like = np.lib.stride_tricks.as_strided(np.zeros((), np.int8), shape, [0] * len(shape))   # no memory
+        OPS[n.op].ref([table_like, idx], {"axis": n.attr("axis")}, None)
 
 
 def _moves_values(chain: TypedChain, n) -> bool:
@@ -180,22 +203,21 @@ def _index_sources(chain: TypedChain, i: int) -> tuple[set[int], bool]:
 
 
 def index_params(chain: TypedChain, binding: dict[str, int]) -> dict[int, int]:
-    """Parameters whose values index a gather or embedding (directly, or moved there by slices,
+    """Parameters whose values index a gather, embedding, take_along_axis or gather_nd (directly, or moved there by slices,
     reshapes, permutes, transposes, broadcasts, concats, integer casts): parameter id -> the
     extent of the axis it indexes (the smallest, when it indexes several)."""
     out: dict[int, int] = {}
     for n in chain.nodes:
         if n.op not in _INDEXING:
             continue
-        table = chain.nodes[n.inputs[0]]
-        extent = table.type.concrete(binding)[n.attr("axis")]
+        extent = min(_indexed_extents(chain, n, binding))
         for p in _index_sources(chain, n.inputs[1])[0]:
             out[p] = min(out.get(p, extent), extent)
     return out
 
 
 def check_index_inputs(chain: TypedChain, inputs: list[np.ndarray], binding: dict[str, int]) -> None:
-    """Refuse inputs that give a gather or embedding an index outside its axis, as the
+    """Refuse inputs that give a gather, embedding, take_along_axis or gather_nd an index outside its axis, as the
     reference would (an FdslError at the op), before a compiled chain runs. Checked: every
     index moved from the parameters alone (see index_params), computed here with the
     reference's own ops; an index computed inside the chain is not (a compiled target clamps
@@ -217,12 +239,7 @@ def check_index_inputs(chain: TypedChain, inputs: list[np.ndarray], binding: dic
     for n in chain.nodes:
         if n.op not in _INDEXING or not _index_sources(chain, n.inputs[1])[1]:
             continue
-        table = chain.nodes[n.inputs[0]]
-        extent = table.type.concrete(binding)[n.attr("axis")]
-        shape = [1] * table.type.rank
-        shape[n.attr("axis")] = extent
-        table_like = np.lib.stride_tricks.as_strided(np.zeros((), np.int8), shape, [0] * len(shape))   # no memory
         try:
-            OPS[n.op].ref([table_like, value(n.inputs[1])], {"axis": n.attr("axis")}, None)
+            _check_indices(n, chain.nodes[n.inputs[0]].type.concrete(binding), value(n.inputs[1]))
         except IndexRangeError as e:
             raise FdslError([Diagnostic(n.span or chain.span, f"{n.op}: {e}")]) from None

@@ -4,7 +4,8 @@ and tests/numerics/test_indexing_ops.py (cpu and cuda-sim, issue 17's ops).
 A Case lists an op's tensor arguments (a shape: a parameter of the test dtype; C: a constant of
 the test dtype; P: a parameter of a fixed dtype), its static attributes and the dtypes it runs in.
 `build` packs several (op, case) pairs into one chain, one output each, with seeded inputs: index
-parameters of gather and embedding are drawn within the axis they index (both ends included), and
+parameters of gather, embedding, take_along_axis and gather_nd are drawn within the axis they index
+(both ends included; from -n for the last two, which count a negative index from the end), and
 SPECIAL_RANGES narrows other integer parameters where an op needs it.
 """
 from __future__ import annotations
@@ -55,7 +56,7 @@ def domain_dtypes(op: str) -> tuple:
 
 # int pow: NumPy refuses negative integer exponents, so draw exponents from [0, 3].
 SPECIAL_RANGES = {("pow", 1): (0, 3)}
-INDEXING = ("gather", "embedding")      # argument 1 indexes an axis of argument 0
+INDEXING = ("gather", "embedding", "take_along_axis", "gather_nd")      # argument 1 indexes argument 0
 
 
 def _r(start=None, stop=None, step=None):
@@ -106,6 +107,23 @@ INDEXING_CASES: dict[str, list[Case]] = {
         Case(((1, 5), P((3,), "i32"))),                                                # one row only
         Case(((9, 1), P((2, 2, 2), "i64"))),
     ],
+    "take_along_axis": [
+        Case(((4, 5), P((4, 3), "i64")), {"axis": 1}, dtypes=ALL),
+        Case(((3, 4, 2), P((3, 6, 2), "i32")), {"axis": -2}, dtypes=ALL),             # more indices than x has
+        Case(((1, 5), P((3, 2), "i32")), {"axis": 1}),                                 # x broadcast on axis 0
+        Case(((4, 6, 3), P((1, 2, 1), "i64")), {"axis": 1}),                           # idx broadcast on 0 and 2
+        Case(((7,), P((9,), "i32")), {"axis": 0}),                                     # rank 1
+        Case((("W", 3), P((2, 3), "i64")), {"axis": 0}, bind={"W": 5}),
+    ],
+    "gather_nd": [
+        Case(((4, 5), P((3, 2), "i64")), dtypes=ALL),                                  # whole elements
+        Case(((4, 5, 3), P((2, 2, 1), "i32")), dtypes=ALL),                            # rows: x's last axes kept
+        Case(((3, 4, 5), P((3, 2, 2), "i64")), {"batch_dims": 1}),
+        Case(((2, 3, 4, 2), P((2, 3, 1), "i32")), {"batch_dims": 2}),
+        Case(((6,), P((1,), "i64"))),                                                  # rank 0
+        Case(((3, 5), P((2,), "i32"))),                                                # one index: rank 0
+        Case((("Q", 4), P((5, 1), "i64")), bind={"Q": 3}),
+    ],
     **{op: [
         Case(((3, 5),)),                                                               # the last axis
         Case(((4, 3, 2),), {"axis": 0}),
@@ -146,14 +164,23 @@ def _concrete(shape, bind: dict) -> tuple:
 
 
 def _index_input(rng, op: str, case: Case, spec: P) -> np.ndarray:
-    """Indices within the indexed axis, its first and last position among them."""
+    """Indices within the indexed axis, its first and last position among them; for
+    take_along_axis and gather_nd, from -n to n - 1 (negative ones count from the end)."""
     table = _concrete(case.args[0], case.bind)
-    n = table[normalize_axis(case.attrs.get("axis", 0), len(table))]
     shape = _concrete(spec.shape, case.bind)
-    x = rng.integers(0, n, size=shape)
+    if op == "gather_nd":
+        b = case.attrs.get("batch_dims", 0)
+        extents = np.array(table[b:b + shape[-1]])
+        x = rng.integers(-extents, extents, size=shape)
+        if x[..., 0].size >= 2:
+            x.reshape(-1, shape[-1])[0], x.reshape(-1, shape[-1])[-1] = extents - 1, -extents
+        return x.astype(DTYPES[spec.dtype].np)
+    n = table[normalize_axis(case.attrs.get("axis", 0), len(table))]
+    lo = -n if op == "take_along_axis" else 0
+    x = rng.integers(lo, n, size=shape)
     flat = x.reshape(-1)
     if flat.size >= 2:
-        flat[0], flat[-1] = n - 1, 0
+        flat[0], flat[-1] = n - 1, lo
     return x.astype(DTYPES[spec.dtype].np)
 
 
