@@ -9,6 +9,7 @@ docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA" (indexing ops).
 from __future__ import annotations
 
 from fusec.dsl.ops import position
+from fusec.dsl.ops.indexing import index_layout
 from fusec.dsl.typed import Node
 
 from ..mlir import arith, ir, linalg, tensor
@@ -177,5 +178,34 @@ def lower_gather_nd(ctx: LoweringContext, node: Node):
         at = [linalg.IndexOp(d).result for d in range(b)]
         at += [_wrapped(xs[j], x_shape[b + j]) for j in range(k)]
         at += [linalg.IndexOp(lead + t).result for t in range(len(x_shape) - b - k)]
+        return tensor.ExtractOp(x, at).result
+    return _all_parallel(out_shape, elem, reads, body)
+
+
+@rule("index")
+def lower_index(ctx: LoweringContext, node: Node):
+    """NumPy's advanced indexing: each index tensor is read through a map broadcasting it onto the
+    result's index axes, x at the wrapped, clamped positions on the indexed axes and at the
+    result's own positions on the others (dsl/ops/indexing.py, index_layout)."""
+    x, idxs = ctx.tensor(node.inputs[0]), [ctx.tensor(i) for i in node.inputs[1:]]
+    axes = node.attr("axes")
+    x_shape = shape_of(x)
+    out_shape = ctx.shape(node)
+    rank = len(out_shape)
+    s = rank - (len(x_shape) - len(axes))
+    first, kept_at = index_layout(len(x_shape), axes, s)
+    elem = ir.RankedTensorType(x.type).element_type
+    reads = []
+    for t in idxs:
+        t_shape = shape_of(t)
+        at = first + s - len(t_shape)
+        reads.append((t, ir.AffineMap.get(rank, 0, [
+            ir.AffineConstantExpr.get(0) if e == 1 and out_shape[at + i] != 1 else ir.AffineDimExpr.get(at + i)
+            for i, e in enumerate(t_shape)])))
+    kept = dict(zip([d for d in range(len(x_shape)) if d not in axes], kept_at))
+
+    def body(xs):
+        at = [_wrapped(xs[axes.index(d)], e) if d in axes else linalg.IndexOp(kept[d]).result
+              for d, e in enumerate(x_shape)]
         return tensor.ExtractOp(x, at).result
     return _all_parallel(out_shape, elem, reads, body)

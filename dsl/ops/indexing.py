@@ -385,3 +385,58 @@ register_op(OpDef("gather_nd", "index", (Arg("x", "tensor"), Arg("idx", "tensor"
                   _gather_nd_infer, _gather_nd_ref,
                   "x at positions along its leading axes: the last axis of idx holds one position per indexed "
                   "axis (ONNX GatherND, x[idx[..., 0], idx[..., 1], ...]); indices from -n to n-1"))
+
+
+def index_layout(x_rank: int, axes: tuple, s: int) -> tuple[int, list[int]]:
+    """Where NumPy's advanced indexing puts the result's axes: (the first of the s broadcast
+    index axes, the result axis of each axis of x that no index takes, in order). The index
+    axes replace the indexed ones where those are consecutive, and lead otherwise."""
+    together = list(axes) == list(range(axes[0], axes[0] + len(axes)))
+    first = axes[0] if together else 0
+    kept = [d for d in range(x_rank) if d not in axes]
+    return first, [(d if d < first else d - len(axes) + s) if together else s + k for k, d in enumerate(kept)]
+
+
+def _index_infer(syms, types, attrs):
+    x, idxs = types[0], types[1:]
+    if x.rank == 0:
+        raise OpError(f"index reads positions of a tensor and needs rank 1 or more, got {x}", arg=0)
+    for j, t in enumerate(idxs, start=1):
+        _index_dtype(t, "index", j)
+    axes = attrs["axes"]
+    axes = tuple(range(len(idxs))) if axes is None else ((axes,) if isinstance(axes, int) else tuple(axes))
+    if len(axes) != len(idxs):
+        raise OpError(f"index has {len(idxs)} index tensors but {len(axes)} axes; give one axis per index "
+                      "tensor", arg="axes")
+    if len(idxs) > x.rank:
+        raise OpError(f"index has {len(idxs)} index tensors for x {x} of rank {x.rank}", arg=len(idxs))
+    axes = tuple(normalize_axis(a, x.rank, "axes") for a in axes)
+    if any(b <= a for a, b in zip(axes, axes[1:])):
+        raise OpError(f"index: the axes {list(axes)} must be increasing, one per index tensor in x's order",
+                      arg="axes")
+    try:
+        s = list(broadcast_shapes(syms, [syms.resolve(t.shape) for t in idxs]))
+    except OpError as e:
+        raise OpError(f"index: the index tensors do not broadcast together: {e.message}",
+                      arg=1 + e.arg if isinstance(e.arg, int) else None) from None
+    xs = list(syms.resolve(x.shape))
+    first, kept_at = index_layout(x.rank, axes, len(s))
+    out = [None] * (x.rank - len(axes) + len(s))
+    out[first:first + len(s)] = s
+    for d, at in zip([d for d in range(x.rank) if d not in axes], kept_at):
+        out[at] = xs[d]
+    return x.with_shape(out), {"axes": axes}
+
+
+def _index_ref(xs, a, out=None):
+    x, idxs = xs[0], xs[1:]
+    items = [slice(None)] * x.ndim
+    for t, d in zip(idxs, a["axes"]):
+        items[d] = wrap_indices(t, x.shape[d], d)
+    return x[tuple(items)]
+
+
+register_op(OpDef("index", "index", (Arg("x", "tensor"), Arg("idxs", "tensors"), Arg("axes", "axes", None)),
+                  _index_infer, _index_ref,
+                  "x[i0, :, i2]: NumPy's advanced indexing (torch's index.Tensor) of the axes `axes` of x by "
+                  "the index tensors, broadcast together; indices from -n to n-1"))

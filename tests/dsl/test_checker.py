@@ -518,6 +518,7 @@ _PROBE_STATICS["take_along_axis"] = "axis=1"
 # Ops not probed as `y = name(tensors, statics)`: the statement, and the op of the node it makes.
 _PROBE_STATEMENTS = {"slice": ("y = x[1:3, ::-1]", "slice"), "concat": ("y = concat([xs, xs], axis=1)", "concat"),
                      "split": ("y, z = split(x, [1, 3], axis=-1)", "slice")}
+_PROBE_STATEMENTS["index"] = ("y = index(x, [idxs])", "index")
 
 
 def _tensor_args(name: str) -> list[str]:

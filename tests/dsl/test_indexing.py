@@ -182,6 +182,17 @@ BAD = [
     ("return sum(gather_nd(t, cast(x[:, :1], i64), batch_dims=1))", 2, 29,
      "gather_nd: batch axis 0 of the indices i64[8, 1] (8) differs from x's f32[10, 4] (10); the batch axes must "
      "agree"),
+    ("return sum(index(t, [x]))", 2, 26, "index expects integer indices (i32 or i64), got f32[8, N]"),
+    ("return sum(index(t, i))", 2, 25, "index's 'idxs' must be a list of tensors in [ ], such as index(x, [a, b])"),
+    ("return sum(index(t, [i, i], axes=[0]))", 2, 33,
+     "index has 2 index tensors but 1 axes; give one axis per index tensor"),
+    ("return sum(index(t, [i, i], axes=[1, 0]))", 2, 33,
+     "index: the axes [1, 0] must be increasing, one per index tensor in x's order"),
+    ("return sum(index(t, [i], axes=2))", 2, 30, "axes 2 is out of range for a tensor of rank 2"),
+    ("return sum(index(s, [i]))", 2, 22, "index reads positions of a tensor and needs rank 1 or more, got f32"),
+    ("return sum(index(t, [i, i, i], axes=[0, 1, 2]))", 2, 32, "index has 3 index tensors for x f32[10, 4] of rank 2"),
+    ("return sum(index(t, [i, cast(x[:, :2], i64)], axes=[0, 1]))", 2, 29,
+     "index: the index tensors do not broadcast together: shapes do not broadcast (3 vs 2)"),
     # scans and arg-reductions
     ("return sum(cumsum(x, axis=2))", 2, 26, "axis 2 is out of range for a tensor of rank 2"),
     ("return sum(cumsum(x > 0.0))", 2, 23, "cumsum expects a numeric tensor, got bool[8, N]"),
@@ -402,6 +413,21 @@ def test_take_along_axis_and_gather_nd_shapes():
         "g": ("gather_nd", {"batch_dims": 0}, "f32[5, 6]"),           # x[k[:, 0], k[:, 1]]: one axis left
         "h": ("gather_nd", {"batch_dims": 1}, "f32[4, 7, 6]"),        # out[p, m, :] = x[p, b[p, m, 0], :]
         "e": ("gather_nd", {"batch_dims": 0}, "f16[5, 3]"),
+    }
+    c = typed("""\
+        chain f(x: f32[4, 5, 6], i: i64[2, 3], j: i32[3], k: i64[1]) -> f32 {
+            a = index(x, [i, j], axes=[0, 2])
+            b = index(x, [i, j], axes=[1, 2])
+            d = index(x, [k])
+            e = index(x, [i], axes=-1)
+            return 0.0
+        }""").chains[0]
+    got = {n.name: (n.op, dict(n.attrs), str(n.type)) for n in c.nodes if n.name and n.op != "param"}
+    assert got == {
+        "a": ("index", {"axes": (0, 2)}, "f32[2, 3, 5]"),        # x[i, :, j]: the index axes lead
+        "b": ("index", {"axes": (1, 2)}, "f32[4, 2, 3]"),        # x[:, i, j]: in place of the indexed axes
+        "d": ("index", {"axes": (0,)}, "f32[1, 5, 6]"),
+        "e": ("index", {"axes": (2,)}, "f32[4, 5, 2, 3]"),
     }
 
 

@@ -155,7 +155,7 @@ NOT_COVERED = {
     "transpose": "moves values", "permute": "moves values", "reshape": "moves values",
     "broadcast_to": "moves values",
     "slice": "moves values", "concat": "moves values", "gather": "moves values", "embedding": "moves values",
-    "take_along_axis": "moves values", "gather_nd": "moves values",
+    "take_along_axis": "moves values", "gather_nd": "moves values", "index": "moves values",
     "split": "no op of its own: the checker makes its parts slices",
 }
 

@@ -38,10 +38,11 @@ from opcases import INDEXING_CASES, build, dtypes_of  # noqa: E402
 
 TARGETS = ("cpu", "cuda-sim")
 NUMBA_DTYPES = ("f32", "f64", "f16", "i32", "i64", "bool")       # bf16: Numba has no arithmetic for it
-MOVES = ("slice", "concat", "gather", "embedding", "take_along_axis", "gather_nd")
+MOVES = ("slice", "concat", "gather", "embedding", "take_along_axis", "gather_nd", "index")
 SCANS = ("cumsum", "cumprod", "argmax", "argmin")
 # the case of each op the cpu runs in the dtypes other than f32 (the richest one)
-SWEEP = {"slice": 0, "concat": 0, "gather": 1, "embedding": 1, "take_along_axis": 1, "gather_nd": 1, "cumsum": 2, "cumprod": 2, "argmax": 1, "argmin": 2}
+SWEEP = {"slice": 0, "concat": 0, "gather": 1, "embedding": 1, "take_along_axis": 1, "gather_nd": 1, "index": 1,
+         "cumsum": 2, "cumprod": 2, "argmax": 1, "argmin": 2}
 
 
 def _items(ops, dtypes, only_sweep: bool = False) -> list[tuple]:
@@ -137,12 +138,13 @@ chain parts(x: f32[N, 9], y: f32[9], k: i32[4, 6], m: bool[2, 6], i: i32[5])
     return a * b, concat([c, b, a], axis=1) * y, argmin(x - y, axis=-1), x[-2:] + x[:2], joined, gather(m, i), cumsum(k + 1, axis=0), argmax(k, axis=0)
 }
 
-chain lookups(x: f32[N, 6], i: i64[N, 3], t: f32[5, 4, 8], j: i32[3, 2], y: f32[N, 6])
-        -> (f32[N, 3], f32[N, 1], f32[3, 8], f32[3, 8], f32[N, 3]) {
+chain lookups(x: f32[N, 6], i: i64[N, 3], t: f32[5, 4, 8], j: i32[3, 2], y: f32[N, 6], r: i32[2, 1])
+        -> (f32[N, 3], f32[N, 1], f32[3, 8], f32[3, 8], f32[N, 3], f32[2, 3, 4]) {
     picked = take_along_axis(exp(x) * 0.5, i, axis=1) + 1.0          # an elementwise producer of x
     best = take_along_axis(x, argmax(y, axis=-1, keepdims=true), axis=-1)   # indices computed in the chain
     rows = gather_nd(sigmoid(t), j) * 2.0
-    return picked, best, rows, gather_nd(t, j - 1), take_along_axis(y, -1 - i, axis=-1)    # negative: from the end
+    lookup = index(t * 0.5, [r, j[:, 1] - 1], axes=[0, 2]) + 1.0                              # t[r, :, j - 1]
+    return picked, best, rows, gather_nd(t, j - 1), take_along_axis(y, -1 - i, axis=-1), lookup   # -1 - i: from the end
 }
 """
 FUSION_CHAINS = ("transformer", "scans", "parts", "lookups")

@@ -1,4 +1,4 @@
-"""take_along_axis and gather_nd as a GPU runs them, compiled to PTX by NVVM and measured by
+"""take_along_axis, gather_nd and index as a GPU runs them, compiled to PTX by NVVM and measured by
 ptxas -v (sm_90) without a GPU: each is one kernel with its elementwise producer and consumer
 (the table's producer computed at the read, inline-indexed-reads), keeps its values in registers
 (no local memory, no spills), and take_along_axis along the last axis writes its result
@@ -16,8 +16,10 @@ from fusec.compiler.report import report_kernels
 H200 = GPUS["h200"]
 SRC = """\
 chain c(x: f32[8, 512, 1024], i: i64[8, 512, 64], t: f32[64, 64, 256], j: i32[4096, 2], u: f16[16, 128, 64],
-        k: i64[16, 32, 1]) -> (f32[8, 512, 64], f32[4096, 256], f16[16, 32, 64]) {
-    return take_along_axis(x * 2.0, i, axis=-1) + 1.0, gather_nd(exp(t), j), gather_nd(-u, k, batch_dims=1)
+        k: i64[16, 32, 1], r: i64[2048], q: i32[2048])
+        -> (f32[8, 512, 64], f32[4096, 256], f16[16, 32, 64], f32[2048, 64]) {
+    picked = index(t, [r, q], axes=[0, 2]) * 3.0
+    return take_along_axis(x * 2.0, i, axis=-1) + 1.0, gather_nd(exp(t), j), gather_nd(-u, k, batch_dims=1), picked
 }
 """
 
@@ -31,8 +33,8 @@ def compiled():
 @pytest.mark.slow
 def test_each_lookup_is_one_kernel_with_its_producer_and_consumer(compiled):
     st, reps = compiled
-    assert st.plan.kernel_count == 3 and len(reps) == 3, st.plan.format()
-    assert sum(1 for o in st.plan.info.ops if o.is_compute) == 3, st.plan.format()
+    assert st.plan.kernel_count == 4 and len(reps) == 4, st.plan.format()
+    assert sum(1 for o in st.plan.info.ops if o.is_compute) == 4, st.plan.format()
 
 
 @pytest.mark.slow
