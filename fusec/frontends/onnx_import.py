@@ -387,8 +387,6 @@ def mapped_ops() -> list[str]:
 
 
 HINTS = {
-    "GatherElements": "FDSL's gather is np.take (ONNX Gather); take_along_axis is not in FDSL yet",
-    "GatherND": "FDSL has no multi-index gather; its gather is np.take (ONNX Gather)",
     "Einsum": "write it with matmul, permute and reshape",
     "Pad": "FDSL has no pad operator (conv2d takes symmetric zero padding itself)",
     "ConvTranspose": "FDSL has conv2d only",

@@ -611,3 +611,49 @@ class ShapeOps:
         if all(isinstance(p, int) for p in picked):
             return C(np.array(picked, np.int64).reshape(shape))
         raise NodeError("a gather of sizes into rank > 1")
+
+    # ---- GatherElements and GatherND (issue 38) ----------------------------------------------
+    def _index_tensor(self, node, idx) -> T:
+        it = self.tensor(idx, f"{self.out_name(node)}_idx")
+        if it.dtype not in ("i32", "i64"):
+            raise NodeError(f"its indices are {it.dtype}, not i32 or i64")
+        return it
+
+    def op_GatherElements(self, node, ins, attrs):
+        """take_along_axis; ONNX's indices may be shorter than the data on the other axes (the
+        data's first positions are read, as torch.gather's), where FDSL broadcasts: the data is
+        sliced to the indices' extents first."""
+        data, idx = ins
+        x = self.tensor(data, f"{self.out_name(node)}_data")
+        it = self._index_tensor(node, idx)
+        s, si = self.shape(x), self.shape(it)
+        if len(si) != len(s):
+            raise NodeError(f"its indices have rank {len(si)}, the data rank {len(s)}")
+        a = self.axis(int(attrs.get("axis", 0)), len(s))
+        items = []
+        for d, (n, k) in enumerate(zip(s, si)):
+            if d == a or n == k:
+                items.append(":")
+            elif isinstance(n, int) and isinstance(k, int) and k < n:
+                items.append(f":{k}")
+            else:
+                raise NodeError(f"its indices have extent {k} on axis {d} where the data has {n}; FDSL's "
+                                "take_along_axis needs them equal, or the indices' extent a smaller number")
+        if any(i != ":" for i in items):
+            x = self.emit(f"{self.out_name(node)}_data", f"{x.name}[{', '.join(items)}]", x.dtype,
+                          tuple(k if i != ":" else n for i, n, k in zip(items, s, si)))
+        return self.emit(self.out_name(node), f"take_along_axis({x.name}, {it.name}, axis={a})", x.dtype, si)
+
+    def op_GatherND(self, node, ins, attrs):
+        data, idx = ins
+        x = self.tensor(data, f"{self.out_name(node)}_data")
+        it = self._index_tensor(node, idx)
+        s, si = self.shape(x), self.shape(it)
+        b = int(attrs.get("batch_dims", 0))
+        m = si[-1] if si else None
+        if not isinstance(m, int):
+            raise NodeError(f"the last axis of its indices is {m}; FDSL's gather_nd needs a number there")
+        if not 0 <= b < min(len(s), len(si)) or not 1 <= m <= len(s) - b:
+            raise NodeError(f"batch_dims={b} and indices of last extent {m} do not fit data of rank {len(s)}")
+        return self.emit(self.out_name(node), f"gather_nd({x.name}, {it.name}, batch_dims={b})", x.dtype,
+                         si[:-1] + s[b + m:])

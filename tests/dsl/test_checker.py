@@ -534,12 +534,15 @@ _CLASSES["numeric"] = _CLASSES["float"] + ("i32", "i64")
 _CLASSES["any"] = _CLASSES["numeric"] + ("bool",)
 _CLASSES["bool"] = ("bool",)
 _PROBE_SHAPES = {"batchnorm": ["[4, 4]", "[4]", "[4]", "[4]", "[4]"], "conv2d": ["[1, 4, 6, 6]", "[4, 4, 3, 3]"]}
+_PROBE_SHAPES["gather_nd"] = ["[4, 4]", "[3, 2]"]
 _PROBE_STATICS = {"permute": "[1, 0]", "reshape": "[16]", "broadcast_to": "[2, 4, 4]", "cast": "f32"}
 _PROBE_SHAPES.update({op: ["[1, 2, 4, 4]"] for op in ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d")})
 _PROBE_STATICS.update({"max_pool2d": "2", "avg_pool2d": "2", "adaptive_avg_pool2d": "1"})
+_PROBE_STATICS["take_along_axis"] = "axis=1"
 # Ops not probed as `y = name(tensors, statics)`: the statement, and the op of the node it makes.
 _PROBE_STATEMENTS = {"slice": ("y = x[1:3, ::-1]", "slice"), "concat": ("y = concat([xs, xs], axis=1)", "concat"),
                      "split": ("y, z = split(x, [1, 3], axis=-1)", "slice")}
+_PROBE_STATEMENTS["index"] = ("y = index(x, [idxs])", "index")
 
 
 def _tensor_args(name: str) -> list[str]:

@@ -292,3 +292,30 @@ def test_issue38_ops_map_to_fdsl_s_own(target, tmp_path):
                  "logical_or(", "logical_xor(", "eq(abs(x), inf)", "eq(x, -inf)", "arange(S, dtype=i64)",
                  "full([B, S], (-inf), dtype=f32)"):
         assert want in text, (want, text)
+@BOTH
+def test_gather_elements_and_gather_nd(target, tmp_path):
+    """GatherElements as take_along_axis (indices shorter than the data on another axis read its
+    first positions, as ONNX and torch.gather do), GatherND as gather_nd with and without batch
+    axes; negative indices count from the end, constant indices become parameters."""
+    nodes = [h.make_node("GatherElements", ["x", "i"], ["y_ge"], axis=1),
+             h.make_node("GatherElements", ["x", "ishort"], ["y_short"], axis=-1),       # [S, 2, 3] of [S, 3, 4]
+             h.make_node("GatherElements", ["x", "kc"], ["y_const"], axis=0),
+             h.make_node("Exp", ["x"], ["ex"]),
+             h.make_node("GatherND", ["ex", "nd"], ["y_nd"]),
+             h.make_node("GatherND", ["x", "ndb"], ["y_ndb"], batch_dims=1),
+             h.make_node("GatherND", ["x", "ndc"], ["y_ndc"])]
+    inits = [init("kc", np.array([[[0, -1, 1, 0]], [[-2, 2, 0, 1]]], dtype=np.int64)),
+             init("ndc", np.array([[1, 2, 3], [-1, 0, -4]], dtype=np.int64))]
+    outs = ["y_ge", "y_short", "y_const", "y_nd", "y_ndb", "y_ndc"]
+    m = model(nodes, [tensor("x", F, ["S", 3, 4]), tensor("i", TP.INT64, ["S", 5, 4]),
+                      tensor("ishort", TP.INT64, ["S", 2, 3]), tensor("nd", TP.INT64, [6, 2]),
+                      tensor("ndb", TP.INT64, ["S", 2, 1])],
+              [tensor(o, 0, None) for o in outs], inits)
+    rng = np.random.default_rng(3)
+    feeds = {"x": rand((3, 3, 4), 1), "i": rng.integers(-3, 3, (3, 5, 4)).astype(np.int64),
+             "ishort": rng.integers(-4, 4, (3, 2, 3)).astype(np.int64),
+             "nd": np.array([[0, 0], [2, -1], [-3, 1], [1, 2], [-1, -3], [0, 2]], dtype=np.int64),
+             "ndb": np.array([[[2], [-1]], [[0], [1]], [[-3], [2]]], dtype=np.int64)}
+    loaded, _ = check_against_ort(m, feeds, tmp_path, target)
+    assert "= x[:, :2, :]" in loaded.fdsl and "ishort, axis=2)" in loaded.fdsl, loaded.fdsl
+    assert "gather_nd(x, ndb, batch_dims=1)" in loaded.fdsl, loaded.fdsl

@@ -160,6 +160,7 @@ NOT_COVERED = {
     "transpose": "moves values", "permute": "moves values", "reshape": "moves values",
     "broadcast_to": "moves values",
     "slice": "moves values", "concat": "moves values", "gather": "moves values", "embedding": "moves values",
+    "take_along_axis": "moves values", "gather_nd": "moves values", "index": "moves values",
     "split": "no op of its own: the checker makes its parts slices",
     **{op: "windowed reductions over NCHW: tests/numerics/test_pooling.py places NaN, signed zeros and infinities "
            "in their windows" for op in ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d")},
