@@ -551,13 +551,22 @@ class Translator:
             pass
         return self.emit(node.name, f"broadcast_to({x.name}, {dims_text(shape)})", x.dtype, shape, self.reads(x))
 
-    def op_permute_default(self, node):
-        x = self.tensor_m(node.args[0])
-        perm = [p % len(x.shape) for p in node.args[1]]
+    def _permute(self, node, x: V, perm: list) -> V:
+        """permute(x, perm), composed with the permute that made x (aten's transposes come in
+        chains: a chain that undoes itself is no op at all)."""
+        src = getattr(x, "permuted", None)
+        if src is not None:
+            x, perm = src[0], [src[1][p] for p in perm]
         if perm == list(range(len(perm))):
             return x
         shape = tuple(x.shape[p] for p in perm)
-        return self.emit(node.name, f"permute({x.name}, {dims_text(perm)})", x.dtype, shape, self.reads(x))
+        y = self.emit(node.name, f"permute({x.name}, {dims_text(perm)})", x.dtype, shape, self.reads(x))
+        y.permuted = (x, perm)
+        return y
+
+    def op_permute_default(self, node):
+        x = self.tensor_m(node.args[0])
+        return self._permute(node, x, [p % len(x.shape) for p in node.args[1]])
 
     def op_t_default(self, node):
         x = self.tensor_m(node.args[0])
@@ -571,10 +580,7 @@ class Translator:
         a, b = node.args[1] % r, node.args[2] % r
         perm = list(range(r))
         perm[a], perm[b] = perm[b], perm[a]
-        if a == b:
-            return x
-        shape = tuple(x.shape[p] for p in perm)
-        return self.emit(node.name, f"permute({x.name}, {dims_text(perm)})", x.dtype, shape, self.reads(x))
+        return self._permute(node, x, perm)
 
     def _subscript(self, node, x: V, items: list, shape) -> V:
         return self.emit(node.name, f"{x.name}[{', '.join(items)}]", x.dtype, shape, self.reads(x))
