@@ -334,6 +334,21 @@ class Converter(MathOps, ShapeOps, PoolOps):
         size = sum(int(np.size(v.value)) for v in ins if v is not None)
         if size > FOLD_LIMIT:
             raise NodeError(f"its constant inputs hold {size} elements, more than fusec folds ({FOLD_LIMIT})")
+        if node.op_type == "GatherElements":
+            # onnx's reference evaluator fails on indices shorter than the data on another axis
+            # (BERT's token_type_ids buffer, sliced by a [1, S] index): folded here, as ONNX
+            # defines it (the data taken at the indices' extent on the other axes)
+            data, idx = (np.asarray(v.value) for v in ins[:2])
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0) % max(data.ndim, 1)
+            if idx.ndim != data.ndim:
+                raise NodeError(f"indices of rank {idx.ndim} for data of rank {data.ndim}")
+            sl = tuple(slice(None) if k == axis else slice(0, idx.shape[k]) for k in range(data.ndim))
+            n = data.shape[axis]
+            if np.any(idx < -n) or np.any(idx >= n):
+                raise NodeError(f"an index outside the axis of {n}")
+            if any(idx.shape[k] > data.shape[k] for k in range(data.ndim) if k != axis):
+                raise NodeError(f"indices {list(idx.shape)} larger than the data {list(data.shape)} off the axis")
+            return [C(np.take_along_axis(data[sl], np.where(idx < 0, idx + n, idx), axis=axis))]
         names = [f"i{k}" if v is not None else "" for k, v in enumerate(ins)]
         outs = [f"o{k}" for k in range(len(node.output))]
         n = helper.make_node(node.op_type, names, outs, domain=node.domain)

@@ -196,7 +196,8 @@ class FusecRegion(torch.nn.Module):
                 arrays.append(_as_array(t))
         binding = self.chain.binding_for(arrays)
         key = tuple(sorted(self.chain.build_binding(binding).items()))
-        if key not in self._seen:
+        first = key not in self._seen
+        if first:
             t0 = time.perf_counter()
             try:
                 try:
@@ -225,7 +226,10 @@ class FusecRegion(torch.nn.Module):
                 (self.dump / f"{self.translated.chain}.plan.json").write_text(json.dumps(built.plan, indent=1,
                                                                                          default=str))
             self._seen.add(key)
+        t0 = time.perf_counter() if first else 0.0
         outs = self.chain(*arrays)
+        if first:                       # Numba compiles the kernels on their first call: count it
+            self.region.compile_seconds += time.perf_counter() - t0
         outs = outs if isinstance(outs, tuple) else (outs,)
         res = tuple(_as_tensor(o, device) for o in outs)
         return res if self.tuple_out else res[0]

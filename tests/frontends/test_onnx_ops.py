@@ -319,3 +319,16 @@ def test_gather_elements_and_gather_nd(target, tmp_path):
     loaded, _ = check_against_ort(m, feeds, tmp_path, target)
     assert "= x[:, :2, :]" in loaded.fdsl and "ishort, axis=2)" in loaded.fdsl, loaded.fdsl
     assert "gather_nd(x, ndb, batch_dims=1)" in loaded.fdsl, loaded.fdsl
+
+
+def test_gather_elements_folded_on_constants_with_shorter_indices(tmp_path):
+    """A GatherElements on constants whose indices are shorter than the data off the axis (BERT's
+    token_type_ids buffer, as torch's exporter writes it) is folded at import, as ONNX defines it."""
+    data = init("buf", np.arange(12, dtype=np.int64).reshape(1, 12) % 5)
+    idx = init("pos", np.array([[3, 1, -2, 0]], dtype=np.int64))
+    nodes = [h.make_node("GatherElements", ["buf", "pos"], ["tt"], axis=1),
+             h.make_node("Cast", ["tt"], ["ttf"], to=TP.FLOAT),
+             h.make_node("Add", ["x", "ttf"], ["y"])]
+    m = model(nodes, [tensor("x", F, [2, 4])], [tensor("y", F, [2, 4])], [data, idx])
+    loaded, _ = check_against_ort(m, {"x": rand((2, 4), 3)}, tmp_path, "reference")
+    assert "take_along_axis" not in loaded.fdsl
