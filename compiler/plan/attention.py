@@ -1,10 +1,12 @@
 """Attention kernels: a softmax-normalised operand of a contraction over the softmax's own axis.
 
 The matcher reads the generic ops' algebra, not names: S = Q · Kᵀ, Z = f(S, ...) elementwise,
-M = max_j Z, E = exp(Z - M), L = sum_j E, P = E / L (or folded into O's body), O = P · V. It
-gives an `Attention` when online softmax computes the same O (the intermediates have no other
-user), else a `NotAttention` saying which condition fails. See docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA"
-(attention kernels); docs/FUSION.md, "Attention".
+M = max_j Z, E = exp(Z - M), L = sum_j E, P = E / L (or folded into O's body), O = P · V, P
+possibly in the fully-masked-row guard where(M == C, K, P) that SDPA's decomposition leaves
+(`_unguard`). It gives an `Attention` when online softmax computes the same O (the
+intermediates have no other user), else a `NotAttention` saying which condition fails. See
+docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA" (attention kernels);
+docs/FUSION.md, "Attention".
 """
 from __future__ import annotations
 

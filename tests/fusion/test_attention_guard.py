@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import fusec
+from fusec.compiler.marks import ATTENTION_GUARD
 from fusec.compiler.plan.attention import Attention, find_attention
 from fusec.runtime import reference
 from fusec.runtime.compare import compare
@@ -55,7 +56,7 @@ def test_the_guarded_attention_is_one_online_softmax_kernel(name, target, bindin
     (a,) = [x for x in (find_attention(info, o.id) for o in info.ops if o.kind == "contraction")
             if isinstance(x, Attention)]
     assert a.guard == pytest.approx(FORMS[name][1])
-    assert "fusec.attention_guard" in st.texts["gpu"]
+    assert ATTENTION_GUARD in st.texts["gpu"]
 
 
 def test_the_example_chain_with_the_guard_plans_as_the_one_without():
