@@ -4,6 +4,8 @@ online-softmax kernel (plan/attention.py: _unguard; emit/attention.py: Attention
 on the gpu and the cpu, and a guarded softmax alone one row kernel. Numbers against the
 reference on the cpu and the simulator at tiny sizes (tiles forced small: several key steps,
 partial tiles), with fully masked rows, NaN queries and NaN values."""
+import re
+
 import numpy as np
 import pytest
 
@@ -57,6 +59,9 @@ def test_the_guarded_attention_is_one_online_softmax_kernel(name, target, bindin
             if isinstance(x, Attention)]
     assert a.guard == pytest.approx(FORMS[name][1])
     assert ATTENTION_GUARD in st.texts["gpu"]
+    # SDPA's C = -inf, K = 0 reads the accumulators as they are; other guards sum V too
+    sums_v = re.search(r"\b(vs0_0|vsum)\b", st.emitted.source) is not None
+    assert sums_v == (FORMS[name][1] != (float("-inf"), 0.0))
 
 
 def test_the_example_chain_with_the_guard_plans_as_the_one_without():
@@ -84,9 +89,9 @@ def test_a_guard_on_another_max_is_not_the_softmax_guard():
     assert any("compares another value than the softmax's row max" in d for d in plan.decisions), plan.decisions
 
 
-def _inputs(binding, seed=3):
-    """q, k, v, mask, keep with fully masked rows (1 and 4), partly masked ones, NaN in one
-    query row of the second head and in one value column."""
+def _inputs(binding, masked: float, seed=3):
+    """q, k, v, mask (`masked` where masked, else 0), keep with fully masked rows (1 and 4),
+    partly masked ones, NaN in one query row of the second head and in one value column."""
     b = binding
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((b["B"], b["H"], b["S"], b["D"])).astype(np.float32)
@@ -96,13 +101,13 @@ def _inputs(binding, seed=3):
     keep[:, 0] = True
     keep[1, :] = False
     keep[4, :] = False
-    mask = np.where(keep, np.float32(0), np.float32(-1e30)).astype(np.float32)
+    mask = np.where(keep, np.float32(0), np.float32(masked)).astype(np.float32)
     q[0, 1, 6, 2] = np.nan
     v[-1, 0, 5, 3] = np.nan
     return [q, k, v, mask, keep]
 
 
-RUNS = [(n, t) for n in ("additive", "boolean", "not_equal", "by_hand") for t in ("cuda-sim", "cpu")
+RUNS = [(n, t) for n in sorted(FORMS) for t in ("cuda-sim", "cpu")
         if t == "cuda-sim" or n in ("additive", "boolean")]
 
 
@@ -117,7 +122,7 @@ def test_the_guarded_attention_matches_the_reference(name, target):
     prog = fusec.compile(src, target=target, options={"plans": {"g": plan}})
     compiled = prog.g.compiled(binding)
     assert compiled.plan["groups"][0]["template"] == "attention"
-    inputs = _inputs(binding)
+    inputs = _inputs(binding, FORMS[name][1][0])
     want = reference.run_chain(prog.g.typed, inputs, binding)[0]
     got = compiled.fused(*inputs)[0]
     c = compare(got, want, "f32")
@@ -135,32 +140,35 @@ def test_the_guarded_attention_matches_the_reference(name, target):
 # ---- a guarded softmax alone: one row kernel ----------------------------------------------------
 ROWS = """chain r(s: f32[B, S, T], mask: f32[S, T]) -> f32[B, S, T] {
     z = s * 0.5 + mask
-    return where(max(z, axis=-1, keepdims=true) == -1e30, 0.0, softmax(z, axis=-1))
+    return where(max(z, axis=-1, keepdims=true) == C, 0.0, softmax(z, axis=-1))
 }
 """
+MASKED = {"-1e30": -1e30}
 
 
+@pytest.mark.parametrize("c", sorted(MASKED))
 @pytest.mark.parametrize("target", ["gpu", "cpu"])
-def test_a_guarded_softmax_alone_is_one_row_kernel(target):
-    plan = stages(ROWS, dict(B=4, S=64, T=256), target=target).plan
+def test_a_guarded_softmax_alone_is_one_row_kernel(target, c):
+    plan = stages(ROWS.replace("C,", f"{c},"), dict(B=4, S=64, T=256), target=target).plan
     assert plan.kernel_count == 1, plan.format()
     if target == "gpu":
         assert "row kernel" in plan.format(), plan.format()
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("c", sorted(MASKED))
 @pytest.mark.parametrize("target", ["cuda-sim", "cpu"])
-def test_a_guarded_softmax_alone_matches_the_reference(target):
+def test_a_guarded_softmax_alone_matches_the_reference(target, c):
     binding = dict(B=2, S=9, T=12)
-    prog = fusec.compile(ROWS, target=target)
+    prog = fusec.compile(ROWS.replace("C,", f"{c},"), target=target)
     rng = np.random.default_rng(5)
     s = rng.standard_normal((2, 9, 12)).astype(np.float32)
     s[1, 2, 3] = np.nan
     keep = rng.random((9, 12)) < 0.5
     keep[:, 0] = True
     keep[6, :] = False
-    mask = np.where(keep, np.float32(0), np.float32(-1e30)).astype(np.float32)
-    (c,) = prog.r.check(inputs=[s, mask], binding=binding)
-    assert c.ok, c.describe()
+    mask = np.where(keep, np.float32(0), np.float32(MASKED[c])).astype(np.float32)
+    (checked,) = prog.r.check(inputs=[s, mask], binding=binding)
+    assert checked.ok, checked.describe()
     got = prog.r.compiled(binding).fused(s, mask)[0]
     assert np.all(got[:, 6] == 0) and np.isnan(got[1, 2]).all()
