@@ -465,5 +465,6 @@ _HANDLERS = {
     "gpu.grid_dim": Body.gpu_id, "gpu.global_id": Body.global_id, "gpu.barrier": Body.barrier,
     "gpu.launch": Body.launch,
     "linalg.matmul": Body.library_call, "linalg.batch_matmul": Body.library_call,
-    "linalg.conv_2d_nchw_fchw": Body.library_call, "linalg.generic": Body.generic,
+    "linalg.conv_2d_nchw_fchw": Body.library_call, "linalg.conv_2d_ngchw_gfchw": Body.library_call,
+    "linalg.generic": Body.generic,
 }

@@ -286,6 +286,9 @@ def library_call(body, op) -> None:
     extent is 0."""
     zero = str(op.attributes[CPU_CALL]).strip('"') == "zero"
     views = [body.view(v) for v in op.operands]
+    if op.name == "linalg.conv_2d_ngchw_gfchw":
+        _grouped_conv_loops(body, *views, conv_window(op), zero)
+        return
     conv = op.name == "linalg.conv_2d_nchw_fchw"
     shapes = [ir.MemRefType(v.type).shape for v in op.operands]
     if all(v.host is not None for v in views) and 0 not in [n for sh in shapes for n in sh]:
@@ -420,3 +423,29 @@ def _conv_loops(body, x, w, y, window, zero: bool) -> None:
     body.w(f"{y.at([n, f, oh, ow])} = {y.at([n, f, oh, ow])} + {s} * {src}")
     body.w.depth = depth
 
+
+
+def _grouped_conv_loops(body, x, w, y, window, zero: bool) -> None:
+    """y (+)= conv(x, w) with groups: x [N, G, C/G, H, W], w [G, F/G, C/G, KH, KW], y [N, G,
+    F/G, HO, WO]; each group's filters read only its own channels (no zeros multiplied). Per
+    output row, the window's taps added along the whole row (the innermost loop, unit stride
+    where the conv has stride 1: vectorised) into an accumulator row, stored once."""
+    sh, sw, dh, dw = (str(v) for v in window)
+    depth = body.w.depth
+    elem = y.array.elem
+    acc = body.names.temp("acc")
+    body.w(f"{acc} = np.empty({y.shape[4]}, np.{elem.compute})")
+    n, g, f, oh = _loops(body, y.shape[:4])
+    (q,) = _loops(body, (y.shape[4],))
+    body.w(f"{acc}[{q}] = {body.ctx.consts.zero(elem) if zero else y.at([n, g, f, oh, q])}")
+    body.w.depth -= 1
+    c, p, r = _loops(body, (x.shape[2], w.shape[3], w.shape[4]))
+    s = body.names.temp("w")
+    body.w(f"{s} = {w.at([g, f, c, p, r])}")
+    (ow,) = _loops(body, (y.shape[4],))
+    src = x.at([n, g, c, expr_add(expr_mul(oh, sh), expr_mul(p, dh)), expr_add(expr_mul(ow, sw), expr_mul(r, dw))])
+    body.w(f"{acc}[{ow}] += {s} * {src}")
+    body.w.depth -= 4
+    (q,) = _loops(body, (y.shape[4],))
+    body.w(f"{y.at([n, g, f, oh, q])} = {acc}[{q}]")
+    body.w.depth = depth

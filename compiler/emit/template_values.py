@@ -115,7 +115,8 @@ FLAT_HELPER = [
 
 
 class FlatViews:
-    """1-D views of whole global arrays of static shape (rank 3 or more), for a template's loop:
+    """1-D views of whole global arrays of static shape (rank 3 or more; read as they are, or
+    through an expand_shape of the whole array), for a template's loop:
     `<array>_f = _flat(<array>, n)` written once where the loop starts (line `at` of the
     writer, at `depth`), and an element read as `<array>_f[(i0 * s0 + i1 * s1 + ...) & mask]`
     with the strides s as constants (the array under 2**31 elements; the mask, all ones above
@@ -138,10 +139,11 @@ class FlatViews:
 
     def at(self, view, idx: list[str]) -> str | None:
         """`view[idx]` through its array's 1-D view, None where the array has none."""
-        if (view.array.space != "global" or not view.whole or view.rank < 3
-                or not all(is_int(n) for n in view.shape)):
+        shape = view.shape if view.whole else view.base_shape     # the array's own shape
+        if (view.array.space != "global" or shape is None or len(shape) < 3
+                or not all(is_int(n) for n in shape)):
             return None
-        shape = [int(n) for n in view.shape]
+        shape = [int(n) for n in shape]
         if math.prod(shape) >= 1 << 31:      # offsets (and a pad's coordinates) within 32 bits
             return None
         flat, stride = "0", 1

@@ -40,6 +40,9 @@ class View:
     host: str | None = None                        # host expression holding it as an array
     contiguous: bool = True
     whole: bool = False                            # exactly the array, in its own shape
+    # the array's own shape where the view is the whole array reshaped (an expand_shape of a
+    # whole view: a grouped conv's [N, G, C/G, H, W] input), for 1-D reads (FlatViews)
+    base_shape: Index | None = None
 
     @property
     def rank(self) -> int:
@@ -108,7 +111,8 @@ def expand_shape(src: View, groups: list[list[int]], out_shape: Index) -> View:
         return parent(tuple(out))
 
     host = f"{src.host}.reshape({shape_tuple(out_shape)})" if src.host and src.contiguous else None
-    return View(src.array, tuple(out_shape), to_base, src.free, host, src.contiguous)
+    base = src.shape if src.whole else src.base_shape
+    return View(src.array, tuple(out_shape), to_base, src.free, host, src.contiguous, base_shape=base)
 
 
 def collapse_shape(src: View, groups: list[list[int]]) -> View:

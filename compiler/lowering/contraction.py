@@ -3,7 +3,9 @@
 matmul becomes linalg.matmul or linalg.batch_matmul (batch dims folded or collapsed) where the
 operands' batch shapes allow, else one contraction generic whose maps broadcast the batch dims
 (nothing materialised); conv2d becomes tensor.pad and linalg.conv_2d_nchw_fchw into a
-zero-filled accumulator, the bias an elementwise generic. Accumulators are in the compute type
+zero-filled accumulator, the bias an elementwise generic; with groups, linalg.conv_2d_ngchw_gfchw
+on the input and weights expanded to [N, G, C/G, H, W] and [G, F/G, C/G, KH, KW] (views), its
+[N, G, F/G, HO, WO] result collapsed back to NCHW (each group's work alone, no zeros). Accumulators are in the compute type
 and one elementwise generic rounds back. See docs/ARCHITECTURE.md, "Stages and what each hands on" (linalg).
 """
 from __future__ import annotations
@@ -85,11 +87,12 @@ def _broadcast_contraction(a: ir.Value, b: ir.Value, out, acc_elem: ir.Type) -> 
 
 
 def _pad(x: ir.Value, ph: int, pw: int) -> ir.Value:
-    n, ch, h, w = shape_of(x)
+    """x [..., H, W] zero-padded by ph rows and pw columns on each side."""
+    *lead, h, w = shape_of(x)
     elem = elem_of(x)
-    lo = hi = [0, 0, ph, pw]
-    op = tensor.PadOp(tensor_type((n, ch, h + 2 * ph, w + 2 * pw), elem), x, [], [], lo, hi)
-    block = op.region.blocks.append(*[ir.IndexType.get()] * 4)
+    lo = hi = [0] * len(lead) + [ph, pw]
+    op = tensor.PadOp(tensor_type((*lead, h + 2 * ph, w + 2 * pw), elem), x, [], [], lo, hi)
+    block = op.region.blocks.append(*[ir.IndexType.get()] * (len(lead) + 2))
     with ir.InsertionPoint(block):
         tensor.YieldOp(scalar(0, elem))
     return op.result
@@ -100,10 +103,24 @@ def lower_conv2d(ctx: LoweringContext, node: Node):
     x, w = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1])
     (sh, sw), (ph, pw), (dh, dw) = node.attr("stride"), node.attr("padding"), node.attr("dilation")
     out, elem = ctx.shape(node), ctx.elem(node)
-    if ph or pw:
-        x = _pad(x, ph, pw)
-    y = linalg.conv_2d_nchw_fchw(x, w, outs=[fill(0, out, compute_type(elem))], strides=[sh, sw],
-                                 dilations=[dh, dw])
+    g = node.attr("groups", 1)
+    if g == 1:
+        if ph or pw:
+            x = _pad(x, ph, pw)
+        y = linalg.conv_2d_nchw_fchw(x, w, outs=[fill(0, out, compute_type(elem))], strides=[sh, sw],
+                                     dilations=[dh, dw])
+    else:
+        # the input expanded before it is padded: the pad's result is the conv's operand itself,
+        # so the pad fuses into the conv's kernel (a view of a pad's result would stop it)
+        n, c, h, wd = shape_of(x)
+        f, cg, kh, kw = shape_of(w)
+        xg = reshape(x, (n, g, cg, h, wd))
+        if ph or pw:
+            xg = _pad(xg, ph, pw)
+        wg = reshape(w, (g, f // g, cg, kh, kw))
+        yg = linalg.conv_2d_ngchw_gfchw(xg, wg, outs=[fill(0, (out[0], g, f // g, *out[2:]), compute_type(elem))],
+                                        strides=[sh, sw], dilations=[dh, dw])
+        y = reshape(yg, out)
     if len(node.inputs) < 3:
         return _round(y, elem)
     bias = ctx.tensor(node.inputs[2])

@@ -16,7 +16,9 @@ from ..marks import NOTE, OP_ID, SCAN, SCAN_AXIS
 
 VIEW_OPS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape")
 IGNORED = ("tensor.empty", "arith.constant", "func.return", "tensor.dim")
-CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.conv_2d_nchw_fchw", "linalg.batch_matmul_transpose_b",
+# convolutions: conv2d, and conv2d with groups (its operands viewed [N, G, C/G, H, W], [G, F/G, C/G, KH, KW])
+CONVS = ("linalg.conv_2d_nchw_fchw", "linalg.conv_2d_ngchw_gfchw")
+CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", *CONVS, "linalg.batch_matmul_transpose_b",
                 "linalg.matmul_transpose_b", "linalg.batch_reduce_matmul", "linalg.contract")
 # body ops that cost nothing at run time (constants, casts between index and integers, compares
 # feeding selects are counted through the select)
@@ -363,7 +365,7 @@ def _view_dims(op, source: tuple[int, ...], result: tuple[int, ...]) -> tuple[in
 
 def conv_window(op) -> tuple[int, ...]:
     """A conv's (stride h, stride w, dilation h, dilation w); () for other ops."""
-    if op.name != "linalg.conv_2d_nchw_fchw":
+    if op.name not in CONVS:
         return ()
     pairs = [[int(x) for x in ir.DenseIntElementsAttr(op.attributes[a])] if a in op.attributes else [1, 1]
              for a in ("strides", "dilations")]
@@ -389,12 +391,21 @@ def _is_contraction(gen, maps, iters) -> bool:
     red = {i for i, t in enumerate(iters) if t == "reduction"}
     n_in = len(maps) - len(gen.results)
     par = {i for i, t in enumerate(iters) if t == "parallel"}
-    varying = [m for m in maps[:n_in] if any(_dims(e) & red for e in m.results)]
+    # an input the body never reads (a pooling window's, which only gives its loops their extents) is no operand
+    args = gen.regions[0].blocks[0].arguments
+    varying = [m for k, m in enumerate(maps[:n_in])
+               if any(_dims(e) & red for e in m.results) and _has_uses(args[k])]
     body = {op.name for op in gen.regions[0].blocks[0].operations}
     # sum(a * b) over a shared iteration space is a reduction; a contraction has an operand that
     # does not vary along some output loop (A[i,k] ignores j), which is what makes fusing into it costly
     missing = any(par - set().union(*[_dims(e) for e in m.results]) for m in varying)
     return len(varying) >= 2 and missing and bool(body & {"arith.mulf", "arith.muli"})
+
+
+def _has_uses(value) -> bool:
+    for _ in value.uses:
+        return True
+    return False
 
 
 def _combining_ops(gen, n_in: int) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass
 from enum import Enum
 
-from .analysis import ChainInfo, OpInfo
+from .analysis import CONVS, ChainInfo, OpInfo
 
 NEG_INF = ("0xFF800000", "-inf", "0xFFF0000000000000")
 
@@ -224,7 +224,7 @@ def _real(loops: list[int], extents) -> list[int]:
 def find_attention(info: ChainInfo, out: int) -> Attention | NotAttention:
     """The attention pattern ending at contraction `out`, or why it is not one."""
     c2 = info.op(out)
-    if c2.kind != "contraction" or c2.name == "linalg.conv_2d_nchw_fchw" or len(c2.body_expr) != 1:
+    if c2.kind != "contraction" or c2.name in CONVS or len(c2.body_expr) != 1:
         return _unlike("not a contraction")
     mac = _is_mac(c2.body_expr[0])
     if mac is None:

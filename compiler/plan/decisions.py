@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .analysis import ChainInfo
+from .analysis import CONVS, ChainInfo
 from .conv import choose as choose_conv
 from .cost import cpu_chunks, hoistable_matmuls
 from .describe import time_text
@@ -89,7 +89,7 @@ def contraction_note(info: ChainInfo, g: Kernel, chooser: TileChooser) -> list[s
     if len(cs) != 1:
         return []
     c = info.op(cs[0])
-    conv = c.name == "linalg.conv_2d_nchw_fchw"
+    conv = c.name in CONVS
     tiled_name = "implicit GEMM" if conv else "tiled contraction"
     direct_name = "direct convolution" if conv else "a dot product per output"
     choice = chooser.group_best(g)
@@ -100,7 +100,9 @@ def contraction_note(info: ChainInfo, g: Kernel, chooser: TileChooser) -> list[s
     direct = [(t, s) for t, s in choice.candidates if not isinstance(t.config, ContractionConfig)]
     if not tiled:
         return [f"kernel {g.id}: %{c.id} {c.label} as {direct_name} (no {tiled_name} shape fits the device)"]
-    k = f"K = {gk.k}" + (" (channels x kernel window)" if conv else "")
+    grouped = c.name == "linalg.conv_2d_ngchw_gfchw"
+    k = f"K = {gk.k}" + (f" (channels per group x kernel window; {c.loops[1]} groups, one per grid slice)" if grouped
+                         else " (channels x kernel window)" if conv else "")
     best_t = min(tiled, key=lambda x: x[1])[1]
     other = (f"; {direct_name} {time_text(min(s for _, s in direct))}" if direct else "")
     cfg = g.config

@@ -1,7 +1,8 @@
 """cpu-library-calls: on the CPU target, after bufferization, each float matmul, batch_matmul
 and conv_2d_nchw_fchw on memrefs stays a linalg op marked `fusec.cpu_call` ("zero": the +0.0
 fill before it is dropped; "acc": it accumulates) for the emitter to hand to BLAS, one call per
-tile; every other linalg op becomes loops. `fold_transposed_operands` and
+tile, as does a float conv_2d_ngchw_gfchw (conv2d with groups) for the emitter's loops of it;
+every other linalg op becomes loops. `fold_transposed_operands` and
 `hoist_whole_contractions` run first. See docs/ARCHITECTURE.md, "What the code taught us"
 (cpu contractions, a product's epilogue).
 """
@@ -19,6 +20,8 @@ from ..marks import CONV_ALGORITHM, CPU_CALL, CPU_TEMPLATE_MARKS, TAG, TO_LOOPS
 NAME = "cpu-library-calls"
 # ops an emitter template writes itself (transforms/attention_kernels.py): neither calls nor loops
 BLAS_CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.conv_2d_nchw_fchw")
+# ops left whole for an emitter template of loops (emit/cpu.py): a grouped or depthwise conv
+LOOP_TEMPLATES = ("linalg.conv_2d_ngchw_gfchw",)
 _FLOATS = ("f32", "f64")
 
 
@@ -354,7 +357,7 @@ def mark_library_calls(module: ir.Module) -> int:
     for op in linalg_ops(module):
         if CPU_CALL in op.attributes or any(m in op.attributes for m in CPU_TEMPLATE_MARKS):
             continue          # hoisted whole already, or an op of the attention template
-        if op.name in BLAS_CONTRACTIONS and _callable(op):
+        if op.name in BLAS_CONTRACTIONS + LOOP_TEMPLATES and _callable(op):
             fill = _zero_fill_before(op)
             op.attributes[CPU_CALL] = ir.StringAttr.get("zero" if fill is not None else "acc")
             if fill is not None:

@@ -1,5 +1,6 @@
 """Contractions: matmul (batched, NumPy's broadcasting of the batch dims) and conv2d (NCHW input,
-FCHW weights, optional bias; stride, padding and dilation per spatial axis)."""
+FCHW weights, optional bias; stride, padding and dilation per spatial axis; `groups` splits the
+channels into groups convolved apart, PyTorch's semantics: weights [F, C / groups, KH, KW])."""
 from __future__ import annotations
 
 import numpy as np
@@ -48,9 +49,25 @@ def _conv2d_infer(syms, types, attrs):
     if w.dtype != x.dtype:
         raise OpError(f"conv2d: weights {w} have dtype {w.dtype} but the input is {x.dtype}", arg=1)
     sx, sw = syms.resolve(x.shape), syms.resolve(w.shape)
-    if not syms.unify(sx[1], sw[1]):
-        raise OpError(f"conv2d: the input has {sx[1]} channels but the weights {w.with_shape(sw)} "
-                      f"expect {sw[1]}", arg=1)
+    groups = attrs.get("groups", 1)
+    if groups < 1:
+        raise OpError(f"conv2d: groups must be positive, got {groups}", arg="groups")
+    if groups == 1:
+        if not syms.unify(sx[1], sw[1]):
+            raise OpError(f"conv2d: the input has {sx[1]} channels but the weights {w.with_shape(sw)} "
+                          f"expect {sw[1]}", arg=1)
+    else:
+        for what, d, i in (("input", sx[1], 0), ("weights' filter", sw[0], 1)):
+            if isinstance(d, str):
+                raise OpError(f"conv2d with groups={groups} needs a concrete {what} count, got the symbol {d} "
+                              f"in {(x if i == 0 else w).with_shape(sx if i == 0 else sw)}", arg=i)
+            if d % groups:
+                raise OpError(f"conv2d: groups={groups} does not divide the {what} count {d} "
+                              f"(of {(x if i == 0 else w).with_shape(sx if i == 0 else sw)})", arg="groups")
+        if not syms.unify(sx[1] // groups, sw[1]):
+            raise OpError(f"conv2d: the input has {sx[1]} channels in {groups} groups, {sx[1] // groups} per "
+                          f"group, but the weights {w.with_shape(sw)} expect {sw[1]} per group "
+                          f"(weights are [F, C / groups, KH, KW])", arg=1)
     for name in ("stride", "padding", "dilation"):
         lo = 0 if name == "padding" else 1
         if any(v < lo for v in attrs[name]):
@@ -78,15 +95,22 @@ def _conv2d_infer(syms, types, attrs):
 def _conv2d_ref(xs, a, out=None):
     x, w, bias = xs
     (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
+    g = a.get("groups", 1)
     n, c, h, wd = x.shape
-    f, _, kh, kw = w.shape
+    f, cg, kh, kw = w.shape
+    fg = f // g
     ho, wo = _conv_out(h, kh, sh, ph, dh), _conv_out(wd, kw, sw, pw, dw)
     xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
     out = np.zeros((n, f, ho, wo), dtype=np.result_type(x.dtype, np.float32) if x.dtype.itemsize < 4 else x.dtype)
     for i in range(kh):
         for j in range(kw):
             patch = xp[:, :, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
-            out += np.einsum("nchw,fc->nfhw", patch, w[:, :, i, j])
+            if g == 1:
+                out += np.einsum("nchw,fc->nfhw", patch, w[:, :, i, j])
+            else:       # group k: input channels k*cg.., filters k*fg..
+                pg = patch.reshape(n, g, cg, ho, wo)
+                wg = w[:, :, i, j].reshape(g, fg, cg)
+                out += np.einsum("ngchw,gfc->ngfhw", pg, wg).reshape(n, f, ho, wo)
     if bias is not None:
         out += bias.reshape(1, -1, 1, 1)
     return out.astype(x.dtype)
@@ -94,5 +118,7 @@ def _conv2d_ref(xs, a, out=None):
 
 register_op(OpDef("conv2d", "linalg",
                   (Arg("x", "tensor"), Arg("w", "tensor"), Arg("bias", "tensor?", None),
-                   Arg("stride", "pair", 1), Arg("padding", "pair", 0), Arg("dilation", "pair", 1)),
-                  _conv2d_infer, _conv2d_ref, "2-D convolution, NCHW input, FCHW weights, optional bias"))
+                   Arg("stride", "pair", 1), Arg("padding", "pair", 0), Arg("dilation", "pair", 1),
+                   Arg("groups", "int", 1)),
+                  _conv2d_infer, _conv2d_ref, "2-D convolution, NCHW input, FCHW weights, optional bias, "
+                  "grouped or depthwise with groups"))

@@ -38,7 +38,7 @@ class Arg:
 class OpDef:
     """One op: its signature, shape and dtype rule and NumPy semantics (the module docstring)."""
     name: str
-    category: str              # elementwise | reduction | scan | norm | linalg | shape | index
+    category: str              # elementwise | reduction | scan | norm | linalg | shape | index | pooling
     args: tuple[Arg, ...]
     infer: Callable[[Symbols, list, dict], tuple[TensorType, dict]]
     ref: Callable[[list, dict, tuple], np.ndarray]

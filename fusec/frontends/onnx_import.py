@@ -19,12 +19,13 @@ import numpy as np
 
 from .onnx_file import ONNX_DTYPES, SUPPORTED, Model, OnnxImportError, elem_name, node_label, np_dtype
 from .onnx_ops_math import MathOps
+from .onnx_ops_pool import PoolOps
 from .onnx_ops_shape import ShapeOps
 from .onnx_values import (C, ELEM_TO_FDSL, FDSL_TO_NP, FLOAT, FOLD_LIMIT, NP_TO_FDSL, Imported, NodeError, Opaque, S,
                           T, fold_size, sanitize)
 
 
-class Converter(MathOps, ShapeOps):
+class Converter(MathOps, ShapeOps, PoolOps):
     """The walk over one graph: names, dims, the FDSL lines written; the ops are its mixins'
     (onnx_ops_math.py, onnx_ops_shape.py)."""
 
@@ -386,8 +387,6 @@ def mapped_ops() -> list[str]:
 
 
 HINTS = {
-    "MaxPool": "FDSL has no pooling yet (max_pool2d and avg_pool2d are planned in issue 38); GlobalAveragePool and "
-               "GlobalMaxPool are imported, as mean and max over the spatial axes",
     "GatherElements": "FDSL's gather is np.take (ONNX Gather); take_along_axis is not in FDSL yet",
     "GatherND": "FDSL has no multi-index gather; its gather is np.take (ONNX Gather)",
     "Einsum": "write it with matmul, permute and reshape",
@@ -407,7 +406,6 @@ HINTS = {
     "Mish": "FDSL offers tanh, log1p and exp", "IsInf": "FDSL offers comparisons (IsNaN is imported)",
     "CumProd": "FDSL has cumprod, but ONNX has no CumProd op",
 }
-HINTS["AveragePool"] = HINTS["MaxPool"]
 
 
 def unsupported(op_type: str) -> str:

@@ -365,6 +365,6 @@ for _op, _fn in (("Softmax", "softmax"), ("LogSoftmax", "log_softmax")):
                                      self._softmax(fn)(node, ins, attrs))(_fn))
 for _op, _fn in (("ArgMax", "argmax"), ("ArgMin", "argmin")):
     setattr(MathOps, f"op_{_op}", (lambda fn: lambda self, node, ins, attrs: self._arg(fn)(node, ins, attrs))(_fn))
-for _op, _fn in (("GlobalAveragePool", "mean"), ("GlobalMaxPool", "max")):
+for _op, _fn in (("GlobalMaxPool", "max"),):      # GlobalAveragePool: onnx_ops_pool.py
     setattr(MathOps, f"op_{_op}", (lambda fn: lambda self, node, ins, attrs:
                                      self._global_pool(fn)(node, ins, attrs))(_fn))

@@ -95,12 +95,18 @@ class ShapeOps:
         if len(x.shape) != 4:
             raise NodeError(f"a convolution of rank {len(x.shape)}; FDSL's conv2d is 2-D (NCHW input, FCHW weights)")
         group = int(attrs.get("group", 1))
-        if group != 1:
-            raise NodeError(f"group={group}: FDSL's conv2d has no groups yet (grouped and depthwise convolution are "
-                            "planned in issue 38)")
         xs, ws = self.shape(x), self.shape(w)
         if len(ws) != 4:
             raise NodeError("its weights are not rank 4 (F, C, KH, KW)")
+        if group < 1:
+            raise NodeError(f"group={group}")
+        if group != 1:             # conv2d's groups: weights [F, C / group, KH, KW]
+            for d, what in ((xs[1], "input channels"), (ws[0], "filters")):
+                if not isinstance(d, int):
+                    raise NodeError(f"group={group} with its {what} the symbol {d}; FDSL's conv2d needs them as "
+                                    "numbers to split into groups")
+                if d % group:
+                    raise NodeError(f"group={group} does not divide its {d} {what}")
         for d, what in ((xs[2], "H"), (xs[3], "W"), (ws[2], "KH"), (ws[3], "KW")):
             if not isinstance(d, int):
                 raise NodeError(f"its {what} is the symbol {d}; FDSL's conv2d needs H, W, KH, KW as numbers")
@@ -125,7 +131,7 @@ class ShapeOps:
         if pads[0] != pads[2] or pads[1] != pads[3]:
             raise NodeError(f"asymmetric pads {pads}; FDSL's conv2d pads each side of an axis alike (it has no pad "
                             "operator)")
-        self.unify(xs[1], ws[1])
+        self.unify(xs[1] // group if group != 1 else xs[1], ws[1])
         f = ws[0]
         ho = (xs[2] + 2 * pads[0] - dil[0] * (ws[2] - 1) - 1) // strides[0] + 1
         wo = (xs[3] + 2 * pads[1] - dil[1] * (ws[3] - 1) - 1) // strides[1] + 1
@@ -142,6 +148,8 @@ class ShapeOps:
             args.append(f"padding={pair(pads[:2])}")
         if dil != [1, 1]:
             args.append(f"dilation={pair(dil)}")
+        if group != 1:
+            args.append(f"groups={group}")
         return self.emit(name or self.out_name(node), f"conv2d({', '.join(args)})", x.dtype, (xs[0], f, ho, wo))
 
     def _conv1d(self, node, ins, attrs, x: T):

@@ -83,6 +83,22 @@ CASES: dict[str, list[Case]] = {
         Case(((1, 3, 7, 6), (4, 3, 3, 2), (4,)), {"stride": (2, 1), "padding": (0, 1), "dilation": (1, 2)}),
         Case(((1, 2, 4, 4), (3, 2, 1, 1)), {"stride": 3}),
     ],
+    "max_pool2d": [
+        Case(((2, 3, 7, 8),), {"kernel": 3, "stride": 2, "padding": 1}),
+        Case(((1, 2, 7, 8),), {"kernel": (2, 3), "stride": (2, 3), "padding": 1, "dilation": (2, 1), "ceil_mode": True}),
+        Case(((1, 2, 5, 5),), {"kernel": 2}),
+    ],
+    "avg_pool2d": [
+        Case(((2, 3, 7, 8),), {"kernel": 3, "stride": 2, "padding": 1}),
+        Case(((1, 2, 7, 8),), {"kernel": (3, 2), "stride": 2, "padding": 1, "ceil_mode": True,
+                               "count_include_pad": False}),
+        Case(((1, 2, 6, 5),), {"kernel": 3, "padding": 1, "ceil_mode": True}),
+    ],
+    "adaptive_avg_pool2d": [
+        Case(((2, 3, 7, 8),), {"output_size": 1}),
+        Case(((1, 2, 7, 8),), {"output_size": (3, 5)}),
+        Case(((1, 2, 6, 8),), {"output_size": (3, 2)}),
+    ],
     "transpose": [Case(((2, 3),), dtypes=ALL), Case(((2, 3, 4),), dtypes=ALL)],
     "permute": [Case(((2, 3, 4),), {"perm": [2, 0, 1]}, dtypes=ALL), Case(((2, 3, 4),), {"perm": [0, -1, 1]}),
                 Case(((2, 3),), {"perm": [0, 1]})],

@@ -151,6 +151,27 @@ BAD = [
          return conv2d(x, w)
      }""", 2, 19, "conv2d needs concrete spatial sizes and kernel sizes, got input f32[N, 8, H, 8] and "
                   "weights f32[4, 8, 3, 3]"),
+    ("""\
+     chain f(x: f32[1, 6, 8, 8], w: f32[6, 2, 3, 3]) -> f32[1, 6, 6, 6] {
+         return conv2d(x, w, groups=4)
+     }""", 2, 32, "conv2d: groups=4 does not divide the input count 6 (of f32[1, 6, 8, 8])"),
+    ("""\
+     chain f(x: f32[1, 8, 8, 8], w: f32[6, 2, 3, 3]) -> f32[1, 6, 6, 6] {
+         return conv2d(x, w, groups=4)
+     }""", 2, 32, "conv2d: groups=4 does not divide the weights' filter count 6 (of f32[6, 2, 3, 3])"),
+    ("""\
+     chain f(x: f32[1, 8, 8, 8], w: f32[8, 1, 3, 3]) -> f32[1, 8, 6, 6] {
+         return conv2d(x, w, groups=4)
+     }""", 2, 22, "conv2d: the input has 8 channels in 4 groups, 2 per group, but the weights f32[8, 1, 3, 3] "
+                  "expect 1 per group (weights are [F, C / groups, KH, KW])"),
+    ("""\
+     chain f(x: f32[1, 8, 8, 8], w: f32[8, 1, 3, 3]) -> f32[1, 8, 6, 6] {
+         return conv2d(x, w, groups=0)
+     }""", 2, 32, "conv2d: groups must be positive, got 0"),
+    ("""\
+     chain f(x: f32[1, C, 8, 8], w: f32[8, 1, 3, 3]) -> f32[1, 8, 6, 6] {
+         return conv2d(x, w, groups=8)
+     }""", 2, 19, "conv2d with groups=8 needs a concrete input count, got the symbol C in f32[1, C, 8, 8]"),
     # normalisations
     ("""\
      chain f(x: f32[T, 256], g: f32[256]) -> f32[T, 256] {
@@ -513,6 +534,8 @@ _CLASSES["numeric"] = _CLASSES["float"] + ("i32", "i64")
 _CLASSES["any"] = _CLASSES["numeric"] + ("bool",)
 _PROBE_SHAPES = {"batchnorm": ["[4, 4]", "[4]", "[4]", "[4]", "[4]"], "conv2d": ["[1, 4, 6, 6]", "[4, 4, 3, 3]"]}
 _PROBE_STATICS = {"permute": "[1, 0]", "reshape": "[16]", "broadcast_to": "[2, 4, 4]", "cast": "f32"}
+_PROBE_SHAPES.update({op: ["[1, 2, 4, 4]"] for op in ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d")})
+_PROBE_STATICS.update({"max_pool2d": "2", "avg_pool2d": "2", "adaptive_avg_pool2d": "1"})
 # Ops not probed as `y = name(tensors, statics)`: the statement, and the op of the node it makes.
 _PROBE_STATEMENTS = {"slice": ("y = x[1:3, ::-1]", "slice"), "concat": ("y = concat([xs, xs], axis=1)", "concat"),
                      "split": ("y, z = split(x, [1, 3], axis=-1)", "slice")}

@@ -238,12 +238,19 @@ def test_initializer_sizes_and_dtypes(tmp_path, capsys):
 def test_unsupported_ops_name_the_node_and_what_fusec_offers(tmp_path, capsys):
     o = str(tmp_path / "o.fdsl")
     pool = model([h.make_node("Relu", ["x"], ["r"]),
-                  h.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], name="pool1")],
+                  h.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], pads=[0, 0, 1, 1], name="pool1")],
                  [tensor("x", F, [1, 2, 4, 4])], [tensor("y", F, [1, 2, 2, 2])])
-    refuse([save(pool, tmp_path / "pool.onnx"), "-o", o], capsys, "node 1 'pool1' (MaxPool)", "no pooling")
-    grouped = model([h.make_node("Conv", ["x", "w"], ["y"], group=2, name="dw")],
+    refuse([save(pool, tmp_path / "pool.onnx"), "-o", o], capsys, "node 1 'pool1' (MaxPool)", "asymmetric pads")
+    same = model([h.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], auto_pad="SAME_UPPER", name="ap")],
+                 [tensor("x", F, [1, 2, 4, 4])], [tensor("y", F, [1, 2, 4, 4])])
+    refuse([save(same, tmp_path / "same.onnx"), "-o", o], capsys, "node 0 'ap' (AveragePool)", "auto_pad='SAME_UPPER'")
+    idx = model([h.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2], name="mpi")],
+                [tensor("x", F, [1, 2, 4, 4])], [tensor("y", F, [1, 2, 2, 2]), tensor("i", TP.INT64, [1, 2, 2, 2])])
+    refuse([save(idx, tmp_path / "idx.onnx"), "-o", o], capsys, "node 0 'mpi' (MaxPool)", "Indices")
+    grouped = model([h.make_node("Conv", ["x", "w"], ["y"], group=3, name="dw")],
                     [tensor("x", F, [1, 2, 4, 4])], [tensor("y", F, [1, 2, 2, 2])], [init("w", rand((2, 1, 3, 3)))])
-    refuse([save(grouped, tmp_path / "grouped.onnx"), "-o", o], capsys, "node 0 'dw' (Conv)", "group=2")
+    refuse([save(grouped, tmp_path / "grouped.onnx"), "-o", o], capsys, "node 0 'dw' (Conv)",
+           "group=3 does not divide its 2 input channels")
     ge = model([h.make_node("GatherElements", ["x", "i"], ["y"], name="ge")],
                [tensor("x", F, [4, 4]), tensor("i", TP.INT64, [4, 4])], [tensor("y", F, [4, 4])])
     refuse([save(ge, tmp_path / "ge.onnx"), "-o", o], capsys, "node 0 'ge' (GatherElements)", "np.take")

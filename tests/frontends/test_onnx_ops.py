@@ -133,6 +133,26 @@ def test_small_cnn_conv_batchnorm_pooling_flatten(target, tmp_path):
 
 
 @BOTH
+def test_grouped_and_depthwise_conv(target, tmp_path):
+    """Conv's group: depthwise (group = C, and 2 filters per channel) and grouped, with a bias,
+    batchnorm and relu after, and a grouped 1-D conv: conv2d's groups."""
+    nodes = [h.make_node("Conv", ["x", "wd", "bd"], ["d"], group=4, pads=[1, 1, 1, 1]),
+             h.make_node("BatchNormalization", ["d", "s", "bb", "mu", "var"], ["n"], epsilon=1e-3),
+             h.make_node("Relu", ["n"], ["y_dw"]),
+             h.make_node("Conv", ["x", "wk"], ["y_dwk"], group=4, strides=[2, 2]),
+             h.make_node("Conv", ["y_dw", "wg"], ["y_grp"], group=2, pads=[0, 1, 0, 1], dilations=[1, 2]),
+             h.make_node("Conv", ["x1", "w1"], ["y_1d"], group=2, pads=[1, 1])]
+    inits = [init("wd", rand((4, 1, 3, 3), 1)), init("bd", rand((4,), 2)), init("s", rand((4,), 3)),
+             init("bb", rand((4,), 4)), init("mu", rand((4,), 5)), init("var", rand((4,), 6, lo=0.5)),
+             init("wk", rand((8, 1, 3, 3), 7)), init("wg", rand((6, 2, 3, 3), 8)), init("w1", rand((4, 3, 3), 9))]
+    m = model(nodes, [tensor("x", F, ["N", 4, 9, 9]), tensor("x1", F, ["N", 6, 10])],
+              [tensor(n, F, None) for n in ("y_dw", "y_dwk", "y_grp", "y_1d")], inits)
+    loaded, _ = check_against_ort(m, {"x": rand((2, 4, 9, 9), 10), "x1": rand((2, 6, 10), 11)}, tmp_path, target)
+    assert "conv2d(x, wd, bias=bd, padding=1, groups=4)" in loaded.fdsl
+    assert "groups=2" in loaded.fdsl
+
+
+@BOTH
 def test_conv1d(target, tmp_path):
     nodes = [h.make_node("Conv", ["x", "w", "b"], ["y"], pads=[2, 2], strides=[2], dilations=[2]),
              h.make_node("Conv", ["x", "wt"], ["y2"], auto_pad="SAME_UPPER")]
@@ -217,3 +237,27 @@ def test_shape_arithmetic_folds_to_symbols(target, tmp_path):
         loaded, _ = check_against_ort(m, {"x": rand(shape, 1)}, tmp_path, target)
     text = loaded.fdsl
     assert "reshape(x, [B, S, 2, -1])" in text and "broadcast_to(" in text and "[B, S]" in text
+
+
+@SLOW_CPU
+def test_pooling_ops(target, tmp_path):
+    """MaxPool and AveragePool with ONNX's attributes (strides default 1, count_include_pad 0,
+    ceil_mode, dilations), GlobalAveragePool as adaptive_avg_pool2d; MaxPool's unused Indices."""
+    nodes = [h.make_node("MaxPool", ["x"], ["y_max"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             h.make_node("MaxPool", ["x"], ["y_max_ceil", "unused_indices"], kernel_shape=[2, 3], strides=[2, 2],
+                         pads=[1, 1, 1, 1], dilations=[2, 1], ceil_mode=1),
+             h.make_node("MaxPool", ["x"], ["y_max_s1"], kernel_shape=[2, 2]),
+             h.make_node("AveragePool", ["x"], ["y_avg"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             h.make_node("AveragePool", ["x"], ["y_avg_inc"], kernel_shape=[3, 2], strides=[2, 2], pads=[1, 1, 1, 1],
+                         count_include_pad=1),
+             h.make_node("AveragePool", ["x"], ["y_avg_ceil"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1,
+                         auto_pad="VALID"),
+             h.make_node("AveragePool", ["x"], ["y_avg_ceil_inc"], kernel_shape=[3, 3], strides=[2, 2],
+                         pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=1),
+             h.make_node("GlobalAveragePool", ["x"], ["y_gap"])]
+    outs = [n.output[0] for n in nodes]
+    m = model(nodes, [tensor("x", F, ["N", 3, 7, 9])], [tensor(o, F, None) for o in outs])
+    loaded, _ = check_against_ort(m, {"x": rand((2, 3, 7, 9), 11)}, tmp_path, target)
+    assert "max_pool2d(x, 3, stride=2, padding=1)" in loaded.fdsl
+    assert "avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=false)" in loaded.fdsl
+    assert "adaptive_avg_pool2d(x, 1)" in loaded.fdsl

@@ -156,6 +156,8 @@ NOT_COVERED = {
     "broadcast_to": "moves values",
     "slice": "moves values", "concat": "moves values", "gather": "moves values", "embedding": "moves values",
     "split": "no op of its own: the checker makes its parts slices",
+    **{op: "windowed reductions over NCHW: tests/numerics/test_pooling.py places NaN, signed zeros and infinities "
+           "in their windows" for op in ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d")},
 }
 
 

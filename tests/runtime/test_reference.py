@@ -180,6 +180,25 @@ def test_conv2d_against_a_naive_loop(stride, pad, dil):
     np.testing.assert_allclose(got, want + bias.reshape(1, 4, 1, 1), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("groups,cin,f", [(3, 3, 3), (3, 3, 6), (2, 4, 6)])
+def test_grouped_conv2d_is_each_group_convolved_apart(groups, cin, f):
+    """groups=G: filters k*F/G.. see input channels k*C/G.. only (PyTorch's semantics), each
+    group a dense conv of its own slices."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, cin, 9, 8))
+    w = rng.standard_normal((f, cin // groups, 3, 2))
+    bias = rng.standard_normal(f)
+    stride, pad, dil = (2, 1), (1, 2), (1, 2)
+    fg, cg = f // groups, cin // groups
+    want = np.concatenate([_conv_naive(x[:, k * cg:(k + 1) * cg], w[k * fg:(k + 1) * fg], stride, pad, dil)
+                           for k in range(groups)], axis=1)
+    ho, wo = want.shape[2:]
+    src = (f"chain f(x: f64[2, {cin}, 9, 8], w: f64[{f}, {cg}, 3, 2], b: f64[{f}]) -> f64[2, {f}, {ho}, {wo}] "
+           f"{{ return conv2d(x, w, bias=b, stride=[2, 1], padding=[1, 2], dilation=[1, 2], groups={groups}) }}")
+    got = one(src, x, w, bias)
+    np.testing.assert_allclose(got, want + bias.reshape(1, f, 1, 1), rtol=1e-12, atol=1e-12)
+
+
 def test_shape_ops():
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     src = """chain f(x: f32[2, 3]) -> (f32[3, 2], f32[3, 2], f32[3, 2], f32[4, 2, 3]) {
