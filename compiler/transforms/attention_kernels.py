@@ -76,6 +76,10 @@ def _mark(plan: FusionPlan, g: Kernel, tagged: dict, stage: str) -> None:
     block = root.block
     for m in g.ops:
         for op in tagged.get(tag_of(g.id, m), []):
+            if op.block != block and op.name == "linalg.fill":
+                # this kernel's copy of a fill CSE shared between kernels, left among another
+                # kernel's ops: it writes a buffer only this kernel's (absorbed) ops read
+                op.move_before(root)
             if op.block != block:
                 raise CompilerInternalError(stage, f"kernel {g.id}: %{m} is not in its root's block")
             if op not in members:

@@ -172,3 +172,38 @@ def test_a_guarded_softmax_alone_matches_the_reference(target, c):
     assert checked.ok, checked.describe()
     got = prog.r.compiled(binding).fused(s, mask)[0]
     assert np.all(got[:, 6] == 0) and np.isnan(got[1, 2]).all()
+
+
+# ---- two layers in one chain: the zero fills CSE shares between their contractions ------------
+TWO_LAYERS = """chain two(q: f32[1, 2, 64, 16], k: f32[1, 2, 64, 16], v: f32[1, 2, 64, 16], mask: f32[64, 64]) -> f32[1, 2, 64, 16] {
+    s = q @ permute(k, [0, 1, 3, 2]) * 0.25 + mask
+    o = where(max(s, axis=-1, keepdims=true) == -1e30, 0.0, softmax(s, axis=-1)) @ v
+    s2 = o @ permute(k, [0, 1, 3, 2]) * 0.25 + mask
+    return where(max(s2, axis=-1, keepdims=true) == -1e30, 0.0, softmax(s2, axis=-1)) @ v
+}
+"""
+
+
+def test_two_attention_layers_sharing_their_fills_are_one_kernel_each_on_the_gpu():
+    """Both layers' contractions start from the same zero fill (CSE): the kernels a pattern
+    spans are found by its compute ops, so the other layer's are not pulled in."""
+    st = stages(TWO_LAYERS, target="gpu")
+    assert [g.template for g in st.plan.kernels].count("attention") == 2, st.plan.format()
+    assert st.emitted.source.count("fusec.block_attention") >= 2
+
+
+@pytest.mark.slow
+def test_two_attention_layers_match_the_reference_on_cuda_sim():
+    prog = fusec.compile(TWO_LAYERS, target="cuda-sim")
+    compiled = prog.two.compiled({})
+    assert [g["template"] for g in compiled.plan["groups"]].count("attention") == 2
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((1, 2, 64, 16)).astype(np.float32) for _ in range(3))
+    keep = rng.random((64, 64)) < 0.6
+    keep[:, 0] = True
+    keep[5] = False
+    mask = np.where(keep, np.float32(0), np.float32(-1e30)).astype(np.float32)
+    inputs = [q, k, v, mask]
+    want = reference.run_chain(prog.two.typed, inputs, {})[0]
+    c = compare(compiled.fused(*inputs)[0], want, "f32")
+    assert c.ok, c.describe()
