@@ -88,9 +88,9 @@ TABLE: tuple[Combiner, ...] = (
     # splits=False: the integer min/max are not split in two: argmax's index search is one, and
     # reads linalg.index of the loop a split would renumber (split-reductions does not remap it)
     Combiner("max", Form("maximumf", float("-inf")), Form("maxsi", LOWEST, splits=False), idempotent=True,
-             reductions=("max", "argmax"), numpy="maximum"),
+             reductions=("max", "argmax", "any"), numpy="maximum"),
     Combiner("min", Form("minimumf", float("inf")), Form("minsi", HIGHEST, splits=False), idempotent=True,
-             reductions=("min", "argmin"), numpy="minimum"),
+             reductions=("min", "argmin", "all"), numpy="minimum"),
     Combiner("maxnum", Form("maxnumf", float("-inf")), None, idempotent=True, numpy="fmax"),
     Combiner("minnum", Form("minnumf", float("inf")), None, idempotent=True, numpy="fmin"),
 )

@@ -193,6 +193,12 @@ class AstBuilder(Transformer):
     def false(self, meta, children):
         return ast.Bool(span=self._span(meta), value=False)
 
+    def inf(self, meta, children):
+        return ast.Num(span=self._span(meta), value=math.inf, is_float=True)
+
+    def nan(self, meta, children):
+        return ast.Num(span=self._span(meta), value=math.nan, is_float=True)
+
     def string(self, meta, children):
         return ast.Str(span=self._span(meta), value=_unescape(str(children[0])))
 

@@ -354,8 +354,8 @@ class _ChainChecker(Subscripts, StaticArgs):
     def tensor_list(self, op: OpDef, arg: Arg, e: A.Expr) -> Any:
         """The expressions of a list-of-tensors argument (concat's `xs`): a non-empty `[a, b, ...]`."""
         if not isinstance(e, A.ListExpr):
-            self.error(e.span, f"{op.name}'s '{arg.name}' must be a list of tensors in [ ], such as "
-                       f"{op.name}([a, b], axis=0)")
+            example = f"{op.name}([a, b], axis=0)" if op.args[0] is arg else f"{op.name}(x, [a, b])"
+            self.error(e.span, f"{op.name}'s '{arg.name}' must be a list of tensors in [ ], such as {example}")
             return POISON
         if not e.items:
             self.error(e.span, f"{op.name} needs at least one tensor in its list")
@@ -386,7 +386,7 @@ class _ChainChecker(Subscripts, StaticArgs):
         if values is POISON:
             return POISON
         types = [None if v is None else self.nodes[v].type for v in values]
-        if op.category == "elementwise" and op.name not in ("where", "cast"):
+        if op.category == "elementwise" and op.name not in ("where", "cast") and not op.name.startswith("logical_"):
             mixed = self.dtype_mismatch(op, types, tensor_exprs)
             if mixed:
                 return POISON

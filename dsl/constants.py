@@ -82,6 +82,9 @@ def fold(op: OpDef, args: list[Weak], attrs: dict, sink: DiagnosticSink, span: S
     Negating an integer is exact (its range is checked where it meets a dtype); any other
     integer fold computes in i64, so its operands must fit there."""
     kinds = {a.kind for a in args}
+    if op.name.startswith("logical_") and kinds != {"bool"}:
+        sink.error(span, f"{op.name} expects bool values (true, false), got {', '.join(str(a.value) for a in args)}")
+        return POISON
     if op.name == "neg" and kinds == {"int"}:
         return Weak(-int(args[0].value))
     dt = np.float64 if "float" in kinds else (np.bool_ if kinds == {"bool"} else np.int64)

@@ -19,7 +19,7 @@ from .syntax_errors import lex_error, syntax_error
 from .tokens import end_token, grammar, statement_tokens
 from .types import DTYPES
 
-KEYWORDS = frozenset({"chain", "return", "const", "true", "false", *DTYPES})
+KEYWORDS = frozenset({"chain", "return", "const", "true", "false", "inf", "nan", *DTYPES})
 
 
 def parse_text(text: str, path: str = "<string>") -> ast.Module:

@@ -1,5 +1,5 @@
 """Static arguments: an op's non-tensor arguments (dtype, str, bool, float, int, axes, perm, pair,
-dims; dsl/ops/registry.py: Arg.kind), evaluated when the chain is checked into the attributes its
+dims, scalar; dsl/ops/registry.py: Arg.kind), evaluated when the chain is checked into the attributes its
 rule reads. Each must be a compile-time value of its kind; otherwise a diagnostic says what it must be.
 """
 from __future__ import annotations
@@ -47,6 +47,17 @@ class StaticArgs:
                 self.error(e.span, f"{where} is out of the range of f64")
                 return POISON
             self.error(e.span, f"{where} must be a number")
+            return POISON
+        if kind == "scalar":
+            if isinstance(e, A.Name) and e.id in self.sym_spans and e.id not in self.scope:
+                return e.id
+            v = self.scalar(e)
+            if isinstance(v, Weak):
+                if v.kind == "int" and not I64_MIN <= v.value <= I64_MAX:
+                    self.error(e.span, f"{where} is {v.value}, which does not fit in i64")
+                    return POISON
+                return v.value
+            self.error(e.span, f"{where} must be a number, true or false (or a symbol of this chain)")
             return POISON
         if kind == "int":
             v = self.scalar(e)

@@ -21,9 +21,9 @@ from .types import DTYPES
 _BINARY_OPS = frozenset({"PIPE", "EQ", "NE", "LT", "LE", "GT", "GE", "PLUS", "MINUS",
                          "STAR", "SLASH", "AT", "POW"})
 _DTYPE_TOKENS = frozenset(d.upper() for d in DTYPES)
-_KEYWORD_TOKENS = frozenset({"CHAIN", "RETURN", "CONST", "TRUE", "FALSE"}) | _DTYPE_TOKENS
+_KEYWORD_TOKENS = frozenset({"CHAIN", "RETURN", "CONST", "TRUE", "FALSE", "INF", "NAN"}) | _DTYPE_TOKENS
 # Tokens that are a complete operand by themselves.
-_VALUE_TOKENS = frozenset({"NAME", "NUMBER", "STRING", "TRUE", "FALSE"}) | _DTYPE_TOKENS
+_VALUE_TOKENS = frozenset({"NAME", "NUMBER", "STRING", "TRUE", "FALSE", "INF", "NAN"}) | _DTYPE_TOKENS
 _EXPR_START = _VALUE_TOKENS | {"LPAR", "LSQB", "MINUS"}
 # Tokens after which an operand must come.
 _OPERAND_AFTER = _BINARY_OPS | {"EQUAL", "RETURN", "COMMA"}

@@ -13,6 +13,7 @@ import numpy as np
 from fusec.dsl.binding import check_binding
 from fusec.dsl.diagnostics import Diagnostic, FdslError
 from fusec.dsl.ops import OPS, IndexRangeError
+from fusec.dsl.ops.indexing import gather_nd_positions, wrap_indices
 from fusec.dsl.typed import TypedChain
 from fusec.dsl.types import DType, F64, dtype_of_numpy
 
@@ -152,7 +153,26 @@ def positive_params(chain: TypedChain) -> set[int]:
 # Ops that move an index tensor's values without changing them: an index read through them is
 # still an index (a cast between integer dtypes too, see _moves_values).
 _MOVES_VALUES = frozenset({"slice", "reshape", "permute", "transpose", "broadcast_to", "concat"})
-_INDEXING = frozenset({"gather", "embedding"})
+_INDEXING = frozenset({"gather", "embedding", "take_along_axis", "gather_nd", "index"})
+
+
+def _index_reads(chain: TypedChain, n, binding: dict[str, int]) -> list[tuple[int, int, object]]:
+    """The index inputs of an indexing node: (input id, the smallest extent it indexes, a check
+    raising IndexRangeError for a value outside its axis or axes)."""
+    table_shape = chain.nodes[n.inputs[0]].type.concrete(binding)
+    if n.op == "index":
+        return [(i, table_shape[d], lambda v, d=d: wrap_indices(v, table_shape[d], d))
+                for i, d in zip(n.inputs[1:], n.attr("axes"))]
+    if n.op == "gather_nd":
+        b, k = n.attr("batch_dims"), chain.nodes[n.inputs[1]].type.concrete(binding)[-1]
+        return [(n.inputs[1], min(table_shape[b:b + k]), lambda v: gather_nd_positions(table_shape, v, b))]
+    axis = n.attr("axis")
+    if n.op == "take_along_axis":
+        return [(n.inputs[1], table_shape[axis], lambda v: wrap_indices(v, table_shape[axis], axis))]
+    shape = [1] * len(table_shape)
+    shape[axis] = table_shape[axis]
+    table_like = np.lib.stride_tricks.as_strided(np.zeros((), np.int8), shape, [0] * len(shape))   # no memory
+    return [(n.inputs[1], table_shape[axis], lambda v: OPS[n.op].ref([table_like, v], {"axis": axis}, None))]
 
 
 def _moves_values(chain: TypedChain, n) -> bool:
@@ -180,23 +200,24 @@ def _index_sources(chain: TypedChain, i: int) -> tuple[set[int], bool]:
 
 
 def index_params(chain: TypedChain, binding: dict[str, int]) -> dict[int, int]:
-    """Parameters whose values index a gather or embedding (directly, or moved there by slices,
-    reshapes, permutes, transposes, broadcasts, concats, integer casts): parameter id -> the
-    extent of the axis it indexes (the smallest, when it indexes several)."""
+    """Parameters whose values index an indexing op (gather, embedding, take_along_axis,
+    gather_nd, index), directly or moved there by slices, reshapes, permutes, transposes,
+    broadcasts, concats, integer casts: parameter id -> the extent of the axis it indexes (the
+    smallest, when it indexes several)."""
     out: dict[int, int] = {}
     for n in chain.nodes:
         if n.op not in _INDEXING:
             continue
-        table = chain.nodes[n.inputs[0]]
-        extent = table.type.concrete(binding)[n.attr("axis")]
-        for p in _index_sources(chain, n.inputs[1])[0]:
-            out[p] = min(out.get(p, extent), extent)
+        for i, extent, _ in _index_reads(chain, n, binding):
+            for p in _index_sources(chain, i)[0]:
+                out[p] = min(out.get(p, extent), extent)
     return out
 
 
 def check_index_inputs(chain: TypedChain, inputs: list[np.ndarray], binding: dict[str, int]) -> None:
-    """Refuse inputs that give a gather or embedding an index outside its axis, as the
-    reference would (an FdslError at the op), before a compiled chain runs. Checked: every
+    """Refuse inputs that give an indexing op (gather, embedding, take_along_axis, gather_nd,
+    index) an index outside its axis, as the reference would (an FdslError at the op), before a
+    compiled chain runs. Checked: every
     index moved from the parameters alone (see index_params), computed here with the
     reference's own ops; an index computed inside the chain is not (a compiled target clamps
     it)."""
@@ -215,14 +236,12 @@ def check_index_inputs(chain: TypedChain, inputs: list[np.ndarray], binding: dic
         return vals[i]
 
     for n in chain.nodes:
-        if n.op not in _INDEXING or not _index_sources(chain, n.inputs[1])[1]:
+        if n.op not in _INDEXING:
             continue
-        table = chain.nodes[n.inputs[0]]
-        extent = table.type.concrete(binding)[n.attr("axis")]
-        shape = [1] * table.type.rank
-        shape[n.attr("axis")] = extent
-        table_like = np.lib.stride_tricks.as_strided(np.zeros((), np.int8), shape, [0] * len(shape))   # no memory
-        try:
-            OPS[n.op].ref([table_like, value(n.inputs[1])], {"axis": n.attr("axis")}, None)
-        except IndexRangeError as e:
-            raise FdslError([Diagnostic(n.span or chain.span, f"{n.op}: {e}")]) from None
+        for i, _, check in _index_reads(chain, n, binding):
+            if not _index_sources(chain, i)[1]:
+                continue
+            try:
+                check(value(i))
+            except IndexRangeError as e:
+                raise FdslError([Diagnostic(n.span or chain.span, f"{n.op}: {e}")]) from None

@@ -56,7 +56,8 @@ OPS = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "
        "log1p", "sin", "cos", "floor", "ceil", "reciprocal", "square", "add", "sub", "mul", "div", "pow",
        "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "where", "clamp", "cast", "sum", "mean", "max",
        "min", "prod", "softmax", "log_softmax", "layernorm", "rmsnorm", "batchnorm", "matmul", "conv2d",
-       "transpose", "permute", "reshape", "broadcast_to", "concat", "split", "gather", "embedding", "cumsum",
+       "transpose", "permute", "reshape", "broadcast_to", "concat", "split", "gather", "embedding",
+       "take_along_axis", "gather_nd", "index", "cumsum",
        "cumprod", "argmax", "argmin", "slice", "nosuchop"]
 OPERATORS = ["+", "-", "*", "/", "**", "@", "==", "!=", "<", "<=", ">", ">=", "|>"]
 PUNCT = list("()[]{},:;=+-*/@<>|#.\"\n\t ") + ["->", "|>", "**", "\\"]

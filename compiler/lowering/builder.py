@@ -85,10 +85,13 @@ def dynamic_dims() -> Iterator[_Dims]:
 
 @dataclass(frozen=True)
 class ScalarConst:
-    """A typed compile-time scalar (an FDSL 'constant' node). Elementwise rules inline it as an
-    arith.constant in the generic's body instead of passing a rank-0 tensor operand."""
+    """A typed compile-time scalar (an FDSL 'constant' node), or a tensor of one value (a `full`:
+    `shape`, its lowered shape). Elementwise rules inline it as an arith.constant in the generic's
+    body instead of passing a tensor operand; a rule that needs a tensor gets one from
+    LoweringContext.tensor (a rank-0 constant, or a generic that writes the value)."""
     value: float | int | bool
     dtype: DType
+    shape: tuple = ()
 
 
 def element_type(dtype: DType) -> ir.Type:

@@ -9,6 +9,7 @@ docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA" (indexing ops).
 from __future__ import annotations
 
 from fusec.dsl.ops import position
+from fusec.dsl.ops.indexing import index_layout
 from fusec.dsl.typed import Node
 
 from ..mlir import arith, ir, linalg, tensor
@@ -121,3 +122,90 @@ def lower_gather(ctx: LoweringContext, node: Node):
         at += [linalg.IndexOp(axis + i_rank + k).result for k in range(len(t_shape) - axis - 1)]
         return tensor.ExtractOp(table, at).result
     return _all_parallel(out_shape, elem, [(idx, dims_map(rank, range(axis, axis + i_rank)))], body)
+
+
+def _wrapped(i: ir.Value, n: int) -> ir.Value:
+    """An index counted once from the end when negative (NumPy's rule), then clamped into [0, n - 1]
+    as gather's: the reference and `cpu` refuse an index outside [-n, n - 1], the GPU clamps it."""
+    i = arith.index_cast(ir.IndexType.get(), i)
+    i = arith.select(arith.cmpi(arith.CmpIPredicate.slt, i, _index(0)), arith.addi(i, _index(n)), i)
+    return _clamp(i, 0, n - 1)
+
+
+@rule("take_along_axis")
+def lower_take_along_axis(ctx: LoweringContext, node: Node):
+    """out[..., j, ...] = x[..., wrap(idx[..., j, ...]), ...] along `axis`; the other axes
+    broadcast (an axis of one of x or idx facing a longer one reads position 0)."""
+    x, idx = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1])
+    axis = node.attr("axis")
+    x_shape, i_shape = shape_of(x), shape_of(idx)
+    out_shape = ctx.shape(node)
+    rank = len(out_shape)
+    elem = ir.RankedTensorType(x.type).element_type
+
+    def broadcast_dim(d: int, extent):
+        return ir.AffineConstantExpr.get(0) if extent == 1 and out_shape[d] != 1 else ir.AffineDimExpr.get(d)
+
+    i_map = ir.AffineMap.get(rank, 0, [ir.AffineDimExpr.get(d) if d == axis else broadcast_dim(d, e)
+                                       for d, e in enumerate(i_shape)])
+
+    def body(xs):
+        at = []
+        for d, e in enumerate(x_shape):
+            if d == axis:
+                at.append(_wrapped(xs[0], e))
+            else:
+                at.append(_index(0) if e == 1 and out_shape[d] != 1 else linalg.IndexOp(d).result)
+        return tensor.ExtractOp(x, at).result
+    return _all_parallel(out_shape, elem, [(idx, i_map)], body)
+
+
+@rule("gather_nd")
+def lower_gather_nd(ctx: LoweringContext, node: Node):
+    """out[b..., m..., r...] = x[b..., wrap(idx[b..., m..., 0]), ..., wrap(idx[b..., m..., k-1]), r...]:
+    idx is read once per position of its last axis (a map with that position as a constant)."""
+    x, idx = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1])
+    b = node.attr("batch_dims")
+    x_shape, i_shape = shape_of(x), shape_of(idx)
+    k, lead = i_shape[-1], len(i_shape) - 1
+    out_shape = ctx.shape(node)
+    rank = len(out_shape)
+    elem = ir.RankedTensorType(x.type).element_type
+    reads = [(idx, ir.AffineMap.get(rank, 0, [ir.AffineDimExpr.get(d) for d in range(lead)]
+                                    + [ir.AffineConstantExpr.get(j)])) for j in range(k)]
+
+    def body(xs):
+        at = [linalg.IndexOp(d).result for d in range(b)]
+        at += [_wrapped(xs[j], x_shape[b + j]) for j in range(k)]
+        at += [linalg.IndexOp(lead + t).result for t in range(len(x_shape) - b - k)]
+        return tensor.ExtractOp(x, at).result
+    return _all_parallel(out_shape, elem, reads, body)
+
+
+@rule("index")
+def lower_index(ctx: LoweringContext, node: Node):
+    """NumPy's advanced indexing: each index tensor is read through a map broadcasting it onto the
+    result's index axes, x at the wrapped, clamped positions on the indexed axes and at the
+    result's own positions on the others (dsl/ops/indexing.py, index_layout)."""
+    x, idxs = ctx.tensor(node.inputs[0]), [ctx.tensor(i) for i in node.inputs[1:]]
+    axes = node.attr("axes")
+    x_shape = shape_of(x)
+    out_shape = ctx.shape(node)
+    rank = len(out_shape)
+    s = rank - (len(x_shape) - len(axes))
+    first, kept_at = index_layout(len(x_shape), axes, s)
+    elem = ir.RankedTensorType(x.type).element_type
+    reads = []
+    for t in idxs:
+        t_shape = shape_of(t)
+        at = first + s - len(t_shape)
+        reads.append((t, ir.AffineMap.get(rank, 0, [
+            ir.AffineConstantExpr.get(0) if e == 1 and out_shape[at + i] != 1 else ir.AffineDimExpr.get(at + i)
+            for i, e in enumerate(t_shape)])))
+    kept = dict(zip([d for d in range(len(x_shape)) if d not in axes], kept_at))
+
+    def body(xs):
+        at = [_wrapped(xs[axes.index(d)], e) if d in axes else linalg.IndexOp(kept[d]).result
+              for d, e in enumerate(x_shape)]
+        return tensor.ExtractOp(x, at).result
+    return _all_parallel(out_shape, elem, reads, body)

@@ -16,6 +16,7 @@ from ..errors import CompilerInternalError
 from ..mlir import arith, func, ir, new_context, tensor, verify
 from . import contraction, elementwise, indexing, norm, reduction, shape  # noqa: F401  (each registers its rules)
 from . import pooling  # noqa: F401  (registers its rules)
+from . import creation  # noqa: F401  (full, full_like, arange)
 from .builder import DynamicUnsupported, ScalarConst, dynamic_dims, element_type, shape_of, elem_of, tensor_type
 from .registry import RULES, LoweringContext
 

@@ -1,4 +1,5 @@
-"""Reductions sum/mean/max/min/prod over any axis list; argmax/argmin; the scans cumsum/cumprod.
+"""Reductions sum/mean/max/min/prod, and any/all on bools, over any axis list; argmax/argmin; the
+scans cumsum/cumprod.
 
 One reduction linalg.generic writes the kept dims only, accumulating in the compute type (f32 for
 16-bit floats); an elementwise generic follows when something is left to do (mean's division by
@@ -34,6 +35,25 @@ def lower_reduction(ctx: LoweringContext, node: Node):
     elif acc != elem:
         out = parallel([out], shape_of(out), elem, lambda xs: narrow(xs[0], elem))
     return keepdims(out, ctx.shape(node))
+
+
+@rule("any", "all")
+def lower_bool_reduction(ctx: LoweringContext, node: Node):
+    """any / all: the max / min (compiler/combiners.py) of the bools read as i32 0 / 1, then
+    `!= 0`. An i1 is signed in arith (true is -1), so its own maxsi would be `and`; the i32
+    reduction is the integer max and min every stage already knows, and the compare after it
+    is an elementwise epilogue the reduction's kernel holds."""
+    x = ctx.tensor(node.inputs[0])
+    space = shape_of(x)
+    axes = tuple(node.attr("axis"))
+    i32 = ir.IntegerType.get_signless(32)
+    c = combiners.of_reduction(node.op, "linalg")
+    out = reduction([(x, identity_map(len(space)))], space, axes, c.init(i32), i32,
+                    lambda xs, a: c.combine(arith.extui(i32, xs[0]), a))
+    # the compare after keepdims: its output is then a fresh tensor of the result's shape, which
+    # a run-time extent (--dynamic) gives the same ops as a static one
+    out = keepdims(out, ctx.shape(node))
+    return parallel([out], ctx.shape(node), ctx.elem(node), lambda xs: S.cmp("ne", xs[0], S.c(0, xs[0])))
 
 
 def keepdims(value: ir.Value, shape: tuple[int, ...]) -> ir.Value:

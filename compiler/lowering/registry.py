@@ -12,7 +12,7 @@ from typing import Callable
 from fusec.dsl.typed import Node, TypedChain
 
 from ..mlir import ir
-from .builder import Dyn, ScalarConst, Shape, element_type, rank0_tensor
+from .builder import Dyn, ScalarConst, Shape, element_type, parallel, rank0_tensor
 
 Rule = Callable[["LoweringContext", Node], "ir.Value | ScalarConst"]
 RULES: dict[str, Rule] = {}
@@ -46,9 +46,12 @@ class LoweringContext:
         return self.values[node_id]
 
     def tensor(self, node_id: int) -> ir.Value:
-        """The lowered value of a node as a tensor (a ScalarConst becomes a rank-0 constant)."""
+        """The lowered value of a node as a tensor (a ScalarConst becomes a rank-0 constant, a
+        `full` a generic that writes its value, with no input)."""
         v = self.values[node_id]
-        if isinstance(v, ScalarConst):
+        if isinstance(v, ScalarConst) and v.shape:
+            v = parallel([ScalarConst(v.value, v.dtype)], v.shape, element_type(v.dtype), lambda xs: xs[0])
+        elif isinstance(v, ScalarConst):
             v = rank0_tensor(v)
             self.values[node_id] = v
         return v

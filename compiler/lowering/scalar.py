@@ -75,6 +75,14 @@ def gelu(x, approximate: str):
     return mul(half_x, add(c(1, x), math.erf(div(x, c(pymath.sqrt(2), x)))))
 
 
+def relu6(x):
+    return minimum(maximum(x, c(0, x)), c(6, x))
+
+
+def logical_not(x):
+    return arith.xori(x, scalar(1, x.type))
+
+
 def power(a, b):
     return math.powf(a, b) if _f(a) else math.ipowi(a, b)
 
@@ -148,6 +156,9 @@ EMITTERS: dict[str, Emitter] = {
     "ceil": _unary(math.ceil),
     "reciprocal": _unary(recip),
     "square": _unary(lambda x: mul(x, x)),
+    "relu6": _unary(relu6),
+    "hardsigmoid": _unary(lambda x: div(relu6(add(x, c(3, x))), c(6, x))),
+    "hardswish": _unary(lambda x: div(mul(x, relu6(add(x, c(3, x)))), c(6, x))),
     "gelu": lambda xs, out, node: gelu(xs[0], node.attr("approximate", "tanh")),
     "add": _binary(add),
     "sub": _binary(sub),
@@ -159,5 +170,9 @@ EMITTERS: dict[str, Emitter] = {
     **{k: (lambda k: _binary(lambda a, b: cmp(k, a, b)))(k) for k in _FCMP},
     "where": lambda xs, out, node: arith.select(xs[0], xs[1], xs[2]),
     "clamp": lambda xs, out, node: minimum(maximum(xs[0], xs[1]), xs[2]),
+    "logical_not": _unary(logical_not),
+    "logical_and": _binary(arith.andi),
+    "logical_or": _binary(arith.ori),
+    "logical_xor": _binary(arith.xori),
 }
 # cast has no compute type: it converts straight from the source element (see elementwise.py).

@@ -1,5 +1,5 @@
 """Elementwise ops: unary math, gelu, the binary arithmetic and comparison operators, where,
-clamp and cast; each broadcasts its tensors as NumPy does.
+clamp, cast and the logical ops on bools; each broadcasts its tensors as NumPy does.
 
 The NumPy semantics are those of the compiled targets (compiler/lowering/scalar.py follows them
 term by term): IEEE maximum and minimum, C's pow, a sigmoid that never overflows.
@@ -64,6 +64,10 @@ def _minimum(a, b):
     return np.where((a == 0) & (b == 0), np.where(neg, r.dtype.type(-0.0), r.dtype.type(0.0)), r)
 
 
+def _relu6(x):
+    return _minimum(_maximum(x, const_like(x, 0)), const_like(x, 6))
+
+
 def _power(a, b):
     """np.power on materialised operands: with a broadcast (stride 0) or 0-d exponent of 0.5,
     NumPy takes a square root, so pow(-inf, 0.5) would be NaN and pow(-0, 0.5) -0 where C's pow
@@ -102,6 +106,11 @@ UNARY: dict[str, tuple[str, Callable, str]] = {
     "ceil": ("float", np.ceil, "round up"),
     "reciprocal": ("float", lambda x: const_like(x, 1) / x, "1/x"),
     "square": ("numeric", lambda x: x * x, "x*x"),
+    # PyTorch's definitions, term by term (IEEE max/min: NaN stays NaN)
+    "relu6": ("float", lambda x: _relu6(x), "min(max(x, 0), 6)"),
+    "hardsigmoid": ("float", lambda x: _relu6(x + const_like(x, 3)) / const_like(x, 6), "min(max(x + 3, 0), 6) / 6"),
+    "hardswish": ("float", lambda x: x * _relu6(x + const_like(x, 3)) / const_like(x, 6),
+                  "x * min(max(x + 3, 0), 6) / 6"),
 }
 POSITIVE_UNARY = {"log", "log1p", "sqrt", "rsqrt", "reciprocal"}
 
@@ -204,3 +213,29 @@ def _cast_infer(syms, types, attrs):
 register_op(OpDef("cast", "elementwise", (Arg("x", "tensor"), Arg("dtype", "dtype")),
                   _cast_infer, lambda xs, a, out: xs[0].astype(DTYPES[a["dtype"]].np), "convert to another dtype",
                   dtype_args=()))
+
+
+def _require_bool(t: TensorType, op: str, i: int) -> None:
+    if not t.dtype.is_bool:
+        raise OpError(f"{op} expects bool tensors, got {t}; compare first (x > 0) or cast(x, bool)", arg=i)
+
+
+def _logical_infer(name: str):
+    def infer(syms, types, attrs):
+        for i, t in enumerate(types):
+            _require_bool(t, name, i)
+        return _broadcast_infer(name, f"combine ({name})", "any", BOOL)(syms, types, attrs)
+    return infer
+
+
+LOGICAL: dict[str, tuple[Callable, str]] = {
+    # name: (numpy semantics, doc); bool tensors only
+    "logical_not": (np.logical_not, "not x (bool)"),
+    "logical_and": (np.logical_and, "a and b (bool)"),
+    "logical_or": (np.logical_or, "a or b (bool)"),
+    "logical_xor": (np.logical_xor, "a xor b (bool)"),
+}
+for _name, (_fn, _doc) in LOGICAL.items():
+    _args = (Arg("x", "tensor"),) if _name == "logical_not" else (Arg("a", "tensor"), Arg("b", "tensor"))
+    register_op(OpDef(_name, "elementwise", _args, _logical_infer(_name),
+                      (lambda f: lambda xs, a, out: f(*xs))(_fn), _doc, verb=f"combine ({_name})"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..shapes import OpError, Symbols, normalize_axis
+from ..shapes import OpError, Symbols, broadcast_shapes, normalize_axis
 from ..types import TensorType
 from .registry import Arg, OpDef, register_op
 
@@ -287,3 +287,156 @@ def _embedding_infer(syms, types, attrs):
 
 register_op(OpDef("embedding", "index", (Arg("table", "tensor"), Arg("ids", "tensor")), _embedding_infer,
                   _gather_ref, "rows of a [rows, features] table at integer ids: gather(table, ids, axis=0)"))
+
+
+# ---- take_along_axis and gather_nd (issue 38: torch.gather / GatherElements, index.Tensor / GatherND)
+
+def wrap_indices(idx: np.ndarray, n: int, axis: int, at=None) -> np.ndarray:
+    """idx with a negative index counted once from the end (NumPy's rule), or IndexRangeError
+    naming the first index outside [-n, n); `at` names the index's place in messages
+    (default: its position in idx)."""
+    idx = np.asarray(idx)
+    bad = (idx < -n) | (idx >= n)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        place = at(where) if at else list(where)
+        raise IndexRangeError(f"index {int(idx[where] if idx.ndim else idx)} at {place} is outside axis {axis} of "
+                              f"extent {n} (indices go from {-n} to {n - 1})")
+    return np.where(idx < 0, idx + n, idx)
+
+
+def _take_along_axis_infer(syms, types, attrs):
+    x, idx = types
+    if x.rank == 0:
+        raise OpError(f"take_along_axis reads along an axis and needs rank 1 or more, got {x}", arg=0)
+    _index_dtype(idx, "take_along_axis", 1)
+    if idx.rank != x.rank:
+        raise OpError(f"take_along_axis expects indices of x's rank {x.rank}, got {idx} (rank {idx.rank}); "
+                      "add unit axes with reshape", arg=1)
+    axis = normalize_axis(attrs["axis"], x.rank)
+    xs, js = list(syms.resolve(x.shape)), list(syms.resolve(idx.shape))
+    others = [tuple(1 if d == axis else e for d, e in enumerate(s)) for s in (xs, js)]
+    try:
+        out = list(broadcast_shapes(syms, others))
+    except OpError as e:
+        raise OpError(f"take_along_axis: x {x} and the indices {idx} differ on an axis other than {axis}: "
+                      f"{e.message}; the other axes broadcast as NumPy's", arg=e.arg) from None
+    out[axis] = syms.find(idx.shape[axis])
+    return x.with_shape(out), {"axis": axis}
+
+
+def _take_along_axis_ref(xs, a, out=None):
+    x, idx = xs
+    axis = a["axis"]
+    return np.take_along_axis(x, wrap_indices(idx, x.shape[axis], axis), axis=axis)
+
+
+register_op(OpDef("take_along_axis", "index", (Arg("x", "tensor"), Arg("idx", "tensor"), Arg("axis", "int")),
+                  _take_along_axis_infer, _take_along_axis_ref,
+                  "x at integer indices along an axis, one per result element (np.take_along_axis, torch.gather, "
+                  "ONNX GatherElements); the other axes broadcast; indices from -n to n-1"))
+
+
+def _gather_nd_infer(syms, types, attrs):
+    x, idx = types
+    _index_dtype(idx, "gather_nd", 1)
+    b = attrs["batch_dims"]
+    if idx.rank == 0:
+        raise OpError(f"gather_nd expects indices of rank 1 or more (the last axis holds one position), got {idx}",
+                      arg=1)
+    if not isinstance(b, int) or b < 0 or b >= min(x.rank, idx.rank):
+        raise OpError(f"gather_nd: batch_dims={b} must be from 0 to {min(x.rank, idx.rank) - 1} (less than the "
+                      f"ranks of x, {x.rank}, and of the indices, {idx.rank})", arg="batch_dims")
+    xs, js = list(syms.resolve(x.shape)), list(syms.resolve(idx.shape))
+    k = js[-1]
+    if not isinstance(k, int):
+        raise OpError(f"gather_nd: the last axis of the indices {idx} says how many axes of x each index reads; it "
+                      f"must be a number, got the symbol {k}", arg=1)
+    if not 1 <= k <= x.rank - b:
+        raise OpError(f"gather_nd: each index has {k} positions (the last axis of {idx}) but x {x} with "
+                      f"batch_dims={b} has {x.rank - b} to index; it must be from 1 to {x.rank - b}", arg=1)
+    for d in range(b):
+        if not syms.unify(xs[d], js[d]):
+            raise OpError(f"gather_nd: batch axis {d} of the indices {idx} ({js[d]}) differs from x's {x} "
+                          f"({xs[d]}); the batch axes must agree", arg=1)
+    return x.with_shape(syms.resolve(idx.shape)[:-1] + syms.resolve(x.shape)[b + k:]), {"batch_dims": b}
+
+
+def gather_nd_positions(x_shape, idx: np.ndarray, b: int) -> tuple:
+    """The advanced-indexing tuple of gather_nd: the batch axes as broadcast aranges, then each
+    position of the last axis of idx, wrapped (IndexRangeError for one outside its axis)."""
+    lead = idx.shape[:-1]
+    pos = []
+    for d in range(b):
+        shape = [1] * len(lead)
+        shape[d] = lead[d]
+        pos.append(np.arange(lead[d]).reshape(shape))
+    for j in range(idx.shape[-1]):
+        pos.append(wrap_indices(idx[..., j], x_shape[b + j], b + j, at=lambda w, j=j: list(w) + [j]))
+    return tuple(pos)
+
+
+def _gather_nd_ref(xs, a, out=None):
+    x, idx = xs
+    return x[gather_nd_positions(x.shape, np.asarray(idx), a["batch_dims"])]
+
+
+register_op(OpDef("gather_nd", "index", (Arg("x", "tensor"), Arg("idx", "tensor"), Arg("batch_dims", "int", 0)),
+                  _gather_nd_infer, _gather_nd_ref,
+                  "x at positions along its leading axes: the last axis of idx holds one position per indexed "
+                  "axis (ONNX GatherND, x[idx[..., 0], idx[..., 1], ...]); indices from -n to n-1"))
+
+
+def index_layout(x_rank: int, axes: tuple, s: int) -> tuple[int, list[int]]:
+    """Where NumPy's advanced indexing puts the result's axes: (the first of the s broadcast
+    index axes, the result axis of each axis of x that no index takes, in order). The index
+    axes replace the indexed ones where those are consecutive, and lead otherwise."""
+    together = list(axes) == list(range(axes[0], axes[0] + len(axes)))
+    first = axes[0] if together else 0
+    kept = [d for d in range(x_rank) if d not in axes]
+    return first, [(d if d < first else d - len(axes) + s) if together else s + k for k, d in enumerate(kept)]
+
+
+def _index_infer(syms, types, attrs):
+    x, idxs = types[0], types[1:]
+    if x.rank == 0:
+        raise OpError(f"index reads positions of a tensor and needs rank 1 or more, got {x}", arg=0)
+    for j, t in enumerate(idxs, start=1):
+        _index_dtype(t, "index", j)
+    axes = attrs["axes"]
+    axes = tuple(range(len(idxs))) if axes is None else ((axes,) if isinstance(axes, int) else tuple(axes))
+    if len(axes) != len(idxs):
+        raise OpError(f"index has {len(idxs)} index tensors but {len(axes)} axes; give one axis per index "
+                      "tensor", arg="axes")
+    if len(idxs) > x.rank:
+        raise OpError(f"index has {len(idxs)} index tensors for x {x} of rank {x.rank}", arg=len(idxs))
+    axes = tuple(normalize_axis(a, x.rank, "axes") for a in axes)
+    if any(b <= a for a, b in zip(axes, axes[1:])):
+        raise OpError(f"index: the axes {list(axes)} must be increasing, one per index tensor in x's order",
+                      arg="axes")
+    try:
+        s = list(broadcast_shapes(syms, [syms.resolve(t.shape) for t in idxs]))
+    except OpError as e:
+        raise OpError(f"index: the index tensors do not broadcast together: {e.message}",
+                      arg=1 + e.arg if isinstance(e.arg, int) else None) from None
+    xs = list(syms.resolve(x.shape))
+    first, kept_at = index_layout(x.rank, axes, len(s))
+    out = [None] * (x.rank - len(axes) + len(s))
+    out[first:first + len(s)] = s
+    for d, at in zip([d for d in range(x.rank) if d not in axes], kept_at):
+        out[at] = xs[d]
+    return x.with_shape(out), {"axes": axes}
+
+
+def _index_ref(xs, a, out=None):
+    x, idxs = xs[0], xs[1:]
+    items = [slice(None)] * x.ndim
+    for t, d in zip(idxs, a["axes"]):
+        items[d] = wrap_indices(t, x.shape[d], d)
+    return x[tuple(items)]
+
+
+register_op(OpDef("index", "index", (Arg("x", "tensor"), Arg("idxs", "tensors"), Arg("axes", "axes", None)),
+                  _index_infer, _index_ref,
+                  "x[i0, :, i2]: NumPy's advanced indexing (torch's index.Tensor) of the axes `axes` of x by "
+                  "the index tensors, broadcast together; indices from -n to n-1"))

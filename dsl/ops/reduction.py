@@ -1,4 +1,4 @@
-"""Reductions over a list of axes: sum, mean, max, min, prod (keepdims optional).
+"""Reductions over a list of axes: sum, mean, max, min, prod, and any, all on bools (keepdims optional).
 
 max and min sign a zero result as the elementwise IEEE maximum and minimum do (elementwise.py).
 """
@@ -8,7 +8,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..shapes import normalize_axes
+from ..shapes import OpError, normalize_axes
 from .registry import Arg, OpDef, register_op, require_float, require_numeric
 
 
@@ -31,7 +31,7 @@ def _reduce_infer(name: str):
         (t,) = types
         if name == "mean":
             require_float(t, name)
-        else:
+        elif name not in ("any", "all"):
             require_numeric(t, name)
         axes = normalize_axes(attrs["axis"], t.rank)
         shape = [1 if i in axes else d for i, d in enumerate(syms.resolve(t.shape))]
@@ -53,3 +53,25 @@ for _name, (_fn, _doc) in REDUCTIONS.items():
                       _reduce_infer(_name),
                       (lambda f: lambda xs, a, out: np.asarray(
                           f(xs[0], axis=a["axis"], keepdims=a["keepdims"]), dtype=xs[0].dtype))(_fn), _doc))
+
+
+def _bool_reduce_infer(name: str):
+    def infer(syms, types, attrs):
+        (t,) = types
+        if not t.dtype.is_bool:
+            raise OpError(f"{name} expects a bool tensor, got {t}; compare first (x > 0) or cast(x, bool)", arg=0)
+        return _reduce_infer(name)(syms, types, attrs)
+    return infer
+
+
+# any / all: bool -> bool, lowered as the max / min of the bools read as 0 / 1 (compiler/lowering/reduction.py)
+BOOL_REDUCTIONS: dict[str, tuple[Callable, str]] = {
+    "any": (np.any, "whether any element over axes is true (bool)"),
+    "all": (np.all, "whether every element over axes is true (bool)"),
+}
+for _name, (_fn, _doc) in BOOL_REDUCTIONS.items():
+    register_op(OpDef(_name, "reduction",
+                      (Arg("x", "tensor"), Arg("axis", "axes", None), Arg("keepdims", "bool", False)),
+                      _bool_reduce_infer(_name),
+                      (lambda f: lambda xs, a, out: np.asarray(
+                          f(xs[0], axis=a["axis"], keepdims=a["keepdims"]), dtype=np.bool_))(_fn), _doc))

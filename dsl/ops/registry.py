@@ -25,6 +25,7 @@ class Arg:
     name: str
     kind: str                  # tensor | tensor? | tensors (a list of them) | subscript | int | axes | pair
                                # | float | bool | str | dtype | dims | perm
+                               # | scalar (a compile-time number or bool, or a symbol's name)
     default: Any = REQUIRED
     choices: tuple = ()
     positive: bool = False     # random inputs feeding this argument are drawn positive
@@ -38,7 +39,7 @@ class Arg:
 class OpDef:
     """One op: its signature, shape and dtype rule and NumPy semantics (the module docstring)."""
     name: str
-    category: str              # elementwise | reduction | scan | norm | linalg | shape | index | pooling
+    category: str              # elementwise | reduction | scan | norm | linalg | shape | index | pooling | creation
     args: tuple[Arg, ...]
     infer: Callable[[Symbols, list, dict], tuple[TensorType, dict]]
     ref: Callable[[list, dict, tuple], np.ndarray]

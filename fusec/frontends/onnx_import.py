@@ -157,8 +157,8 @@ class Converter(MathOps, ShapeOps, PoolOps):
             return None
         if dtype in FLOAT:
             f = float(v)
-            if not math.isfinite(f):
-                return None
+            if not math.isfinite(f):                     # the literals inf, -inf and nan
+                return "nan" if math.isnan(f) else "inf" if f > 0 else "(-inf)"
             if abs(f) > float(np.finfo(np.dtype(FDSL_TO_NP[dtype]) if dtype != "bf16" else np.float32).max):
                 return None
             text = repr(f)
@@ -382,13 +382,11 @@ NO_FOLD = {"Constant", "Identity", "Dropout", "Shape", "Size"}
 
 
 def mapped_ops() -> list[str]:
-    """The ONNX op types the importer maps (Range only over constants, folded)."""
+    """The ONNX op types the importer maps (Range over constants folded, else from 0 to a size by 1)."""
     return sorted(n[3:] for n in dir(Converter) if n.startswith("op_"))
 
 
 HINTS = {
-    "GatherElements": "FDSL's gather is np.take (ONNX Gather); take_along_axis is not in FDSL yet",
-    "GatherND": "FDSL has no multi-index gather; its gather is np.take (ONNX Gather)",
     "Einsum": "write it with matmul, permute and reshape",
     "Pad": "FDSL has no pad operator (conv2d takes symmetric zero padding itself)",
     "ConvTranspose": "FDSL has conv2d only",
@@ -403,7 +401,7 @@ HINTS = {
     "NonZero": "FDSL has no data-dependent shapes", "Resize": "FDSL has no resampling",
     "Selu": "FDSL offers elu-like where/exp forms; Elu is imported",
     "Sign": "FDSL offers where with comparisons", "Round": "FDSL offers floor and ceil",
-    "Mish": "FDSL offers tanh, log1p and exp", "IsInf": "FDSL offers comparisons (IsNaN is imported)",
+    "Mish": "FDSL offers tanh, log1p and exp",
     "CumProd": "FDSL has cumprod, but ONNX has no CumProd op",
 }
 

@@ -153,10 +153,12 @@ class MathOps:
 
     def op_HardSigmoid(self, node, ins, attrs):
         a, b = float(attrs.get("alpha", 0.2)), float(attrs.get("beta", 0.5))
+        if np.float32(a) == np.float32(1 / 6) and b == 0.5:        # PyTorch's, as its exporters write it
+            return self._float_unary(node, ins, "hardsigmoid({x})")
         return self._float_unary(node, ins, f"clamp(add(mul({{x}}, {_f(a)}), {_f(b)}), 0.0, 1.0)")
 
     def op_HardSwish(self, node, ins, attrs):
-        return self._float_unary(node, ins, f"mul({{x}}, clamp(add(mul({{x}}, {_f(1 / 6)}), 0.5), 0.0, 1.0))")
+        return self._float_unary(node, ins, "hardswish({x})")
 
     def op_LeakyRelu(self, node, ins, attrs):
         a = float(attrs.get("alpha", 0.01))
@@ -194,16 +196,24 @@ class MathOps:
         return self.emit(self.out_name(node), template.format(*(v.name for v in vals)), "bool", shape)
 
     def op_Not(self, node, ins, attrs):
-        return self._bool_op(node, ins, "eq({0}, false)", 1)
+        return self._bool_op(node, ins, "logical_not({0})", 1)
 
     def op_And(self, node, ins, attrs):
-        return self._bool_op(node, ins, "where({0}, {1}, false)", 2)
+        return self._bool_op(node, ins, "logical_and({0}, {1})", 2)
 
     def op_Or(self, node, ins, attrs):
-        return self._bool_op(node, ins, "where({0}, true, {1})", 2)
+        return self._bool_op(node, ins, "logical_or({0}, {1})", 2)
 
     def op_Xor(self, node, ins, attrs):
-        return self._bool_op(node, ins, "ne({0}, {1})", 2)
+        return self._bool_op(node, ins, "logical_xor({0}, {1})", 2)
+
+    def op_IsInf(self, node, ins, attrs):
+        x = self.tensor(ins[0])
+        self.need_dtype(x, FLOAT, "IsInf")
+        pos, neg = int(attrs.get("detect_positive", 1)), int(attrs.get("detect_negative", 1))
+        expr = {(1, 1): f"eq(abs({x.name}), inf)", (1, 0): f"eq({x.name}, inf)", (0, 1): f"eq({x.name}, -inf)",
+                (0, 0): f"full_like({x.name}, false, dtype=bool)"}[(pos, neg)]
+        return self.emit(self.out_name(node), expr, "bool", self.shape(x))
 
     def op_Mean(self, node, ins, attrs):
         vals = [v for v in ins if v is not None]

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .onnx_file import CONST_ONLY, ONNX_DTYPES, SUPPORTED, elem_name
-from .onnx_values import (C, FLOAT, FOLD_LIMIT, NUMERIC, Opaque, S, NodeError, T, _as_dim, _clamp, _f, _prod,
+from .onnx_values import (C, FLOAT, FOLD_LIMIT, NP_TO_FDSL, NUMERIC, Opaque, S, NodeError, T, _as_dim, _clamp, _f, _prod,
                           sanitize)
 
 
@@ -399,12 +399,31 @@ class ShapeOps:
         for d in target:
             if isinstance(d, Opaque):
                 raise NodeError(f"the shape {target} holds sizes FDSL cannot name")
-        p = self.materialize(C(value.reshape(())), f"{self.out_name(node)}_value")
-        return self.emit(self.out_name(node), f"broadcast_to({p.name}, [{', '.join(self.dim_text(d) for d in target)}])",
-                         p.dtype, tuple(target))
+        dtype = NP_TO_FDSL.get(value.dtype.name)
+        if dtype is None:
+            raise NodeError(f"a value of dtype {value.dtype}; fusec imports {SUPPORTED}")
+        lit = self.literal(C(value.reshape(())), dtype)
+        dims = ", ".join(self.dim_text(d) for d in target)
+        if lit is None:            # beyond the dtype's literals: the value as a parameter, broadcast
+            p = self.materialize(C(value.reshape(())), f"{self.out_name(node)}_value")
+            return self.emit(self.out_name(node), f"broadcast_to({p.name}, [{dims}])", p.dtype, tuple(target))
+        return self.emit(self.out_name(node), f"full([{dims}], {lit}, dtype={dtype})", dtype, tuple(target))
 
     def op_Range(self, node, ins, attrs):
-        raise NodeError("a Range whose bounds are not constant numbers; FDSL has no arange (planned in issue 38)")
+        """Constant bounds are folded before this (onnx_import.py); left: 0 to a size, by 1, as
+        position ids are made (Range(0, Shape(x)[1], 1)): arange of the size's symbol."""
+        start, limit, delta = (self.s_to_c(v) if isinstance(v, S) and all(isinstance(d, (int, np.integer))
+                                                                           for d in v.items) else v for v in ins[:3])
+        zero, one = (isinstance(v, C) and np.asarray(v.value).size == 1 and np.asarray(v.value).reshape(-1)[0] == k
+                     for v, k in ((start, 0), (delta, 1)))
+        if not (zero and one and isinstance(limit, S) and len(limit.items) == 1 and isinstance(limit.items[0], str)):
+            raise NodeError("a Range whose bounds are not constants: fusec imports Range(0, n, 1) where n is a "
+                            "size of an input (a symbol), as FDSL's arange(n)")
+        dtype = NP_TO_FDSL.get(np.asarray(start.value).dtype.name, "i64")
+        if dtype not in NUMERIC:
+            raise NodeError(f"a Range of {dtype}; FDSL's arange makes numbers")
+        sym = limit.items[0]
+        return self.emit(self.out_name(node), f"arange({sym}, dtype={dtype})", dtype, (sym,))
 
     def op_Transpose(self, node, ins, attrs):
         x = self.tensor(ins[0])
@@ -592,3 +611,49 @@ class ShapeOps:
         if all(isinstance(p, int) for p in picked):
             return C(np.array(picked, np.int64).reshape(shape))
         raise NodeError("a gather of sizes into rank > 1")
+
+    # ---- GatherElements and GatherND (issue 38) ----------------------------------------------
+    def _index_tensor(self, node, idx) -> T:
+        it = self.tensor(idx, f"{self.out_name(node)}_idx")
+        if it.dtype not in ("i32", "i64"):
+            raise NodeError(f"its indices are {it.dtype}, not i32 or i64")
+        return it
+
+    def op_GatherElements(self, node, ins, attrs):
+        """take_along_axis; ONNX's indices may be shorter than the data on the other axes (the
+        data's first positions are read, as torch.gather's), where FDSL broadcasts: the data is
+        sliced to the indices' extents first."""
+        data, idx = ins
+        x = self.tensor(data, f"{self.out_name(node)}_data")
+        it = self._index_tensor(node, idx)
+        s, si = self.shape(x), self.shape(it)
+        if len(si) != len(s):
+            raise NodeError(f"its indices have rank {len(si)}, the data rank {len(s)}")
+        a = self.axis(int(attrs.get("axis", 0)), len(s))
+        items = []
+        for d, (n, k) in enumerate(zip(s, si)):
+            if d == a or n == k:
+                items.append(":")
+            elif isinstance(n, int) and isinstance(k, int) and k < n:
+                items.append(f":{k}")
+            else:
+                raise NodeError(f"its indices have extent {k} on axis {d} where the data has {n}; FDSL's "
+                                "take_along_axis needs them equal, or the indices' extent a smaller number")
+        if any(i != ":" for i in items):
+            x = self.emit(f"{self.out_name(node)}_data", f"{x.name}[{', '.join(items)}]", x.dtype,
+                          tuple(k if i != ":" else n for i, n, k in zip(items, s, si)))
+        return self.emit(self.out_name(node), f"take_along_axis({x.name}, {it.name}, axis={a})", x.dtype, si)
+
+    def op_GatherND(self, node, ins, attrs):
+        data, idx = ins
+        x = self.tensor(data, f"{self.out_name(node)}_data")
+        it = self._index_tensor(node, idx)
+        s, si = self.shape(x), self.shape(it)
+        b = int(attrs.get("batch_dims", 0))
+        m = si[-1] if si else None
+        if not isinstance(m, int):
+            raise NodeError(f"the last axis of its indices is {m}; FDSL's gather_nd needs a number there")
+        if not 0 <= b < min(len(s), len(si)) or not 1 <= m <= len(s) - b:
+            raise NodeError(f"batch_dims={b} and indices of last extent {m} do not fit data of rank {len(s)}")
+        return self.emit(self.out_name(node), f"gather_nd({x.name}, {it.name}, batch_dims={b})", x.dtype,
+                         si[:-1] + s[b + m:])

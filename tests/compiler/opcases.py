@@ -4,7 +4,8 @@ and tests/numerics/test_indexing_ops.py (cpu and cuda-sim, issue 17's ops).
 A Case lists an op's tensor arguments (a shape: a parameter of the test dtype; C: a constant of
 the test dtype; P: a parameter of a fixed dtype), its static attributes and the dtypes it runs in.
 `build` packs several (op, case) pairs into one chain, one output each, with seeded inputs: index
-parameters of gather and embedding are drawn within the axis they index (both ends included), and
+parameters of gather, embedding, take_along_axis, gather_nd and index are drawn within the axis they
+index (both ends included; from -n for the last three, which count a negative index from the end), and
 SPECIAL_RANGES narrows other integer parameters where an op needs it.
 """
 from __future__ import annotations
@@ -55,7 +56,7 @@ def domain_dtypes(op: str) -> tuple:
 
 # int pow: NumPy refuses negative integer exponents, so draw exponents from [0, 3].
 SPECIAL_RANGES = {("pow", 1): (0, 3)}
-INDEXING = ("gather", "embedding")      # argument 1 indexes an axis of argument 0
+INDEXING = ("gather", "embedding", "take_along_axis", "gather_nd", "index")   # arguments 1... index argument 0
 
 
 def _r(start=None, stop=None, step=None):
@@ -106,6 +107,31 @@ INDEXING_CASES: dict[str, list[Case]] = {
         Case(((1, 5), P((3,), "i32"))),                                                # one row only
         Case(((9, 1), P((2, 2, 2), "i64"))),
     ],
+    "take_along_axis": [
+        Case(((4, 5), P((4, 3), "i64")), {"axis": 1}, dtypes=ALL),
+        Case(((3, 4, 2), P((3, 6, 2), "i32")), {"axis": -2}, dtypes=ALL),             # more indices than x has
+        Case(((1, 5), P((3, 2), "i32")), {"axis": 1}),                                 # x broadcast on axis 0
+        Case(((4, 6, 3), P((1, 2, 1), "i64")), {"axis": 1}),                           # idx broadcast on 0 and 2
+        Case(((7,), P((9,), "i32")), {"axis": 0}),                                     # rank 1
+        Case((("W", 3), P((2, 3), "i64")), {"axis": 0}, bind={"W": 5}),
+    ],
+    "gather_nd": [
+        Case(((4, 5), P((3, 2), "i64")), dtypes=ALL),                                  # whole elements
+        Case(((4, 5, 3), P((2, 2, 1), "i32")), dtypes=ALL),                            # rows: x's last axes kept
+        Case(((3, 4, 5), P((3, 2, 2), "i64")), {"batch_dims": 1}),
+        Case(((2, 3, 4, 2), P((2, 3, 1), "i32")), {"batch_dims": 2}),
+        Case(((6,), P((1,), "i64"))),                                                  # rank 0
+        Case(((3, 5), P((2,), "i32"))),                                                # one index: rank 0
+        Case((("Q", 4), P((5, 1), "i64")), bind={"Q": 3}),
+    ],
+    "index": [
+        Case(((4, 5), P((3,), "i64")), dtypes=ALL),                                     # x[i]: rows
+        Case(((4, 5, 3), P((2, 3), "i32"), P((3,), "i64")), {"axes": (0, 2)}, dtypes=ALL),   # x[i, :, j]: S first
+        Case(((4, 5, 3), P((2, 1), "i64"), P((4,), "i64")), {"axes": (1, 2)}),          # x[:, i, j]: S in place
+        Case(((3, 6), P((), "i32")), {"axes": (1,)}),                                  # x[:, k]: the axis goes
+        Case(((5,), P((2, 2), "i64"))),                                                # rank 1
+        Case((("U", 2, 3), P((4,), "i64"), P((4,), "i32"), P((1,), "i64")), bind={"U": 4}),   # every axis
+    ],
     **{op: [
         Case(((3, 5),)),                                                               # the last axis
         Case(((4, 3, 2),), {"axis": 0}),
@@ -145,15 +171,25 @@ def _concrete(shape, bind: dict) -> tuple:
     return tuple(bind[d] if isinstance(d, str) else d for d in shape)
 
 
-def _index_input(rng, op: str, case: Case, spec: P) -> np.ndarray:
-    """Indices within the indexed axis, its first and last position among them."""
+def _index_input(rng, op: str, case: Case, spec: P, ai: int = 1) -> np.ndarray:
+    """Indices within the indexed axis, its first and last position among them; for
+    take_along_axis and gather_nd, from -n to n - 1 (negative ones count from the end)."""
     table = _concrete(case.args[0], case.bind)
-    n = table[normalize_axis(case.attrs.get("axis", 0), len(table))]
     shape = _concrete(spec.shape, case.bind)
-    x = rng.integers(0, n, size=shape)
+    if op == "gather_nd":
+        b = case.attrs.get("batch_dims", 0)
+        extents = np.array(table[b:b + shape[-1]])
+        x = rng.integers(-extents, extents, size=shape)
+        if x[..., 0].size >= 2:
+            x.reshape(-1, shape[-1])[0], x.reshape(-1, shape[-1])[-1] = extents - 1, -extents
+        return x.astype(DTYPES[spec.dtype].np)
+    axis = case.attrs.get("axes", range(len(case.args) - 1))[ai - 1] if op == "index" else case.attrs.get("axis", 0)
+    n = table[normalize_axis(axis, len(table))]
+    lo = -n if op in ("take_along_axis", "index") else 0
+    x = rng.integers(lo, n, size=shape)
     flat = x.reshape(-1)
     if flat.size >= 2:
-        flat[0], flat[-1] = n - 1, 0
+        flat[0], flat[-1] = n - 1, lo
     return x.astype(DTYPES[spec.dtype].np)
 
 
@@ -174,8 +210,8 @@ def build(name: str, items: list[tuple], dtype: str | None, rng, special_ranges:
             shape, dt = (spec.shape, spec.dtype) if isinstance(spec, P) else (spec, test_dtype)
             ids.append(b.param(f"a{ci}_{ai}", dt, shape))
             concrete = _concrete(shape, case.bind)
-            if op in INDEXING and ai == 1:
-                inputs.append(_index_input(rng, op, case, spec))
+            if op in INDEXING and (ai == 1 or op == "index" and ai >= 1):
+                inputs.append(_index_input(rng, op, case, spec, ai))
             elif (op, ai) in special_ranges and dt in INTS:
                 lo, hi = special_ranges[(op, ai)]
                 inputs.append(rng.integers(lo, hi + 1, size=concrete).astype(DTYPES[dt].np))

@@ -7,6 +7,7 @@ test_every_op_has_cases.
 """
 from __future__ import annotations
 
+import math
 import zlib
 
 import numpy as np
@@ -108,6 +109,20 @@ CASES: dict[str, list[Case]] = {
     "broadcast_to": [Case(((3, 1),), {"shape": [2, 3, 4]}, dtypes=ALL), Case(((),), {"shape": [2, 2]}),
                      Case(((4,),), {"shape": [3, 4]}), Case((C(1.5),), {"shape": [2, 3]})],
     **INDEXING_CASES,       # issue 17's ops (opcases.py; tests/numerics/test_indexing_ops.py runs them compiled)
+    # issue 38: the logical ops and any / all on bools (UNARY holds relu6, hardsigmoid, hardswish), creation
+    "logical_not": [Case(((2, 3),), dtypes=("bool",)), Case(((),), dtypes=("bool",))],
+    **{op: [Case(((1, 4), (3, 1)), dtypes=("bool",)), Case(((2, 3), C(1.0)), dtypes=("bool",))]
+       for op in ("logical_and", "logical_or", "logical_xor")},
+    **{op: [Case(c.args, c.attrs, dtypes=("bool",)) for c in REDUCE_CASES] for op in ("any", "all")},
+    "full": [Case((), {"shape": [2, 3], "value": 1.5}, dtypes=("f32",)),
+             Case((), {"shape": [4], "value": -math.inf, "dtype": "f16"}, dtypes=("f32",)),
+             Case((), {"shape": [1, 2], "value": 7, "dtype": "i32"}, dtypes=("i32",)),
+             Case((), {"shape": [3], "value": True}, dtypes=("bool",))],
+    "full_like": [Case(((2, 3),), {"value": 2}, dtypes=NUMERIC), Case(((2, 3),), {"value": True}, dtypes=("bool",)),
+                  Case(((2,),), {"value": math.nan, "dtype": "f64"}, dtypes=("i64",))],
+    "arange": [Case((), {"start": 5}, dtypes=("i64",)),
+               Case((), {"start": 2, "stop": 11, "step": 3, "dtype": "f32"}, dtypes=("f32",)),
+               Case((), {"start": 10, "stop": -2, "step": -4, "dtype": "i32"}, dtypes=("i32",))],
 }
 
 

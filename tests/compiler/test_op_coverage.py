@@ -42,8 +42,15 @@ EXPRESSIONS.update({
     "broadcast_to": ["broadcast_to(g, [4, 8])"],
     "slice": ["x[1:3, ::2]", "x[::-1, 0]", "i[:, :4]"], "concat": ["concat([x, -y], axis=1)"],
     "split": ["split(x, [3, 5], axis=1)"], "gather": ["gather(x, i, axis=1)"], "embedding": ["embedding(w, j)"],
+    "take_along_axis": ["take_along_axis(x, j[:, :3], axis=1)"], "gather_nd": ["gather_nd(v, i[:, :2])"],
+    "index": ["index(v, [i[0], j[1]], axes=[0, 2])"],
     "cumsum": ["cumsum(x)", "cumsum(i, axis=0)"], "cumprod": ["cumprod(x, axis=0)"],
     "argmax": ["argmax(x)", "argmax(i, axis=0)"], "argmin": ["argmin(x, keepdims=true)"],
+    # issue 38: the logical ops and any / all on bools, the creation ops
+    "logical_not": ["logical_not(b)"], "logical_and": ["logical_and(b, b)"], "logical_or": ["logical_or(b, b)"],
+    "logical_xor": ["logical_xor(b, b)"], "any": ["any(b, axis=1)", "any(b)"], "all": ["all(b, axis=0, keepdims=true)"],
+    "full": ["full([4, 8], -inf)", "full([2], 3, dtype=i32)", "full([2], true)"],
+    "full_like": ["full_like(x, nan) + x", "full_like(i, 2, dtype=f16)"], "arange": ["arange(8)", "arange(1, 9, 2, dtype=f32)"],
 })
 
 

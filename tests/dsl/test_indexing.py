@@ -153,6 +153,46 @@ BAD = [
     ("return sum(embedding(x[0], i))", 2, 26, "embedding expects a table of rank 2 [rows, features], got f32[N]"),
     ("return sum(embedding(t, t))", 2, 29, "embedding expects integer indices (i32 or i64), got f32[10, 4]"),
     ("return sum(embedding(t, i > 0))", 2, 29, "embedding expects integer indices (i32 or i64), got bool[3]"),
+    # take_along_axis and gather_nd
+    ("return sum(take_along_axis(t, t, axis=0))", 2, 35,
+     "take_along_axis expects integer indices (i32 or i64), got f32[10, 4]"),
+    ("return sum(take_along_axis(t, i, axis=0))", 2, 35,
+     "take_along_axis expects indices of x's rank 2, got i64[3] (rank 1); add unit axes with reshape"),
+    ("return sum(take_along_axis(t, cast(x, i32), axis=2))", 2, 49, "axis 2 is out of range for a tensor of rank 2"),
+    ("return sum(take_along_axis(s, i, axis=0))", 2, 32,
+     "take_along_axis reads along an axis and needs rank 1 or more, got f32"),
+    ("return sum(take_along_axis(t, cast(t, i32)))", 2, 16,
+     "take_along_axis needs argument 'axis' (take_along_axis(x, idx, axis))"),
+    ("return sum(take_along_axis(t, cast(x[:, :3], i32), axis=0))", 2, 35,
+     "take_along_axis: x f32[10, 4] and the indices i32[8, 3] differ on an axis other than 0: shapes do not "
+     "broadcast (4 vs 3); the other axes broadcast as NumPy's"),
+    ("return sum(gather_nd(t, t))", 2, 29, "gather_nd expects integer indices (i32 or i64), got f32[10, 4]"),
+    ("return sum(gather_nd(t, i))", 2, 29,
+     "gather_nd: each index has 3 positions (the last axis of i64[3]) but x f32[10, 4] with batch_dims=0 has 2 to "
+     "index; it must be from 1 to 2"),
+    ("return sum(gather_nd(t, cast(s, i64)))", 2, 29,
+     "gather_nd expects indices of rank 1 or more (the last axis holds one position), got i64"),
+    ("return sum(gather_nd(t, cast(x, i64)))", 2, 29,
+     "gather_nd: the last axis of the indices i64[8, N] says how many axes of x each index reads; it must be a "
+     "number, got the symbol N"),
+    ("return sum(gather_nd(t, cast(x, i64), batch_dims=2))", 2, 43,
+     "gather_nd: batch_dims=2 must be from 0 to 1 (less than the ranks of x, 2, and of the indices, 2)"),
+    ("return sum(gather_nd(t, cast(x, i64), batch_dims=-1))", 2, 43,
+     "gather_nd: batch_dims=-1 must be from 0 to 1 (less than the ranks of x, 2, and of the indices, 2)"),
+    ("return sum(gather_nd(t, cast(x[:, :1], i64), batch_dims=1))", 2, 29,
+     "gather_nd: batch axis 0 of the indices i64[8, 1] (8) differs from x's f32[10, 4] (10); the batch axes must "
+     "agree"),
+    ("return sum(index(t, [x]))", 2, 26, "index expects integer indices (i32 or i64), got f32[8, N]"),
+    ("return sum(index(t, i))", 2, 25, "index's 'idxs' must be a list of tensors in [ ], such as index(x, [a, b])"),
+    ("return sum(index(t, [i, i], axes=[0]))", 2, 33,
+     "index has 2 index tensors but 1 axes; give one axis per index tensor"),
+    ("return sum(index(t, [i, i], axes=[1, 0]))", 2, 33,
+     "index: the axes [1, 0] must be increasing, one per index tensor in x's order"),
+    ("return sum(index(t, [i], axes=2))", 2, 30, "axes 2 is out of range for a tensor of rank 2"),
+    ("return sum(index(s, [i]))", 2, 22, "index reads positions of a tensor and needs rank 1 or more, got f32"),
+    ("return sum(index(t, [i, i, i], axes=[0, 1, 2]))", 2, 32, "index has 3 index tensors for x f32[10, 4] of rank 2"),
+    ("return sum(index(t, [i, cast(x[:, :2], i64)], axes=[0, 1]))", 2, 29,
+     "index: the index tensors do not broadcast together: shapes do not broadcast (3 vs 2)"),
     # scans and arg-reductions
     ("return sum(cumsum(x, axis=2))", 2, 26, "axis 2 is out of range for a tensor of rank 2"),
     ("return sum(cumsum(x > 0.0))", 2, 23, "cumsum expects a numeric tensor, got bool[8, N]"),
@@ -353,6 +393,41 @@ def test_gather_embedding_scans_and_arg_reductions():
         "p": ("cumprod", (1,), {"axis": 1}, "i32[B, S]"),
         "m": ("argmax", (2,), {"axis": 2, "keepdims": False}, "i64[4, 6]"),
         "n": ("argmin", (2,), {"axis": 1, "keepdims": True}, "i64[4, 1, 5]"),
+    }
+
+
+def test_take_along_axis_and_gather_nd_shapes():
+    c = typed("""\
+        chain f(x: f32[4, N, 6], i: i32[4, 3, 1], j: i64[1, 2, 6], k: i64[5, 2], b: i32[4, 7, 1], w: f16[V, 3]) -> f32 {
+            a = take_along_axis(x, i, axis=1)
+            r = take_along_axis(x, j, axis=-2)
+            g = gather_nd(x, k)
+            h = gather_nd(x, b, batch_dims=1)
+            e = gather_nd(w, k[:, :1])
+            return 0.0
+        }""").chains[0]
+    got = {n.name: (n.op, dict(n.attrs), str(n.type)) for n in c.nodes if n.name and n.op not in ("param", "slice")}
+    assert got == {
+        "a": ("take_along_axis", {"axis": 1}, "f32[4, 3, 6]"),       # idx's axis 2 of one broadcasts to 6
+        "r": ("take_along_axis", {"axis": 1}, "f32[4, 2, 6]"),       # idx's axis 0 of one broadcasts to 4
+        "g": ("gather_nd", {"batch_dims": 0}, "f32[5, 6]"),           # x[k[:, 0], k[:, 1]]: one axis left
+        "h": ("gather_nd", {"batch_dims": 1}, "f32[4, 7, 6]"),        # out[p, m, :] = x[p, b[p, m, 0], :]
+        "e": ("gather_nd", {"batch_dims": 0}, "f16[5, 3]"),
+    }
+    c = typed("""\
+        chain f(x: f32[4, 5, 6], i: i64[2, 3], j: i32[3], k: i64[1]) -> f32 {
+            a = index(x, [i, j], axes=[0, 2])
+            b = index(x, [i, j], axes=[1, 2])
+            d = index(x, [k])
+            e = index(x, [i], axes=-1)
+            return 0.0
+        }""").chains[0]
+    got = {n.name: (n.op, dict(n.attrs), str(n.type)) for n in c.nodes if n.name and n.op != "param"}
+    assert got == {
+        "a": ("index", {"axes": (0, 2)}, "f32[2, 3, 5]"),        # x[i, :, j]: the index axes lead
+        "b": ("index", {"axes": (1, 2)}, "f32[4, 2, 3]"),        # x[:, i, j]: in place of the indexed axes
+        "d": ("index", {"axes": (0,)}, "f32[1, 5, 6]"),
+        "e": ("index", {"axes": (2,)}, "f32[4, 5, 2, 3]"),
     }
 
 

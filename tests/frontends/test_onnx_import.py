@@ -251,9 +251,12 @@ def test_unsupported_ops_name_the_node_and_what_fusec_offers(tmp_path, capsys):
                     [tensor("x", F, [1, 2, 4, 4])], [tensor("y", F, [1, 2, 2, 2])], [init("w", rand((2, 1, 3, 3)))])
     refuse([save(grouped, tmp_path / "grouped.onnx"), "-o", o], capsys, "node 0 'dw' (Conv)",
            "group=3 does not divide its 2 input channels")
-    ge = model([h.make_node("GatherElements", ["x", "i"], ["y"], name="ge")],
+    se = model([h.make_node("ScatterElements", ["x", "i", "x"], ["y"], name="se")],
                [tensor("x", F, [4, 4]), tensor("i", TP.INT64, [4, 4])], [tensor("y", F, [4, 4])])
-    refuse([save(ge, tmp_path / "ge.onnx"), "-o", o], capsys, "node 0 'ge' (GatherElements)", "np.take")
+    refuse([save(se, tmp_path / "se.onnx"), "-o", o], capsys, "node 0 'se' (ScatterElements)", "no scatter")
+    ge = model([h.make_node("GatherElements", ["x", "i"], ["y"], name="ge", axis=1)],   # i longer than x on axis 0
+               [tensor("x", F, [4, 4]), tensor("i", TP.INT64, [5, 4])], [tensor("y", F, [5, 4])])
+    refuse([save(ge, tmp_path / "ge.onnx"), "-o", o], capsys, "node 0 'ge' (GatherElements)", "smaller number")
     idiv = model([h.make_node("Div", ["a", "b"], ["y"], name="idiv")],
                  [tensor("a", TP.INT64, [4]), tensor("b", TP.INT64, [4])], [tensor("y", TP.INT64, [4])])
     refuse([save(idiv, tmp_path / "idiv.onnx"), "-o", o], capsys, "node 0 'idiv' (Div)", "not i64")
@@ -269,7 +272,7 @@ def test_unsupported_ops_name_the_node_and_what_fusec_offers(tmp_path, capsys):
 
 def test_constant_folding_is_bounded(tmp_path, capsys):
     """Constants that would fold into more elements than fusec folds are refused before onnx's
-    reference evaluator allocates them; a huge ConstantOfShape stays a broadcast in the chain."""
+    reference evaluator allocates them; a huge ConstantOfShape stays a `full` in the chain."""
     o = str(tmp_path / "o.fdsl")
     i64 = lambda name, v: init(name, np.array(v, dtype=np.int64))   # noqa: E731
     rng = model([h.make_node("Range", ["a", "b", "c"], ["r"], name="range"), h.make_node("Cast", ["r"], ["y"], to=F)],
@@ -281,7 +284,7 @@ def test_constant_folding_is_bounded(tmp_path, capsys):
     big = model([h.make_node("ConstantOfShape", ["shp"], ["z"]), h.make_node("Add", ["x", "z"], ["y"])],
                 [tensor("x", F, [1])], [tensor("y", F, None)], [i64("shp", [100000, 100000])])
     assert main(["import", save(big, tmp_path / "big.onnx"), "-o", o]) == 0
-    assert "broadcast_to(z_value, [100000, 100000])" in (tmp_path / "o.fdsl").read_text()
+    assert "z = full([100000, 100000], 0.0, dtype=f32)" in (tmp_path / "o.fdsl").read_text()
 
 
 def test_importing_fusec_does_not_import_onnx():

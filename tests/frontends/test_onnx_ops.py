@@ -261,3 +261,61 @@ def test_pooling_ops(target, tmp_path):
     assert "max_pool2d(x, 3, stride=2, padding=1)" in loaded.fdsl
     assert "avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=false)" in loaded.fdsl
     assert "adaptive_avg_pool2d(x, 1)" in loaded.fdsl
+@BOTH
+def test_issue38_ops_map_to_fdsl_s_own(target, tmp_path):
+    """HardSwish, PyTorch's HardSigmoid, Not/And/Or/Xor, IsInf, a ConstantOfShape of a symbolic
+    shape and a Range(0, n, 1) over an input's size: each to FDSL's op of the same meaning
+    (hardswish, logical_and, full, arange...), checked against onnxruntime with NaN and +-inf."""
+    i64 = lambda name, v: init(name, np.array(v, dtype=np.int64))   # noqa: E731
+    nodes = [h.make_node("HardSwish", ["x"], ["y_hardswish"]),
+             h.make_node("HardSigmoid", ["x"], ["y_hardsigmoid_torch"], alpha=1 / 6, beta=0.5),
+             h.make_node("HardSigmoid", ["x"], ["y_hardsigmoid"], alpha=0.3, beta=0.4),
+             h.make_node("Greater", ["x", "zero"], ["pos"]), h.make_node("Less", ["x", "one"], ["small"]),
+             h.make_node("Not", ["pos"], ["y_not"]), h.make_node("And", ["pos", "small"], ["y_and"]),
+             h.make_node("Or", ["pos", "m"], ["y_or"]), h.make_node("Xor", ["small", "m"], ["y_xor"]),
+             h.make_node("IsInf", ["x"], ["y_isinf"]), h.make_node("IsInf", ["x"], ["y_isneginf"], detect_positive=0),
+             h.make_node("Shape", ["x"], ["shp"]), h.make_node("Gather", ["shp", "i1"], ["s"]),
+             h.make_node("Range", ["r0", "s", "r1"], ["pos_ids"]), h.make_node("Add", ["pos_ids", "ids"], ["y_range"]),
+             h.make_node("ConstantOfShape", ["shp"], ["ninf"], value=h.make_tensor("v", F, [1], [-np.inf])),
+             h.make_node("Where", ["pos", "x", "ninf"], ["y_masked"])]
+    outs = [n.output[0] for n in nodes if n.output[0].startswith("y_")]
+    m = model(nodes, [tensor("x", F, ["B", "S"]), tensor("m", TP.BOOL, ["B", "S"]), tensor("ids", TP.INT64, ["S"])],
+              [tensor(o, 0, None) for o in outs],
+              [init("zero", np.float32(0)), init("one", np.float32(1)), i64("i1", 1), i64("r0", 0), i64("r1", 1)])
+    for shape in [(2, 7), (3, 4)]:
+        x = rand(shape, 5, lo=-5, hi=5)
+        x.reshape(-1)[:5] = [np.nan, np.inf, -np.inf, -3.0, 3.0]
+        feeds = {"x": x, "m": rand(shape, 6) > 0, "ids": np.arange(shape[1], dtype=np.int64) * 10}
+        loaded, _ = check_against_ort(m, feeds, tmp_path, target)
+    text = loaded.fdsl
+    for want in ("hardswish(x)", "hardsigmoid(x)", "clamp(add(mul(x, 0.3", "logical_not(", "logical_and(",
+                 "logical_or(", "logical_xor(", "eq(abs(x), inf)", "eq(x, -inf)", "arange(S, dtype=i64)",
+                 "full([B, S], (-inf), dtype=f32)"):
+        assert want in text, (want, text)
+@BOTH
+def test_gather_elements_and_gather_nd(target, tmp_path):
+    """GatherElements as take_along_axis (indices shorter than the data on another axis read its
+    first positions, as ONNX and torch.gather do), GatherND as gather_nd with and without batch
+    axes; negative indices count from the end, constant indices become parameters."""
+    nodes = [h.make_node("GatherElements", ["x", "i"], ["y_ge"], axis=1),
+             h.make_node("GatherElements", ["x", "ishort"], ["y_short"], axis=-1),       # [S, 2, 3] of [S, 3, 4]
+             h.make_node("GatherElements", ["x", "kc"], ["y_const"], axis=0),
+             h.make_node("Exp", ["x"], ["ex"]),
+             h.make_node("GatherND", ["ex", "nd"], ["y_nd"]),
+             h.make_node("GatherND", ["x", "ndb"], ["y_ndb"], batch_dims=1),
+             h.make_node("GatherND", ["x", "ndc"], ["y_ndc"])]
+    inits = [init("kc", np.array([[[0, -1, 1, 0]], [[-2, 2, 0, 1]]], dtype=np.int64)),
+             init("ndc", np.array([[1, 2, 3], [-1, 0, -4]], dtype=np.int64))]
+    outs = ["y_ge", "y_short", "y_const", "y_nd", "y_ndb", "y_ndc"]
+    m = model(nodes, [tensor("x", F, ["S", 3, 4]), tensor("i", TP.INT64, ["S", 5, 4]),
+                      tensor("ishort", TP.INT64, ["S", 2, 3]), tensor("nd", TP.INT64, [6, 2]),
+                      tensor("ndb", TP.INT64, ["S", 2, 1])],
+              [tensor(o, 0, None) for o in outs], inits)
+    rng = np.random.default_rng(3)
+    feeds = {"x": rand((3, 3, 4), 1), "i": rng.integers(-3, 3, (3, 5, 4)).astype(np.int64),
+             "ishort": rng.integers(-4, 4, (3, 2, 3)).astype(np.int64),
+             "nd": np.array([[0, 0], [2, -1], [-3, 1], [1, 2], [-1, -3], [0, 2]], dtype=np.int64),
+             "ndb": np.array([[[2], [-1]], [[0], [1]], [[-3], [2]]], dtype=np.int64)}
+    loaded, _ = check_against_ort(m, feeds, tmp_path, target)
+    assert "= x[:, :2, :]" in loaded.fdsl and "ishort, axis=2)" in loaded.fdsl, loaded.fdsl
+    assert "gather_nd(x, ndb, batch_dims=1)" in loaded.fdsl, loaded.fdsl

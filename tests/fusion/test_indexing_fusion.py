@@ -110,3 +110,18 @@ def test_a_concat_of_elementwise_values_is_one_kernel(target):
     }"""
     st = _compile(src, "c", dict(M=4096), target, until="plan")
     assert st.plan.kernel_count == 1 and len([o for o in st.plan.info.ops if o.is_compute]) == 1, st.plan.format()
+
+
+@pytest.mark.parametrize("target", ["gpu", "cpu"])
+def test_take_along_axis_and_gather_nd_fuse_like_gather(target):
+    # the producers of x are computed at the read, those of the indices and the consumer fuse as
+    # elementwise ops do: one op per output, reading only the chain's inputs
+    src = """chain c(x: f32[M, 64], i: i32[M, 8], t: f32[16, 32, 64], j: i64[M, 2]) -> (f32[M, 8], f32[M, 64]) {
+        return take_along_axis(exp(x) * 2.0, i + 1, axis=1) - 1.0, gather_nd(sigmoid(t), j) * x
+    }"""
+    st = _compile(src, "c", dict(M=256), target, until="plan")
+    assert st.plan.kernel_count == 2, st.plan.format()
+    assert len([o for o in st.plan.info.ops if o.is_compute]) == 2, st.plan.format()
+    graph = _compile(src, "c", dict(M=4), target, until="graph").texts["graph"]
+    assert graph.count("linalg.generic") == 2 and "math.exp" in graph, graph
+    assert "tensor.extract %arg0" in graph and "tensor.extract %arg2" in graph, graph     # x and t, at the read

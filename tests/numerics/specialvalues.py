@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fusec.dsl.ops import BINARY, COMPARE, OPS, REDUCTIONS, UNARY
+from fusec.dsl.ops.elementwise import LOGICAL
+from fusec.dsl.ops.reduction import BOOL_REDUCTIONS
 
 NP = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
 DTYPES = tuple(NP)
@@ -130,8 +132,11 @@ def groups(dtype: str) -> list[Kernel]:
     binary = [(op, f"{op}(a, b)") for op in BINARY] + [
         ("where", "where(a > b, a, b)"), ("clamp lo", "clamp(a, b, 1.0)"), ("clamp hi", "clamp(a, -1.0, b)")]
     binary += [(op, f"cast({op}(a, b), {dtype})") for op in COMPARE]          # bool as 0 / 1
+    unary += [("logical_not", f"cast(logical_not(x > 0.0), {dtype})")]
+    binary += [(op, f"cast({op}(a > 0.0, b < 1.0), {dtype})") for op in LOGICAL if op != "logical_not"]
     rows = [(f"{op} rows", f"{op}(r, axis=-1)") for op in REDUCTIONS]
     rows += [(f"{op} rows", f"cast({op}(r, axis=-1), {dtype})") for op in ("argmax", "argmin")]     # i64 as a float
+    rows += [(f"{op} rows", f"cast({op}(r > 0.0, axis=-1), {dtype})") for op in BOOL_REDUCTIONS]    # bool as 0 / 1
     cols = [("max cols", "max(r, axis=0)")]            # a reduction along the outer axis
     whole = [("max all", "max(r)")]                    # every axis: R * C partials, not a power of 2
     norms = [("softmax", "softmax(r)"), ("log_softmax", "log_softmax(r)")]
@@ -155,9 +160,12 @@ NOT_COVERED = {
     "transpose": "moves values", "permute": "moves values", "reshape": "moves values",
     "broadcast_to": "moves values",
     "slice": "moves values", "concat": "moves values", "gather": "moves values", "embedding": "moves values",
+    "take_along_axis": "moves values", "gather_nd": "moves values", "index": "moves values",
     "split": "no op of its own: the checker makes its parts slices",
     **{op: "windowed reductions over NCHW: tests/numerics/test_pooling.py places NaN, signed zeros and infinities "
            "in their windows" for op in ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d")},
+    "full": "makes a tensor of one static value (inf and nan: test_nan_semantics.py)",
+    "full_like": "makes a tensor of one static value", "arange": "makes integers from static arguments",
 }
 
 

@@ -38,10 +38,11 @@ from opcases import INDEXING_CASES, build, dtypes_of  # noqa: E402
 
 TARGETS = ("cpu", "cuda-sim")
 NUMBA_DTYPES = ("f32", "f64", "f16", "i32", "i64", "bool")       # bf16: Numba has no arithmetic for it
-MOVES = ("slice", "concat", "gather", "embedding")
+MOVES = ("slice", "concat", "gather", "embedding", "take_along_axis", "gather_nd", "index")
 SCANS = ("cumsum", "cumprod", "argmax", "argmin")
 # the case of each op the cpu runs in the dtypes other than f32 (the richest one)
-SWEEP = {"slice": 0, "concat": 0, "gather": 1, "embedding": 1, "cumsum": 2, "cumprod": 2, "argmax": 1, "argmin": 2}
+SWEEP = {"slice": 0, "concat": 0, "gather": 1, "embedding": 1, "take_along_axis": 1, "gather_nd": 1, "index": 1,
+         "cumsum": 2, "cumprod": 2, "argmax": 1, "argmin": 2}
 
 
 def _items(ops, dtypes, only_sweep: bool = False) -> list[tuple]:
@@ -136,8 +137,17 @@ chain parts(x: f32[N, 9], y: f32[9], k: i32[4, 6], m: bool[2, 6], i: i32[5])
     joined = concat([k * 3, cast(m, i32)], axis=0)
     return a * b, concat([c, b, a], axis=1) * y, argmin(x - y, axis=-1), x[-2:] + x[:2], joined, gather(m, i), cumsum(k + 1, axis=0), argmax(k, axis=0)
 }
+
+chain lookups(x: f32[N, 6], i: i64[N, 3], t: f32[5, 4, 8], j: i32[3, 2], y: f32[N, 6], r: i32[2, 1])
+        -> (f32[N, 3], f32[N, 1], f32[3, 8], f32[3, 8], f32[N, 3], f32[2, 3, 4]) {
+    picked = take_along_axis(exp(x) * 0.5, i, axis=1) + 1.0          # an elementwise producer of x
+    best = take_along_axis(x, argmax(y, axis=-1, keepdims=true), axis=-1)   # indices computed in the chain
+    rows = gather_nd(sigmoid(t), j) * 2.0
+    lookup = index(t * 0.5, [r, j[:, 1] - 1], axes=[0, 2]) + 1.0                              # t[r, :, j - 1]
+    return picked, best, rows, gather_nd(t, j - 1), take_along_axis(y, -1 - i, axis=-1), lookup   # -1 - i: from the end
+}
 """
-FUSION_CHAINS = ("transformer", "scans", "parts")
+FUSION_CHAINS = ("transformer", "scans", "parts", "lookups")
 _PROGRAMS: dict = {}
 
 
@@ -215,3 +225,25 @@ def test_row_kernels_and_the_block_scan_match_the_reference(target, fast_simulat
         groups = compiled.plan["groups"]
         assert any(g["row_threads"] >= 128 for g in groups), "argmax over 256: several threads per row"
         assert 0 < max(g["scan"] for g in groups) < 1100, "the row of 1100 takes several chunks of the block scan"
+
+
+# ---- take_along_axis and gather_nd move special values as they are ---------------------------
+
+SPECIAL = """\
+chain special(x: f32[2, 4], i: i32[2, 6], h: f16[3, 4], j: i64[5, 2]) -> (f32[2, 6], f16[5]) {
+    return take_along_axis(x, i, axis=1), gather_nd(h, j)
+}
+"""
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_take_along_axis_and_gather_nd_move_special_values_bit_for_bit(target, fast_simulator):
+    x = np.array([[np.nan, -0.0, np.inf, -np.inf], [1e-45, -1e38, 0.0, -np.nan]], np.float32)
+    h = np.array([[np.nan, -0.0, np.inf, 65504], [-np.inf, 6e-8, 0.0, 1], [2, 3, 4, 5]], np.float16)
+    i = np.array([[0, 1, 2, 3, -1, -4], [3, 2, 1, 0, -3, -2]], np.int32)
+    j = np.array([[0, 0], [0, -3], [-3, 1], [1, 1], [0, 3]], np.int64)
+    got = fusec.compile(SPECIAL, target=target, options={"baseline": False}).special(x, i, h, j)
+    want = fusec.compile(SPECIAL, target="reference").special(x, i, h, j)
+    assert np.array_equal(want[0].view(np.uint32), np.take_along_axis(x, i % 4, axis=1).view(np.uint32))
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and np.array_equal(np.asarray(g).view(f"u{g.itemsize}"), w.view(f"u{w.itemsize}"))

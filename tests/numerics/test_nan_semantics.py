@@ -84,6 +84,19 @@ CASES = [
      [70.0, 66.0, 65.0, NAN, -66.0, 1], None, [INF, INF, 65, NAN, -INF, 1]),
     ("... even when the next op would bring it back", "cast(exp(cast(x, f16)) * 0.001, f32)",
      [12.0, 11.0, -INF, NAN, 0, 1], None, [INF, 59.875, 0, NAN, 0.001, 0.002718]),
+    ("relu6: NaN stays, +-inf give 6 and 0, -0 gives +0", "relu6(x)", [NAN, INF, -INF, Z, 7, 2.5], None,
+     [NAN, 6, 0, 0, 6, 2.5]),
+    ("hardsigmoid: NaN stays, +-inf give 1 and 0", "hardsigmoid(x)", [NAN, INF, -INF, -3, 3, 0], None,
+     [NAN, 1, 0, 0, 1, 0.5]),
+    ("hardswish: -inf is NaN (-inf * 0), -0 and x <= -3 give -0", "hardswish(x)", [NAN, INF, -INF, Z, -4, 1], None,
+     [NAN, INF, NAN, Z, Z, 2 / 3]),
+    ("the literals inf, -inf and nan", "where(x > 0.0, inf, where(x < 0.0, -inf, nan))", [1, -1, 0, INF, -INF, NAN],
+     None, [INF, -INF, NAN, INF, -INF, NAN]),
+    ("logical ops and any / all on comparisons with NaN", "cast(logical_or(x > 0.0, logical_not(x == x)), f32) + "
+     "cast(logical_and(x < 1.0, logical_xor(x > -1.0, true)), f32) * 2.0",
+     [NAN, 1, 0, -2, INF, -INF], None, [1, 1, 0, 2, 1, 2]),
+    ("any / all: NaN compares false", "cast(any(r > 0.0, axis=-1), f32) + cast(all(r == r, axis=-1), f32) * 2.0",
+     [[NAN, 1, -1], [NAN, -1, Z], [1, 2, 3], [-INF, Z, -1]], None, [1, 0, 3, 2]),
 ]
 
 

@@ -113,3 +113,64 @@ def test_fusec_run_refuses_it_for_a_cpu_artifact(files, tmp_path, capsys):
     assert main(["run", str(out), "--inputs", str(bad)]) == 1
     err = capsys.readouterr().err
     assert f":3:12: error: {MESSAGE}" in err and "Traceback" not in err
+
+
+# ---- take_along_axis, gather_nd and index: a negative index counts once from the end ----------
+
+ALONG = """\
+chain along(x: f32[3, 5], i: i32[3, 2], y: f32[4, 3, 2], j: i64[2, 2]) -> (f32[3, 2], f32[2, 2], f32[3, 2], f32[2, 3]) {
+    picked = index(y, [j[:, 0], j[:, 1] - 1], axes=[0, 2])
+    return take_along_axis(x, i, axis=1), gather_nd(y, j), take_along_axis(x, i * 4, axis=-1), picked
+}
+"""
+X = np.arange(15, dtype=np.float32).reshape(3, 5)
+Y = np.arange(24, dtype=np.float32).reshape(4, 3, 2) * -1
+
+
+def _along(i=((0, -1), (4, -5), (2, 3)), j=((3, -3), (-4, 1))):
+    return [X, np.array(i, np.int32), Y, np.array(j, np.int64)]
+
+
+def test_take_along_axis_gather_nd_and_index_wrap_negative_indices_once(monkeypatch):
+    want = [np.take_along_axis(X, np.array([[0, 4], [4, 0], [2, 3]]), axis=1),
+            Y[[3, 0], [0, 1]], np.take_along_axis(X, np.array([[0, 1], [4, 0], [4, 4]]), axis=1),
+            Y[[3, 0], :, [0, 0]]]                     # j[:, 1] - 1 is computed: -4, wrapped to -2, clamped to 0
+    for target in ("cpu", "cuda-sim"):      # i * 4 is computed: [0, -4], [16, -20], [8, 12], wrapped then clamped
+        got = fusec.compile(ALONG, target=target, options={"baseline": False}).along(*_along())
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w, err_msg=target)
+    prog = fusec.compile(ALONG, target="cpu", options={"baseline": False})
+    _no_compiling(monkeypatch)
+    with pytest.raises(fusec.FdslError) as info:
+        prog.along(*_along(i=((0, -6), (4, -5), (2, 3))))
+    (d,) = info.value.diagnostics
+    assert (d.span.line, d.span.col) == (3, 12)
+    assert d.message == ("take_along_axis: index -6 at [0, 1] is outside axis 1 of extent 5 "
+                         "(indices go from -5 to 4)")
+    with pytest.raises(fusec.FdslError) as info:
+        prog.along(*_along(j=((3, -3), (-4, 3))))
+    (d,) = info.value.diagnostics
+    assert (d.span.line, d.span.col) == (3, 43)
+    assert d.message == "gather_nd: index 3 at [1, 1] is outside axis 1 of extent 3 (indices go from -3 to 2)"
+
+
+def test_cuda_sim_clamps_take_along_axis_gather_nd_and_index_indices_after_wrapping():
+    prog = fusec.compile(ALONG, target="cuda-sim", options={"baseline": False})
+    a, b, _, d = prog.along(*_along(i=((9, -9), (5, -6), (2, 3)), j=((7, -9), (-4, 1))))
+    np.testing.assert_array_equal(a, np.take_along_axis(X, np.array([[4, 0], [4, 0], [2, 3]]), axis=1))
+    np.testing.assert_array_equal(b, Y[[3, 0], [0, 1]])
+    np.testing.assert_array_equal(d, Y[[3, 0], :, [0, 0]])          # [7, -4] and [-10, 0], wrapped and clamped
+
+
+def test_cpu_refuses_an_index_input_of_index_naming_its_axis(monkeypatch):
+    src = ("chain idx(y: f32[4, 3, 2], r: i64[2], c: i32[2]) -> f32[2, 3] {\n"
+           "    return index(y, [r, c], axes=[0, 2])\n}\n")
+    prog = fusec.compile(src, target="cpu", options={"baseline": False})
+    r = np.array([3, -4], np.int64)
+    np.testing.assert_array_equal(prog.idx(Y, r, np.array([1, -2], np.int32)), Y[[3, 0], :, [1, 0]])
+    _no_compiling(monkeypatch)
+    with pytest.raises(fusec.FdslError) as info:
+        prog.idx(Y, r, np.array([1, -3], np.int32))
+    (d,) = info.value.diagnostics
+    assert (d.span.line, d.span.col) == (2, 12)
+    assert d.message == "index: index -3 at [1] is outside axis 2 of extent 2 (indices go from -2 to 1)"
