@@ -14,7 +14,8 @@ from .template_values import (TemplateValues, affine, dims_of_map, indexing_maps
 from .values import EmitError, atom, elem_of_type, expr_add, expr_mul, floordiv, mod
 from ..mlir import ir
 from ..plan.attention import THREADS_X, THREADS_Y, gpu_layout
-from ..marks import ABSORBED, ATTENTION_BATCH, ATTENTION_LOOPS, ATTENTION_ROLE, ATTENTION_V, ATTENTION_Z, BLOCK_ATTENTION
+from ..marks import (ABSORBED, ATTENTION_BATCH, ATTENTION_GUARD, ATTENTION_LOOPS, ATTENTION_ROLE, ATTENTION_V,
+                     ATTENTION_Z, BLOCK_ATTENTION)
 
 
 def block_attention(body, root) -> None:
@@ -101,6 +102,15 @@ class AttentionKernel:
         self.D, self.DV = int(self.ext[self.d_loop]), int(self.dv)
         self.nq = -(-self.SQ // self.bq)
         self.elem = elem_of_type(self.s.operands[-1].type)
+        # the fully-masked-row guard P = where(M == C, K, E / L) (plan/attention.py: _unguard): a
+        # row whose final max is C gets O = K · Σ_j V_j (the reference's K-filled row of P times
+        # V); `sums_v`: the template keeps Σ_j V_j for that, except for SDPA's C = -inf, K = 0,
+        # where such a row's accumulators already hold Σ_j 0 · V_j (every p of the row is 0)
+        self.guard = None
+        if ATTENTION_GUARD in self.o.attributes:
+            cv, kv = (float(x) for x in ir.DenseF64ArrayAttr(self.o.attributes[ATTENTION_GUARD]))
+            self.guard = (cv, kv)
+        self.sums_v = self.guard is not None and not (self.guard[0] == float("-inf") and self.guard[1] == 0.0)
 
     def _extent_or(self, op, loop: int, default: str) -> str:
         try:
@@ -115,6 +125,18 @@ class AttentionKernel:
                 if pure_dim(e) == loop:
                     return shape[t]
         raise EmitError("a fusec.block_attention loop indexes no operand dim by itself", op)
+
+    def result(self, acc: str, l: str, m: str, vsum: str | None) -> str:
+        """The output from a row's accumulator `acc`, sum `l` and final max `m` (and, where
+        `sums_v`, the Σ_j V_j of its column `vsum`): acc / l, or the guard's value for a row
+        whose max is C (module doc of plan/attention.py; `guard` above)."""
+        if self.guard is None:
+            return f"{acc} / {l}"
+        c = self.ctx.consts
+        cv, kv = self.guard
+        if not self.sums_v:
+            return f"{acc} if {m} == {c.float(cv, self.elem)} else {acc} / {l}"
+        return f"{c.float(kv, self.elem)} * {vsum} if {m} == {c.float(cv, self.elem)} else {acc} / {l}"
 
     # -- values --------------------------------------------------------------------------------
     def s_dims(self, batch: dict[int, str], i: str, j: str, d: str) -> list[str]:
@@ -253,6 +275,10 @@ class AttentionKernel:
             for g in range(L.groups):
                 for i in range(L.cw):
                     w(f"{acc[a][g][i]} = {zero}")
+        vsum = [[names.fresh(f"vs{g}_{i}") for i in range(L.cw)] for g in range(L.groups)] if self.sums_v else None
+        for g in range(L.groups if vsum else 0):
+            for i in range(L.cw):
+                w(f"{vsum[g][i]} = {zero}")
         row_guard = self.SQ % BQ != 0
         key_guard = self.SK % BKV != 0
         j0 = names.fresh("j0")
@@ -345,6 +371,8 @@ class AttentionKernel:
                         for g in range(L.groups):
                             for e in range(L.cw):
                                 w(f"{vv[g][e]} = {Vs}[{expr_add(j4, str(i))}, {cols[g][e]}]")
+                                if vsum:        # the guard's Σ_j V_j (0 past the keys' end)
+                                    w(f"{vsum[g][e]} = {vsum[g][e]} + {vv[g][e]}")
                         for a in range(rq):
                             for g in range(L.groups):
                                 for e in range(L.cw):
@@ -371,11 +399,12 @@ class AttentionKernel:
                     if col_guard:
                         w(f"if {cols[g][e]} < {DV}:")
                         w.depth += 1
+                    out = self.result(acc[a][g][e], l[a], m[a], vsum and vsum[g][e])
                     if staged:
-                        w(f"{Qs}[{rows[a]}, {cols[g][e]}] = {acc[a][g][e]} / {l[a]}")
+                        w(f"{Qs}[{rows[a]}, {cols[g][e]}] = {out}")
                     else:
                         ov = names.fresh("ov")
-                        w(f"{ov} = {acc[a][g][e]} / {l[a]}")
+                        w(f"{ov} = {out}")
                         self.store(batch, expr_add(i0, rows[a]), cols[g][e], ov)
                     if col_guard:
                         w.depth -= 1

@@ -58,6 +58,9 @@ def emit_cpu(att) -> None:
         w(f"{acc} = np.zeros(({BQ}, {DV}), {f})")
         w(f"{mm} = np.full({BQ}, {ninf}, {f})")
         w(f"{ll} = np.zeros({BQ}, {f})")
+        vsum = names.fresh("vsum") if att.sums_v else None
+        if vsum:                              # the fully-masked-row guard's Σ_j V_j (AttentionKernel.guard)
+            w(f"{vsum} = np.zeros({DV}, {f})")
         nr = names.fresh("nr")
         w(f"{nr} = min({BQ}, {att.SQ} - {i0})")
         if q_in is None:
@@ -89,6 +92,12 @@ def emit_cpu(att) -> None:
                         w(f"{kt}[:, {nc}:] = {zero}")
                     if v_in is None:
                         w(f"{vs}[{nc}:, :] = {zero}")
+            if vsum:
+                w(f"for {cc} in range({nc}):")
+                with w.indent():
+                    w(f"for {dd} in range({DV}):")
+                    with w.indent():
+                        w(f"{vsum}[{dd}] += {att.operand(att.o, att.omaps, att.v_op, att.o_dims(batch, '0', f'{j0} + {cc}', dd))}")
             k_in = k_in or (kt, NO_TRANS, BKV)
             v_in = v_in or (vs, NO_TRANS, DV)
             (qa, qf, qld), (ka, kf, kld), (va, vf, vld) = q_in, k_in, v_in
@@ -142,7 +151,7 @@ def emit_cpu(att) -> None:
             w(f"for {dv} in range({DV}):")
             with w.indent():
                 ov = names.fresh("ov")
-                w(f"{ov} = {acc}[{r}, {dv}] / {ll}[{r}]")
+                w(f"{ov} = {att.result(f'{acc}[{r}, {dv}]', f'{ll}[{r}]', f'{mm}[{r}]', vsum and f'{vsum}[{dv}]')}")
                 att.store(batch, f"{i0} + {r}", dv, ov)
 
 

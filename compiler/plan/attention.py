@@ -1,13 +1,16 @@
 """Attention kernels: a softmax-normalised operand of a contraction over the softmax's own axis.
 
 The matcher reads the generic ops' algebra, not names: S = Q · Kᵀ, Z = f(S, ...) elementwise,
-M = max_j Z, E = exp(Z - M), L = sum_j E, P = E / L (or folded into O's body), O = P · V. It
-gives an `Attention` when online softmax computes the same O (the intermediates have no other
-user), else a `NotAttention` saying which condition fails. See docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA"
-(attention kernels); docs/FUSION.md, "Attention".
+M = max_j Z, E = exp(Z - M), L = sum_j E, P = E / L (or folded into O's body), O = P · V, P
+possibly in the fully-masked-row guard where(M == C, K, P) that SDPA's decomposition leaves
+(`_unguard`). It gives an `Attention` when online softmax computes the same O (the
+intermediates have no other user), else a `NotAttention` saying which condition fails. See
+docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA" (attention kernels);
+docs/FUSION.md, "Attention".
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from enum import Enum
 
@@ -37,6 +40,7 @@ class Attention:
     d: int
     dv: int
     batch: int                  # batch·heads
+    guard: tuple[float, float] | None = None    # (C, K): P = where(M == C, K, E / L), else None
 
 
 class Mismatch(Enum):
@@ -140,6 +144,43 @@ def _ratio(tree) -> tuple | None:
     return None
 
 
+def _const_float(tree) -> float | None:
+    """The value of a ("const", text) tree (MLIR's decimal or hex bit-pattern form), else None."""
+    if not tree or tree[0] != "const":
+        return None
+    text = tree[1]
+    try:
+        if text.lower().startswith("0x"):
+            bits = int(text, 16)
+            fmt = {6: ("<H", "<e"), 10: ("<I", "<f"), 18: ("<Q", "<d")}.get(len(text))
+            if fmt is None:
+                return None
+            return float(struct.unpack(fmt[1], struct.pack(fmt[0], bits))[0])
+        return float(text)
+    except (ValueError, struct.error):
+        return None
+
+
+def _unguard(tree) -> tuple[tuple | None, tuple]:
+    """The fully-masked-row guard SDPA leaves around a softmax, where(M == C, K, P):
+    select(cmpf oeq (in m, const C) in either order, const K, P), or select(cmpf une (...), P,
+    const K) (where(M != C, P, K)) -> ((m operand, C, K), P); any other tree -> (None, tree)."""
+    t = _plain(tree)
+    if not t or t[0] != "select" or len(t) != 4:
+        return None, tree
+    cond, k, p = t[1], t[2], t[3]
+    if cond[0] == "cmpf:13":                 # une, where(M != C, P, K): the same select
+        k, p = p, k
+    elif cond[0] != "cmpf:1":                # oeq: a NaN row max is no match (the reference's NaN row)
+        return None, tree
+    a, b = cond[1], cond[2]
+    m, c = (a, b) if a[0] == "in" else (b, a)
+    cv, kv = _const_float(c), _const_float(k)
+    if m[0] != "in" or cv is None or kv is None:
+        return None, tree
+    return (m[1], cv, kv), p
+
+
 def _combines(op: OpInfo, fn: str) -> bool:
     """A reduction whose body is fn(in0, out0) (either order)."""
     if op.kind != "reduction" or len(op.body_expr) != 1:
@@ -188,7 +229,16 @@ def find_attention(info: ChainInfo, out: int) -> Attention | NotAttention:
     mac = _is_mac(c2.body_expr[0])
     if mac is None:
         return _unlike("its body is not a multiply-add")
-    # the normalised operand: P = E / L as an op of its own, or divf(E, L) inside the body
+    # the normalised operand: P = E / L as an op of its own, or divf(E, L) inside the body; either
+    # may sit in the fully-masked-row guard where(M == C, K, P) (`_unguard`), inside the body, in
+    # P's op, or in an op of its own between P's op and the contraction
+    guard, guard_key, where_op = None, None, None
+    for k, t in enumerate(mac):
+        g, inner = _unguard(t)
+        if g is not None:
+            guard, guard_key = (g[1], g[2]), c2.operand_keys[g[0]]
+            mac = tuple(inner if x == k else mac[x] for x in range(2))
+            break
     norm = None
     div = next((t for t in mac if _ratio(t) is not None), None)
     if div is None and any(t[0] == "divf" for t in mac):
@@ -199,22 +249,34 @@ def find_attention(info: ChainInfo, out: int) -> Attention | NotAttention:
             return _unlike("its body divides something other than two operands")
         e_index, l_index = _ratio(div)
         e_key, l_key, p_index = c2.operand_keys[e_index], c2.operand_keys[l_index], None
+        p_operand = e_index
     else:
         if mac[0][0] != "in" or mac[1][0] != "in":
             return _unlike("its body multiplies something other than two operands")
         found = None
         for pi, vi in ((mac[0][1], mac[1][1]), (mac[1][1], mac[0][1])):
             d = _producer(info, c2.operand_keys[pi])
-            if d is not None and d.kind == "elementwise" and len(d.body_expr) == 1 and _ratio(d.body_expr[0]) is not None:
-                found = (pi, vi, d)
+            if d is None or d.kind != "elementwise" or len(d.body_expr) != 1:
+                continue
+            g, inner = _unguard(d.body_expr[0])
+            if g is not None and guard is None and inner[0] == "in":
+                # the guard as an op of its own, P's op before it
+                n = _producer(info, d.operand_keys[inner[1]])
+                if (n is not None and n.kind == "elementwise" and len(n.body_expr) == 1
+                        and _ratio(n.body_expr[0]) is not None):
+                    found = (pi, vi, n, (g[1], g[2]), d.operand_keys[g[0]], d.id)
+                    break
+            elif _ratio(inner) is not None and (g is None or guard is None):
+                found = (pi, vi, d, (g[1], g[2]) if g else guard, d.operand_keys[g[0]] if g else guard_key, None)
                 break
         if found is None:
             return _unlike("no operand is a division (softmax's normalisation)")
-        p_index, vi, norm_op = found
+        p_index, vi, norm_op, guard, guard_key, where_op = found
         norm = norm_op.id
         v_tree = ("in", vi)
-        e_index, l_index = _ratio(norm_op.body_expr[0])
+        e_index, l_index = _ratio(_unguard(norm_op.body_expr[0])[1])
         e_key, l_key = norm_op.operand_keys[e_index], norm_op.operand_keys[l_index]
+        p_operand = p_index
     v_operand = v_tree[1]
     e_op, l_op = _producer(info, e_key), _producer(info, l_key)
     if l_op is None or not _combines(l_op, "addf"):
@@ -238,6 +300,9 @@ def find_attention(info: ChainInfo, out: int) -> Attention | NotAttention:
         return _unfit("the max reduction does not start from -inf")
     if lf is None or lf.fill_value != 0.0:
         return _unfit("the sum reduction does not start from 0")
+    gm = _producer(info, guard_key) if guard_key is not None else None
+    if guard_key is not None and (gm is None or gm.id != m_op.id):
+        return _unfit("the fully-masked-row guard compares another value than the softmax's row max")
     # Z back to the scores contraction through elementwise ops on score-shaped values
     z_op = _producer(info, z_key)
     score_shape = e_op.result_shape
@@ -283,14 +348,16 @@ def find_attention(info: ChainInfo, out: int) -> Attention | NotAttention:
         if _reduced_dims(info, r) != {j_dim}:
             return _unfit("the softmax is not over the keys' axis")
     c2_red = set(_real([l for l, it in enumerate(c2.iterators) if it == "reduction"], c2.loops))
-    p_operand = p_index if p_index is not None else div[1][1]
     p_dims = _source_dims(info, c2.operand_keys[p_operand],
                           {d for d, loops in enumerate(c2.operand_loops[p_operand]) if loops & c2_red})
     if p_dims != {j_dim} or len(c2_red) != 1:
         return _unfit("the second contraction does not contract the softmax's axis")
     # nothing but the kernel uses the intermediates
     members = {c1.id, m_op.id, e_op.id, l_op.id, out, *score_ops} | ({norm} if norm is not None else set())
-    keys = [e_op.operand_keys[m_operand], e_key, l_key]
+    members |= {where_op} if where_op is not None else set()
+    keys = [e_op.operand_keys[m_operand], e_key, l_key] + ([guard_key] if guard_key is not None else [])
+    if where_op is not None:
+        keys += info.op(where_op).operand_keys[:info.op(where_op).n_inputs]
     keys += [c2.operand_keys[k] for k in range(c2.n_inputs) if k != v_operand]
     for key in keys:
         members |= set(_views_between(info, key))
@@ -306,7 +373,8 @@ def find_attention(info: ChainInfo, out: int) -> Attention | NotAttention:
         if outside:
             who = "the output" if -1 in outside else f"%{outside[0]} {info.op(outside[0]).label}"
             what = {c1.id: "the scores", m_op.id: "the row max", l_op.id: "the row sum",
-                    e_op.id: "the exponentials", norm: "the normalised scores"}.get(m, f"%{m}")
+                    e_op.id: "the exponentials", norm: "the normalised scores",
+                    where_op: "the guarded scores"}.get(m, f"%{m}")
             return _unfit(f"{what} are also used by {who} (online softmax keeps them on chip only)")
     shape = c1.loops
     sq, sk, d = shape[only[0][0]], shape[only[1][0]], shape[red[0]]
@@ -322,7 +390,7 @@ def find_attention(info: ChainInfo, out: int) -> Attention | NotAttention:
         nb *= shape[l]
     return Attention(c1.id, out, m_op.id, l_op.id, e_op.id, norm, tuple(sorted(score_ops)),
                      tuple(sorted(members | fills)), z_operand, v_operand, only[0][0], only[1][0], red[0],
-                     batch, sq, sk, d, dv, nb)
+                     batch, sq, sk, d, dv, nb, guard)
 
 
 def attention_kernel(info: ChainInfo, members, target: str = "gpu") -> Attention | NotAttention:

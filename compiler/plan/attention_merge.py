@@ -33,7 +33,12 @@ def merge_attention(info: ChainInfo, chooser: TileChooser, members_list: list[se
                                       f"out for static queries, keys and head dims, and {taken_at_run_time(dynamic)}",
                                       a.ops))
             continue
-        touched = [k for k, m in enumerate(members_list) if m & set(a.ops)]
+        # the kernels it spans, found by its compute ops on the gpu: a zero fill CSE shares
+        # between layers (each layer's contractions start from the same zeros) would pull in
+        # the other layer's kernels (`not two contractions`). The cpu template does not take a
+        # shared fill yet (docs/FUSION.md, Not yet), so there a fill still counts
+        own = {x for x in a.ops if info.op(x).kind != "fill" or chooser.target == "cpu"}
+        touched = [k for k, m in enumerate(members_list) if m & own]
         union = set().union(*[members_list[k] for k in touched]) | set(a.ops)
         # kernels of elementwise ops that only feed this one (K's transpose, a scaled Q, a mask
         # computed in the chain): the template evaluates them in its loaders instead

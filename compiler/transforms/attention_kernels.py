@@ -2,10 +2,11 @@
 
 An attention kernel (plan/attention.py) is not tiled by MLIR. Its ops are bufferized whole,
 generalized (all but the fills), and marked with their roles (`fusec.attention_role`,
-`fusec.attention_z`, `fusec.attention_v`); the root gets `fusec.block_attention` and the scores'
-loops; every other op, and every buffer and copy only the kernel uses, is `fusec.absorbed`, so no
-S x S buffer is allocated. compiler/emit/attention.py writes the kernel at the root.
-See docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA" (attention kernels).
+`fusec.attention_z`, `fusec.attention_v`, and `fusec.attention_guard` = [C, K] on the output
+contraction when P sits in the fully-masked-row guard where(M == C, K, P)); the root gets
+`fusec.block_attention` and the scores' loops; every other op, and every buffer and copy only
+the kernel uses, is `fusec.absorbed`, so no S x S buffer is allocated. compiler/emit/attention.py
+writes the kernel at the root. See docs/ARCHITECTURE.md, "GPU kernels: how a plan becomes CUDA" (attention kernels).
 """
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from ..mlir import ir
 from ..plan.attention import NotAttention, attention_kernel
 from ..plan.templates import AttentionConfig, groups_of
 from ..plan.kernels import FusionPlan, Kernel
-from ..marks import (ABSORBED, ATTENTION_BATCH, ATTENTION_LOOPS, ATTENTION_MARKS, ATTENTION_ROLE, ATTENTION_V,
-                     ATTENTION_Z, BLOCK_ATTENTION)
+from ..marks import (ABSORBED, ATTENTION_BATCH, ATTENTION_GUARD, ATTENTION_LOOPS, ATTENTION_MARKS, ATTENTION_ROLE,
+                     ATTENTION_V, ATTENTION_Z, BLOCK_ATTENTION)
 from .gemm_kernels import _i64_array, _one, _only_used_by, _tagged, generalize_steps
 from .script import apply_script, script_text, tag_of
 
@@ -59,7 +60,10 @@ def _mark(plan: FusionPlan, g: Kernel, tagged: dict, stage: str) -> None:
     # attributes too, so an op given one later is no longer found in the set
     i64 = ir.IntegerType.get_signless(64)
     _one(tagged, tag_of(g.id, a.exp), "exp", g, stage).attributes[ATTENTION_Z] = ir.IntegerAttr.get(i64, a.z_operand)
-    _one(tagged, tag_of(g.id, a.out), "out", g, stage).attributes[ATTENTION_V] = ir.IntegerAttr.get(i64, a.v_operand)
+    out = _one(tagged, tag_of(g.id, a.out), "out", g, stage)
+    out.attributes[ATTENTION_V] = ir.IntegerAttr.get(i64, a.v_operand)
+    if a.guard is not None:             # the fully-masked-row guard: the template writes it (emit/attention.py)
+        out.attributes[ATTENTION_GUARD] = ir.DenseF64ArrayAttr.get(list(a.guard))
     role_ops = []
     for role, m in roles.items():
         op = _one(tagged, tag_of(g.id, m), role, g, stage)
@@ -72,6 +76,10 @@ def _mark(plan: FusionPlan, g: Kernel, tagged: dict, stage: str) -> None:
     block = root.block
     for m in g.ops:
         for op in tagged.get(tag_of(g.id, m), []):
+            if op.block != block and op.name == "linalg.fill":
+                # this kernel's copy of a fill CSE shared between kernels, left among another
+                # kernel's ops: it writes a buffer only this kernel's (absorbed) ops read
+                op.move_before(root)
             if op.block != block:
                 raise CompilerInternalError(stage, f"kernel {g.id}: %{m} is not in its root's block")
             if op not in members:
