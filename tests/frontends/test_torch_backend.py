@@ -9,8 +9,8 @@ import re
 import pytest
 import torch
 
+import fusec
 import fusec.torch as ft
-from fusec.frontends.torch_graph import translate
 from fusec.runtime.compare import compare
 
 
@@ -166,3 +166,28 @@ def test_translation_of_an_unknown_op_names_it():
     r = ft.explain(Cumprod(), torch.randn(8), options={"target": "reference"})
     assert "special_bessel_j0.default" in r.eager
     assert r.in_fusec == 1
+
+
+def test_sdpa_masked_rows_and_the_guard_the_attention_matcher_takes():
+    """SDPA's decomposition guards fully masked rows (all -inf: 0, not NaN); the chain writes
+    that guard as where(max(s) == -inf, 0, softmax(s)), transposes that undo each other vanish,
+    and the GPU plan is one online-softmax kernel."""
+    from fusec.compiler.options import CompileOptions
+    from fusec.compiler.pipeline import compile_typed
+
+    class SDPA(torch.nn.Module):
+        def forward(self, q, k, v, mask):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 8, 16) for _ in range(3))
+    mask = torch.zeros(8, 8)
+    mask[3, :] = -torch.inf                      # a fully masked query row
+    mask[5, 6:] = -torch.inf
+    r = ft.explain(SDPA(), q, k, v, mask, options={"target": "reference"})
+    want = SDPA()(q, k, v, mask)
+    assert float(want[0, :, 3].abs().max()) == 0.0 and close(r.outputs, want)
+    text = r.fdsl[0]
+    assert "== (-inf), 0.0, " in text and "permute(" in text and text.count("permute(") == 1
+    chain = fusec.check(text).chains[0]
+    plan = compile_typed(chain, {}, options=CompileOptions(target="gpu"), until="plan").plan
+    assert plan.kernel_count == 1 and plan.kernels[0].template == "attention", plan.format()
