@@ -32,6 +32,17 @@ FORMS = {   # name: (body, (C, K) the matcher reads)
     "not_equal": (f"    s = {SCORES} + mask\n"
                   "    p = where(max(s, axis=-1, keepdims=true) != -1e30, softmax(s, axis=-1), 0.0)\n"
                   "    return p @ v\n", (-1e30, 0.0)),
+    # SDPA's own form: -inf in the additive mask and in the guard, 0 for the masked rows
+    "sdpa": (f"    s = {SCORES} + mask\n"
+             "    p = where(max(s, axis=-1, keepdims=true) == -inf, 0.0, softmax(s, axis=-1))\n"
+             "    return p @ v\n", (float("-inf"), 0.0)),
+    "sdpa_boolean": (f"    s = where(keep, {SCORES}, -inf)\n"
+                     "    p = where(max(s, axis=-1, keepdims=true) == -inf, 0.0, softmax(s, axis=-1))\n"
+                     "    return p @ v\n", (float("-inf"), 0.0)),
+    # -inf with another replacement: the template sums V for it
+    "sdpa_other_value": (f"    s = {SCORES} + mask\n"
+                         "    p = where(max(s, axis=-1, keepdims=true) == -inf, -2.0, softmax(s, axis=-1))\n"
+                         "    return p @ v\n", (float("-inf"), -2.0)),
     # the softmax by hand, the guard on its own max, an epilogue after the attention
     "by_hand": (f"    s = {SCORES} + mask\n"
                 "    m = max(s, axis=-1, keepdims=true)\n"
@@ -108,7 +119,7 @@ def _inputs(binding, masked: float, seed=3):
 
 
 RUNS = [(n, t) for n in sorted(FORMS) for t in ("cuda-sim", "cpu")
-        if t == "cuda-sim" or n in ("additive", "boolean")]
+        if t == "cuda-sim" or n in ("additive", "boolean", "sdpa", "sdpa_other_value")]
 
 
 @pytest.mark.slow
@@ -143,7 +154,7 @@ ROWS = """chain r(s: f32[B, S, T], mask: f32[S, T]) -> f32[B, S, T] {
     return where(max(z, axis=-1, keepdims=true) == C, 0.0, softmax(z, axis=-1))
 }
 """
-MASKED = {"-1e30": -1e30}
+MASKED = {"-1e30": -1e30, "-inf": float("-inf")}
 
 
 @pytest.mark.parametrize("c", sorted(MASKED))
