@@ -693,6 +693,25 @@ class Translator:
             prod = self.emit(node.name, f"{ab.name} @ {bb.name}", a.dtype, ab.shape[:-1] + (bb.shape[-1],),
                              (ab.name, bb.name))
             return V(f"<view of {prod.name}>", a.dtype, shape, prod)
+        if len(a.shape) == 3 and len(b.shape) == 3 and (ab is not None or bb is not None):
+            # one side batches the heads of a value of higher rank ([B, H, S, S] viewed as
+            # [B*H, S, S]); the other (a GQA key/value broadcast [B, KV, G, S, D]) is brought to
+            # the same batch dims, and the product keeps them
+            lead = (ab if ab is not None else bb).shape
+            lead = lead[:-2] if len(lead) > 3 else None
+            if lead is not None and all(isinstance(d, int) for d in lead) and math.prod(lead) == a.shape[0]:
+                sides = []
+                for x in (a, b):
+                    want = lead + x.shape[-2:]
+                    src = x.base if x.base is not None else x
+                    if src.shape == want:
+                        sides.append(src)
+                    else:
+                        sides.append(self.emit(src.name + "_b", f"reshape({src.name}, {dims_text(want)})", x.dtype,
+                                               want, (src.name,), src))
+                prod = self.emit(node.name, f"{sides[0].name} @ {sides[1].name}", a.dtype,
+                                 lead + (a.shape[1], b.shape[2]), (sides[0].name, sides[1].name))
+                return V(f"<view of {prod.name}>", a.dtype, shape, prod)
         if len(b.shape) == 2 and a.name.startswith("<") and len(a.shape) == 2:
             # (d0 .. dk, e0 .. en) flattened to (?, C): reshape the trailing dims to C first
             base = a.base
