@@ -1,6 +1,7 @@
 """FDSL types: dtypes, dims (an int or a symbol name) and tensor types (a scalar is rank 0)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -86,3 +87,29 @@ class TensorType:
         if not self.shape:
             return self.dtype.name
         return f"{self.dtype.name}[{', '.join(str(d) for d in self.shape)}]"
+
+
+F64_MAX_INT = int(np.finfo(np.float64).max)          # the largest finite f64, as an integer
+
+
+def fit_error(value: int | float, dtype: DType) -> str | None:
+    """Why a weak scalar cannot be a constant of `dtype` (None: it can). An integer must be in
+    the integer dtype's range; a finite number must stay finite in a float dtype (an infinity
+    folded from arithmetic such as 1.0 / 0.0 stays one)."""
+    if dtype.is_int:
+        info = np.iinfo(dtype.np)
+        if not info.min <= value <= info.max:
+            return f"the integer {value} does not fit in {dtype} ({info.min} to {info.max})"
+        return None
+    if not dtype.is_float:
+        return None
+    if isinstance(value, int) and abs(value) > F64_MAX_INT:
+        return f"the integer {value} is out of the range of {dtype}"
+    v = float(value)
+    if math.isfinite(v):
+        with np.errstate(all="ignore"):
+            stored = float(np.asarray(v).astype(dtype.np))
+        if not math.isfinite(stored):
+            return (f"the number {v:g} is out of the range of {dtype} (its largest finite value is "
+                    f"{float(ml_dtypes.finfo(dtype.np).max):.6g})")
+    return None

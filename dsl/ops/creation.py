@@ -8,28 +8,13 @@ from __future__ import annotations
 
 import math
 
-import ml_dtypes
 import numpy as np
 
 from ..shapes import OpError
-from ..types import DTYPES, TensorType
+from ..types import DTYPES, TensorType, fit_error
 from .registry import Arg, OpDef, register_op
 
 
-def fit_error(value, dtype) -> str | None:
-    """Why `value` cannot be an element of `dtype` (None: it can), worded as dsl/constants.py's
-    fit_error for a literal (which imports the op table, so it is not imported here)."""
-    if dtype.is_int:
-        info = np.iinfo(dtype.np)
-        if not info.min <= value <= info.max:
-            return f"the integer {value} does not fit in {dtype} ({info.min} to {info.max})"
-    elif dtype.is_float and math.isfinite(float(value)):
-        with np.errstate(all="ignore"):
-            stored = float(np.asarray(float(value)).astype(dtype.np))
-        if not math.isfinite(stored):
-            return (f"the number {float(value):g} is out of the range of {dtype} (its largest finite value is "
-                    f"{float(ml_dtypes.finfo(dtype.np).max):.6g})")
-    return None
 
 
 def _kind(v) -> str:

@@ -172,7 +172,7 @@ ATEN_FOLDED = {"triu.default", "tril.default", "bitwise_not.default"}
 # creation ops: folded when static, else written with FDSL's creation ops
 CREATION = {"arange.start_step", "arange.start", "arange.default", "full.default", "scalar_tensor.default",
             "full_like.default", "zeros_like.default", "ones_like.default", "zeros.default", "ones.default"}
-LOGICAL = {"logical_and.default": "logical_and", "logical_or.default": "logical_or",
+ATEN_LOGICAL = {"logical_and.default": "logical_and", "logical_or.default": "logical_or",
            "logical_xor.default": "logical_xor", "bitwise_and.Tensor": "logical_and",
            "bitwise_or.Tensor": "logical_or", "bitwise_xor.Tensor": "logical_xor"}
 OTHER = {"addmm.default", "mm.default", "bmm.default", "matmul.default", "_softmax.default",
@@ -194,7 +194,7 @@ NEEDS = {"gather.default": "take_along_axis", "index.Tensor": "index", "max_pool
          "zeros.default": "full", "ones.default": "full", "scalar_tensor.default": "full",
          "full_like.default": "full_like", "zeros_like.default": "full_like", "ones_like.default": "full_like",
          "arange.start_step": "arange", "arange.start": "arange", "arange.default": "arange",
-         **{k: v for k, v in LOGICAL.items()}}
+         **{k: v for k, v in ATEN_LOGICAL.items()}}
 
 SIZE_FUNCTIONS = {operator.mul, operator.add, operator.sub, operator.floordiv, operator.neg}
 
@@ -206,7 +206,7 @@ def _binary_names():
     return out
 
 
-ATEN_SUPPORTED = set(ATEN_UNARY) | set(REDUCE) | ATEN_FOLDED | CREATION | set(LOGICAL) | OTHER | ATEN_VIEWS | \
+ATEN_SUPPORTED = set(ATEN_UNARY) | set(REDUCE) | ATEN_FOLDED | CREATION | set(ATEN_LOGICAL) | OTHER | ATEN_VIEWS | \
     _binary_names()
 
 
@@ -430,7 +430,7 @@ class Translator:
         handler = getattr(self, "op_" + name.replace(".", "_"), None)
         if handler is not None:
             return handler(node)
-        if name in LOGICAL:
+        if name in ATEN_LOGICAL:
             return self._logical(node)
         if name in ATEN_FOLDED:
             raise Unsupported(f"aten.{name} on values computed at run time (fusec folds it on constants only)")
@@ -953,7 +953,7 @@ class Translator:
     def _logical(self, node):
         a, b = self.tensor_m(node.args[0]), self.tensor_m(node.args[1])
         conv = [self.ref(v) if not isinstance(v, V) or v.dtype == "bool" else f"{v.name} != 0" for v in (a, b)]
-        fn = LOGICAL[op_name(node.target)]
+        fn = ATEN_LOGICAL[op_name(node.target)]
         return self.emit(node.name, f"{fn}({conv[0]}, {conv[1]})", "bool", meta_shape(node.meta["val"]),
                          self.reads(a, b))
 
