@@ -244,7 +244,6 @@ class Backend:
         self.target = options.pop("target", None)
         self.compile_kwargs = {k: options.pop(k) for k in _BACKEND_KEYS[1:] if k in options}
         self.options = options              # fusec CompileOptions fields
-        self.count = 0
         dump = os.environ.get("FUSEC_TORCH_DUMP")
         self.dump = Path(dump) if dump else None
         if self.dump is not None:
@@ -287,7 +286,6 @@ class Backend:
         return make_boxed_func(fused.forward)
 
     def _region(self, sub: torch.fx.GraphModule, example_inputs):
-        self.count += 1
         name = f"region{len(self.report.regions)}"
         ops = compute_ops(sub)
         region = Region(name, ops)

@@ -363,7 +363,6 @@ class Translator:
                 v = node.meta.get("val")
                 if isinstance(v, torch.SymInt) or isinstance(v, int):
                     self.vals[node] = size(v)
-                    self.inputs_skipped = True
                 elif isinstance(v, torch.Tensor):
                     self.vals[node] = self.param(node.name, fdsl_dtype(v.dtype), meta_shape(v), index)
                 else:
@@ -547,8 +546,6 @@ class Translator:
         if shape == x.shape:
             return x
         x = self.materialize(x)
-        if len(shape) > len(x.shape) and tuple(shape[len(shape) - len(x.shape):]) == x.shape:
-            pass
         return self.emit(node.name, f"broadcast_to({x.name}, {dims_text(shape)})", x.dtype, shape, self.reads(x))
 
     def _permute(self, node, x: V, perm: list) -> V:
@@ -794,9 +791,6 @@ class Translator:
         return self.emit(node.name, f"where(max({sv.name}, axis=-1, keepdims=true) == (-inf), 0.0, {pv.name})",
                          fdsl_dtype(out.dtype), meta_shape(out), (sv.name, pv.name))
 
-    def _after_guard(self, node) -> bool:
-        return False
-
     def op__softmax_default(self, node):
         x = self.tensor_m(node.args[0])
         if node.args[2]:
@@ -856,9 +850,7 @@ class Translator:
         return self.emit(node.name, f"conv2d({', '.join(args)})", x.dtype, meta_shape(out), self.reads(x, w, b))
 
     def op_embedding_default(self, node):
-        w, ids = self.tensor_m(node.args[0]), self.tensor_m(node.args[1])
-        if len(node.args) > 2 and node.args[2] not in (-1, None):
-            pass                      # padding_idx only matters for gradients
+        w, ids = self.tensor_m(node.args[0]), self.tensor_m(node.args[1])   # padding_idx: gradients only
         out = node.meta["val"]
         return self.emit(node.name, f"embedding({w.name}, {ids.name})", w.dtype, meta_shape(out), self.reads(w, ids))
 
