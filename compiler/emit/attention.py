@@ -15,7 +15,7 @@ from .values import EmitError, atom, elem_of_type, expr_add, expr_mul, floordiv,
 from ..mlir import ir
 from ..plan.attention import THREADS_X, THREADS_Y, gpu_layout
 from ..marks import (ABSORBED, ATTENTION_BATCH, ATTENTION_GUARD, ATTENTION_LOOPS, ATTENTION_ROLE, ATTENTION_V,
-                     ATTENTION_Z, BLOCK_ATTENTION)
+                     ATTENTION_Z, BLOCK_ATTENTION, TAG)
 
 
 def block_attention(body, root) -> None:
@@ -27,6 +27,21 @@ def block_attention(body, root) -> None:
         kernel.emit_gpu()
 
 
+def _own_ops(root) -> list:
+    """The ops of the root's block that are its kernel's: those tagged for its plan group (tag
+    // 10000, transforms/script.py: tag_of), and the untagged copies bufferization put into
+    their buffers. On the cpu two attention kernels share the function's block (two layers of
+    one chain), and one kernel's roles or buffers are not the other's."""
+    def group(op):
+        return ir.IntegerAttr(op.attributes[TAG]).value // 10000 if TAG in op.attributes else None
+    mine = group(root)
+    block = [o.operation for o in root.block.operations]
+    tagged = [op for op in block if group(op) == mine]
+    buffers = {v for op in tagged for v in op.operands}
+    return [op for op in block if group(op) == mine
+            or (TAG not in op.attributes and op.name == "memref.copy" and op.operands[1] in buffers)]
+
+
 class AttentionKernel:
     """One `fusec.block_attention` kernel (module doc): its roles (s: the scores contraction,
     mx: the row max, e: the exponentials, sm: the row sum, o: the output contraction), loops,
@@ -35,7 +50,7 @@ class AttentionKernel:
     def __init__(self, body, root):
         self.body, self.root = body, root
         self.w, self.names, self.ctx = body.w, body.names, body.ctx
-        block = [o.operation for o in root.block.operations]
+        block = _own_ops(root)
         writers = [op for op in block if (op.name.startswith("linalg.") or op.name == "memref.copy")
                    and (ABSORBED in op.attributes or ATTENTION_ROLE in op.attributes or op == root)]
         roles = {ir.StringAttr(op.attributes[ATTENTION_ROLE]).value: op for op in block if ATTENTION_ROLE in op.attributes}
@@ -222,9 +237,26 @@ class AttentionKernel:
             return
         self.values.supply(self.o.operands[-1], oidx, value)
         self.values.forget()
+        self.values.store_results(self.root, self._epilogue_dims(oidx))
+
+    def _epilogue_dims(self, oidx: list[str]) -> list[str]:
+        """The epilogue's loop coordinates where it reads output element `oidx`: its read of the
+        output is a permutation of its loops (the identity, or a transpose after the attention:
+        `permute(p @ v, [1, 0, 2])`), inverted."""
         rmaps = indexing_maps(self.root)
-        # the epilogue reads the output with an identity map: its loops are the output's dims
-        self.values.store_results(self.root, [oidx[t] for t in range(len(rmaps[-1].results))])
+        out = self.o.operands[-1]
+        reads = [m for v, m in zip(list(self.root.operands)[:n_inputs(self.root)], rmaps) if v == out]
+        if not reads:
+            raise EmitError("a fusec.block_attention epilogue does not read the attention's output", self.root)
+        m = reads[0]
+        loops = [pure_dim(e) for e in m.results]
+        if any(l is None for l in loops) or sorted(loops) != list(range(m.n_dims)):
+            raise EmitError("a fusec.block_attention epilogue must read the attention's output at a "
+                            "permutation of its loops", self.root)
+        dims = ["0"] * m.n_dims
+        for t, l in enumerate(loops):
+            dims[l] = oidx[t]
+        return dims
 
     # -- the gpu schedule ----------------------------------------------------------------------
     def emit_gpu(self) -> None:

@@ -72,6 +72,12 @@ class KernelNames:
         self.alias[self.ids[gone]] = self.ids[into]
         del self.ids[gone]
 
+    def inserted(self, pos: int) -> int:
+        """A new kernel at position `pos` (those from `pos` on move one later); its id."""
+        kid = max(self.ids + list(self.alias), default=-1) + 1
+        self.ids.insert(pos, kid)
+        return kid
+
     def resolve(self, kid: int) -> int:
         while kid in self.alias:
             kid = self.alias[kid]

@@ -283,6 +283,8 @@ def tile_and_fuse(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
             for g in plan.kernels:
                 if g.config.drops_init:
                     _scan_without_init(f, g)
+                if g.template == "attention":
+                    _gather_before_root(f, g)
                 steps = group_steps(plan, g)
                 if steps:
                     _apply_alone(f, g, steps)
@@ -295,6 +297,31 @@ def tile_and_fuse(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
         for f, plan, g in rows:
             second += row_script(g.id, split_rows(f, g, plan.info))
         apply_script(module, script_text(second + TAIL), "tiled")
+
+
+def _gather_before_root(func_op, g: Kernel) -> None:
+    """Move an attention kernel's ops (no MLIR tiling gathers them) to just before its root, in
+    their order. The template evaluates them where it reads them, at the root; left where the
+    chain had them (Q's bias add after Q's projection, K's projection kernels after it), one-shot
+    bufferization would see their buffers dead before the kernels in between run, and give one
+    of those kernels the same buffer (two layers' split projections: K's combine wrote over Q's
+    before the attention read it). An op something outside the kernel reads stays."""
+    tags = {tag_of(g.id, m) for m in g.ops}
+    block = func_op.regions[0].blocks[0]
+    mine = [op.operation for op in block.operations
+            if TAG in op.operation.attributes and ir.IntegerAttr(op.operation.attributes[TAG]).value in tags]
+    root = next((op for op in mine if ir.IntegerAttr(op.attributes[TAG]).value == tag_of(g.id, g.root)), None)
+    if root is None:
+        return
+    def member(o) -> bool:
+        o = o.operation if hasattr(o, "operation") else o
+        return TAG in o.attributes and ir.IntegerAttr(o.attributes[TAG]).value in tags
+
+    for op in mine:
+        if op == root:
+            break
+        if all(member(use.owner) for r in op.results for use in r.uses):
+            op.move_before(root)
 
 
 def _scan_without_init(func_op, g: Kernel) -> None:

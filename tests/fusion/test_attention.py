@@ -273,3 +273,67 @@ def test_the_bench_key_step_is_written_out_with_two_barriers_and_shuffles():
     assert len(reads) == 16 * (2 + 4) * 4 + 8 * (2 * 4 + 4 * 2 * 4)
     for tile, row, col in reads:
         assert re.fullmatch(r"(ty|tx)( \+ \d+)?|\d+", row) and re.fullmatch(r"(tx \* 4)?( \+ )?\d*", col), (tile, row, col)
+
+
+# ---- projections the split-reductions pass splits (a [32, 128] x [128, 128] matmul: too few
+# outputs to fill the device, so 2 partials of 64 and their combine) --------------------------
+PROJECTED = """chain p(x: f32[2, 16, 128], wq: f32[128, 128], wk: f32[128, 128], wv: f32[128, 128], bq: f32[128], bk: f32[128], bv: f32[128]) -> f32[2, 4, 16, 32] {
+    q = permute(reshape(x @ wq + bq, [2, 16, 4, 32]), [0, 2, 1, 3])
+    k = permute(reshape(x @ wk + bk, [2, 16, 4, 32]), [0, 2, 3, 1])
+    v = permute(reshape(x @ wv + bv, [2, 16, 4, 32]), [0, 2, 1, 3])
+    return softmax(q @ k * 0.17, axis=-1) @ v
+}
+"""
+
+
+def test_a_split_projection_combine_in_the_scores_kernel_becomes_its_own_kernel():
+    """The greedy planner fuses K's combine into the scores' kernel; the attention merge gives
+    it a kernel of its own again (plan/attention_merge.py: _combines) and says so."""
+    plan = stages(PROJECTED, target="gpu").plan
+    templates = [g.template for g in plan.kernels]
+    assert templates.count("attention") == 1, plan.format()
+    att = plan.kernels[templates.index("attention")]
+    a = find_attention(plan.info, att.root)
+    assert isinstance(a, Attention)
+    assert not [m for m in att.ops if plan.info.op(m).kind == "reduction" and m not in a.ops], plan.format()
+    partials = [o.id for o in plan.info.ops if o.note.startswith("split-reductions")]
+    combines = [g for g in plan.kernels if plan.info.op(g.root).kind == "reduction"]
+    assert len(partials) == len(combines) == 3, plan.format()          # Q's, K's and V's, each a kernel
+    assert all(set(plan.info.op(g.root).producers) & set(partials) for g in combines)
+    (said,) = [d for d in plan.decisions if d.startswith("attention: ")]
+    assert re.search(r", %\d+ reduce\(addf\) as a kernel of its own before it", said), said
+
+
+@pytest.mark.slow
+def test_a_split_projection_attention_matches_the_reference_on_cuda_sim():
+    """Q's and K's combines start from one (CSE'd) zero fill: each writes its own buffer, and
+    the attention reads Q's bias add of Q's (tile_and_fuse.py: _gather_before_root)."""
+    from fusec.runtime import reference
+    from fusec.runtime.compare import compare
+    prog = fusec.compile(PROJECTED, target="cuda-sim")
+    compiled = prog.p.compiled({})
+    assert [g["template"] for g in compiled.plan["groups"]].count("attention") == 1
+    rng = np.random.default_rng(4)
+    shapes = [(2, 16, 128), (128, 128), (128, 128), (128, 128), (128,), (128,), (128,)]
+    inputs = [(rng.standard_normal(s) * 0.3).astype(np.float32) for s in shapes]
+    want = reference.run_chain(prog.p.typed, inputs, {})[0]
+    c = compare(compiled.fused(*inputs)[0], want, "f32")
+    assert c.ok, c.describe()
+
+
+@pytest.mark.slow
+def test_multihead_with_its_output_permute_in_the_kernel_matches_the_reference_on_cuda_sim():
+    """examples/attention.fdsl's multihead: the output's permute([1, 0, 2]) is the attention
+    kernel's epilogue, reading the output at a permutation of its loops (emit/attention.py:
+    _epilogue_dims)."""
+    from fusec.runtime import reference
+    from fusec.runtime.compare import compare
+    prog = fusec.compile(EXAMPLE, target="cuda-sim")
+    binding = dict(S=32)
+    compiled = prog.multihead.compiled(binding)
+    assert [g["template"] for g in compiled.plan["groups"]][-1] == "attention", compiled.plan
+    rng = np.random.default_rng(6)
+    inputs = [(rng.standard_normal(s) * 0.3).astype(np.float32) for s in [(32, 128)] + [(128, 128)] * 3]
+    want = reference.run_chain(prog.multihead.typed, inputs, binding)[0]
+    c = compare(compiled.fused(*inputs)[0], want, "f32")
+    assert c.ok, c.describe()

@@ -195,12 +195,44 @@ TWO_LAYERS = """chain two(q: f32[1, 2, 64, 16], k: f32[1, 2, 64, 16], v: f32[1, 
 """
 
 
-def test_two_attention_layers_sharing_their_fills_are_one_kernel_each_on_the_gpu():
+TWO_LAYERS_S = TWO_LAYERS.replace("64", "S")
+
+
+@pytest.mark.parametrize("target,binding", [("gpu", {}), ("cpu", dict(S=1024))])
+def test_two_attention_layers_sharing_their_fills_are_one_kernel_each(target, binding):
     """Both layers' contractions start from the same zero fill (CSE): the kernels a pattern
-    spans are found by its compute ops, so the other layer's are not pulled in."""
-    st = stages(TWO_LAYERS, target="gpu")
+    spans are found by its compute ops, so the other layer's are not pulled in. On the cpu both
+    kernels' ops share the function's block: each template takes its own (emit/attention.py)."""
+    st = stages(TWO_LAYERS_S if binding else TWO_LAYERS, binding, target=target)
     assert [g.template for g in st.plan.kernels].count("attention") == 2, st.plan.format()
     assert st.emitted.source.count("fusec.block_attention") >= 2
+
+
+@pytest.mark.slow
+def test_two_attention_layers_match_the_reference_on_cpu():
+    """The cpu plan's two attention kernels, tiles forced small (several key steps)."""
+    from fusec.compiler.plan.handplan import to_spec
+    binding = dict(S=96)
+    planned = stages(TWO_LAYERS_S, dict(S=1024), target="cpu").plan
+    spec = to_spec(planned.summary())
+    assert [g.get("attention") is not None for g in spec["groups"]].count(True) == 2, planned.format()
+    for g in spec["groups"]:
+        g["block_tiles"] = [0] * len(g["block_tiles"])
+        if g.get("attention"):
+            g["attention"] = [32, 16]
+    prog = fusec.compile(TWO_LAYERS_S, target="cpu", options={"plans": {"two": spec}})
+    compiled = prog.two.compiled(binding)
+    assert [g["template"] for g in compiled.plan["groups"]].count("attention") == 2
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal((1, 2, 96, 16)).astype(np.float32) for _ in range(3))
+    keep = rng.random((96, 96)) < 0.6
+    keep[:, 0] = True
+    keep[5] = False
+    mask = np.where(keep, np.float32(0), np.float32(-1e30)).astype(np.float32)
+    inputs = [q, k, v, mask]
+    want = reference.run_chain(prog.two.typed, inputs, binding)[0]
+    c = compare(compiled.fused(*inputs)[0], want, "f32")
+    assert c.ok, c.describe()
 
 
 @pytest.mark.slow
