@@ -155,6 +155,10 @@ class Grower:
         early = [u for u in outside if u != -1 and u < self.root.id]
         if early:
             return f"%{early[0]} runs before this kernel's root %{self.root.id}"
+        inside = sorted(u for u in prod.users if u in self.members)
+        if prod.kind == "reduction" and len(inside) > 1:     # horizontal.written_reduction_read_twice
+            return (f"%{inside[0]} and %{inside[1]} both read it in the kernel, and only one of the "
+                    "copies tile-and-fuse makes for them would be initialised")
         row = (prod.kind == "elementwise" and self.chooser.target == "gpu" and
                self.chooser.best(frozenset(self.members | with_cheap_producers(info, prod.id))).tiling.config.row_outputs)
         return second_output_error(prod, self.chooser.target, row)
