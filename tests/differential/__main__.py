@@ -41,6 +41,7 @@ def main(argv=None) -> int:
     counts: collections.Counter = collections.Counter()
     runs: collections.Counter = collections.Counter()
     skipped: collections.Counter = collections.Counter()
+    noted = 0
     failures = []
     for k in range(args.n):
         case = chain_case(seed + k)
@@ -50,6 +51,7 @@ def main(argv=None) -> int:
             runs[r] += 1
         for s in res.skipped:
             skipped[s] += 1
+        noted += bool(res.notes)
         if res.status in ("disagree", "invalid"):
             small = case if args.no_shrink or res.status == "invalid" else shrink(case, targets)
             failures.append((res, small))
@@ -61,7 +63,7 @@ def main(argv=None) -> int:
     wall = time.perf_counter() - start
     print(f"chains {args.n} (seeds {seed}..{seed + args.n - 1}), targets {','.join(targets)}")
     print(f"agree {counts['agree']}, disagree {counts['disagree']}, undefined {counts['undefined']}, "
-          f"invalid {counts['invalid']}")
+          f"invalid {counts['invalid']}; ill-conditioned float64 outputs noted in {noted}")
     print("runs: " + ", ".join(f"{k} {v}" for k, v in sorted(runs.items())))
     if skipped:
         print("skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(skipped.items())))

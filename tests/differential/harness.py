@@ -3,7 +3,9 @@
 `check(case, targets)` runs the chain's source:
 - through fusec's reference (runtime/reference.py) in the chain's dtypes and in float64, and
   through the torch oracle (tests/differential/torch_oracle.py) in both;
-- the float64 runs must agree within f64's tolerance (the ops' meanings, rounding aside);
+- the float64 runs must agree within f64's tolerance (the ops' meanings, rounding aside): NaN
+  and infinities always, finite values unless the runs in the chain's dtypes agree (then the
+  output is ill-conditioned, a sum cancelling huge terms, and the difference is a note);
 - every target's outputs (the reference, and `cpu`, `cuda-sim`, `mlir-jit` fused and unfused)
   must agree with torch's run in the chain's dtypes with runtime/compare.py's tolerances: NaN and
   infinities position by position, finite values within the dtype's tolerance, or, failing
@@ -38,6 +40,7 @@ class Result:
     problems: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)   # targets not run, with why
     ran: list[str] = field(default_factory=list)       # "cpu/fused", ...
+    notes: list[str] = field(default_factory=list)     # float64 differences of ill-conditioned outputs
 
     def fail(self, what: str) -> None:
         self.status = "disagree"
@@ -102,12 +105,19 @@ def check(case: Case, targets=("reference",)) -> Result:
         return res
     res.ran.append("reference")
     for i, dt in enumerate(types):
-        c = compare(r_f64[i], t_f64[i], _tol_dtype(dt, True))
-        if not c.ok:
-            res.fail(f"float64 runs differ at output {i} ({dt}): {c.describe()}")
         why = _agrees(r_native[i], t_native[i], t_f64[i] if dt in torch_oracle.FLOATS else None, dt)
         if why:
             res.fail(f"reference output {i} ({dt}) vs torch: {why}")
+        c = compare(r_f64[i], t_f64[i], _tol_dtype(dt, True))
+        if c.ok:
+            continue
+        if not why and not c.specials.mismatches and not c.reason and dt in torch_oracle.FLOATS:
+            # finite values only, and the runs in the dtype agree: a sum that cancels terms far
+            # larger than its result (sum(x - mean(x)) over 1e34s) is rounding noise in either
+            # order, even in float64 (compare scales its tolerance by the result, not the terms)
+            res.notes.append(f"float64 runs differ at output {i} ({dt}) where the dtype runs agree: {c.summary()}")
+            continue
+        res.fail(f"float64 runs differ at output {i} ({dt}): {c.describe()}")
 
     uses_bf16 = any(n.type.dtype.name == "bf16" for n in typed.nodes)
     for target in targets:
