@@ -11,7 +11,7 @@ from .analysis import ChainInfo, sibling_tiles, siblings, sinks, tileable_loops
 from .cost import CHEAP, Tiling
 from .decisions import Decision, KernelNames
 from .describe import time_text
-from .grower import second_output_error
+from .grower import read_paths, second_output_error
 from .tilechoice import TileChooser
 
 
@@ -140,9 +140,11 @@ def written_reduction_read_twice(info: ChainInfo, members) -> tuple[int, int, in
     for m in sorted(members):
         o = info.op(m)
         inside = sorted(u for u in o.users if u in members)
-        if o.kind == "reduction" and len(inside) > 1 and any(u == -1 or u not in members for u in o.users):
-            return m, inside[0], inside[1]
+        if (o.kind == "reduction" and inside and read_paths(info, m, members) > 1
+                and any(u == -1 or u not in members for u in o.users)):
+            return m, inside[0], inside[-1]
     return None
+
 
 
 def _fill_readers(info: ChainInfo, members) -> list[set[int]]:
