@@ -155,6 +155,12 @@ class Grower:
         early = [u for u in outside if u != -1 and u < self.root.id]
         if early:
             return f"%{early[0]} runs before this kernel's root %{self.root.id}"
+        inside = sorted(u for u in prod.users if u in self.members)
+        if prod.kind == "reduction" and inside and read_paths(info, prod.id, self.members) > 1:
+            # horizontal.written_reduction_read_twice
+            return (f"the kernel reads it {read_paths(info, prod.id, self.members)} times (through "
+                    f"%{', %'.join(map(str, inside))}), and only one of the copies tile-and-fuse makes "
+                    "for them would be initialised")
         row = (prod.kind == "elementwise" and self.chooser.target == "gpu" and
                self.chooser.best(frozenset(self.members | with_cheap_producers(info, prod.id))).tiling.config.row_outputs)
         return second_output_error(prod, self.chooser.target, row)
@@ -231,3 +237,15 @@ def second_output_error(prod: OpInfo, target: str, row: bool = False) -> str | N
     if prod.kind not in ("elementwise", "reduction"):
         return f"a {prod.kind} is written by a kernel of its own"
     return None
+
+
+def read_paths(info: ChainInfo, m: int, members) -> int:
+    """How many copies of `m` tile-and-fuse makes in a kernel of `members`: one per reader, and
+    an elementwise reader fused once per its own readers reads it once per copy
+    (`t0 = x - max(x); t1 = t0 + argmax(t0)`: t0 is read by the argmax's two reductions and t1)."""
+    n = 0
+    for u in info.op(m).users:
+        if u in members:
+            inner = read_paths(info, u, members) if info.op(u).kind == "elementwise" else 1
+            n += max(1, inner)
+    return n

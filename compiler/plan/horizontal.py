@@ -11,7 +11,7 @@ from .analysis import ChainInfo, sibling_tiles, siblings, sinks, tileable_loops
 from .cost import CHEAP, Tiling
 from .decisions import Decision, KernelNames
 from .describe import time_text
-from .grower import second_output_error
+from .grower import read_paths, second_output_error
 from .tilechoice import TileChooser
 
 
@@ -106,6 +106,8 @@ def _partner(info: ChainInfo, chooser: TileChooser, target: str, members_list, u
             continue                                # no loop of the root that every sibling has
         if _init_shared_with_a_root(info, union):
             continue                                # the grower's refusal (Grower._shared_init) holds
+        if written_reduction_read_twice(info, union) is not None:
+            continue                                # the grower's refusal (_second_output_error) holds
         merged = chooser.best(union)
         t = merged.tiling
         if not any(t.block) or t.config.one_root or not _siblings_fit(info, roots[b], union, t):
@@ -127,6 +129,22 @@ def _partner(info: ChainInfo, chooser: TileChooser, target: str, members_list, u
     if refused:
         note(refused[0])
     return None
+
+
+def written_reduction_read_twice(info: ChainInfo, members) -> tuple[int, int, int] | None:
+    """A reduction of the kernel that it also writes (for users outside, or the chain's result)
+    and that two members read: (reduction, first reader, second reader), else None.
+    fuse_into_containing_op makes a copy of it for each reader and fuses the fill of its init
+    into one copy only, so the copy that writes the result accumulates into an uninitialised
+    buffer (tests/regressions/test_written_reduction_read_twice.py)."""
+    for m in sorted(members):
+        o = info.op(m)
+        inside = sorted(u for u in o.users if u in members)
+        if (o.kind == "reduction" and inside and read_paths(info, m, members) > 1
+                and any(u == -1 or u not in members for u in o.users)):
+            return m, inside[0], inside[-1]
+    return None
+
 
 
 def _fill_readers(info: ChainInfo, members) -> list[set[int]]:

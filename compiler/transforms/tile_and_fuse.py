@@ -8,7 +8,7 @@ bufferize the module. Pads become gather generics first (pad_to_generic.py). See
 from __future__ import annotations
 
 from ..errors import CompilerInternalError
-from ..mlir import ir
+from ..mlir import bufferization, ir
 from ..plan.analysis import loop_correspondence, payload_ops, sibling_tiles
 from ..plan.kernels import FusionPlan, Kernel
 from .generic import empty_like
@@ -59,12 +59,28 @@ def own_destinations(func_op, plan: FusionPlan) -> None:
     output, at its own offsets. Where those are the root's (a matmul under its epilogue), that
     saves a buffer; where they are not (a transpose's operand, read by columns while the rows
     are written), parallel iterations wrote over each other's results
-    (`exp(x) + transpose(exp(x))`)."""
+    (`exp(x) + transpose(exp(x))`).
+
+    A row kernel's root too, when its empty is shared: bufferization may then write the root
+    over the buffer of an input it reads (another op's result with that empty), and a root at
+    block level, computed by every thread of the row (a per-row value, or a row of one element
+    under a reduction of several), read and wrote that element once per thread: the thread after
+    the first read the first one's result (`t = cumsum(x, axis=0); t + sum(concat([t[..., :1],
+    t[..., -1:]], axis=-1), axis=-1, keepdims=true)` with `x: f32[1, 1]`)."""
     block = func_op.regions[0].blocks[0]
     by_tag = {ir.IntegerAttr(op.operation.attributes[TAG]).value: op.operation for op in block.operations
               if TAG in op.operation.attributes}
     info = plan.info
     for g in plan.kernels:
+        root = by_tag.get(tag_of(g.id, g.root))
+        if g.config.splits_rows and root is not None and root.results:
+            dest = root.operands[len(root.operands) - 1]
+            if (not isinstance(dest.owner, ir.Block) and dest.owner.operation.name == "tensor.empty"
+                    and len(list(dest.uses)) > 1):
+                # an alloc_tensor, not a copy of the empty: CSE would merge the two empties again
+                with ir.InsertionPoint(root), root.location:
+                    own = bufferization.AllocTensorOp(dest.type, list(dest.owner.operation.operands)).result
+                root.operands[len(root.operands) - 1] = own
         tiled = {r for r, t in enumerate(g.block_tiles) if t} | {r for r, t in enumerate(g.thread_tiles) if t}
         if not tiled or info.op(g.root).kind in ("fill", "pad", "view"):
             continue
