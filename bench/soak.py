@@ -240,11 +240,16 @@ def thread_phase(setup: Setup, program, threads: int, calls: int, seed: int) -> 
     samples = {"start": resources()}
     ready = threading.Barrier(threads + 1)
     done = threading.Barrier(threads + 1)
+    sampled = threading.Barrier(threads + 1)      # the callers live on until the end is sampled
+
+    def end():
+        done.wait()
+        sampled.wait()
     share = [calls // threads + (i < calls % threads) for i in range(threads)]
     t0 = time.perf_counter()
     workers = [threading.Thread(target=drive, name=f"soak-{i}",
                                 args=(setup, share[i], seed + i, tally, setup.reloads if i < RELOADERS else 0,
-                                      program, ready.wait, done.wait))
+                                      program, ready.wait, end))
                for i in range(threads)]
     for w in workers:
         w.start()
@@ -254,6 +259,7 @@ def thread_phase(setup: Setup, program, threads: int, calls: int, seed: int) -> 
     done.wait()
     samples["end"] = resources()
     t2 = time.perf_counter()
+    sampled.wait()
     for w in workers:
         w.join()
     idle = os.cpu_count() or 1
