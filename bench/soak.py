@@ -22,8 +22,8 @@ process: resident memory (VmRSS), open file descriptors and threads at the start
 warm-up (every case called once by every caller) and at the end; the end must be within
 RSS_SLACK of the warm-up, gain at most FD_SLACK files and no thread; after a thread phase no
 more than one idle worker per core may be left. Also counted: cache hits, builds (misses),
-evictions, damaged entries reported, exceptions. Writes soak-<date>.json; exits 1 when any check
-failed.
+evictions, damaged entries reported, exceptions. Writes soak-<date>.json (soak-<target>-<date>.json
+off the cpu); exits 1 when any check failed.
 """
 from __future__ import annotations
 
@@ -70,6 +70,18 @@ def resources() -> dict:
             elif line.startswith("Threads:"):
                 threads = int(line.split()[1])
     return {"rss": rss, "fds": len(os.listdir("/proc/self/fd")), "threads": threads}
+
+
+def settled(threads: int, wait_s: float = 5.0) -> dict:
+    """resources(), once this process has at most `threads` threads or `wait_s` has passed:
+    threads that have finished (the simulator's block threads, an ended caller's OpenMP
+    workers) leave the process a moment after Python sees them end."""
+    until = time.monotonic() + wait_s
+    r = resources()
+    while r["threads"] > threads and time.monotonic() < until:
+        time.sleep(0.1)
+        r = resources()
+    return r
 
 
 def flat(warm: dict, end: dict, threads_too: bool = True) -> list[str]:
@@ -257,16 +269,13 @@ def thread_phase(setup: Setup, program, threads: int, calls: int, seed: int) -> 
     samples["warm"] = resources()
     t1 = time.perf_counter()
     done.wait()
-    samples["end"] = resources()
     t2 = time.perf_counter()
+    samples["end"] = settled(samples["warm"]["threads"])
     sampled.wait()
     for w in workers:
         w.join()
     idle = os.cpu_count() or 1
-    settle = time.monotonic() + 5.0          # an ended caller's OpenMP workers exit a moment after it
-    while resources()["threads"] > samples["start"]["threads"] + idle and time.monotonic() < settle:
-        time.sleep(0.1)
-    samples["joined"] = resources()
+    samples["joined"] = settled(samples["start"]["threads"] + idle)
     problems = flat(samples["warm"], samples["end"])
     if samples["joined"]["threads"] > samples["start"]["threads"] + idle:
         problems.append(f"threads left behind: {samples['start']['threads']} before, {samples['joined']['threads']} "
@@ -287,8 +296,8 @@ def _process_main(job) -> dict:
         marks["warm"] = time.perf_counter()
     t0 = time.perf_counter()
     drive(setup, calls, seed, tally, setup.reloads, warm=warm)
-    samples["end"] = resources()
     t2 = time.perf_counter()
+    samples["end"] = settled(samples["warm"]["threads"])
     return _row(f"process {seed}", tally, samples, flat(samples["warm"], samples["end"]), marks["warm"] - t0,
                 t2 - marks["warm"], threads=1, processes=1)
 
@@ -420,7 +429,8 @@ def main(argv=None) -> int:
     result["machine"] = describe()
     result["load_average"] = os.getloadavg()
     result["note"] = args.note
-    print(f"wrote {write_result(args.out, 'soak', result)}")
+    stem = "soak" if args.target == "cpu" else f"soak-{args.target}"
+    print(f"wrote {write_result(args.out, stem, result)}")
     for p in result["problems"]:
         print(f"soak: {p}", file=sys.stderr)
     return 1 if result["problems"] else 0
