@@ -222,8 +222,13 @@ class Program:
             if found is None and self.remote is not None:
                 found, tier = self._fetched(chain, binding, options or self.options), "remote"
             if found is not None:
-                return self._loaded(found, chain, options or self.options, tier,
-                                    {"load": time.perf_counter() - t0, "numba.import": imported})
+                try:
+                    return self._loaded(found, chain, options or self.options, tier,
+                                        {"load": time.perf_counter() - t0, "numba.import": imported})
+                except (OSError, art.ArtifactError):
+                    if (found.directory / art.MANIFEST).is_file():
+                        raise
+                    # evicted by another process between the lookup and the load: a miss
             if options is None and self._check_profile():
                 return self._build_one(chain, binding)      # the checked profile is another one
         options = options or self.options

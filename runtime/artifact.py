@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 FORMAT = 2
+MANIFEST = "manifest.json"
 ARTIFACT_TARGETS = ("cuda", "cuda-sim", "cpu")
 
 
@@ -121,6 +122,26 @@ def _enable_numba_cache(mod: types.ModuleType, path: Path) -> None:
                 print(f"fusec: Numba cannot cache the functions of {path} ({_first_line(e)}); they compile in "
                       "each process", file=sys.stderr)
                 return
+            cache = getattr(value, "_cache", None)
+            if callable(getattr(cache, "save_overload", None)):
+                cache.save_overload = _saved_while_whole(cache.save_overload, path.parent)
+
+
+def _saved_while_whole(save, entry: Path):
+    """Numba's save of what it compiled into the artifact's __pycache__, skipped once the artifact
+    is gone (a compile cache entry evicted since this process loaded it): Numba would make the
+    folder again, and leave in the cache a directory that is no entry, in the way of the next
+    store of it. Numba's own save is not guarded against the folder going away (an OSError
+    out of the first call)."""
+    def saving(sig, data):
+        if not (entry / MANIFEST).is_file():
+            return
+        try:
+            save(sig, data)
+        except OSError:
+            if (entry / MANIFEST).is_file():
+                raise
+    return saving
 
 
 def function_from_source(source: str, name: str, label: str = "fusec"):

@@ -90,8 +90,8 @@ class CompileCache:
         try:
             found = art.load(d)
             why = accept(found) if accept else None
-        except art.ArtifactError as e:
-            if not d.exists():               # evicted or replaced while it was read: a plain miss
+        except (art.ArtifactError, OSError) as e:
+            if not (d / art.MANIFEST).is_file():     # evicted or replaced while it was read: a plain miss
                 return None
             why = f"is damaged ({str(e).split('; ')[0]})"
         if why is not None:
@@ -113,12 +113,21 @@ class CompileCache:
         try:
             make_private_dirs(staging.parent)
             write(staging)
-            try:
-                os.rename(staging, d)
-            except OSError:
-                if not d.is_dir():
-                    raise
-                shutil.rmtree(staging, ignore_errors=True)      # stored by another process first
+            for _ in range(2):
+                try:
+                    os.rename(staging, d)
+                    break
+                except OSError:
+                    if not d.is_dir():
+                        raise
+                    if (d / art.MANIFEST).is_file():
+                        shutil.rmtree(staging, ignore_errors=True)      # stored by another process first
+                        break
+                    # not a whole entry: a reader's Numba cache of an entry evicted under it (Numba makes
+                    # the folder it saves into), or a store interrupted long ago; this one replaces it
+                    self.remove(d)
+            else:
+                raise OSError(f"{d} keeps reappearing")
         except OSError as e:
             shutil.rmtree(staging, ignore_errors=True)
             raise CompileCacheError(f"cannot write to the compile cache {self.root}: {e.strerror or e}") from None

@@ -138,9 +138,14 @@ class Executable:
         jitted = self.jitted
         dispatcher = hasattr(jitted, "py_func") and hasattr(jitted, "compile")
         if dispatcher:
+            from numba.core.compiler_lock import global_compiler_lock
             t0 = time.perf_counter()
-            jitted.typingctx.refresh()            # Numba's set-up of its target in this process
-            jitted.targetctx.refresh()
+            # Numba's set-up of its target in this process, under the lock Numba itself takes for it:
+            # its registries are read through generators that two threads cannot run at once
+            # ("generator already executing" out of a first call made while another thread compiled)
+            with global_compiler_lock:
+                jitted.typingctx.refresh()
+                jitted.targetctx.refresh()
             self.init_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         if dispatcher:

@@ -1,6 +1,7 @@
 """What fusec mends in numba-cuda 0.30's CUDA simulator when a process selects `cuda-sim`
-(`mend()`, once per process): a block's shared arrays made thread-safe, and a block's runner
-that yields while it waits for its threads. Neither changes what a kernel computes."""
+(`mend()`, once per process): a block's shared arrays made thread-safe, a block's runner that
+yields while it waits for its threads, and one launch at a time when several host threads
+launch. None changes what a kernel computes."""
 from __future__ import annotations
 
 import sys
@@ -15,6 +16,32 @@ POLL_S = 0.0005        # the block runner's wait between looks at its threads
 def mend() -> None:
     _thread_safe_shared_arrays()
     _yielding_block_runner()
+    _one_launch_at_a_time()
+
+
+def _one_launch_at_a_time() -> None:
+    """The simulator keeps the running kernel's context in a module global: while one host
+    thread's launch runs, another host thread's launch is taken for a device-function call
+    made inside it and runs its kernel body on the host thread (`AttributeError: 'Thread'
+    object has no attribute 'blockIdx'`; seen calling one cuda-sim chain from 4 threads). A
+    launch from a host thread (not one of the simulator's block threads, whose calls are device
+    functions) now waits for the one running; the kernels run as Python under one GIL anyway."""
+    from numba.cuda.simulator import kernel
+
+    cls = kernel.FakeCUDAKernel
+    if getattr(cls, "_fusec_serial", False):
+        return
+    original = cls.__call__
+    lock = threading.RLock()
+
+    def call(self, *args):
+        if self._device or isinstance(threading.current_thread(), kernel.BlockThread):
+            return original(self, *args)
+        with lock:
+            return original(self, *args)
+
+    cls.__call__ = call
+    cls._fusec_serial = True
 
 
 def _thread_safe_shared_arrays() -> None:
