@@ -98,6 +98,7 @@ class FuncCtx:
     memory: "object | None" = None                # the host function's MemoryPlan (emit/memplan.py)
     held: dict = field(default_factory=dict)      # cpu buffer -> the Python local holding its element
                                                   # (a one-element alloc, or an element for a loop)
+    wide: set = field(default_factory=set)        # buffers of `held` whose local is an f64 sum for the loop
     row_launches: dict = field(default_factory=dict)   # gpu.launch -> its row_phases.RowLaunch (or None)
 
 
