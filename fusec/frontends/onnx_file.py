@@ -117,7 +117,30 @@ def check_model(proto, path: str, max_bytes: int, base_dir: str | None = None) -
     inits = _initializers(g, path, base_dir if base_dir is not None else os.path.dirname(os.path.abspath(path)),
                           max_bytes)
     order = _order(g, path, set(inits))
+    _no_external_attributes(g, path)
     return Model(proto, opset, path, inits, order)
+
+
+def _no_external_attributes(g, path: str, where: str = "") -> None:
+    """Refuse a tensor attribute (a Constant's or a ConstantOfShape's value, in a subgraph too)
+    whose data is external: onnx would read it relative to the working directory, unchecked."""
+    for i, n in enumerate(g.node):
+        for a in n.attribute:
+            tensors = [a.t] if a.HasField("t") else []
+            tensors += list(a.tensors)
+            for sp in ([a.sparse_tensor] if a.HasField("sparse_tensor") else []) + list(a.sparse_tensors):
+                tensors += [sp.values, sp.indices]
+            for t in tensors:
+                if t.data_location == 1 or len(t.external_data):
+                    raise OnnxImportError(f"{path}: {where}{node_label(g, i)}: attribute '{a.name}' holds a tensor "
+                                          "with external data; fusec reads external data only for initializers")
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                inner = f"{where}{node_label(g, i)}, attribute '{a.name}'"
+                for t in sub.initializer:
+                    if t.data_location == 1 or len(t.external_data):
+                        raise OnnxImportError(f"{path}: {inner}: initializer '{t.name}' of a subgraph has external "
+                                              "data; fusec reads external data only for the main graph's initializers")
+                _no_external_attributes(sub, path, inner + ": ")
 
 
 def data_like_model(proto) -> bool:
@@ -150,7 +173,11 @@ def _order(g, path: str, inits: set[str]) -> list[int]:
     a name defined twice, or a cycle is an OnnxImportError naming the node."""
     defined: dict[str, str] = {}
     for vi in g.input:
-        defined.setdefault(vi.name, "graph input")
+        if not vi.name:
+            raise OnnxImportError(f"{path}: a graph input has no name")
+        if defined.get(vi.name) == "graph input":
+            raise OnnxImportError(f"{path}: graph input '{vi.name}' is listed twice")
+        defined[vi.name] = "graph input"
     for name in inits:
         defined.setdefault(name, "initializer")
     producer: dict[str, int] = {}
