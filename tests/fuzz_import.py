@@ -551,7 +551,7 @@ def mu_attr(rng, m, case):
         elif a.type == a.FLOAT:
             a.f = rng.choice([float("nan"), float("inf"), -1.0, 0.0, 1e38])
         else:
-            a.type = rng.choice([0, 1, 2, 3, 99])
+            a.type = rng.choice([0, 1, 2, 3, 4, 5, 6, 7, 8])
     elif choice < 0.9:
         n.attribute.append(h.make_attribute(rng.choice(["axis", "perm", "keepdims", "nosuch", "", "axes", "to"]),
                                             rng.choice([1, -5, [9, 9], "x", 0.25])))
@@ -671,9 +671,9 @@ STRUCTURAL = ["elem_type", "cycle", "dangling", "duplicate", "shape", "missing_i
               "graph"]
 
 
-def make_onnx_case(seed: int, index: int) -> Case:
+def make_onnx_case(seed: int, index: int, attempt: int = 0) -> Case:
     onnx, TP, h, nh = _onnx()
-    rng = random.Random(f"onnx:{seed}:{index}")
+    rng = random.Random(f"onnx:{seed}:{index}" + (f":{attempt}" if attempt else ""))
     family = rng.choices(list(MUTATIONS), weights=[w for _, w in MUTATIONS.values()])[0]
     name = rng.choice(sorted(seeds()))
     proto, files = seeds()[name]
@@ -691,11 +691,10 @@ def make_onnx_case(seed: int, index: int) -> Case:
             case.expect = []
         elif family != "seed":
             data = MUTATIONS[family][0](rng, m, case)
-    except (ValueError, TypeError, IndexError) as e:     # a mutation protobuf itself refuses, or a graph left empty
-        if index >= 10 ** 9:
+    except Exception as e:      # a mutation protobuf or onnx itself refuses, or a graph left empty: another
+        if attempt >= 20:
             raise
-        case = make_onnx_case(seed, index + 10 ** 9)
-        case.index = index
+        case = make_onnx_case(seed, index, attempt + 1)
         case.what += f" (instead of a {family} mutation protobuf refused: {e})"[:200]
         return case
     if family not in ("combo", "seed") and case.what != f"{name}: unchanged":
@@ -1265,7 +1264,8 @@ def run_fx_case(case: Case, timeout_s: float, target: str = "reference") -> Resu
         outcome = "all in fusec" if report.in_fusec == report.aten_ops else \
             "all eager" if report.in_fusec == 0 else "part eager"
         detail = str(report)[-1500:]
-        reasons = [re.sub(r"\d+", "N", x)[:90] for e in report.eager.values() for x in e["reasons"]]
+        reasons = [f"aten.{name}: " + re.sub(r"\d+", "N", x)[:90] for name, e in report.eager.items()
+                   for x in e["reasons"]]
         if problem is None and case.fx_by_name:
             torch._dynamo.reset()
             c = torch.compile(m, backend="fusec", options={"target": target})
@@ -1319,8 +1319,14 @@ def _fx_compare(got, want, truth=None) -> str | None:
     for k, (g, w, t) in enumerate(zip(got, want, truth)):
         if g.shape != w.shape or g.dtype != w.dtype:
             return f"output {k}: {g.dtype}{list(g.shape)}, eager gives {w.dtype}{list(w.shape)}"
-        c = compare_to_truth(arr(g), arr(w), arr(t) if t is not None and w.dtype.is_floating_point else None,
-                             names.get(w.dtype, "f32"))
+        dt = names.get(w.dtype, "f32")
+        c = compare_to_truth(arr(g), arr(w), arr(t) if t is not None and w.dtype.is_floating_point else None, dt)
+        if not c.ok and t is not None and w.dtype.is_floating_point and c.specials.mismatches:
+            # a NaN or an infinity where eager has another: the float64 run decides (PyTorch's
+            # vectorised f32 gelu gives NaN for +inf, its scalar and f64 paths inf, as FDSL)
+            c64 = compare_to_truth(arr(g), arr(t.to(w.dtype)), None, dt)
+            if c64.ok:
+                continue
         if not c.ok:
             return f"output {k} disagrees with eager: {c}"[:600]
     return None
@@ -1430,6 +1436,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.export_fixtures:
         export_fixtures(args.export_fixtures)
         return 0
+    if args.fx_target == "cuda-sim":
+        os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
     if args.fx_target != "reference" and "FUSEC_CACHE_DIR" not in os.environ:
         _fixed_cpu_profile()
     if args.case is not None:

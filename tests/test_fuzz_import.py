@@ -112,4 +112,10 @@ def test_the_contract_checks_themselves():
     assert "disagrees with eager" in fz._fx_compare(a, a + 1e-3, a.double() + 1e-3)
     assert fz._fx_compare(a, a + 1e-3, a.double()) is None        # as close to the f64 truth as eager is
     assert "eager gives" in fz._fx_compare(a, torch.ones(4))
+    # a special value where eager has another: the float64 run decides (PyTorch's vectorised f32
+    # gelu of +inf is NaN, its f64 gelu inf, as FDSL's)
+    inf = torch.full((4,), float("inf"))
+    assert "disagrees" in fz._fx_compare(inf, torch.full((4,), float("nan")))
+    assert fz._fx_compare(inf, torch.full((4,), float("nan")), inf.double()) is None
+    assert "disagrees" in fz._fx_compare(inf, torch.full((4,), float("nan")), torch.full((4,), float("nan")).double())
     assert "eager gives" in fz._fx_compare(a, a.double())
