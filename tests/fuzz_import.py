@@ -1005,7 +1005,7 @@ class _Gen:
         op = rng.choice(["unary", "unary", "binary", "binary", "reduce", "matmul", "view", "permute", "softmax",
                          "layernorm", "where", "slice", "index", "cat", "cumsum", "cast", "clamp", "scalar",
                          "argmax", "compare", "pow", "expand", "masked_fill", "full_reduce", "embedding", "bmm",
-                         "repeat"])
+                         "repeat", "mixed"])
         if op == "unary":
             f = rng.choice(["torch.tanh({})", "torch.sigmoid({})", "torch.relu({})", "torch.exp(torch.tanh({}))",
                             "torch.abs({})", "-{}", "torch.sin({})", "F.gelu({})", "F.silu({})", "{} * {}",
@@ -1148,6 +1148,10 @@ class _Gen:
             self.init.append(f"self.register_buffer('{idx}', torch.randint(0, {s[0]}, (2, {n}), generator=g))")
             return self.let(f"F.embedding(self.{idx}, {x.name}.reshape({s[0]}, -1))",
                             (2, n, int(np.prod(s[1:])) if r > 1 else 1))
+        if op == "mixed" and r >= 1:          # tensors of two dtypes in one op: PyTorch promotes
+            return self.let(rng.choice([f"{x.name} + torch.arange({s[-1]})", f"{x.name} * ({x.name} > 0).long()",
+                                        f"{x.name} / {x.name}.argmax(dim=-1, keepdim=True).clamp(min=1)",
+                                        f"({x.name} > torch.arange({s[-1]})).to(torch.{self.dt}) * {x.name}"]), s)
         if op == "bmm" and r == 3:
             return self.let(f"torch.bmm({x.name}, {x.name}.transpose(1, 2))", (s[0], s[1], s[1]))
         if op == "repeat" and r >= 1:
