@@ -112,12 +112,62 @@ def check_model(proto, path: str, max_bytes: int, base_dir: str | None = None) -
     data lies (default: `path`'s folder)."""
     if not data_like_model(proto):
         raise OnnxImportError(f"{path} is not an ONNX model, or is truncated (no ir_version or no graph)")
+    bad = _not_utf8(proto)
+    if bad is not None:
+        raise OnnxImportError(f"{path} is damaged: its {bad} is not valid UTF-8 (a protobuf string)")
     opset = _opset(proto, path)
     g = proto.graph
     inits = _initializers(g, path, base_dir if base_dir is not None else os.path.dirname(os.path.abspath(path)),
                           max_bytes)
     order = _order(g, path, set(inits))
+    _no_external_attributes(g, path)
     return Model(proto, opset, path, inits, order)
+
+
+def _no_external_attributes(g, path: str, where: str = "") -> None:
+    """Refuse a tensor attribute (a Constant's or a ConstantOfShape's value, in a subgraph too)
+    whose data is external: onnx would read it relative to the working directory, unchecked."""
+    for i, n in enumerate(g.node):
+        for a in n.attribute:
+            tensors = [a.t] if a.HasField("t") else []
+            tensors += list(a.tensors)
+            for sp in ([a.sparse_tensor] if a.HasField("sparse_tensor") else []) + list(a.sparse_tensors):
+                tensors += [sp.values, sp.indices]
+            for t in tensors:
+                if t.data_location == 1 or len(t.external_data):
+                    raise OnnxImportError(f"{path}: {where}{node_label(g, i)}: attribute '{a.name}' holds a tensor "
+                                          "with external data; fusec reads external data only for initializers")
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                inner = f"{where}{node_label(g, i)}, attribute '{a.name}'"
+                for t in sub.initializer:
+                    if t.data_location == 1 or len(t.external_data):
+                        raise OnnxImportError(f"{path}: {inner}: initializer '{t.name}' of a subgraph has external "
+                                              "data; fusec reads external data only for the main graph's initializers")
+                _no_external_attributes(sub, path, inner + ": ")
+
+
+def _not_utf8(msg, where: str = "") -> str | None:
+    """The first string field (as `graph.node[3].input[1]`) that protobuf handed back as bytes
+    (its UTF-8 does not decode), or None. Every name the importer reads is such a field."""
+    from google.protobuf.descriptor import FieldDescriptor as FD
+    for fd, value in msg.ListFields():
+        if fd.type not in (FD.TYPE_STRING, FD.TYPE_MESSAGE):
+            continue
+        name = f"{where}.{fd.name}" if where else fd.name
+        repeated = getattr(fd, "is_repeated", None)           # (protobuf >= 5; `label` before)
+        if repeated is None:
+            repeated = fd.label == FD.LABEL_REPEATED
+        items = list(enumerate(value)) if repeated else [(None, value)]
+        for k, v in items:
+            at = name if k is None else f"{name}[{k}]"
+            if fd.type == FD.TYPE_STRING:
+                if isinstance(v, bytes):
+                    return at
+            else:
+                bad = _not_utf8(v, at)
+                if bad is not None:
+                    return bad
+    return None
 
 
 def data_like_model(proto) -> bool:
@@ -150,7 +200,11 @@ def _order(g, path: str, inits: set[str]) -> list[int]:
     a name defined twice, or a cycle is an OnnxImportError naming the node."""
     defined: dict[str, str] = {}
     for vi in g.input:
-        defined.setdefault(vi.name, "graph input")
+        if not vi.name:
+            raise OnnxImportError(f"{path}: a graph input has no name")
+        if defined.get(vi.name) == "graph input":
+            raise OnnxImportError(f"{path}: graph input '{vi.name}' is listed twice")
+        defined[vi.name] = "graph input"
     for name in inits:
         defined.setdefault(name, "initializer")
     producer: dict[str, int] = {}

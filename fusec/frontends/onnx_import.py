@@ -286,15 +286,11 @@ class Converter(MathOps, ShapeOps, PoolOps):
         return self.add_param(vi.name, ELEM_TO_FDSL[tt.elem_type], dims)
 
     def _node(self, node):
-        from onnx import helper
         if node.domain not in ("", "ai.onnx"):
             raise NodeError(f"ops of domain '{node.domain}' are not supported (fusec imports the default ONNX "
                             "domain)")
         ins = [self.vals[x] if x else None for x in node.input]
-        attrs = {}
-        for a in node.attribute:
-            v = helper.get_attribute_value(a)
-            attrs[a.name] = v.decode() if isinstance(v, bytes) else v
+        attrs = self.attributes(node)
         handler = getattr(self, f"op_{node.op_type}", None)
         size = None
         if node.op_type not in NO_FOLD and ins and all(isinstance(v, (C, type(None))) for v in ins) and any(ins):
@@ -321,6 +317,35 @@ class Converter(MathOps, ShapeOps, PoolOps):
             if isinstance(outs[k], C) and outs[k].origin is None:
                 outs[k].origin = name
             self.vals[name] = outs[k]
+
+    def attributes(self, node) -> dict:
+        """The node's attributes by name, checked against the op's ONNX schema (for this opset):
+        a name given twice, a name the op does not have, a value of another type than the
+        schema's, or a flag (keepdims, transB, ...) other than 0 or 1 is a NodeError, not read
+        some way onnxruntime would not."""
+        from onnx import AttributeProto, defs, helper
+        try:
+            schema = defs.get_schema(node.op_type, self.m.opset, "")       # (the default domain: checked before)
+        except defs.SchemaError:
+            schema = None
+        attrs = {}
+        for a in node.attribute:
+            if a.name in attrs:
+                raise NodeError(f"attribute '{a.name}' is given twice")
+            if schema is not None:
+                want = schema.attributes.get(a.name)
+                if want is None:
+                    raise NodeError(f"{node.op_type} (opset {self.m.opset}) has no attribute '{a.name}'")
+                if a.type != want.type:
+                    names = AttributeProto.AttributeType
+                    got = names.Name(a.type) if a.type in names.values() else str(a.type)
+                    raise NodeError(f"attribute '{a.name}' is of type {got}; {node.op_type} takes "
+                                    f"{names.Name(int(want.type.value))}")
+            v = helper.get_attribute_value(a)
+            if a.name in FLAGS and v not in (0, 1):
+                raise NodeError(f"attribute '{a.name}' is {v}; ONNX takes 0 or 1")
+            attrs[a.name] = v.decode() if isinstance(v, bytes) else v
+        return attrs
 
     def uses(self, name: str) -> bool:
         if self._used is None:
@@ -394,6 +419,9 @@ class Converter(MathOps, ShapeOps, PoolOps):
 
 
 NO_FOLD = {"Constant", "Identity", "Dropout", "Shape", "Size"}
+# attributes ONNX defines as 0 or 1
+FLAGS = {"keepdims", "noop_with_empty_axes", "select_last_index", "exclusive", "reverse", "ceil_mode",
+         "count_include_pad", "transA", "transB", "training_mode"}
 
 
 def mapped_ops() -> list[str]:

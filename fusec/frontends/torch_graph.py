@@ -443,8 +443,12 @@ class Translator:
             a, b = self.tensor_m(node.args[0]), self.tensor_m(node.args[1])
             alpha = node.kwargs.get("alpha", 1)
             sym = ATEN_BINARY.get(op) or ATEN_COMPARE[op]
-            bt = self.ref(b) if alpha == 1 else f"{self.ref(b)} * {lit(alpha)}"
-            return self.emit(node.name, f"{self.ref(a)} {sym} {bt}", fdsl_dtype(out.dtype), meta_shape(out),
+            # PyTorch promotes mixed tensor dtypes (f32 + i64 is f32); FDSL casts explicitly
+            want = fdsl_dtype(out.dtype) if op in ATEN_BINARY else self._promoted(node)
+            at, bt = (f"cast({self.ref(v)}, {want})" if isinstance(v, V) and want and v.dtype != want
+                      else self.ref(v) for v in (a, b))
+            bt = bt if alpha == 1 else f"{bt} * {lit(alpha)}"
+            return self.emit(node.name, f"{at} {sym} {bt}", fdsl_dtype(out.dtype), meta_shape(out),
                              self.reads(a, b))
         if name in REDUCE:
             x = self.tensor_m(node.args[0])
@@ -458,6 +462,14 @@ class Translator:
             return self.emit(node.name, f"{REDUCE[name]}({x.name}, axis={dims_text(dims)}, keepdims="
                              f"{'true' if keep else 'false'})", fdsl_dtype(out.dtype), meta_shape(out), self.reads(x))
         raise Unsupported(f"aten.{name} (no translation)")
+
+    @staticmethod
+    def _promoted(node) -> str | None:
+        """The dtype PyTorch compares two tensor operands in (None: an operand is a scalar)."""
+        vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in node.args[:2]]
+        if not all(isinstance(v, torch.Tensor) for v in vals):
+            return None
+        return fdsl_dtype(torch.promote_types(vals[0].dtype, vals[1].dtype))
 
     def _resolve(self, a):
         if isinstance(a, torch.fx.Node):
