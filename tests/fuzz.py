@@ -24,7 +24,9 @@ reference itself (runtime/compare.py). A case whose inputs and outputs hold more
 elements skips cuda-sim (fixed sizes stay as written, and the simulator runs every thread in
 Python). A compiled run fails when it exits 3 (a mismatch), 2 or anything but 0 and 1, prints a
 traceback, exits 1 without an `error:` line, crashes the worker or runs past the timeout (120 s
-at least). `--minimise` shrinks the first failing program of each target and kind of failure
+at least of the worker's CPU time, which a busy machine does not stretch, or five times that on
+the clock). Workers plan for the test suite's snapshot of the cpu profile
+(tests/data/cpu-profile.json), so a case plans alike on every machine and run. `--minimise` shrinks the first failing program of each target and kind of failure
 (the problem; for an internal error, its exception and stage) by delta debugging (lines, then
 expressions, statements and parameters, then sizes) while it fails the same way, and `--keep
 DIR` writes it as DIR/compiled-INDEX-TARGET/min.fdsl with its command line and a
@@ -708,6 +710,7 @@ def fuzz(n: int, seed: int = 0, timeout_s: float = 20.0, keep_dir: Path | None =
 COMPILED_TARGETS = ("cpu", "cuda-sim", "mlir-jit")
 TINY = (1, 2, 3, 4, 5)                  # the sizes a compiled case binds (every symbol)
 WORKER_MAX_RSS_MB = 3000                 # a worker is replaced once it has grown past this
+WALL_FACTOR = 5                          # a run's wall-clock limit: this many times its CPU-time limit
 SIMULATED_ELEMENTS = 1 << 14             # cuda-sim runs kernels as Python: larger cases skip it
 
 
@@ -765,6 +768,29 @@ def too_large(cc: CompiledCase, target: str) -> bool:
     return target == "cuda-sim" and cc.elements > SIMULATED_ELEMENTS
 
 
+_PLANNING_DIR: str | None = None
+
+
+def planning_cache_dir() -> str | None:
+    """A cache directory whose cpu profile is the test suite's snapshot (tests/data/cpu-profile.json,
+    as tests/conftest.py does), so that a case plans the same way on every run and no worker
+    measures the machine first (10 s, more on a busy one); FUSEC_TEST_MEASURED_CPU=1 keeps the
+    user's cache directory, as in the suite. Inside the suite, its directory is used."""
+    global _PLANNING_DIR
+    if os.environ.get("FUSEC_TEST_MEASURED_CPU") == "1" or "fusec-tests-" in os.environ.get("FUSEC_CACHE_DIR", ""):
+        return None
+    if _PLANNING_DIR is None:
+        import atexit
+        import shutil
+        from fusec.compiler.plan.hardware import profile_key
+        root = Path(tempfile.mkdtemp(prefix="fusec-fuzz-cache-"))
+        atexit.register(shutil.rmtree, root, True)
+        profile = json.loads((ROOT / "tests" / "data" / "cpu-profile.json").read_text())
+        (root / "hardware-cpu.json").write_text(json.dumps({"key": profile_key(), "profile": profile}))
+        _PLANNING_DIR = str(root)
+    return _PLANNING_DIR
+
+
 class Worker:
     """A child process that runs `fusec.cli.main(argv)` for each request (JSON lines on its stdin,
     replies on a pipe of their own: whatever fusec or Numba write to the process's stdout and
@@ -778,12 +804,22 @@ class Worker:
         r, w = os.pipe()
         self.log = tempfile.TemporaryFile()
         env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", FUSEC_NO_CACHE="1", PYTHONPATH=str(ROOT))
+        if (planning := planning_cache_dir()) is not None:
+            env["FUSEC_CACHE_DIR"] = planning
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", str(w)],
                                      stdin=subprocess.PIPE, stdout=self.log, stderr=self.log, pass_fds=(w,),
                                      env=env, cwd=str(ROOT))
         os.close(w)
         self.replies = os.fdopen(r, "r")
         self.started += 1
+
+    def _cpu_seconds(self) -> float:
+        """The worker's CPU time so far (user and system; 0 where /proc cannot tell)."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return 0.0
 
     def close(self):
         if self.proc is not None:
@@ -805,7 +841,14 @@ class Worker:
         t0 = time.perf_counter()
         self.proc.stdin.write((json.dumps(argv) + "\n").encode())
         self.proc.stdin.flush()
-        ready, _, _ = select.select([self.replies], [], [], timeout_s)
+        cpu0 = self._cpu_seconds()
+        # a hang is a run past `timeout_s` of the worker's own CPU time (on a machine that others
+        # share, the wall clock says more about them), or past WALL_FACTOR times it on the clock
+        while True:
+            ready, _, _ = select.select([self.replies], [], [], 1.0)
+            wall = time.perf_counter() - t0
+            if ready or self._cpu_seconds() - cpu0 > timeout_s or wall > WALL_FACTOR * timeout_s:
+                break
         line = self.replies.readline() if ready else None
         if not line:
             if ready:                            # the worker died: a crash (a signal, or exit)
@@ -827,16 +870,19 @@ class Worker:
 def worker_main(fd: int) -> int:
     """The worker's loop (python tests/fuzz.py --worker FD)."""
     import resource
-    from fusec.cli import main as fusec_main
     replies = os.fdopen(fd, "w")
     for line in sys.stdin:
         argv = json.loads(line)
-        if argv[:1] == ["--fuzz-selftest"]:  # the harness's own test: a hang or a crash on request
+        if argv[:1] == ["--fuzz-selftest"]:  # the harness's own test: a hang, a busy loop or a crash
+            if argv[1] == "spin":
+                while True:
+                    pass
             time.sleep(3600) if argv[1] == "hang" else os.abort()
         out, err = io.StringIO(), io.StringIO()
         t0 = time.perf_counter()
         rc, problem = None, None
         try:
+            from fusec.cli import main as fusec_main
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 rc = fusec_main(argv)
         except SystemExit as e:
@@ -965,6 +1011,46 @@ def _sites(text: str) -> list[tuple[int, int]]:
     for m in re.finditer(r"^\s*(?:return\b|\w+(?:\s*,\s*\w+)*\s*=(?!=))([^\n]*)", text, re.M):
         out += [(m.start(1) + a, m.start(1) + b) for a, b in _split_top(m.group(1))]
     return out
+
+
+def _operand_list(inner: str) -> tuple[list[str], list[str]]:
+    """A binary expression's top-level operands and the operators between them."""
+    cuts, depth, last = [], 0, 0
+    for m in BINOPS.finditer(inner):
+        before = inner[last:m.start()]
+        depth += sum(before.count(c) for c in "([{") - sum(before.count(c) for c in ")]}")
+        last = m.start()
+        if depth == 0:
+            cuts.append(m)
+    pieces, ops, start = [], [], 0
+    for m in cuts:
+        pieces.append(inner[start:m.start()].strip())
+        ops.append(m.group(1))
+        start = m.end()
+    pieces.append(inner[start:].strip())
+    return pieces, ops
+
+
+def ddmin_operands(text: str, interesting, budget) -> None:
+    """Delta debugging inside long expressions (`x |> exp |> exp ...`, `a + b + ...`): drop
+    chunks of operands (each with its operator) while the failure persists."""
+    for a, b in sorted(_sites(text), key=lambda ab: ab[0] - ab[1]):
+        pieces, ops = _operand_list(text[a:b])
+        if len(pieces) < 8 or not all(pieces):
+            continue
+        lead = " " if text[a:a + 1] == " " else ""
+        n = 2
+        while len(pieces) >= 2 and budget():
+            chunk = max(1, len(pieces) // n)
+            for start in range(1, len(pieces), chunk):       # the first operand stays
+                cand_p, cand_o = pieces[:start] + pieces[start + chunk:], ops[:start - 1] + ops[start - 1 + chunk:]
+                expr = cand_p[0] + "".join(f" {o} {q}" for o, q in zip(cand_o, cand_p[1:]))
+                if interesting(text[:a] + lead + expr + text[b:]):
+                    return                                  # the text moved: the caller starts again
+            if chunk == 1:
+                break
+            n = min(len(pieces), n * 2)
+        return
 
 
 def expression_candidates(text: str) -> list[str]:
@@ -1134,6 +1220,11 @@ def minimise(cc: CompiledCase, fails, max_tries: int = 200, max_seconds: float =
     while changed and budget():
         before = cc.program
         ddmin_lines(cc.program.decode(), interesting, budget)
+        for _ in range(64):                               # long expressions, halved while they fail
+            size = len(cc.program)
+            ddmin_operands(cc.program.decode(), interesting, budget)
+            if len(cc.program) >= size or not budget():
+                break
         progress = True
         while progress and budget():
             progress = False

@@ -98,13 +98,15 @@ def test_the_compiled_contract_and_failure_kinds():
 def test_a_hang_or_a_crash_in_the_worker_is_a_failure_and_the_next_run_goes_on():
     worker = fuzz.Worker()
     try:
-        hang = worker.run(["--fuzz-selftest", "hang"], timeout_s=1)
-        assert hang["problem"] == "a timeout (1 s)" and hang["rc"] is None
+        spin = worker.run(["--fuzz-selftest", "spin"], timeout_s=1)       # 1 s of CPU time
+        assert spin["problem"] == "a timeout (1 s)" and spin["rc"] is None
+        hang = worker.run(["--fuzz-selftest", "hang"], timeout_s=0.5)     # asleep: 2.5 s on the clock
+        assert hang["problem"] == "a timeout (0.5 s)" and hang["seconds"] >= 0.5 * fuzz.WALL_FACTOR
         crash = worker.run(["--fuzz-selftest", "crash"], timeout_s=60)
         assert crash["problem"].startswith("a crash (worker ended with -6)"), crash
         ok = worker.run([str(fuzz.EXAMPLES / "softmax.fdsl"), "--target", "reference", "--bind", "M=2,N=3"], 60)
         assert ok["problem"] is None and ok["rc"] == 0 and "softmax_rows" in ok["out"], ok
-        assert worker.started == 3
+        assert worker.started == 4
     finally:
         worker.close()
 
