@@ -38,7 +38,7 @@ case after S seconds (the figures are printed all the same).
     python -m tests.fuzz --case 1234           # show (and run) one case of a run: its argv and program
     python -m tests.fuzz -n 10000 --keep DIR   # keep each failing case's files in DIR
     python -m tests.fuzz -n 3000 --targets reference,cpu,cuda-sim,mlir-jit --keep DIR --minimise
-                                               # compiled: ~350 programs, ~1,000 compiled runs
+                        # compiled: ~260 programs, ~750 compiled runs, ~6 s a program (docs/GUIDE.md)
     python -m tests.fuzz --case 1234 --targets reference,cpu --minimise --keep DIR   # one compiled case
 
 A case fails when it exits 2 (or anything but 0, 1, 3, 4), prints a traceback or "internal
