@@ -1,5 +1,7 @@
 """A seeded mutation fuzzer of fusec's front door: every input a user controls must end in exit
-0, 1, 3 or 4 (never 2, an internal error), without a traceback and within a time limit.
+0, 1, 3 or 4 (never 2, an internal error), without a traceback and within a time limit; and,
+with --targets, every program that passes the checker must compile and run on the compiled
+targets with the reference's outputs, or end in a user error.
 
 Programs start from the examples and every program of docs/FDSL.md and are mutated the way a
 careless or hostile user would: extreme literals (99999999999999999999, 1e400, 3000000000 in
@@ -12,14 +14,36 @@ missing or extra arrays, wrong dtypes, truncated, not a zip), output paths that 
 written (`--save`, `--report`, `--dump-dir`, `--plot`, `fusec compile -o`), and damaged
 artifacts for `fusec run`. Each case runs `fusec.cli.main` in this process, on `--target reference`.
 
+With `--targets reference,cpu,cuda-sim,mlir-jit`, each case whose program passes the checker
+also becomes a compiled case (one per distinct program): one of its chains, every symbol bound
+to 1..5, a seed, one case in five `--no-fuse`, `--no-fallback`. It runs on the reference first
+(the gate: the sizes must fit) and then on each compiled target in a worker process (so that a
+crash or a hang in native code fails that case and the run goes on; a worker is replaced after
+a crash, a hang, or once it has grown past 3 GB), where fusec checks the outputs against the
+reference itself (runtime/compare.py). A case whose inputs and outputs hold more than 16,384
+elements skips cuda-sim (fixed sizes stay as written, and the simulator runs every thread in
+Python). A compiled run fails when it exits 3 (a mismatch), 2 or anything but 0 and 1, prints a
+traceback, exits 1 without an `error:` line, crashes the worker or runs past the timeout (120 s
+at least of the worker's CPU time, which a busy machine does not stretch, or five times that on
+the clock). Workers plan for the test suite's snapshot of the cpu profile
+(tests/data/cpu-profile.json), so a case plans alike on every machine and run. `--minimise` shrinks the first failing program of each target and kind of failure
+(the problem; for an internal error, its exception and stage) by delta debugging (lines, then
+expressions, statements and parameters, then sizes) while it fails the same way, and `--keep
+DIR` writes it as DIR/compiled-INDEX-TARGET/min.fdsl with its command line and a
+test_regression.py to start the regression test from. `--max-seconds S` starts no compiled
+case after S seconds (the figures are printed all the same).
+
     python -m tests.fuzz -n 10000              # the long run (about two minutes on 2 cores)
     python -m tests.fuzz -n 300 --seed 7       # another sample
     python -m tests.fuzz --case 1234           # show (and run) one case of a run: its argv and program
     python -m tests.fuzz -n 10000 --keep DIR   # keep each failing case's files in DIR
+    python -m tests.fuzz -n 3000 --targets reference,cpu,cuda-sim,mlir-jit --keep DIR --minimise
+                        # compiled: ~260 programs, ~750 compiled runs, ~6 s a program (docs/GUIDE.md)
+    python -m tests.fuzz --case 1234 --targets reference,cpu --minimise --keep DIR   # one compiled case
 
 A case fails when it exits 2 (or anything but 0, 1, 3, 4), prints a traceback or "internal
 error", exits 1 without an `error:` line, or runs past --timeout seconds. The default test
-run (tests/test_fuzz.py) runs a few hundred cases.
+run (tests/test_fuzz.py) runs a few hundred cases, and five programs compiled on each target.
 """
 from __future__ import annotations
 
@@ -30,10 +54,13 @@ import json
 import os
 import random
 import re
+import select
 import signal
+import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -671,15 +698,713 @@ def fuzz(n: int, seed: int = 0, timeout_s: float = 20.0, keep_dir: Path | None =
             "slowest_s": round(slowest[0], 3), "slowest_case": slowest[1], "failures": failures}
 
 
+# ---- compiled targets (--targets) --------------------------------------------------------------
+#
+# A case whose program passes the checker becomes a compiled case: the same program with a clean
+# command line (one chain, tiny sizes, a seed, sometimes --no-fuse, never --fallback), run first
+# on the reference (the gate: the checker and the sizes must accept it) and then on each compiled
+# target, where fusec checks its outputs against the reference itself (runtime/compare.py). Each
+# compiled run happens in a worker process, so that a crash or a hang in a kernel (native code
+# that no signal interrupts) is a failure of that case, not the end of the run.
+
+COMPILED_TARGETS = ("cpu", "cuda-sim", "mlir-jit")
+TINY = (1, 2, 3, 4, 5)                  # the sizes a compiled case binds (every symbol)
+WORKER_MAX_RSS_MB = 3000                 # a worker is replaced once it has grown past this
+WALL_FACTOR = 5                          # a run's wall-clock limit: this many times its CPU-time limit
+SIMULATED_ELEMENTS = 1 << 14             # cuda-sim runs kernels as Python: larger cases skip it
+
+
+@dataclass
+class CompiledCase:
+    index: int
+    family: str                          # the family of the case it came from
+    program: bytes
+    chain: str
+    bind: dict[str, int]
+    seed: int
+    fuse: bool
+    elements: int = 0                    # of the chain's inputs and outputs at `bind`
+
+    def argv(self, target: str) -> list[str]:
+        argv = ["FILE", "--target", target, "--max-memory", MEMORY, "--chain", self.chain, "--seed", str(self.seed),
+                "--no-fallback", "-q"]
+        if self.bind:
+            argv += ["--bind", ",".join(f"{k}={v}" for k, v in self.bind.items())]
+        return argv + ([] if self.fuse else ["--no-fuse"])
+
+    def key(self) -> tuple:
+        return (self.program, self.chain, tuple(sorted(self.bind.items())), self.seed, self.fuse)
+
+
+def compiled_case(case: Case, seed: int = 0) -> CompiledCase | None:
+    """The compiled case of a fuzz case: None where its program does not pass the checker or has
+    no chain (it then only runs on the reference, as before)."""
+    import fusec
+    try:
+        text = case.program.decode("utf-8")
+        typed = fusec.check(text)
+    except Exception:               # noqa: BLE001 - any refusal: not a program to compile
+        return None
+    if not typed.chains:
+        return None
+    rng = random.Random(f"compiled:{seed}:{zlib.crc32(case.program)}")   # one compiled case per program
+    chain = rng.choice(typed.chains)
+    bind = {s: rng.choice(TINY) for s in chain.symbols}
+    return CompiledCase(case.index, case.family, case.program, chain.name, bind, rng.randrange(1000),
+                        rng.random() >= 0.2, _elements(chain, bind))
+
+
+def _elements(chain, bind: dict[str, int]) -> int:
+    try:
+        types = [p.type for p in chain.param_nodes] + list(chain.output_types)
+        return sum(int(np.prod(t.concrete(bind))) for t in types)
+    except Exception:                   # noqa: BLE001 - a size the checker left open: let the gate say
+        return 0
+
+
+def too_large(cc: CompiledCase, target: str) -> bool:
+    """A case too large to simulate in the time limit: fixed sizes such as 768 x 3072 stay as
+    written (only the symbols are bound tiny), and the simulator runs each thread in Python."""
+    return target == "cuda-sim" and cc.elements > SIMULATED_ELEMENTS
+
+
+_PLANNING_DIR: str | None = None
+
+
+def planning_cache_dir() -> str | None:
+    """A cache directory whose cpu profile is the test suite's snapshot (tests/data/cpu-profile.json,
+    as tests/conftest.py does), so that a case plans the same way on every run and no worker
+    measures the machine first (10 s, more on a busy one); FUSEC_TEST_MEASURED_CPU=1 keeps the
+    user's cache directory, as in the suite. Inside the suite, its directory is used."""
+    global _PLANNING_DIR
+    if os.environ.get("FUSEC_TEST_MEASURED_CPU") == "1" or "fusec-tests-" in os.environ.get("FUSEC_CACHE_DIR", ""):
+        return None
+    if _PLANNING_DIR is None:
+        import atexit
+        import shutil
+        from fusec.compiler.plan.hardware import profile_key
+        root = Path(tempfile.mkdtemp(prefix="fusec-fuzz-cache-"))
+        atexit.register(shutil.rmtree, root, True)
+        profile = json.loads((ROOT / "tests" / "data" / "cpu-profile.json").read_text())
+        (root / "hardware-cpu.json").write_text(json.dumps({"key": profile_key(), "profile": profile}))
+        _PLANNING_DIR = str(root)
+    return _PLANNING_DIR
+
+
+class Worker:
+    """A child process that runs `fusec.cli.main(argv)` for each request (JSON lines on its stdin,
+    replies on a pipe of their own: whatever fusec or Numba write to the process's stdout and
+    stderr goes to a log file, not into the replies)."""
+
+    def __init__(self):
+        self.proc = None
+        self.started = 0
+
+    def _start(self):
+        r, w = os.pipe()
+        self.log = tempfile.TemporaryFile()
+        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", FUSEC_NO_CACHE="1", PYTHONPATH=str(ROOT))
+        if (planning := planning_cache_dir()) is not None:
+            env["FUSEC_CACHE_DIR"] = planning
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", str(w)],
+                                     stdin=subprocess.PIPE, stdout=self.log, stderr=self.log, pass_fds=(w,),
+                                     env=env, cwd=str(ROOT))
+        os.close(w)
+        self.replies = os.fdopen(r, "r")
+        self.started += 1
+
+    def _cpu_seconds(self) -> float:
+        """The worker's CPU time so far (user and system; 0 where /proc cannot tell)."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
+    def close(self):
+        if self.proc is not None:
+            with contextlib.suppress(Exception):
+                self.proc.stdin.close()
+            with contextlib.suppress(Exception):
+                self.proc.wait(timeout=10)
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self.replies.close()
+            self.log.close()
+            self.proc = None
+
+    def run(self, argv: list[str], timeout_s: float) -> dict:
+        """{"rc", "out", "err", "seconds", "problem" (None: it ended; else why not), "rss_mb"}."""
+        if self.proc is None:
+            self._start()
+        t0 = time.perf_counter()
+        self.proc.stdin.write((json.dumps(argv) + "\n").encode())
+        self.proc.stdin.flush()
+        cpu0 = self._cpu_seconds()
+        # a hang is a run past `timeout_s` of the worker's own CPU time (on a machine that others
+        # share, the wall clock says more about them), or past WALL_FACTOR times it on the clock
+        while True:
+            ready, _, _ = select.select([self.replies], [], [], 1.0)
+            wall = time.perf_counter() - t0
+            if ready or self._cpu_seconds() - cpu0 > timeout_s or wall > WALL_FACTOR * timeout_s:
+                break
+        line = self.replies.readline() if ready else None
+        if not line:
+            if ready:                            # the worker died: a crash (a signal, or exit)
+                self.proc.wait()
+                why = f"a crash (worker ended with {self.proc.returncode})"
+            else:
+                self.proc.kill()
+                why = f"a timeout ({timeout_s:g} s)"
+            self.log.seek(0)
+            tail = self.log.read()[-3000:].decode("utf-8", "replace")
+            self.close()
+            return {"rc": None, "out": "", "err": tail, "seconds": time.perf_counter() - t0, "problem": why}
+        reply = json.loads(line)
+        if reply.get("rss_mb", 0) > WORKER_MAX_RSS_MB:
+            self.close()
+        return reply
+
+
+def worker_main(fd: int) -> int:
+    """The worker's loop (python tests/fuzz.py --worker FD)."""
+    import resource
+    replies = os.fdopen(fd, "w")
+    for line in sys.stdin:
+        argv = json.loads(line)
+        if argv[:1] == ["--fuzz-selftest"]:  # the harness's own test: a hang, a busy loop or a crash
+            if argv[1] == "spin":
+                while True:
+                    pass
+            time.sleep(3600) if argv[1] == "hang" else os.abort()
+        out, err = io.StringIO(), io.StringIO()
+        t0 = time.perf_counter()
+        rc, problem = None, None
+        try:
+            from fusec.cli import main as fusec_main
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                rc = fusec_main(argv)
+        except SystemExit as e:
+            rc = e.code
+        except BaseException as e:           # noqa: BLE001 - anything main let out breaks the contract
+            problem = f"{type(e).__name__} escaped main: {e}"
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        replies.write(json.dumps({"rc": rc, "out": out.getvalue()[-4000:], "err": err.getvalue()[-4000:],
+                                  "seconds": time.perf_counter() - t0, "problem": problem, "rss_mb": rss}) + "\n")
+        replies.flush()
+    return 0
+
+
+def compiled_contract(rc, out: str, err: str) -> str | None:
+    """The contract of a compiled run: the base contract, and no numerics mismatch (exit 3) and no
+    fallback (exit 4: it cannot happen with --no-fallback)."""
+    if rc == 3:
+        return "a mismatch (exit 3)"
+    if rc == 4:
+        return "a fallback (exit 4)"
+    return _contract(rc, out, err)
+
+
+def failure_kind(problem: str | None, err: str) -> str | None:
+    """What a minimised program must keep failing with: the problem and, for an internal error,
+    the exception's type (and stage); for a mismatch, nothing more."""
+    if problem is None:
+        return None
+    if problem.startswith("exit 2") or problem == "an internal error message":
+        m = re.search(r"internal error(?: in stage (\S+))?: (\w+)", err)
+        return f"internal error {m.group(2)}" + (f" in {m.group(1)}" if m.group(1) else "") if m else "exit 2"
+    if problem.startswith("a timeout") or problem.startswith("a crash"):
+        return problem.split(" (")[0]
+    return problem.split(":")[0]
+
+
+@dataclass
+class CompiledResult:
+    case: CompiledCase
+    target: str
+    rc: int | None
+    seconds: float
+    problem: str | None
+    stderr: str = ""
+    kind: str | None = None
+
+
+def run_compiled_target(cc: CompiledCase, target: str, worker: "Worker", timeout_s: float) -> CompiledResult:
+    with tempfile.TemporaryDirectory(prefix="fusec-cfuzz-") as tmp:
+        path = Path(tmp) / "prog.fdsl"
+        path.write_bytes(cc.program)
+        argv = [str(path) if a == "FILE" else a for a in cc.argv(target)]
+        reply = worker.run(argv, timeout_s)
+    problem = reply["problem"] or compiled_contract(reply["rc"], reply["out"], reply["err"])
+    err = reply["err"].replace(str(path), "prog.fdsl")
+    return CompiledResult(cc, target, reply["rc"], reply["seconds"], problem, err, failure_kind(problem, err))
+
+
+def gate(cc: CompiledCase, timeout_s: float) -> Result:
+    """The compiled case on the reference, in this process: exit 0 lets it go on to the targets."""
+    case = Case(cc.index, cc.family, cc.program, cc.argv("reference"))
+    return run_case(case, timeout_s)
+
+
+# ---- minimising a failing program --------------------------------------------------------------
+
+def _split_top(text: str, sep: str = ",") -> list[tuple[int, int]]:
+    """Spans of `text`'s parts between top-level separators (outside (), [] and {})."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append((start, i))
+            start = i + 1
+    parts.append((start, len(text)))
+    return parts
+
+
+def _closing(text: str, i: int) -> int | None:
+    """The index of the bracket closing the one at text[i]."""
+    pairs = {"(": ")", "[": "]", "{": "}"}
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] in pairs:
+            depth += 1
+        elif text[j] in ")]}":
+            depth -= 1
+            if depth == 0:
+                return j
+    return None
+
+
+BINOPS = re.compile(r"\s(\*\*|\|>|==|!=|<=|>=|[-+*/@<>])\s")
+
+
+def _operands(inner: str) -> list[str]:
+    """The operands of a parenthesised binary expression's top level ('a + b * c' -> a, b * c...)."""
+    out, depth, last = [], 0, 0
+    for m in BINOPS.finditer(inner):
+        before = inner[last:m.start()]
+        depth += sum(before.count(c) for c in "([{") - sum(before.count(c) for c in ")]}")
+        last = m.start()
+        if depth == 0:
+            out.append(m.start())
+    if not out:
+        return []
+    cuts = [0] + out + [len(inner)]
+    pieces = []
+    for a, b in zip(cuts, cuts[1:]):
+        piece = inner[a:b]
+        piece = BINOPS.sub(" ", piece, count=1) if a else piece
+        pieces.append(piece.strip())
+    return [p for p in pieces if p]
+
+
+def _sites(text: str) -> list[tuple[int, int]]:
+    """Spans of expressions: call arguments, parenthesised groups, right-hand sides and results."""
+    out = []
+    for m in re.finditer(r"\(", text):
+        close = _closing(text, m.start())
+        if close is not None:
+            out += [(m.start() + 1 + a, m.start() + 1 + b) for a, b in _split_top(text[m.start() + 1:close])]
+    for m in re.finditer(r"^\s*(?:return\b|\w+(?:\s*,\s*\w+)*\s*=(?!=))([^\n]*)", text, re.M):
+        out += [(m.start(1) + a, m.start(1) + b) for a, b in _split_top(m.group(1))]
+    return out
+
+
+def _operand_list(inner: str) -> tuple[list[str], list[str]]:
+    """A binary expression's top-level operands and the operators between them."""
+    cuts, depth, last = [], 0, 0
+    for m in BINOPS.finditer(inner):
+        before = inner[last:m.start()]
+        depth += sum(before.count(c) for c in "([{") - sum(before.count(c) for c in ")]}")
+        last = m.start()
+        if depth == 0:
+            cuts.append(m)
+    pieces, ops, start = [], [], 0
+    for m in cuts:
+        pieces.append(inner[start:m.start()].strip())
+        ops.append(m.group(1))
+        start = m.end()
+    pieces.append(inner[start:].strip())
+    return pieces, ops
+
+
+def ddmin_operands(text: str, interesting, budget) -> None:
+    """Delta debugging inside long expressions (`x |> exp |> exp ...`, `a + b + ...`): drop
+    chunks of operands (each with its operator) while the failure persists."""
+    for a, b in sorted(_sites(text), key=lambda ab: ab[0] - ab[1]):
+        pieces, ops = _operand_list(text[a:b])
+        if len(pieces) < 8 or not all(pieces):
+            continue
+        lead = " " if text[a:a + 1] == " " else ""
+        n = 2
+        while len(pieces) >= 2 and budget():
+            chunk = max(1, len(pieces) // n)
+            for start in range(1, len(pieces), chunk):       # the first operand stays
+                cand_p, cand_o = pieces[:start] + pieces[start + chunk:], ops[:start - 1] + ops[start - 1 + chunk:]
+                expr = cand_p[0] + "".join(f" {o} {q}" for o, q in zip(cand_o, cand_p[1:]))
+                if interesting(text[:a] + lead + expr + text[b:]):
+                    return                                  # the text moved: the caller starts again
+            if chunk == 1:
+                break
+            n = min(len(pieces), n * 2)
+        return
+
+
+def expression_candidates(text: str) -> list[str]:
+    """Smaller programs: a call replaced by one of its arguments, an expression by one of its
+    operands, a parenthesis, keyword argument, subscript or unused parameter dropped, a
+    statement's name replaced by a parameter."""
+    out = []
+    for m in re.finditer(r"([A-Za-z_]\w*)?\(", text):
+        open_at = m.end() - 1
+        close = _closing(text, open_at)
+        if close is None or m.group(1) == "chain" or re.search(r"chain\s+\w*\s*$", text[:m.start()]):
+            continue
+        inner = text[open_at + 1:close]
+        if m.group(1):                                  # a call: each positional argument in its place
+            for a, b in _split_top(inner):
+                arg = inner[a:b].strip()
+                if arg and not re.match(r"\w+\s*=(?!=)", arg):
+                    out.append(text[:m.start()] + arg + text[close + 1:])
+            for a, b in _split_top(inner):              # a keyword argument dropped
+                if re.match(r"\s*\w+\s*=(?!=)", inner[a:b]):
+                    rest = (inner[:a].rstrip().rstrip(",") + inner[b:]) if a else inner[b + 1:]
+                    out.append(text[:open_at + 1] + rest + text[close:])
+        elif "," not in inner:                          # a parenthesis dropped
+            out.append(text[:open_at] + inner + text[close + 1:])
+    for a, b in _sites(text):                           # an expression replaced by one of its operands
+        for piece in _operands(text[a:b]):
+            out.append(text[:a] + (" " if text[a:a + 1] == " " else "") + piece + text[b:])
+    for m in re.finditer(r"(?<=[\w)\]])\[", text):      # a subscript dropped (not a type's shape)
+        if re.search(r"(f16|bf16|f32|f64|i32|i64|bool)$", text[:m.start()]):
+            continue
+        close = _closing(text, m.start())
+        if close is not None:
+            out.append(text[:m.start()] + text[close + 1:])
+    params = list(re.finditer(r"(\w+)\s*:\s*(?:f16|bf16|f32|f64|i32|i64|bool)\b(\[[^\]]*\])?", text))
+    for m in params:                                    # a parameter dropped (the gate refuses a used one)
+        a, b = m.span()
+        rest = text[b:]
+        if re.match(r"\s*,", rest):
+            out.append(text[:a] + re.sub(r"^\s*,\s*", "", rest))
+        elif re.search(r",\s*$", text[:a]):
+            out.append(re.sub(r",\s*$", "", text[:a]) + rest)
+    names = [m.group(1) for m in params]
+    for m in re.finditer(r"^(\s*)(\w+)\s*=(?!=)[^\n]*\n", text, re.M):   # a statement gone, its name a parameter's
+        after = text[m.end():]
+        for p in names[:2]:
+            out.append(text[:m.start()] + re.sub(rf"\b{m.group(2)}\b", p, after))
+    return [c for c in dict.fromkeys(out) if c != text]
+
+
+def fix_declared(text: str) -> str:
+    """`text` with each chain's declared result types set to what its body returns (where the
+    checker's only complaint is that they differ): a smaller body keeps passing the checker."""
+    import fusec
+    from fusec.dsl.diagnostics import FdslError
+    for _ in range(4):
+        try:
+            fusec.check(text)
+            return text
+        except FdslError as e:
+            diags = [d for d in e.diagnostics if d.span is not None]
+        except Exception:               # noqa: BLE001
+            return text
+        lines = text.split("\n")
+        changed = False
+        for d in diags:
+            m = re.match(r"returns (.+) but the chain declares (.+)$", d.message)
+            if not m:
+                continue
+            ret_line = lines[d.span.line - 1]
+            at = ret_line.find("return")
+            if at < 0:
+                continue
+            spans = _split_top(ret_line[at + 6:])
+            k = sum(1 for a, _ in spans if at + 6 + a < d.span.col - 1) - 1
+            header_at = max(i for i in range(d.span.line) if re.match(r"\s*chain\s", lines[i]) or i == 0)
+            head = "\n".join(lines[header_at:d.span.line])
+            arrow = re.search(r"->\s*", head)
+            brace = head.find("{", arrow.end()) if arrow else -1
+            if brace < 0:
+                continue
+            declared = head[arrow.end():brace].strip()
+            types = ([declared[1:-1][a:b].strip() for a, b in _split_top(declared[1:-1])]
+                     if declared.startswith("(") else [declared])
+            k = min(max(k, 0), len(types) - 1)
+            types[k] = m.group(1)
+            new = f"({', '.join(types)}) " if len(types) > 1 else types[0] + " "
+            head = head[:arrow.end()] + new + head[brace:]
+            lines[header_at:d.span.line] = head.split("\n")
+            changed = True
+            break
+        if not changed:
+            return text
+        text = "\n".join(lines)
+    return text
+
+
+def ddmin_lines(text: str, interesting, budget) -> str:
+    """Delta debugging over the program's lines: drop chunks while the failure persists."""
+    lines = text.split("\n")
+    n = 2
+    while len(lines) >= 2 and budget():
+        chunk = max(1, len(lines) // n)
+        reduced = False
+        for start in range(0, len(lines), chunk):
+            if not budget():
+                break
+            cand = lines[:start] + lines[start + chunk:]
+            if cand and interesting("\n".join(cand)):
+                lines, n, reduced = cand, max(n - 1, 2), True
+                break
+        if not reduced:
+            if chunk == 1:
+                break
+            n = min(len(lines), n * 2)
+    return "\n".join(lines)
+
+
+def still_fails(target: str, kind: str, worker: Worker, timeout_s: float):
+    """The minimiser's test: a candidate passes the gate (the checker, on the reference) and
+    fails on `target` with the same kind of failure."""
+    def fails(c: CompiledCase) -> bool:
+        if target == "reference":
+            r = gate(c, timeout_s)
+            return failure_kind(r.problem, r.stderr) == kind
+        return gate(c, timeout_s).rc == 0 and run_compiled_target(c, target, worker, timeout_s).kind == kind
+    return fails
+
+
+def _rebind(cc: CompiledCase) -> CompiledCase:
+    """`cc` binding only the symbols its chain still has (a smaller program may have fewer)."""
+    import fusec
+    from dataclasses import replace
+    try:
+        chain = next(c for c in fusec.check(cc.program.decode()).chains if c.name == cc.chain)
+    except Exception:                   # noqa: BLE001 - the gate refuses it anyway
+        return cc
+    bind = {s: cc.bind.get(s, 1) for s in chain.symbols}
+    return replace(cc, bind=bind, elements=_elements(chain, bind))
+
+
+def minimise(cc: CompiledCase, fails, max_tries: int = 200, max_seconds: float = 600.0) -> tuple[CompiledCase, int]:
+    """The smallest program (and sizes) found for which `fails` (still_fails) holds: lines
+    dropped by delta debugging, then expressions replaced by their operands and statements by
+    parameters, then sizes, until nothing smaller fails. Returns the case and the number of
+    candidates tried."""
+    from dataclasses import replace
+    t0 = time.perf_counter()
+    tried: dict[tuple, bool] = {}
+
+    def budget() -> bool:
+        return len(tried) < max_tries and time.perf_counter() - t0 < max_seconds
+
+    def check(c: CompiledCase) -> bool:
+        if c.key() not in tried:
+            tried[c.key()] = fails(c)
+        return tried[c.key()]
+
+    def interesting(text: str) -> bool:
+        nonlocal cc
+        cand = _rebind(replace(cc, program=fix_declared(text).encode()))
+        if len(cand.program) > len(cc.program) + 40 or not check(cand):
+            return False
+        cc = cand
+        return True
+
+    changed = True
+    while changed and budget():
+        before = cc.program
+        ddmin_lines(cc.program.decode(), interesting, budget)
+        for _ in range(64):                               # long expressions, halved while they fail
+            size = len(cc.program)
+            ddmin_operands(cc.program.decode(), interesting, budget)
+            if len(cc.program) >= size or not budget():
+                break
+        progress = True
+        while progress and budget():
+            progress = False
+            for cand in sorted(expression_candidates(cc.program.decode()), key=len):
+                if not budget():
+                    break
+                if len(cand) < len(cc.program) and interesting(cand):
+                    progress = True
+                    break
+        changed = cc.program != before
+    for sym in list(cc.bind):                        # sizes: as small as still fails
+        for v in sorted(set(TINY) - {cc.bind[sym]}):
+            if v >= cc.bind[sym] or not budget():
+                break
+            cand = replace(cc, bind={**cc.bind, sym: v})
+            if check(cand):
+                cc = cand
+                break
+    if cc.fuse is False and budget() and check(replace(cc, fuse=True)):
+        cc = replace(cc, fuse=True)
+    return cc, len(tried)
+
+
+def keep_compiled(r: CompiledResult, directory: Path, minimised: CompiledCase | None = None) -> Path:
+    """A failing compiled case in DIR/compiled-INDEX-TARGET: prog.fdsl, argv.json, stderr.txt, and
+    min.fdsl with min-argv.json where it was minimised."""
+    d = directory / f"compiled-{r.case.index}-{r.target}"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "prog.fdsl").write_bytes(r.case.program)
+    (d / "argv.json").write_text(json.dumps(["prog.fdsl" if a == "FILE" else a for a in r.case.argv(r.target)]))
+    (d / "stderr.txt").write_text(f"{r.problem} [{r.kind}]\n{r.stderr}")
+    if minimised is not None:
+        (d / "min.fdsl").write_bytes(minimised.program)
+        argv = minimised.argv(r.target)
+        (d / "min-argv.json").write_text(json.dumps(["min.fdsl" if a == "FILE" else a for a in argv]))
+        (d / "test_regression.py").write_text(REGRESSION.format(
+            target=r.target, fn=re.sub(r"\W", "_", r.target), kind=r.kind, index=r.case.index, program=minimised.program.decode().rstrip("\n"),
+            argv=json.dumps(argv[1:])))
+    return d
+
+
+REGRESSION = '''"""Regression (found by `python -m tests.fuzz --targets ...`, case {index}): on {target}, this
+program ended in {kind}. It must match the reference or end in a located user error."""
+from fusec.cli import main
+
+SRC = """\\
+{program}
+"""
+
+
+def test_it_runs_on_{fn}(tmp_path, capsys):
+    path = tmp_path / "min.fdsl"
+    path.write_text(SRC)
+    rc = main([str(path)] + {argv})
+    err = capsys.readouterr().err
+    assert rc in (0, 1) and "internal error" not in err and "Traceback" not in err, err
+'''
+
+
+def _refusal(err: str) -> str:
+    """A short name for a compiled target's user error (the figures count them by kind)."""
+    line = next((ln for ln in err.splitlines() if "error:" in ln), err.strip()[:80])
+    line = re.sub(r"^.*?error: ", "", line)
+    line = re.sub(r"'[^']*'|\b\d+\b|\[[^\]]*\]", "_", line)
+    return line[:90]
+
+
+def fuzz_compiled(cases: list[Case], targets: list[str], timeout_s: float, keep_dir: Path | None = None,
+                  minimise_failures: bool = False, progress=None, seed: int = 0, limit: int | None = None,
+                  max_seconds: float | None = None) -> dict:
+    """The compiled cases of `cases` (those whose program passes the checker), each distinct one
+    run on the reference and then on every compiled target of `targets` (at most `limit` programs
+    compiled; no new case after `max_seconds`). The first failure of each target and kind is
+    minimised with `minimise_failures`."""
+    targets = [t for t in targets if t != "reference"]
+    worker = Worker()
+    t0 = time.perf_counter()
+    seen: set = set()
+    per: dict[str, dict] = {t: {"runs": 0, "ok": 0, "user_errors": 0, "failing": 0, "seconds": 0.0, "max_s": 0.0}
+                            for t in ["reference"] + targets}
+    refusals: dict[str, Counter] = {t: Counter() for t in per}
+    failures: list[CompiledResult] = []
+    counts = Counter()
+    minimised: set[tuple[str, str]] = set()
+    try:
+        for n_case, case in enumerate(cases):
+            if progress and n_case and n_case % progress == 0:
+                done = sum(per[t]["runs"] for t in targets)
+                print(f"  {n_case}/{len(cases)} cases, {counts['programs compiled']} programs, {done} compiled runs, "
+                      f"{len(failures)} failing, {time.perf_counter() - t0:.0f} s", flush=True)
+            if limit is not None and counts["programs compiled"] >= limit:
+                break
+            if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
+                counts["cases left when the time was up"] = len(cases) - n_case
+                break
+            cc = compiled_case(case, seed)
+            if cc is None:
+                counts["not checked"] += 1
+                continue
+            if cc.key() in seen:
+                counts["duplicates"] += 1
+                continue
+            seen.add(cc.key())
+            g = gate(cc, timeout_s)
+            results = [CompiledResult(cc, "reference", g.rc, g.seconds, g.problem, g.stderr,
+                                      failure_kind(g.problem, g.stderr))]
+            if g.rc == 0 and g.problem is None:
+                counts["programs compiled"] += 1
+                for t in targets:
+                    if too_large(cc, t):
+                        counts[f"too large for {t} (> {SIMULATED_ELEMENTS} elements)"] += 1
+                    else:
+                        results.append(run_compiled_target(cc, t, worker, timeout_s))
+            else:
+                counts["refused by the gate"] += 1
+            for r in results:
+                f = per[r.target]
+                f["runs"] += 1
+                f["seconds"] += r.seconds
+                f["max_s"] = max(f["max_s"], r.seconds)
+                if r.problem:
+                    f["failing"] += 1
+                    failures.append(r)
+                    small = None
+                    if minimise_failures and r.kind and (r.target, r.kind) not in minimised:
+                        minimised.add((r.target, r.kind))
+                        small, tries = minimise(cc, still_fails(r.target, r.kind, worker, timeout_s), max_seconds=300)
+                        print(f"  case {cc.index} on {r.target} ({r.kind}): minimised to {len(small.program)} "
+                              f"bytes in {tries} tries", flush=True)
+                    if keep_dir is not None:
+                        keep_compiled(r, keep_dir, small)
+                elif r.rc == 0:
+                    f["ok"] += 1
+                else:
+                    f["user_errors"] += 1
+                    refusals[r.target][_refusal(r.stderr)] += 1
+    finally:
+        restarts = worker.started
+        worker.close()
+    for f in per.values():
+        f["mean_s"] = round(f["seconds"] / f["runs"], 3) if f["runs"] else None
+        f["seconds"], f["max_s"] = round(f["seconds"], 1), round(f["max_s"], 2)
+    compiled_runs = sum(per[t]["runs"] for t in targets)
+    seconds = time.perf_counter() - t0
+    return {"targets": per, "compiled_runs": compiled_runs, "seconds": round(seconds, 1),
+            "runs_per_minute": round(60 * compiled_runs / seconds, 1) if seconds else None,
+            "cases": dict(counts), "workers_started": restarts,
+            "refusals": {t: dict(c.most_common(8)) for t, c in refusals.items() if c},
+            "failing": len(failures), "kinds": dict(Counter(f"{r.target}: {r.kind}" for r in failures)),
+            "failures": failures}
+
+
+def parse_targets(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in names if t not in ("reference",) + COMPILED_TARGETS]
+    if bad:
+        raise SystemExit(f"--targets: unknown {', '.join(bad)} (reference, {', '.join(COMPILED_TARGETS)})")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__.split("\n\n")[0])
     p.add_argument("-n", type=int, default=1000, help="cases to run (default 1000)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, default=20.0, help="seconds per case (default 20)")
+    p.add_argument("--timeout", type=float, default=20.0, help="seconds per case (default 20; 120 per compiled run)")
     p.add_argument("--keep", type=Path, help="write each failing case (program, files, argv, stderr) here")
     p.add_argument("--case", type=int, help="show and run one case")
+    p.add_argument("--targets", type=parse_targets, default=["reference"],
+                   help="reference (default) and compiled targets (cpu, cuda-sim, mlir-jit) on which each "
+                        "program that passes the checker is also compiled and run, e.g. reference,cpu,cuda-sim")
+    p.add_argument("--minimise", action="store_true",
+                   help="minimise each failing compiled case (written to --keep DIR as min.fdsl)")
+    p.add_argument("--max-seconds", type=float, help="compiled cases: start no new case after this many seconds")
+    p.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.worker is not None:
+        return worker_main(args.worker)
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+    compiled = [t for t in args.targets if t != "reference"]
+    compiled_timeout = max(args.timeout, 120.0)
     if args.case is not None:
         case = make_case(args.seed, args.case, corpus())
         print(f"case {case.index} ({case.family}): fusec {' '.join(_argv(case, Path('DIR')))}")
@@ -687,13 +1412,35 @@ def main(argv: list[str] | None = None) -> int:
         result = run_case(case, args.timeout)
         print(f"exit {result.rc} in {result.seconds:.2f} s: {result.problem or 'holds the contract'}")
         print(result.stderr)
-        return 0 if result.problem is None else 1
+        failed = result.problem is not None
+        cc = compiled_case(case, args.seed) if compiled else None
+        if cc is not None:
+            print(f"compiled case: fusec {' '.join(cc.argv('TARGET'))}")
+            cfig = fuzz_compiled([case], args.targets, compiled_timeout, args.keep, args.minimise, seed=args.seed)
+            for target, f in cfig["targets"].items():
+                print(f"  {target}: {f['runs']} run, {f['ok']} ok, {f['user_errors']} user errors, "
+                      f"{f['failing']} failing, {f['seconds']} s")
+            for r in cfig["failures"]:
+                print(f"  {r.target}: exit {r.rc}: {r.problem} [{r.kind}]\n    " + r.stderr.strip().replace("\n", "\n    "))
+            failed |= bool(cfig["failures"])
+        return 1 if failed else 0
     figures = fuzz(args.n, args.seed, args.timeout, args.keep, progress=max(1, args.n // 10))
     failures = figures.pop("failures")
     print(json.dumps(figures, indent=1))
     for r in failures[:20]:
         print(f"case {r.case.index} ({r.case.family}): {r.problem}\n    {r.stderr.strip().splitlines()[-1:] }")
-    return 1 if failures else 0
+    if not compiled:
+        return 1 if failures else 0
+    programs = corpus()
+    cfig = fuzz_compiled([make_case(args.seed, i, programs) for i in range(args.n)], args.targets, compiled_timeout,
+                         args.keep, args.minimise, progress=max(1, args.n // 20), seed=args.seed,
+                         max_seconds=args.max_seconds)
+    cfailures = cfig.pop("failures")
+    print(json.dumps(cfig, indent=1))
+    for r in cfailures[:30]:
+        print(f"compiled case {r.case.index} ({r.case.family}) on {r.target}: {r.problem} [{r.kind}]\n"
+              f"    {r.stderr.strip().splitlines()[-1:]}")
+    return 1 if failures or cfailures else 0
 
 
 if __name__ == "__main__":

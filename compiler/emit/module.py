@@ -296,7 +296,10 @@ class _FuncEmitter:
         view = self.ctx.views[v]
         if view.host is None:
             raise EmitError("the emitter cannot return this memref view as an array", term)
-        return f"{view.host}.reshape(())" if not view.shape else view.host
+        host = view.host
+        if host in {g.name for g in self.ctx.globals.by_symbol.values()}:
+            host = f"{host}.copy()"     # a constant result (`return 3`): Numba freezes module arrays read-only
+        return f"{host}.reshape(())" if not view.shape else host
 
     def _f16_wrapper(self, inner: str, params: list[str]) -> str:
         """Numba's CPU target has no float16: the njit function works on float32 copies."""
