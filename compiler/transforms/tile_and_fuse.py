@@ -49,6 +49,15 @@ def tag_groups(func_op, plan: FusionPlan) -> None:
                         use.owner.operands[use.operand_number] = clone.results[0]
             versions[m].append(clone)
             mine[m] = clone
+            # where its kernel runs: just before the first of the kernel's ops that reads it, not
+            # beside the original. Bufferization reads program order as run order: a copy left
+            # before the original (in an earlier kernel's ops) let that kernel's copy, now the
+            # last reader in the program, write over the input the later kernel's copy reads
+            # (`t0 = cumsum(x) * 0.25` recomputed in two serial kernels was scaled twice)
+            readers = {use.owner for use in clone.results[0].uses}
+            first = next((o.operation for o in op.block.operations if o.operation in readers), None)
+            if first is not None:
+                clone.move_before(first)
 
 
 def own_destinations(func_op, plan: FusionPlan) -> None:
