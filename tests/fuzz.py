@@ -983,22 +983,8 @@ BINOPS = re.compile(r"\s(\*\*|\|>|==|!=|<=|>=|[-+*/@<>])\s")
 
 def _operands(inner: str) -> list[str]:
     """The operands of a parenthesised binary expression's top level ('a + b * c' -> a, b * c...)."""
-    out, depth, last = [], 0, 0
-    for m in BINOPS.finditer(inner):
-        before = inner[last:m.start()]
-        depth += sum(before.count(c) for c in "([{") - sum(before.count(c) for c in ")]}")
-        last = m.start()
-        if depth == 0:
-            out.append(m.start())
-    if not out:
-        return []
-    cuts = [0] + out + [len(inner)]
-    pieces = []
-    for a, b in zip(cuts, cuts[1:]):
-        piece = inner[a:b]
-        piece = BINOPS.sub(" ", piece, count=1) if a else piece
-        pieces.append(piece.strip())
-    return [p for p in pieces if p]
+    pieces, ops = _operand_list(inner)
+    return [p for p in pieces if p] if ops else []
 
 
 def _sites(text: str) -> list[tuple[int, int]]:

@@ -223,16 +223,7 @@ def test_two_attention_layers_match_the_reference_on_cpu():
     prog = fusec.compile(TWO_LAYERS_S, target="cpu", options={"plans": {"two": spec}})
     compiled = prog.two.compiled(binding)
     assert [g["template"] for g in compiled.plan["groups"]].count("attention") == 2
-    rng = np.random.default_rng(2)
-    q, k, v = (rng.standard_normal((1, 2, 96, 16)).astype(np.float32) for _ in range(3))
-    keep = rng.random((96, 96)) < 0.6
-    keep[:, 0] = True
-    keep[5] = False
-    mask = np.where(keep, np.float32(0), np.float32(-1e30)).astype(np.float32)
-    inputs = [q, k, v, mask]
-    want = reference.run_chain(prog.two.typed, inputs, binding)[0]
-    c = compare(compiled.fused(*inputs)[0], want, "f32")
-    assert c.ok, c.describe()
+    _matches_the_reference(prog.two.typed, compiled, binding, seed=2)
 
 
 @pytest.mark.slow
@@ -240,13 +231,19 @@ def test_two_attention_layers_match_the_reference_on_cuda_sim():
     prog = fusec.compile(TWO_LAYERS, target="cuda-sim")
     compiled = prog.two.compiled({})
     assert [g["template"] for g in compiled.plan["groups"]].count("attention") == 2
-    rng = np.random.default_rng(1)
-    q, k, v = (rng.standard_normal((1, 2, 64, 16)).astype(np.float32) for _ in range(3))
-    keep = rng.random((64, 64)) < 0.6
+    _matches_the_reference(prog.two.typed, compiled, {}, seed=1)
+
+
+def _matches_the_reference(typed, compiled, binding, seed):
+    """Random q, k, v (S = the binding's, else 64) and a mask with a fully masked row (5)."""
+    n = binding.get("S", 64)
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((1, 2, n, 16)).astype(np.float32) for _ in range(3))
+    keep = rng.random((n, n)) < 0.6
     keep[:, 0] = True
     keep[5] = False
     mask = np.where(keep, np.float32(0), np.float32(-1e30)).astype(np.float32)
     inputs = [q, k, v, mask]
-    want = reference.run_chain(prog.two.typed, inputs, {})[0]
+    want = reference.run_chain(typed, inputs, binding)[0]
     c = compare(compiled.fused(*inputs)[0], want, "f32")
     assert c.ok, c.describe()
