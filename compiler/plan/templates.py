@@ -29,6 +29,7 @@ class Config:
     mlir_threads: ClassVar[bool] = True    # MLIR tiles its thread level from the thread tiles
     splits_rows: ClassVar[bool] = False    # split_rows rewrites its thread level (transforms/split_rows.py)
     drops_init: ClassVar[bool] = False     # its template writes every output element: its init fill goes
+    at_root: ClassVar[bool] = False        # its template reads its ops at its root: they move there before bufferization
 
     def mapped_threads(self, block: tuple[int, ...], thread: tuple[int, ...], mapped: tuple[int, ...]) -> tuple[int, ...]:
         """Threads per mapped loop, outermost first (1 each when there is no thread level)."""
@@ -138,6 +139,7 @@ class AttentionConfig(Config):
     one_root: ClassVar[bool] = True
     whole: ClassVar[bool] = True
     in_place: ClassVar[bool] = False
+    at_root: ClassVar[bool] = True
     block_q: int                          # queries per block
     block_kv: int                         # keys (and values) per step
 

@@ -308,7 +308,7 @@ def tile_and_fuse(module: ir.Module, plans: dict[str, FusionPlan]) -> None:
             for g in plan.kernels:
                 if g.config.drops_init:
                     _scan_without_init(f, g)
-                if g.template == "attention":
+                if g.config.at_root:
                     _gather_before_root(f, g)
                 steps = group_steps(plan, g)
                 if steps:
