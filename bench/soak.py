@@ -338,6 +338,22 @@ def entry_bytes(cache_dir: str) -> int:
 def soak(calls: int, threads: list[int], processes: int, target: str = "cpu", reloads: int = 2,
          cap_fraction: float = 0.8, cache_dir: str | None = None, bindings=BINDINGS, seed: int = 0,
          say=print) -> dict:
+    """The whole run (see the module docstring); the result as data. The cache's size limit the
+    run sets (FUSEC_CACHE_MAX_SIZE) is this process's environment only while it runs: a caller
+    (the test suite's worker) gets its own back, or its later compiles would be evicted at once."""
+    before = os.environ.get("FUSEC_CACHE_MAX_SIZE")
+    try:
+        return _soak(calls, threads, processes, target, reloads, cap_fraction, cache_dir, bindings, seed, say)
+    finally:
+        if before is None:
+            os.environ.pop("FUSEC_CACHE_MAX_SIZE", None)
+        else:
+            os.environ["FUSEC_CACHE_MAX_SIZE"] = before
+
+
+def _soak(calls: int, threads: list[int], processes: int, target: str = "cpu", reloads: int = 2,
+         cap_fraction: float = 0.8, cache_dir: str | None = None, bindings=BINDINGS, seed: int = 0,
+         say=print) -> dict:
     """The whole run (see the module docstring); the result as data."""
     t0 = time.perf_counter()
     start = resources()
