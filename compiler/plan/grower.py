@@ -156,9 +156,10 @@ class Grower:
         if early:
             return f"%{early[0]} runs before this kernel's root %{self.root.id}"
         inside = sorted(u for u in prod.users if u in self.members)
-        if prod.kind == "reduction" and inside and read_paths(info, prod.id, self.members) > 1:
+        copies = read_paths(info, prod.id, self.members) if prod.kind == "reduction" and inside else 0
+        if copies > 1:
             # horizontal.written_reduction_read_twice
-            return (f"the kernel reads it {read_paths(info, prod.id, self.members)} times (through "
+            return (f"the kernel reads it {copies} times (through "
                     f"%{', %'.join(map(str, inside))}), and only one of the copies tile-and-fuse makes "
                     "for them would be initialised")
         row = (prod.kind == "elementwise" and self.chooser.target == "gpu" and

@@ -146,7 +146,6 @@ def written_reduction_read_twice(info: ChainInfo, members) -> tuple[int, int, in
     return None
 
 
-
 def _fill_readers(info: ChainInfo, members) -> list[set[int]]:
     """Per fill of the kernel, the members it initialises."""
     fills: dict[int, set[int]] = {}
