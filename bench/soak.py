@@ -141,6 +141,7 @@ class Tally:
         self.lock = threading.Lock()
         self.counts = Counter()
         self.errors: list[str] = []
+        self.first: dict[str, str] = {}      # each count's first text, kept past the ten errors
 
     def add(self, **kw):
         with self.lock:
@@ -149,6 +150,7 @@ class Tally:
     def note(self, count: str, text: str):
         with self.lock:
             self.counts[count] += 1
+            self.first.setdefault(count, text)
             if len(self.errors) < 10:
                 self.errors.append(text)
 
@@ -322,7 +324,7 @@ def _row(phase, tally, samples, problems, warm_s, run_s, threads, processes) -> 
     for count, what in (("wrong", "wrong results"), ("changed_held", "held outputs changed"),
                         ("exceptions", "exceptions")):
         if c[count]:
-            problems.append(f"{c[count]} {what}")
+            problems.append(f"{c[count]} {what}; the first: {tally.first[count]}")
     return {"phase": phase, "threads": threads, "processes": processes, "warmup_s": round(warm_s, 1),
             "run_s": round(run_s, 1), "calls_per_s": round(c["calls"] / run_s, 1) if run_s > 0 else None,
             "counts": dict(c), "resources": samples, "problems": problems, "errors": tally.errors}

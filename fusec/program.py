@@ -11,6 +11,7 @@ import json
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from fusec.dsl.binding import check_binding
 from fusec.dsl.typed import TypedChain, TypedModule
 from fusec.runtime import artifact as art
 from fusec.runtime import reference
-from fusec.runtime.cache import CompileCache, entry_name
+from fusec.runtime.cache import CompileCache, CompileCacheError, entry_name
 from fusec.runtime.compare import Comparison, compare
 from fusec.runtime.executable import Executable, as_input, input_shape
 from fusec.runtime.memory import check_memory
@@ -38,6 +39,7 @@ from .progress import QUIET, Progress
 from .target_options import check_supported, compile_options, notice
 
 Options = CompileOptions
+STORE_TRIES = 3          # stores of one build a cache that evicts it before it loads gets, then an error
 
 
 class Chain:
@@ -140,6 +142,7 @@ class Program:
         self.max_memory = max_memory       # bytes a run may need (None: a quarter of this machine's memory)
         self._cache = cache
         self._scratch: tempfile.TemporaryDirectory | None = None   # removed with the program
+        self._own: tempfile.TemporaryDirectory | None = None       # builds the compile cache evicted before they loaded
         self.persistent = persistent       # builds go through the compile cache (runtime/cache.py)
         self.remote = remote if persistent else None    # and its remote tier (runtime/remote_cache.py)
         self.jobs = jobs                   # worker processes of `prepare` (None: this machine's cores)
@@ -215,8 +218,13 @@ class Program:
         if made is not None:                                # built by `prepare`'s workers
             if self.remote is not None:
                 self._compiled_here[made[0].name] = made[0]
-            return self._loaded(art.load(made[0]), chain, self.options, "miss" if self.persistent else "off",
-                                {"compile": made[1], "numba.import": imported})
+            try:
+                return self._loaded(art.load(made[0]), chain, self.options, "miss" if self.persistent else "off",
+                                    {"compile": made[1], "numba.import": imported})
+            except (OSError, art.ArtifactError):
+                if not self.persistent or (made[0] / art.MANIFEST).is_file():
+                    raise
+                # evicted by another process before this one loaded it: looked up and built as any other
         if self.persistent:
             found, tier = self._cached(chain, binding, options or self.options), "hit"
             if found is None and self.remote is not None:
@@ -237,7 +245,7 @@ class Program:
             built, directory = self._compile_into_cache(chain, binding, options, told)
         finally:
             self.progress.clear()
-        compiled = load_chain(art.load(directory), chain, self.target, built.main.texts, numba_cache=self.persistent)
+        compiled = self._load_stored(built, directory, chain, binding, options)
         if built.options.kernel_report:
             compiled.kernel_report = list(built.kernel_report)
         compiled.compile_seconds = dict(compiled.compile_seconds, compile=time.perf_counter() - t0,
@@ -255,6 +263,29 @@ class Program:
         compiled.cache = tier
         return compiled
 
+    def _load_stored(self, built, directory: Path, chain: TypedChain, binding: dict[str, int],
+                     options: CompileOptions) -> CompiledChain:
+        """The build just written to `directory`, loaded. In the compile cache another process's
+        (or thread's) store may evict it before it loads: it is stored again, a few times, and
+        then, with a notice that the cache is too small, loaded from a copy of this program's own."""
+        for tried in range(1, STORE_TRIES + 1):
+            try:
+                return load_chain(art.load(directory), chain, self.target, built.main.texts,
+                                  numba_cache=self.persistent)
+            except (OSError, art.ArtifactError):
+                if not self.persistent or (directory / art.MANIFEST).is_file():
+                    raise
+            if tried < STORE_TRIES:
+                directory = self._store(built, chain, binding, options)
+        notice(f"the compile cache {self.cache} is too small for the builds in use: the build of {chain.name} was "
+               f"evicted {STORE_TRIES} times before it loaded; it runs from a copy of this program's own "
+               f"(raise FUSEC_CACHE_MAX_SIZE)")
+        if self._own is None:
+            self._own = tempfile.TemporaryDirectory(prefix="fusec-evicted-")
+        directory = Path(self._own.name) / f"{chain.name}.{uuid.uuid4().hex[:8]}"
+        self._write(built, chain, directory)
+        return load_chain(art.load(directory), chain, self.target, built.main.texts, numba_cache=False)
+
     def _compile_into_cache(self, chain: TypedChain, binding: dict[str, int], options: CompileOptions, told=None):
         """Compile the chain and write its artifact: into the compile cache (and its remote tier),
         else into the program's directory. The build and the directory."""
@@ -262,11 +293,13 @@ class Program:
         shared = RemoteTuning(self.remote) if self.remote is not None else None
         built = build_chain(chain, binding, options, timer=_timer(chain, binding, self.target), progress=told,
                             unfused=False, shared_tuning=shared)
+        return built, self._store(built, chain, binding, options)
 
+    def _store(self, built, chain: TypedChain, binding: dict[str, int], options: CompileOptions) -> Path:
+        """The build's artifact written: into the compile cache (and its remote tier), else into
+        the program's directory."""
         def write(directory: Path) -> Path:
-            texts = json.dumps(built.main.texts, sort_keys=True).encode()
-            return write_artifact(directory, self.target, self.typed.file.path, self.source, built.options, [built],
-                                  extra={f"{chain.name}.stages.json": texts})
+            return self._write(built, chain, directory)
         if self.persistent:
             name = self.cache_entry(chain, binding, options)
             directory = self.compile_cache().store(name, write)
@@ -281,7 +314,12 @@ class Program:
                 directory = directory.with_name(directory.name + "." + options.key())
             set_aside_if_not_an_artifact(directory)
             write(directory)
-        return built, directory
+        return directory
+
+    def _write(self, built, chain: TypedChain, directory: Path) -> Path:
+        texts = json.dumps(built.main.texts, sort_keys=True).encode()
+        return write_artifact(directory, self.target, self.typed.file.path, self.source, built.options, [built],
+                              extra={f"{chain.name}.stages.json": texts})
 
     def _cached(self, chain: TypedChain, binding: dict[str, int], options: CompileOptions) -> art.Artifact | None:
         """The chain's checked artifact from the compile cache, when one was stored."""

@@ -116,6 +116,7 @@ class CompileCache:
             for _ in range(2):
                 try:
                     os.rename(staging, d)
+                    os.utime(d)              # just used: the newest entry, the last an eviction takes
                     break
                 except OSError:
                     if not d.is_dir():

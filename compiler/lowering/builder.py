@@ -7,6 +7,7 @@ Every helper builds at the current insertion point and location (set by the call
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
@@ -70,17 +71,24 @@ class _Dims:
         return next((s for s, v in self.values.items() if v == value), None)
 
 
-_DIMS: list[_Dims] = []
+class _Lowering(threading.local):
+    """This thread's stack of the chains lowering (threads of one process compile at once: a
+    stack shared by all lowered one chain's shapes against another's extents)."""
+    def __init__(self):
+        self.dims: list[_Dims] = []
+
+
+_LOWERING = _Lowering()
 
 
 @contextlib.contextmanager
 def dynamic_dims() -> Iterator[_Dims]:
     """The run-time extents of the chain lowering inside the block (see _Dims)."""
-    _DIMS.append(_Dims())
+    _LOWERING.dims.append(_Dims())
     try:
-        yield _DIMS[-1]
+        yield _LOWERING.dims[-1]
     finally:
-        _DIMS.pop()
+        _LOWERING.dims.pop()
 
 
 @dataclass(frozen=True)
@@ -132,7 +140,7 @@ def count_value(n: "int | RunTimeCount", like: ir.Value) -> ir.Value:
     index = ir.IndexType.get()
     v = None
     for s in n.symbols:
-        d = _DIMS[-1].values[s]
+        d = _LOWERING.dims[-1].values[s]
         v = d if v is None else arith.muli(v, d)
     if n.static != 1:
         v = arith.muli(v, arith.constant(index, n.static))
@@ -159,7 +167,7 @@ def _symbolic(value: ir.Value) -> tuple:
     shape = tuple(ir.RankedTensorType(value.type).shape)
     if DYNAMIC not in shape:
         return shape
-    dims = _DIMS[-1] if _DIMS else None
+    dims = _LOWERING.dims[-1] if _LOWERING.dims else None
     if dims is None:
         raise DynamicUnsupported("?")
     if isinstance(value, ir.BlockArgument):
@@ -255,9 +263,9 @@ def _run_time_sizes(shape: Sequence[int]) -> list[ir.Value]:
     """The values of `shape`'s run-time extents, in order (a tensor.empty's or an expand_shape's
     size operands; none when it is static); DynamicUnsupported for one that names no symbol."""
     dynamic = [d for d in shape if is_dynamic(d)]
-    if dynamic and (not _DIMS or not all(isinstance(d, Dyn) and d.symbol in _DIMS[-1].values for d in dynamic)):
+    if dynamic and (not _LOWERING.dims or not all(isinstance(d, Dyn) and d.symbol in _LOWERING.dims[-1].values for d in dynamic)):
         raise DynamicUnsupported("?")
-    return [_DIMS[-1].values[d.symbol] for d in dynamic]
+    return [_LOWERING.dims[-1].values[d.symbol] for d in dynamic]
 
 
 def fill(value: float | int, shape: Sequence[int], elem: ir.Type) -> ir.Value:

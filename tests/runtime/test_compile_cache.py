@@ -274,3 +274,36 @@ def test_where_numba_cannot_cache_the_functions_compile_afresh_said_in_a_line(tm
         "no locator available for file '/x.py'); they compile in each process"]
     (y,) = host(np.ones((4, 8), np.float32))
     np.testing.assert_allclose(y, np.full((4, 8), 2 * np.e, np.float32), rtol=1e-6)
+
+
+@pytest.mark.parametrize("evictions", [1, 3])
+def test_a_build_evicted_before_it_loads_is_stored_again_or_run_from_a_copy(cache, tmp_path, capsys,
+                                                                          monkeypatch, evictions):
+    # another process's (or thread's) store evicts this build between its store and its load:
+    # stored again; evicted every time, it runs from the program's own copy, with a notice
+    import fusec
+    from fusec import program as program_mod
+    from fusec.runtime import cache as cache_mod
+    stored = []
+    real_store = cache_mod.CompileCache.store
+
+    def store_then_evict(self, name, write):
+        d = real_store(self, name, write)
+        stored.append(d)
+        if len(stored) <= evictions:
+            self.remove(d)
+        return d
+    monkeypatch.setattr(cache_mod.CompileCache, "store", store_then_evict)
+    src = tmp_path / "f.fdsl"
+    src.write_text(SOURCE)
+    prog = fusec.compile(str(src), target="cpu")
+    y = prog.f(np.ones((4, 8), np.float32))
+    np.testing.assert_allclose(y, 2 * np.e, rtol=1e-6)
+    err = capsys.readouterr().err
+    if evictions < program_mod.STORE_TRIES:
+        assert len(stored) == evictions + 1 and "too small" not in err
+        assert [e.name for e in CompileCache(cache / "compiled").entries()] == [stored[-1].name]
+    else:
+        assert len(stored) == program_mod.STORE_TRIES
+        assert "is too small for the builds in use: the build of f was evicted 3 times" in err
+        assert entries(cache) == []

@@ -295,3 +295,28 @@ def test_slices_concats_and_gathers_take_run_time_extents_on_the_axes_they_keep(
         out = capsys.readouterr().out
         assert "dynamic: the kernels read" in out and "FAIL" not in out
         assert out.count("-> ok") == (2 if chain == "rope" else 1)
+
+
+def test_threads_lowering_at_once_keep_their_own_run_time_extents():
+    # the stack of chains lowering with run-time extents is the thread's own: another thread's
+    # chain entering and leaving must not hide or replace this one's (a shared stack let
+    # softmax with M taken at run time refuse, now and then, in the soak's threads)
+    import threading
+    from fusec.compiler.lowering import builder
+    entered, left = threading.Event(), threading.Event()
+    seen = {}
+
+    def other():
+        entered.wait()
+        with builder.dynamic_dims() as mine:
+            seen["other"] = len(builder._LOWERING.dims), mine
+        left.set()
+    t = threading.Thread(target=other)
+    t.start()
+    with builder.dynamic_dims() as dims:
+        entered.set()
+        left.wait()
+        assert builder._LOWERING.dims == [dims]
+    t.join()
+    assert seen["other"][0] == 1 and seen["other"][1] is not dims
+    assert builder._LOWERING.dims == []
