@@ -226,7 +226,8 @@ print("tuned")
 
 # a MetaSchedule failure that is the wheel's, not the model's (a crash, a missing module): later
 # models in the same process are not tuned again, the reason is kept
-_MS_BROKEN: list[str] = []
+# (a child bench process is told through FUSEC_BENCH_TVM_MS_BROKEN what its parent found)
+_MS_BROKEN: list[str] = [os.environ["FUSEC_BENCH_TVM_MS_BROKEN"]] if os.environ.get("FUSEC_BENCH_TVM_MS_BROKEN") else []
 
 
 def _metaschedule(model, target: dict, seconds: float, trials: int):
