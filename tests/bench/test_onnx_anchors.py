@@ -136,3 +136,23 @@ def test_the_table_says_tvm_ran_untuned_and_why(tmp_path):
     section = table.render_result(dict(r, _file="r.json"))
     assert "TVM ran untuned (DLight's default cpu schedules): MetaSchedule crashed (signal 11)." in section
     assert " tvm |" in section.splitlines()[2] and " onnxruntime |" in section.splitlines()[2]
+
+
+def test_an_equalised_run_without_its_environment_starts_again_with_it(monkeypatch):
+    """The allocators read their settings at process start: `--memory equalised` started without
+    them re-executes itself with them (os.execve), the same arguments."""
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
+    seen = {}
+
+    class Execed(Exception):
+        pass
+
+    def fake_execve(path, argv, env):
+        seen.update(path=path, argv=argv, env=env)
+        raise Execed
+    monkeypatch.setattr(bench_main.os, "execve", fake_execve)
+    argv = ["--memory", "equalised", "--size", "tiny", "--only", "softmax", "--no-doc"]
+    with pytest.raises(Execed):
+        bench_main.main(argv)
+    assert seen["argv"][1:] == ["-m", "bench", *argv]
+    assert "glibc.malloc.hugetlb=1" in seen["env"]["GLIBC_TUNABLES"] and seen["env"]["THP_MEM_ALLOC_ENABLE"] == "1"
