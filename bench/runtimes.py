@@ -249,7 +249,7 @@ def _metaschedule(model, target: dict, seconds: float, trials: int):
     if p.returncode != 0:
         tail = [ln.strip() for ln in (p.stderr or "").splitlines() if ln.strip()]
         if p.returncode < 0:
-            frame = next((ln for ln in tail if "tvm::" in ln), "")
+            frame = next((ln.split(", in ", 1)[-1] for ln in tail if "tvm::" in ln), "")
             _MS_BROKEN.append(f"crashed (signal {-p.returncode}){' in ' + frame[:160] if frame else ''}")
             return None, _MS_BROKEN[0]
         why = next((ln for ln in reversed(tail) if "Error" in ln), tail[-1] if tail else "")
