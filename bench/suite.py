@@ -187,13 +187,15 @@ def _quiesce(results: dict) -> float | None:
 
 
 def write_results(results: dict, out_dir: Path) -> Path:
-    """bench/results/<machine>-<date>[-<size>][-malloc-reuse][-settle<s>|-noquiesce].json"""
+    """bench/results/<machine>-<date>[-<size>][-malloc-reuse][-equalised][-settle<s>|-noquiesce].json"""
     import json
     out_dir.mkdir(parents=True, exist_ok=True)
     day = results["date"][:16].replace(":", "")          # 2026-11-30T0145: one file per run
     suffix = "" if results["size"] == "full" else f"-{results['size']}"
     if results.get("host", {}).get("malloc") == "reuse":
         suffix += "-malloc-reuse"
+    if results.get("memory", {}).get("mode") == "equalised":     # `--memory equalised` alone
+        suffix += "-equalised"
     settle = results.get("budget", {}).get("settle_s") or 0
     if settle:                                          # runs of 2026-12-03 with --settle
         suffix += f"-settle{settle:g}"

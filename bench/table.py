@@ -40,7 +40,7 @@ def newest_per_machine(results: list[dict], size: str = "full") -> list[dict]:
             continue
         budget = r.get("budget", {})
         key = (r["machine"], r.get("host", {}).get("malloc", "default"), budget.get("settle_s") or 0,
-               bool(budget.get("quiesce_s")))
+               bool(budget.get("quiesce_s")), r.get("memory", {}).get("mode", "default"))
         if key not in best or (r["date"], r["_file"]) > (best[key]["date"], best[key]["_file"]):
             best[key] = r
     return [best[k] for k in sorted(best)]
@@ -114,6 +114,8 @@ def _rest(r: dict, dynamic: bool, lines: list[str]) -> str:
     malloc = r.get("host", {}).get("malloc", "default")
     mode = (" Freed memory kept for reuse (`--malloc-reuse`): no page faults for fresh outputs."
             if malloc == "reuse" else "")
+    if r.get("memory", {}).get("mode") == "equalised":
+        mode += " Memory-equalised run alone (`--memory equalised`): huge pages, fresh fusec outputs, preallocated torch and onnxruntime outputs."
     notes = [f"**{r['machine']}** ({desc}), {r['date'][:10]}, target `{r['target']}`, fusec "
              f"{r['fusec'].get('commit') or r['fusec']['version']}: copy bandwidth "
              f"{r['bandwidth']['gbps']} GB/s{extra}.{mode} From `bench/results/{r['_file']}`.", ""]

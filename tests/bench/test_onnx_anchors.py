@@ -156,3 +156,17 @@ def test_an_equalised_run_without_its_environment_starts_again_with_it(monkeypat
         bench_main.main(argv)
     assert seen["argv"][1:] == ["-m", "bench", *argv]
     assert "glibc.malloc.hugetlb=1" in seen["env"]["GLIBC_TUNABLES"] and seen["env"]["THP_MEM_ALLOC_ENABLE"] == "1"
+
+
+def test_an_equalised_run_alone_has_its_own_file_and_table(tmp_path):
+    from bench.suite import write_results
+    w = next(x for x in WORKLOADS if x.name == "softmax")
+    budget = timing.Budget(seconds=0.01, min_runs=2, max_runs=2, warmup=1, quiesce=0)
+    r = run_suite((w,), "tiny", ("numpy",), budget, log=lambda s: None, bandwidth={"gbps": 10.0},
+                  gemm={"gflops": 10.0}, memory="equalised")
+    path = write_results(r, tmp_path)
+    assert path.name.endswith("-tiny-equalised-noquiesce.json")
+    default = dict(r, memory={"mode": "default"})
+    chosen = table.newest_per_machine([dict(r, size="full", _file="a"), dict(default, size="full", _file="b")])
+    assert sorted(c["memory"]["mode"] for c in chosen) == ["default", "equalised"]      # neither hides the other
+    assert "Memory-equalised run alone" in table.render_result(dict(r, _file=path.name))
