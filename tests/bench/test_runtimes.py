@@ -77,3 +77,32 @@ def test_metaschedule_runs_in_a_bounded_child(monkeypatch):       # needs apache
     assert db is None and why.startswith("crashed (signal 11)")
     db, again = runtimes._metaschedule(_softmax_model(), {"kind": "llvm"}, 30.0, 4)   # not tried again
     assert db is None and again.startswith(why) and "not tried again" in again
+
+
+def _two_outputs_with_a_weight():
+    from onnx import numpy_helper
+    w = np.random.default_rng(1).standard_normal((64, 16), dtype=np.float32)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 16])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [8, 16])
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+                          "g", [x], [y, z], initializer=[numpy_helper.from_array(w, "W")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), w
+
+
+@pytest.mark.parametrize("preallocate", [False, True])
+def test_ort_runner_gives_every_output_of_a_model_with_weights(preallocate):
+    model, w = _two_outputs_with_a_weight()
+    outs = runtimes.ort_runner(model, {"x": X}, threads=1, preallocate=preallocate).call()
+    assert len(outs) == 2
+    np.testing.assert_allclose(outs[0], X @ w, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(outs[1], np.maximum(X @ w, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_tvm_runner_gives_every_output_of_a_model_with_weights():     # needs apache-tvm (bench extra)
+    pytest.importorskip("tvm")
+    model, w = _two_outputs_with_a_weight()
+    outs = runtimes.tvm_runner(model, {"x": X}, threads=2).call()
+    assert len(outs) == 2
+    np.testing.assert_allclose(outs[0].numpy(), X @ w, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(outs[1].numpy(), np.maximum(X @ w, 0), rtol=1e-4, atol=1e-4)
