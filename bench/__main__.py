@@ -5,6 +5,7 @@
                                          docs/PERFORMANCE.md
     python -m bench --only softmax,mlp   some workloads
     python -m bench --size tiny          every workload at test size (plumbing check, seconds)
+    python -m bench --memory default     only the timing as users call each tool (no equalised child run)
     python -m bench --quiesce 0          time without waiting for other threads to go idle
                                          and without the untimed call before each timed one
     python -m bench table                regenerate docs/PERFORMANCE.md's table from bench/results/
@@ -38,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--size", default="full", choices=("full", "tiny"))
     p.add_argument("--only", default="", help="comma-separated workload names")
     p.add_argument("--anchors", default=None,
-                   help="comma-separated anchors (default: numpy,torch,torch.compile,jax.jit)")
+                   help="comma-separated anchors (default: numpy,torch,torch.compile,jax.jit,onnxruntime,tvm)")
     p.add_argument("--seconds", type=float, default=None, help="timing budget per implementation")
     p.add_argument("--quiesce", type=float, default=None, metavar="SECONDS",
                    help="before each timed call, wait up to SECONDS (default 1) for the process's other "
