@@ -1,7 +1,9 @@
 """fusec's benchmark suite against the tools users would pick instead (issue 6).
 
 `python -m bench` times the standard chains (bench/fdsl/*.fdsl) at realistic sizes with fusec
-(fused and unfused) and NumPy, PyTorch eager, torch.compile and jax.jit (each optional), writes
+(fused and unfused) and NumPy, PyTorch eager, torch.compile, jax.jit, onnxruntime and TVM Relax
+(each optional; the last two through bench/runtimes.py), with memory as users call it and
+memory-equalised (docs/PERFORMANCE.md), writes
 bench/results/<machine>-<date>.json and regenerates the benchmark table of docs/PERFORMANCE.md
 from the results. `python -m bench.gpu` does the same on a GPU from artifacts compiled elsewhere.
 """

@@ -5,6 +5,7 @@
                                          docs/PERFORMANCE.md
     python -m bench --only softmax,mlp   some workloads
     python -m bench --size tiny          every workload at test size (plumbing check, seconds)
+    python -m bench --memory default     only the timing as users call each tool (no equalised child run)
     python -m bench --quiesce 0          time without waiting for other threads to go idle
                                          and without the untimed call before each timed one
     python -m bench table                regenerate docs/PERFORMANCE.md's table from bench/results/
@@ -38,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--size", default="full", choices=("full", "tiny"))
     p.add_argument("--only", default="", help="comma-separated workload names")
     p.add_argument("--anchors", default=None,
-                   help="comma-separated anchors (default: numpy,torch,torch.compile,jax.jit)")
+                   help="comma-separated anchors (default: numpy,torch,torch.compile,jax.jit,onnxruntime,tvm)")
     p.add_argument("--seconds", type=float, default=None, help="timing budget per implementation")
     p.add_argument("--quiesce", type=float, default=None, metavar="SECONDS",
                    help="before each timed call, wait up to SECONDS (default 1) for the process's other "
@@ -56,6 +57,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--malloc-reuse", action="store_true",
                    help="keep freed memory for reuse in this process (glibc mallopt), for every "
                         "implementation alike: times without the page faults of fresh outputs")
+    p.add_argument("--memory", default="both", choices=("both", "default", "equalised"),
+                   help="default: every implementation as its users call it (fresh outputs for NumPy, torch, "
+                        "jax, onnxruntime; fusec's planned output buffers); equalised: in a child process "
+                        "started with huge pages for malloc and torch (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, "
+                        "THP_MEM_ALLOC_ENABLE=1), fusec handing back a fresh output each call, torch and "
+                        "onnxruntime writing into preallocated outputs where they can; both (default): the "
+                        "two, recorded side by side")
+    p.add_argument("--tvm-tune", type=float, default=None, metavar="SECONDS",
+                   help="time bound of TVM's MetaSchedule tuning per workload, in a child process "
+                        "(default 180 at full size, 0 (not tried) at tiny)")
     p.add_argument("--scaling-sizes", default="10,100,1000")
     p.add_argument("--scaling-jit-max", type=int, default=100,
                    help="largest n whose emitted code is also Numba-compiled (jit time)")
@@ -78,6 +89,7 @@ def _logger(args):
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    args._argv = list(sys.argv[1:] if argv is None else argv)
     # torch.compile's "cold" time is only cold with empty on-disk caches: give this run its own
     # (the "cached" time then finds them filled by this run's first compile).
     for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
@@ -110,6 +122,54 @@ def _scaling(args) -> dict:
 
 
 
+EQUALISED_ENV = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1", "THP_MEM_ALLOC_ENABLE": "1"}
+
+
+def _equalised_env() -> dict:
+    """This environment with huge pages asked of glibc's malloc (madvise on its mappings) and
+    of PyTorch's CPU allocator: read when each starts, so only a new process gets them."""
+    env = dict(os.environ)
+    tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t and not t.startswith("glibc.malloc.hugetlb=")]
+    env["GLIBC_TUNABLES"] = ":".join(tunables + [EQUALISED_ENV["GLIBC_TUNABLES"]])
+    env["THP_MEM_ALLOC_ENABLE"] = EQUALISED_ENV["THP_MEM_ALLOC_ENABLE"]
+    return env
+
+
+def _has_equalised_env() -> bool:
+    return ("glibc.malloc.hugetlb=1" in os.environ.get("GLIBC_TUNABLES", "").split(":")
+            and os.environ.get("THP_MEM_ALLOC_ENABLE") == "1")
+
+
+def _equalised_child(args, log) -> dict | None:
+    """The memory-equalised timing of the same workloads in a child process started with
+    _equalised_env(); its results (None, logged, if it failed)."""
+    import subprocess
+    import tempfile
+    from . import runtimes
+    out = tempfile.mkdtemp(prefix="fusec-bench-equalised-")
+    keep = ["--size", args.size, "--only", args.only]
+    for flag, value in (("--anchors", args.anchors), ("--seconds", args.seconds), ("--quiesce", args.quiesce),
+                        ("--omp-wait", args.omp_wait or None), ("--tvm-tune", args.tvm_tune)):
+        if value is not None:
+            keep += [flag, str(value)]
+    keep += ["--malloc-reuse"] if args.malloc_reuse else []
+    cmd = [sys.executable, "-m", "bench", "run", *keep, "--memory", "equalised", "--out", out, "--no-doc",
+           "--no-scaling", "--quiet"]
+    env = _equalised_env()
+    if runtimes._MS_BROKEN:      # MetaSchedule's failure is the wheel's: the child does not try again
+        env["FUSEC_BENCH_TVM_MS_BROKEN"] = runtimes._MS_BROKEN[0]
+    log("[memory-equalised run: a child process with " + ", ".join(f"{k}={v}" for k, v in EQUALISED_ENV.items()) + "]")
+    p = subprocess.run(cmd, env=env, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in p.stdout.splitlines():
+        if not line.startswith("wrote "):
+            log("  " + line)
+    files = sorted(Path(out).glob("*.json"))
+    if p.returncode != 0 or not files:
+        log(f"  the memory-equalised run failed (exit {p.returncode})")
+        return None
+    return json.loads(files[-1].read_text())
+
+
 def _run(args) -> int:
     from .anchors import CPU_ANCHORS
     from .suite import run_suite, write_results
@@ -134,15 +194,28 @@ def _run(args) -> int:
     budget = Budget(seconds=args.seconds if args.seconds is not None else (0.05 if tiny else 3.0),
                     min_runs=3 if tiny else 5, max_runs=10 if tiny else 60, warmup=1 if tiny else 2,
                     quiesce=args.quiesce if args.quiesce is not None else Budget.quiesce)
+    if args.memory == "equalised" and not _has_equalised_env():
+        # the allocators read their settings when the process starts: start again with them
+        os.execve(sys.executable, [sys.executable, "-m", "bench", *(args._argv or [])], _equalised_env())
+    from . import anchors as anchors_mod
+    anchors_mod.TVM_TUNE["seconds"] = args.tvm_tune if args.tvm_tune is not None else (0.0 if tiny else 180.0)
     t0 = time.perf_counter()
     from .machine import describe
     info = describe()
     info["malloc"] = malloc
     log, status, clear = _logger(args)
     try:
-        results = run_suite(workloads, args.size, anchors, budget, log=log, machine_info=info, status=status)
+        mode = "equalised" if args.memory == "equalised" else "default"
+        results = run_suite(workloads, args.size, anchors, budget, log=log, machine_info=info, status=status,
+                            memory=mode)
     finally:
         clear()
+    if args.memory == "both":
+        child = _equalised_child(args, log)
+        if child is not None:
+            results["equalised"] = {"memory": child["memory"], "date": child["date"], "bandwidth": child["bandwidth"],
+                                    "workloads": [{k: w[k] for k in ("name", "floor", "impls", "skipped", "ratios")}
+                                                  for w in child["workloads"]]}
     if not args.no_scaling and not tiny and not only:
         results["compile_scaling"] = _scaling(args)
     results["wall_s"] = round(time.perf_counter() - t0, 1)

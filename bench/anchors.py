@@ -5,6 +5,7 @@ docs/PERFORMANCE.md, "Benchmarks".
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import shutil
 import tempfile
@@ -16,10 +17,22 @@ from typing import Callable
 import numpy as np
 
 from . import scratch_dir
-from .workloads import NUMPY, Workload, array_fns, jax_fns, torch_fns
+from .workloads import NUMPY, Workload, array_fns, jax_fns, torch_fns, torch_out_fns
 
-CPU_ANCHORS = ("numpy", "torch", "torch.compile", "jax.jit")
+CPU_ANCHORS = ("numpy", "torch", "torch.compile", "jax.jit", "onnxruntime", "tvm")
 GPU_ANCHORS = ("cupy", "torch", "torch.compile")
+
+
+# The two memory modes every implementation is timed in (docs/PERFORMANCE.md, "Memory"):
+# "default", as its users call it (fresh outputs for NumPy, torch, jax and onnxruntime's run(),
+# fusec's planned pool of output buffers), and "equalised": the process started with huge pages
+# for malloc and torch's allocator (bench/__main__.py), fusec handing back a fresh output each
+# call (Executable.fresh_outputs), torch eager writing into a preallocated output where the
+# last op takes out=, onnxruntime binding preallocated outputs (IOBinding).
+MEMORY_MODES = ("default", "equalised")
+
+# MetaSchedule's time bound for TVM's tuning, seconds (0: not tried); `python -m bench` sets it
+TVM_TUNE = {"seconds": 0.0, "trials": 64}
 
 
 class Skip(Exception):
@@ -53,8 +66,10 @@ def _timed_first(fn: Callable[[], object]) -> tuple[object, float]:
 
 # ---- fusec ---------------------------------------------------------------------------------
 
-def fusec_impls(w: Workload, binding: dict, inputs: list[np.ndarray], target: str) -> list[Impl]:
-    """fusec's fused and unfused builds of the workload's chain (one compile gives both)."""
+def fusec_impls(w: Workload, binding: dict, inputs: list[np.ndarray], target: str,
+                memory: str = "default") -> list[Impl]:
+    """fusec's fused and unfused builds of the workload's chain (one compile gives both);
+    memory "equalised": each call hands back a fresh output (Executable.fresh_outputs)."""
     import fusec
     from fusec.artifacts import load_chain
     from fusec.runtime import artifact as art
@@ -67,6 +82,7 @@ def fusec_impls(w: Workload, binding: dict, inputs: list[np.ndarray], target: st
     stage_s = {k: round(v, 4) for k, v in built.compile_seconds.items()}
     impls = []
     for build in ("fused", "unfused"):
+        getattr(built, build).fresh_outputs = memory == "equalised"
         impl, jit_s = _executable_impl(f"fusec {build}", getattr(built, build), inputs)
         impl.cold_s = (mlir_s if build == "fused" else 0.0) + jit_s
         impl.detail = {"kernels": built.kernel_counts.get(build), "jit_s": round(jit_s, 4)}
@@ -77,7 +93,8 @@ def fusec_impls(w: Workload, binding: dict, inputs: list[np.ndarray], target: st
     return impls
 
 
-def fusec_dynamic_impl(w: Workload, binding: dict, inputs: list[np.ndarray], target: str) -> Impl:
+def fusec_dynamic_impl(w: Workload, binding: dict, inputs: list[np.ndarray], target: str,
+                       memory: str = "default") -> Impl:
     """fusec's fused build with the workload's DYNAMIC_SYMBOL taken at run time (--dynamic),
     planned for its size class; raises Skip with the user error when the chain cannot take it."""
     import fusec
@@ -91,6 +108,7 @@ def fusec_dynamic_impl(w: Workload, binding: dict, inputs: list[np.ndarray], tar
         built = chain.compiled(binding)
     except FdslError as e:
         raise Skip("refused: " + e.diagnostics[0].message) from None
+    built.fused.fresh_outputs = memory == "equalised"
     impl, jit_s = _executable_impl("fusec dynamic", built.fused, inputs)
     impl.cold_s = time.perf_counter() - t0
     impl.detail = {"symbol": sym, "planned_at": built.plan["dynamic"][sym], "kernels": built.kernel_counts.get("fused"),
@@ -136,13 +154,16 @@ def _fusec_cached(directory: Path, typed, target, inputs, load_chain, art) -> fl
 
 # ---- anchors -------------------------------------------------------------------------------
 
-def prepare(anchor: str, w: Workload, inputs: list[np.ndarray]) -> Impl:
-    """An anchor's Impl for workload `w`; raises Skip with the reason when it cannot run."""
+def prepare(anchor: str, w: Workload, inputs: list[np.ndarray], memory: str = "default") -> Impl:
+    """An anchor's Impl for workload `w` in memory mode `memory` (MEMORY_MODES); raises Skip
+    with the reason when it cannot run."""
     makers = {"numpy": _numpy, "torch": _torch_eager, "torch.compile": _torch_compile,
               "jax.jit": _jax, "cupy": _cupy, "torch.cuda": _torch_cuda,
-              "torch.compile.cuda": _torch_compile_cuda}
+              "torch.compile.cuda": _torch_compile_cuda, "onnxruntime": _onnxruntime, "tvm": _tvm}
     if anchor not in makers:
         raise Skip(f"unknown anchor {anchor!r}")
+    if anchor in ("torch", "onnxruntime"):
+        return makers[anchor](w, inputs, memory=memory)
     return makers[anchor](w, inputs)
 
 
@@ -164,10 +185,31 @@ def _import_torch():
     return torch
 
 
-def _torch_eager(w: Workload, inputs, device: str = "cpu", name: str = "torch") -> Impl:
+def _torch_eager(w: Workload, inputs, device: str = "cpu", name: str = "torch", memory: str = "default") -> Impl:
     torch = _import_torch()
     fn = torch_fns(torch)[w.name]
-    return _torch_impl(torch, name, fn, inputs, device)
+    note = None
+    if memory == "equalised":
+        outs = torch_out_fns(torch)
+        if w.name in outs:
+            buf = torch.empty(w.output_shape(_binding_of(w, inputs)), device=device)
+            fn = functools.partial(outs[w.name], out=buf)
+            note = "equalised: the last op writes into a preallocated output (out=)"
+        else:
+            note = "equalised: no out= for this workload's last op; fresh output (huge pages)"
+    impl = _torch_impl(torch, name, fn, inputs, device)
+    if note:
+        impl.notes.append(note)
+    return impl
+
+
+def _binding_of(w: Workload, inputs) -> dict:
+    """The binding whose inputs these are (tiny or full): the one whose shapes they have."""
+    for size in ("full", "tiny"):
+        b = w.binding(size)
+        if all(a.shape(b) == x.shape for a, x in zip(w.args, inputs)):
+            return b
+    raise Skip("inputs of neither size")
 
 
 def _torch_compile(w: Workload, inputs, device: str = "cpu", name: str = "torch.compile",
@@ -241,6 +283,38 @@ def _jax_cached(jax, fn, args) -> float | None:
         return s
     except Exception:      # older JAX without these options: no cached number
         return None
+
+
+def _onnxruntime(w: Workload, inputs, memory: str = "default") -> Impl:
+    from .onnx_forms import onnx_form
+    from .runtimes import RuntimeUnavailable, ort_runner
+    if not _have("onnxruntime"):
+        raise Skip("onnxruntime is not installed (pip install -e '.[dev]')")
+    try:
+        model, feed, notes = onnx_form(w, inputs)
+        r = ort_runner(model, feed, preallocate=memory == "equalised")
+    except (RuntimeError, RuntimeUnavailable) as e:
+        raise Skip(str(e)) from None
+    _, cold = _timed_first(r.call)
+    impl = Impl("onnxruntime", r.call, r.result, cold_s=r.setup_s + cold, notes=notes + r.notes)
+    impl.detail = {**r.detail, "session_s": round(r.setup_s, 4)}
+    return impl
+
+
+def _tvm(w: Workload, inputs) -> Impl:
+    from .onnx_forms import onnx_form
+    from .runtimes import RuntimeUnavailable, tvm_runner
+    if not _have("tvm"):
+        raise Skip("apache-tvm is not installed (pip install -e '.[bench]')")
+    try:
+        model, feed, notes = onnx_form(w, inputs)
+        r = tvm_runner(model, feed, tune_seconds=TVM_TUNE["seconds"], tune_trials=TVM_TUNE["trials"])
+    except (RuntimeError, RuntimeUnavailable) as e:
+        raise Skip(str(e)) from None
+    _, cold = _timed_first(r.call)
+    impl = Impl("tvm", r.call, r.result, cold_s=r.setup_s + cold, notes=notes + r.notes)
+    impl.detail = {**r.detail, "build_s": round(r.setup_s, 4)}
+    return impl
 
 
 def _cupy(w: Workload, inputs) -> Impl:

@@ -31,9 +31,11 @@ def git_commit() -> str | None:
 def run_suite(workloads: tuple[Workload, ...] = WORKLOADS, size: str = "full",
               anchors: tuple[str, ...] = CPU_ANCHORS, budget: Budget = Budget(),
               target: str = "cpu", log=print, machine_info: dict | None = None,
-              bandwidth: dict | None = None, gemm: dict | None = None, status=None) -> dict:
+              bandwidth: dict | None = None, gemm: dict | None = None, status=None,
+              memory: str = "default") -> dict:
     """Run every workload; `log` gets one line per step (progress for a long run), `status`
-    (when given) what is being done now, for a progress line."""
+    (when given) what is being done now, for a progress line. `memory`: the memory mode
+    (anchors.MEMORY_MODES; "equalised" wants the process started with huge pages: __main__)."""
     status = status or (lambda text: None)
     import fusec
     info = machine_info or machine.describe()
@@ -44,7 +46,8 @@ def run_suite(workloads: tuple[Workload, ...] = WORKLOADS, size: str = "full",
     for i, w in enumerate(workloads, 1):
         log(f"[{w.name}]")
         results.append(run_workload(w, size, anchors, budget, target, bandwidth, gemm, log,
-                                    lambda what, i=i, w=w: status(f"[{i}/{len(workloads)}] {w.name}: {what}")))
+                                    lambda what, i=i, w=w: status(f"[{i}/{len(workloads)}] {w.name}: {what}"),
+                                    memory=memory))
         gc.collect()
     return {
         "schema": SCHEMA, "suite": "fusec-bench", "size": size, "target": target,
@@ -55,13 +58,25 @@ def run_suite(workloads: tuple[Workload, ...] = WORKLOADS, size: str = "full",
         "budget": {"seconds": budget.seconds, "min_runs": budget.min_runs,
                    "max_runs": budget.max_runs, "warmup": budget.warmup, "quiesce_s": budget.quiesce},
         "ratio_convention": "fusec fused time / other time: below 1 means fusec is faster",
+        "memory": {"mode": memory, **memory_env()},
         "fusec_cached": "numba-cache",     # cached_s: a second load, Numba's code from its cache
         "workloads": results,
     }
 
 
+def memory_env() -> dict:
+    """What this process's allocators were told (the memory-equalised run sets these before it
+    starts: bench/__main__.py) and the kernel's transparent huge page mode."""
+    try:
+        thp = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text().strip()
+    except OSError:
+        thp = None
+    return {"GLIBC_TUNABLES": os.environ.get("GLIBC_TUNABLES"),
+            "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE"), "thp": thp}
+
+
 def run_workload(w: Workload, size: str, anchors, budget: Budget, target: str,
-                 bandwidth: dict, gemm: dict, log=print, status=None) -> dict:
+                 bandwidth: dict, gemm: dict, log=print, status=None, memory: str = "default") -> dict:
     status = status or (lambda text: None)
     binding = w.binding(size)
     inputs = w.make_inputs(binding, seed=0)
@@ -71,12 +86,12 @@ def run_workload(w: Workload, size: str, anchors, budget: Budget, target: str,
     skipped: dict[str, str] = {}
     status("compiling fusec's builds")
     try:
-        impls += fusec_impls(w, binding, inputs, target)
+        impls += fusec_impls(w, binding, inputs, target, memory)
     except Exception as e:          # a compiler failure is a result, not the end of the suite
         skipped["fusec fused"] = skipped["fusec unfused"] = _failure(e)
     status("compiling fusec's dynamic build")      # the rows or batch taken at run time (--dynamic)
     try:
-        impls.append(fusec_dynamic_impl(w, binding, inputs, target))
+        impls.append(fusec_dynamic_impl(w, binding, inputs, target, memory))
     except Skip as e:
         skipped["fusec dynamic"] = str(e)
     except Exception as e:
@@ -84,7 +99,7 @@ def run_workload(w: Workload, size: str, anchors, budget: Budget, target: str,
     for a in anchors:
         status(f"preparing {a}")
         try:
-            impls.append(prepare(a, w, inputs))
+            impls.append(prepare(a, w, inputs, memory))
         except Skip as e:
             skipped[a] = str(e)
         except Exception as e:
@@ -172,13 +187,15 @@ def _quiesce(results: dict) -> float | None:
 
 
 def write_results(results: dict, out_dir: Path) -> Path:
-    """bench/results/<machine>-<date>[-<size>][-malloc-reuse][-settle<s>|-noquiesce].json"""
+    """bench/results/<machine>-<date>[-<size>][-malloc-reuse][-equalised][-settle<s>|-noquiesce].json"""
     import json
     out_dir.mkdir(parents=True, exist_ok=True)
     day = results["date"][:16].replace(":", "")          # 2026-11-30T0145: one file per run
     suffix = "" if results["size"] == "full" else f"-{results['size']}"
     if results.get("host", {}).get("malloc") == "reuse":
         suffix += "-malloc-reuse"
+    if results.get("memory", {}).get("mode") == "equalised":     # `--memory equalised` alone
+        suffix += "-equalised"
     settle = results.get("budget", {}).get("settle_s") or 0
     if settle:                                          # runs of 2026-12-03 with --settle
         suffix += f"-settle{settle:g}"

@@ -10,8 +10,9 @@ from pathlib import Path
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 # the page whose bench markers the table goes between
 DOC = Path(__file__).resolve().parent.parent / "docs" / "PERFORMANCE.md"
-COLUMNS = ("fusec fused", "fusec unfused", "fusec dynamic", "numpy", "cupy", "torch", "torch.compile", "jax.jit")
-COMPILED = ("torch.compile", "jax.jit")
+COLUMNS = ("fusec fused", "fusec unfused", "fusec dynamic", "numpy", "cupy", "torch", "torch.compile", "jax.jit",
+           "onnxruntime", "tvm")
+COMPILED = ("torch.compile", "jax.jit", "onnxruntime", "tvm")
 
 # bench/timing.py shuffles each round's order from this run on (before, it rotated it)
 SHUFFLED_SINCE = "2026-12-03T07:29"
@@ -39,7 +40,7 @@ def newest_per_machine(results: list[dict], size: str = "full") -> list[dict]:
             continue
         budget = r.get("budget", {})
         key = (r["machine"], r.get("host", {}).get("malloc", "default"), budget.get("settle_s") or 0,
-               bool(budget.get("quiesce_s")))
+               bool(budget.get("quiesce_s")), r.get("memory", {}).get("mode", "default"))
         if key not in best or (r["date"], r["_file"]) > (best[key]["date"], best[key]["_file"]):
             best[key] = r
     return [best[k] for k in sorted(best)]
@@ -62,9 +63,25 @@ def _ratio(x: float | None) -> str:
 def render_result(r: dict) -> str:
     present = [c for c in COLUMNS if any(c in w["impls"] for w in r["workloads"])]
     dynamic = "fusec dynamic" in present
+    lines = _rows(r["workloads"], present, dynamic)
+    equalised = r.get("equalised")
+    if equalised:
+        lines = ["Memory as each tool's users call it (fresh outputs for NumPy, torch, torch.compile, jax.jit "
+                 "and onnxruntime's `run`; fusec's planned output buffers; TVM's VM pool):", ""] + lines
+        mem = equalised["memory"]
+        lines += ["", "Memory-equalised (a child process with " + ", ".join(
+            f"`{k}={mem.get(k)}`" for k in ("GLIBC_TUNABLES", "THP_MEM_ALLOC_ENABLE"))
+                  + f", transparent huge pages `{mem.get('thp')}`; fusec hands back a fresh output each call, torch "
+                  "eager writes into a preallocated output where its last op takes `out=`, onnxruntime binds "
+                  "preallocated outputs):", ""]
+        lines += _rows(equalised["workloads"], present, dynamic)
+    return _rest(r, dynamic, lines)
+
+
+def _rows(workloads: list[dict], present: list[str], dynamic: bool) -> list[str]:
     head = ["workload"] + present + ["floor", "fused / best compiled", "fused / floor"] + (["dynamic / static"] if dynamic else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for w in r["workloads"]:
+    for w in workloads:
         cells = [w["name"]] + [_ms(w["impls"].get(c)) for c in present]
         fl = w["floor"]
         cells.append(f"{_num(fl['ms'])} ({fl['bound']})")
@@ -75,6 +92,19 @@ def render_result(r: dict) -> str:
             d, f = w["impls"].get("fusec dynamic"), w["impls"].get("fusec fused")
             cells.append(_ratio(d["median_ms"] / f["median_ms"]) if d and f else "–")
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _untuned(r: dict) -> str | None:
+    """Why TVM ran untuned in this run (MetaSchedule's failure), if it did."""
+    for w in r["workloads"]:
+        d = w["impls"].get("tvm", {}).get("detail", {})
+        if d and not d.get("tuned", True):
+            return d.get("untuned_reason", "?")
+    return None
+
+
+def _rest(r: dict, dynamic: bool, lines: list[str]) -> str:
     host = r.get("host", {})
     desc = host.get("gpu") or f"{host.get('cpu', '?')}, {host.get('cores', '?')} cores"
     extra = f"; sgemm {r['gemm']['gflops']} GFLOP/s" if r.get("gemm", {}).get("gflops") else ""
@@ -84,6 +114,8 @@ def render_result(r: dict) -> str:
     malloc = r.get("host", {}).get("malloc", "default")
     mode = (" Freed memory kept for reuse (`--malloc-reuse`): no page faults for fresh outputs."
             if malloc == "reuse" else "")
+    if r.get("memory", {}).get("mode") == "equalised":
+        mode += " Memory-equalised run alone (`--memory equalised`): huge pages, fresh fusec outputs, preallocated torch and onnxruntime outputs."
     notes = [f"**{r['machine']}** ({desc}), {r['date'][:10]}, target `{r['target']}`, fusec "
              f"{r['fusec'].get('commit') or r['fusec']['version']}: copy bandwidth "
              f"{r['bandwidth']['gbps']} GB/s{extra}.{mode} From `bench/results/{r['_file']}`.", ""]
@@ -102,7 +134,7 @@ def render_result(r: dict) -> str:
         order += "; `--quiesce 0`: no wait for other threads, no untimed call before a timed one"
     notes.append(f"Milliseconds, median (minimum) of interleaved runs after warm-up ({order}). Ratios are fusec "
                  "fused's median over the other's (below 1: fusec is faster); best compiled is the "
-                 "faster of torch.compile and jax.jit. The floor is the workload's compulsory bytes at "
+                 "fastest of torch.compile, jax.jit, onnxruntime and TVM present. The floor is the workload's compulsory bytes at "
                  "the measured copy bandwidth, or its flops at the measured sgemm rate, whichever is "
                  "larger." + (" fusec dynamic: the fused build with the workload's rows, tokens, images or "
                               "batch taken at run time (`--dynamic`, planned for its size class; "
@@ -115,6 +147,9 @@ def render_result(r: dict) -> str:
         notes.append(f"Numerical disagreement with the NumPy reference: {', '.join(bad)}.")
     if skipped:
         notes.append(f"Not run: {', '.join(skipped)}.")
+    untuned = _untuned(r)
+    if untuned:
+        notes.append(f"TVM ran untuned (DLight's default cpu schedules): MetaSchedule {untuned}.")
     return "\n".join(notes)
 
 
@@ -124,7 +159,8 @@ def _secs(x) -> str:
 
 def _compile_table(r: dict) -> list[str]:
     """Cold (first call, compilation included) and cached (a later process) seconds."""
-    tools = [c for c in ("fusec fused", "torch.compile", "jax.jit") if any(c in w["impls"] for w in r["workloads"])]
+    tools = [c for c in ("fusec fused", "torch.compile", "jax.jit", "onnxruntime", "tvm")
+             if any(c in w["impls"] for w in r["workloads"])]
     head = ["compile s, cold / cached"] + tools
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for w in r["workloads"]:
@@ -139,7 +175,8 @@ def _compile_table(r: dict) -> list[str]:
               "loading the artifact (no MLIR) and Numba's jit, which this run did not cache")
     lines.append("fusec cold: MLIR compile of the fused and unfused builds plus Numba's jit of the fused "
                  f"one; cached: {cached}. torch.compile cached: a fresh trace finding inductor's caches "
-                 "filled; jax.jit cached: JAX's persistent compilation cache.")
+                 "filled; jax.jit cached: JAX's persistent compilation cache. onnxruntime cold: session creation "
+                 "and first run (the ONNX export not counted); TVM cold: import, build and first run.")
     return lines
 
 
@@ -169,7 +206,9 @@ def render(results: list[dict]) -> str:
              "Generated by `python -m bench` (or `python -m bench table`) from `bench/results/`; "
              "do not edit by hand. Reproduce: `pip install -e '.[bench]'`, then "
              "`env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench` (about 15 minutes on 2 "
-             "cores; `--only NAME`, `--malloc-reuse`, `--quiesce 0` (no wait for another library's idle threads "
+             "cores for one memory mode; the default `--memory both` runs the suite again in a child process "
+             "with memory equalised, and TVM's bounded MetaSchedule try adds up to `--tvm-tune` seconds; "
+             "`--memory default`, `--only NAME`, `--malloc-reuse`, `--quiesce 0` (no wait for another library's idle threads "
              "and no untimed call before each timed one), `--size tiny` for a plumbing check). The "
              "chains are `bench/fdsl/*.fdsl`; the other implementations, `bench/workloads.py`.", "",
              "How it times (`bench/timing.py`): a workload's implementations run in rounds, in a shuffled "

@@ -157,6 +157,22 @@ def torch_fns(torch) -> dict[str, Callable]:
     }
 
 
+def torch_out_fns(torch) -> dict[str, Callable]:
+    """The PyTorch functions whose last op writes into a preallocated `out` (the memory-
+    equalised timing): those whose last op takes out= (an add, softmax, aten's gelu, a clamp
+    for relu); the other workloads' last ops (layer_norm, scaled_dot_product_attention) do not."""
+    F = torch.nn.functional
+    return {
+        "ew_chain": lambda x, out: torch.add(torch.relu(torch.tanh(x * 1.702 + 0.5) * torch.sigmoid(x)
+                                                        - torch.exp(-x.abs())), 0.25 * x, out=out),
+        "bias_gelu_res": lambda x, b, r, out: torch.add(F.gelu(x + b, approximate="tanh"), r, out=out),
+        "softmax": lambda x, out: torch.softmax(x, -1, out=out),
+        "mlp": lambda x, w, b, out: torch._C._nn.gelu(torch.addmm(b, x, w), approximate="tanh", out=out),
+        "conv_bn_relu": lambda x, w, m, v, g, b, out: torch.clamp_min(
+            F.batch_norm(F.conv2d(x, w, padding=1), m, v, g, b, training=False, eps=1e-5), 0, out=out),
+    }
+
+
 # ---- JAX: jax.numpy / jax.nn, jitted ----------------------------------------------------------
 
 def jax_fns(jax, jnp) -> dict[str, Callable]:

@@ -123,6 +123,11 @@ class Executable:
         self.target = target
         self.input_dtypes = input_dtypes
         self.name = name
+        # True: every call writes its outputs into newly allocated arrays (as torch and jax hand
+        # back fresh outputs) instead of the planned pool's two buffers per output; the arenas
+        # of intermediates are kept either way. For like-for-like timing (bench/, "memory-
+        # equalised"); a build without planned memory allocates its outputs each call anyway.
+        self.fresh_outputs = False
         self.jit_s: float | None = None   # Numba's compile (or cache load) of the host, at the first run
         self.init_s = 0.0                 # before it: Numba's registries loaded (once per process, first use)
 
@@ -167,8 +172,12 @@ class Executable:
 
     def run_prepared(self, args) -> tuple:
         if self.memory is not None:
-            args = list(args) + (self.memory.buffers(*args) if getattr(self.memory, "takes_inputs", False)
-                                 else self.memory.buffers())
+            buffers = (self.memory.buffers(*args) if getattr(self.memory, "takes_inputs", False)
+                       else self.memory.buffers())
+            if self.fresh_outputs:       # the pool's output buffers (after the arenas) replaced by new ones
+                k = len(buffers) - len(self.memory.outputs)
+                buffers = list(buffers[:k]) + [self.memory.new(b.shape, b.dtype) for b in buffers[k:]]
+            args = list(args) + list(buffers)
         if self.jit_s is None:
             self._compile_for(args)
         return tuple(self.host(*args))

@@ -168,3 +168,33 @@ def test_the_report_gives_peak_intermediate_memory(tmp_path, capsys):
     # output: h is the one intermediate left
     assert rep["memory"]["unfused"]["planned_bytes"] == rep["memory"]["unfused"]["intermediate_bytes"] == 64 * 1024 * 4
     assert rep["memory"]["unfused"]["intermediates"] == 1
+
+
+def test_fresh_outputs_hands_back_a_new_array_each_call():
+    """Executable.fresh_outputs (bench's memory-equalised timing): the kernel writes each call's
+    output into a newly allocated array, as torch and jax hand back fresh outputs; the result is
+    the planned build's, and switching back returns to the pool."""
+    prog = fusec.compile(LAYERNORM, target="cpu", cache=False)
+    exe = prog.layernorm_by_hand.compiled({"T": 512}).fused
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((512, 256)).astype(np.float32)
+    g, b = np.ones(256, np.float32), np.zeros(256, np.float32)
+    args = exe.prepare([x, g, b])
+    want = exe.run_prepared(args)[0].copy()
+    pool = {id(exe.run_prepared(args)[0]) for _ in range(4)}   # each dropped at once: the pool's buffer
+    exe.fresh_outputs = True
+    seen, held = set(), []
+    for _ in range(4):
+        y = exe.run_prepared(args)[0]
+        np.testing.assert_array_equal(y, want)
+        assert y.ctypes.data not in seen and id(y) not in pool
+        seen.add(y.ctypes.data)
+        held.append(y)                      # kept alive, so no address can come back
+    del held
+    tracemalloc.start()
+    exe.run_prepared(args)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak >= x.nbytes                 # the output allocated in the call
+    exe.fresh_outputs = False
+    assert id(exe.run_prepared(args)[0]) in pool
