@@ -286,34 +286,34 @@ def _jax_cached(jax, fn, args) -> float | None:
 
 
 def _onnxruntime(w: Workload, inputs, memory: str = "default") -> Impl:
-    from .onnx_forms import onnx_form
-    from .runtimes import RuntimeUnavailable, ort_runner
-    if not _have("onnxruntime"):
-        raise Skip("onnxruntime is not installed (pip install -e '.[dev]')")
-    try:
-        model, feed, notes = onnx_form(w, inputs)
-        r = ort_runner(model, feed, preallocate=memory == "equalised")
-    except (RuntimeError, RuntimeUnavailable) as e:
-        raise Skip(str(e)) from None
-    _, cold = _timed_first(r.call)
-    impl = Impl("onnxruntime", r.call, r.result, cold_s=r.setup_s + cold, notes=notes + r.notes)
-    impl.detail = {**r.detail, "session_s": round(r.setup_s, 4)}
-    return impl
+    from .runtimes import ort_runner
+    return _onnx_impl("onnxruntime", "onnxruntime", "onnxruntime is not installed (pip install -e '.[dev]')",
+                      "session_s", w, inputs, lambda model, feed: ort_runner(model, feed,
+                                                                            preallocate=memory == "equalised"))
 
 
 def _tvm(w: Workload, inputs) -> Impl:
+    from .runtimes import tvm_runner
+    return _onnx_impl("tvm", "tvm", "apache-tvm is not installed (pip install -e '.[bench]')", "build_s", w, inputs,
+                      lambda model, feed: tvm_runner(model, feed, tune_seconds=TVM_TUNE["seconds"],
+                                                     tune_trials=TVM_TUNE["trials"]))
+
+
+def _onnx_impl(name: str, module: str, missing: str, setup_key: str, w: Workload, inputs, run) -> Impl:
+    """An anchor that runs the workload's ONNX form (bench/onnx_forms.py) through `run(model,
+    feed)` (a bench/runtimes.py runner); its setup (session, build) counted in the cold time."""
     from .onnx_forms import onnx_form
-    from .runtimes import RuntimeUnavailable, tvm_runner
-    if not _have("tvm"):
-        raise Skip("apache-tvm is not installed (pip install -e '.[bench]')")
+    from .runtimes import RuntimeUnavailable
+    if not _have(module):
+        raise Skip(missing)
     try:
         model, feed, notes = onnx_form(w, inputs)
-        r = tvm_runner(model, feed, tune_seconds=TVM_TUNE["seconds"], tune_trials=TVM_TUNE["trials"])
+        r = run(model, feed)
     except (RuntimeError, RuntimeUnavailable) as e:
         raise Skip(str(e)) from None
     _, cold = _timed_first(r.call)
-    impl = Impl("tvm", r.call, r.result, cold_s=r.setup_s + cold, notes=notes + r.notes)
-    impl.detail = {**r.detail, "build_s": round(r.setup_s, 4)}
+    impl = Impl(name, r.call, r.result, cold_s=r.setup_s + cold, notes=notes + r.notes)
+    impl.detail = {**r.detail, setup_key: round(r.setup_s, 4)}
     return impl
 
 
