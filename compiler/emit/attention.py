@@ -27,6 +27,13 @@ def block_attention(body, root) -> None:
         kernel.emit_gpu()
 
 
+def _operand_itself(block, v) -> bool:
+    """Whether body value `v` is one block argument, possibly widened (extf: f16 computed in f32)."""
+    needed, read = body_slice(block, v)
+    ops = [o.operation for o in block.operations]
+    return len(read) == 1 and all(ops[n].name == "arith.extf" for n in needed)
+
+
 def _own_ops(root) -> list:
     """The ops of the root's block that are its kernel's: those tagged for its plan group (tag
     // 10000, transforms/script.py: tag_of), and the untagged copies bufferization put into
@@ -149,7 +156,7 @@ class AttentionKernel:
             raise EmitError("the scores of a fusec.block_attention must be a multiply-add", self.s)
         a, b = mul.operands
         plain = n_in == 2 and not any(o.name in ("linalg.index", "memref.load", "tensor.extract") for o in ops)
-        if plain and (not cpu or (a in args and b in args)):
+        if plain and (not cpu or all(_operand_itself(block, v) for v in (a, b))):
             return None
         # which factor is Q's: the one whose operands or indices read the query loop
         loops = []
