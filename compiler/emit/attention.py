@@ -9,8 +9,8 @@ from contextlib import contextmanager
 
 from . import ids
 from .attention_cpu import emit_cpu
-from .template_values import (TemplateValues, affine, dims_of_map, indexing_maps, ints, n_inputs,
-                              pure_dim)
+from .template_values import (TemplateValues, affine, body_slice, dims_of_map, indexing_maps, ints,
+                              n_inputs, pure_dim)
 from .values import EmitError, atom, elem_of_type, expr_add, expr_mul, floordiv, mod
 from ..mlir import ir
 from ..plan.attention import THREADS_X, THREADS_Y, gpu_layout
@@ -25,6 +25,13 @@ def block_attention(body, root) -> None:
         emit_cpu(kernel)
     else:
         kernel.emit_gpu()
+
+
+def _operand_itself(block, v) -> bool:
+    """Whether body value `v` is one block argument, possibly widened (extf: f16 computed in f32)."""
+    needed, read = body_slice(block, v)
+    ops = [o.operation for o in block.operations]
+    return len(read) == 1 and all(ops[n].name == "arith.extf" for n in needed)
 
 
 def _own_ops(root) -> list:
@@ -76,6 +83,7 @@ class AttentionKernel:
         self.q_op = 0 if self.q_loop in used[0] else 1
         self.k_op = 1 - self.q_op
         self.ext[self.d_loop] = self._extent(self.s, self.d_loop)
+        self.factors = self._factors(body.mode == "cpu")
         # the output contraction's loops by role: j its (non-unit) reduction, q the output loop V
         # does not index, dv the output loop V indexes and the scores operand does not, the batch
         # the output loops both index (paired with the scores' batch loops in output order);
@@ -126,6 +134,65 @@ class AttentionKernel:
             cv, kv = (float(x) for x in ir.DenseF64ArrayAttr(self.o.attributes[ATTENTION_GUARD]))
             self.guard = (cv, kv)
         self.sums_v = self.guard is not None and not (self.guard[0] == float("-inf") and self.guard[1] == 0.0)
+
+    def _factors(self, cpu: bool):
+        """The scores body's two factors (Q's, K's) as body values, where the tiles hold them
+        evaluated (`q_value`, `k_value`) rather than the operands as they lie: a body with more
+        than two operands or reading by index (a rotary embedding folded into the contraction
+        reads Q at computed d and cos, sin at (i, d)); on the cpu, whose tile product is a BLAS
+        call, also any arithmetic on an operand (a scale folded in). None: the operands are the
+        factors (contraction_step applies the body on the gpu)."""
+        block = self.s.regions[0].blocks[0]
+        ops = [o.operation for o in block.operations]
+        args = list(block.arguments)
+        n_in = n_inputs(self.s)
+        y = ops[-1].operands[0]
+        add = None if isinstance(y.owner, ir.Block) else getattr(y.owner, "operation", y.owner)
+        if add is None or add.name != "arith.addf" or args[n_in] not in list(add.operands):
+            raise EmitError("the scores of a fusec.block_attention must be a multiply-add", self.s)
+        prod = [v for v in add.operands if v != args[n_in]][0]
+        mul = None if isinstance(prod.owner, ir.Block) else getattr(prod.owner, "operation", prod.owner)
+        if mul is None or mul.name != "arith.mulf":
+            raise EmitError("the scores of a fusec.block_attention must be a multiply-add", self.s)
+        a, b = mul.operands
+        plain = n_in == 2 and not any(o.name in ("linalg.index", "memref.load", "tensor.extract") for o in ops)
+        if plain and (not cpu or all(_operand_itself(block, v) for v in (a, b))):
+            return None
+        # which factor is Q's: the one whose operands or indices read the query loop
+        loops = []
+        maps = indexing_maps(self.s)
+        for v in (a, b):
+            needed, read = body_slice(block, v)
+            ls = set()
+            for x in read:
+                ls |= dims_of_map(maps[args.index(x)])
+            ls |= {ir.IntegerAttr(ops[n].attributes["dim"]).value for n in needed if ops[n].name == "linalg.index"}
+            loops.append(ls)
+        if self.q_loop in loops[1] and self.q_loop not in loops[0]:
+            a, b = b, a
+        return (a, b)
+
+    def q_value(self, batch: dict[int, str], i: str, d: str) -> str:
+        """Q at query i, head-dim d: the scores' Q operand, or its factor evaluated (`_factors`)."""
+        dims = self.s_dims(batch, i, "0", d)
+        if self.factors is None:
+            return self.operand(self.s, self.smaps, self.q_op, dims)
+        self.values.forget()
+        return self.values.factor(self.s, self.factors[0], dims)
+
+    def k_value(self, batch: dict[int, str], j: str, d: str) -> str:
+        """K at key j, head-dim d (as `q_value`)."""
+        dims = self.s_dims(batch, "0", j, d)
+        if self.factors is None:
+            return self.operand(self.s, self.smaps, self.k_op, dims)
+        self.values.forget()
+        return self.values.factor(self.s, self.factors[1], dims)
+
+    def scores_step(self, q: str, k: str, acc: str) -> str:
+        """The scores' accumulation of one query and key value (as the tiles hold them)."""
+        if self.factors is None:
+            return self.values.contraction_step(self.s, q, k, acc)
+        return self.values.factor_step(self.s, self.factors, q, k, acc)
 
     def _extent_or(self, op, loop: int, default: str) -> str:
         try:
@@ -292,7 +359,7 @@ class AttentionKernel:
         w(f"{Ps} = cuda.shared.array(({BQ}, {L.p_stride}), {f})")
         w(f"{Xs} = cuda.shared.array({_SIM_LANES}, {f})")
         self._tid, self._xs, self._splits = tid, Xs, {}
-        q_read = lambda r, d: self.operand(self.s, self.smaps, self.q_op, self.s_dims(batch, expr_add(i0, r), "0", d))
+        q_read = lambda r, d: self.q_value(batch, expr_add(i0, r), d)
         self._load_tiles([(BQ, L.dp, D, i0, self.SQ, q_read, Qs)])
         rows = [expr_add(ty, str(THREADS_Y * a)) for a in range(rq)]
         keys = [expr_add(tx, str(THREADS_X * k)) for k in range(ck)]
@@ -318,7 +385,7 @@ class AttentionKernel:
         with w.indent():
             # K and V of this step (the barrier: every thread is done with the last step's tiles)
             w("cuda.syncthreads()")
-            k_read = lambda r, d: self.operand(self.s, self.smaps, self.k_op, self.s_dims(batch, "0", expr_add(j0, r), d))
+            k_read = lambda r, d: self.k_value(batch, expr_add(j0, r), d)
             v_read = lambda r, d: self.operand(self.o, self.omaps, self.v_op, self.o_dims(batch, "0", expr_add(j0, r), d))
             self._load_tiles([(BKV, L.dp, D, j0, self.SK, k_read, Ks), (BKV, DV, DV, j0, self.SK, v_read, Vs)])
             w("cuda.syncthreads()")
@@ -340,7 +407,7 @@ class AttentionKernel:
                     for a in range(rq):
                         for k in range(ck):
                             for i in range(4):
-                                w(f"{s[a][k]} = {self.values.contraction_step(self.s, qv[a][i], kv[k][i], s[a][k])}")
+                                w(f"{s[a][k]} = {self.scores_step(qv[a][i], kv[k][i], s[a][k])}")
             # the score function, -inf past the ends; the row max across the row's 8 threads
             z = [[names.fresh(f"z{a}_{k}") for k in range(ck)] for a in range(rq)]
             mn = [names.fresh(f"mn{a}_") for a in range(rq)]

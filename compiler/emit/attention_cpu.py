@@ -41,9 +41,9 @@ def emit_cpu(att) -> None:
         # whole tile in every block or step), else gathered into a tile each block or step
         o_loops = {att.o_batch[sl]: x for sl, x in batch.items()}
         q_in = _as_it_lies(att, att.s, att.q_op, batch, att.q_loop, att.d_loop, (att.q_loop, i0, BQ)) \
-            if att.SQ % BQ == 0 else None
+            if att.SQ % BQ == 0 and att.factors is None else None
         k_in = _as_it_lies(att, att.s, att.k_op, batch, att.d_loop, att.k_loop, (att.k_loop, j0, BKV)) \
-            if att.SK % BKV == 0 else None
+            if att.SK % BKV == 0 and att.factors is None else None
         v_in = _as_it_lies(att, att.o, att.v_op, o_loops, att.o_j, att.dv_loop, (att.o_j, j0, BKV)) \
             if att.SK % BKV == 0 else None
         if q_in is None:
@@ -69,7 +69,7 @@ def emit_cpu(att) -> None:
             with w.indent():
                 w(f"for {d} in range({D}):")
                 with w.indent():
-                    w(f"{qs}[{r}, {d}] = {att.operand(att.s, att.smaps, att.q_op, att.s_dims(batch, f'{i0} + {r}', '0', d))}")
+                    w(f"{qs}[{r}, {d}] = {att.q_value(batch, f'{i0} + {r}', d)}")
             q_in = (qs, NO_TRANS, D)
         w(f"for {j0} in range(0, {att.SK}, {BKV}):")
         with w.indent():
@@ -81,7 +81,7 @@ def emit_cpu(att) -> None:
                     if k_in is None:
                         w(f"for {dd} in range({D}):")
                         with w.indent():
-                            w(f"{kt}[{dd}, {cc}] = {att.operand(att.s, att.smaps, att.k_op, att.s_dims(batch, '0', f'{j0} + {cc}', dd))}")
+                            w(f"{kt}[{dd}, {cc}] = {att.k_value(batch, f'{j0} + {cc}', dd)}")
                     if v_in is None:
                         w(f"for {dd} in range({DV}):")
                         with w.indent():

@@ -163,6 +163,38 @@ def elem(v):
 
 # ---------------------------------------------------------------------- values inside a kernel
 
+def body_slice(block, value) -> tuple[set[int], list]:
+    """The ops of `block` (their positions) that `value` depends on, and the block arguments it
+    reads (nested regions: their ops' operands count as the op's)."""
+    ops = [o.operation for o in block.operations]
+    where = {}
+    for n, o in enumerate(ops):
+        for r in o.results:
+            where[r] = n
+    args = list(block.arguments)
+    needed, read, todo = set(), [], [value]
+    while todo:
+        v = todo.pop()
+        if v in where:
+            n = where[v]
+            if n not in needed:
+                needed.add(n)
+                todo.extend(_operands_within(ops[n]))
+        elif v in args and v not in read:
+            read.append(v)
+    return needed, read
+
+
+def _operands_within(op) -> list:
+    """Op's operands and those of the ops nested in its regions."""
+    out = list(op.operands)
+    for region in op.regions:
+        for b in region.blocks:
+            for o in b.operations:
+                out += _operands_within(o.operation)
+    return out
+
+
 class TemplateValues:
     """The value of a buffer at an index inside one template kernel (module doc).
 
@@ -288,6 +320,68 @@ class TemplateValues:
         for o in ops[:-1]:
             if len(o.results) != 1 or o.regions or any(v not in env and v not in self.ctx.expr for v in o.operands):
                 raise EmitError("a fusec.gemm_contraction body must be scalar arithmetic", op)
+            e = self.ctx.rules.expr(o, [env[v] if v in env else self.body.val(v) for v in o.operands])
+            if e is None:
+                raise no_rule(o)
+            env[o.results[0]] = atom(e)
+        (y_,) = ops[-1].operands
+        return env[y_] if y_ in env else self.body.val(y_)
+
+    def factor(self, op, value, dims: list[str]) -> str:
+        """One value of a contraction's body (a factor of its product) at loop coordinates `dims`:
+        the body's ops it depends on evaluated there, its block arguments read from op's operands
+        at their maps, `linalg.index` the coordinates, `memref.load` (a gather folded into the
+        body) read where it points."""
+        block = op.regions[0].blocks[0]
+        inner = [o.operation for o in block.operations]
+        needed, args = body_slice(block, value)
+        maps = indexing_maps(op)
+        expr = self.ctx.expr
+        n_in = n_inputs(op)
+        for k, a in enumerate(block.arguments):
+            if a in args:
+                if k >= n_in:
+                    raise EmitError("a factor of a contraction's product reads its accumulator", op)
+                expr[a] = self.read(op.operands[k], [affine(e, dims) for e in maps[k].results], op)
+        for n, o in enumerate(inner[:-1]):
+            if n not in needed:
+                continue
+            if o.name == "linalg.index":
+                expr[o.results[0]] = dims[ir.IntegerAttr(o.attributes["dim"]).value]
+                continue
+            if o.name == "arith.constant":
+                self.body.op(o)
+                continue
+            if o.regions or len(o.results) != 1:
+                raise no_rule(o, "inside a contraction's factor")
+            if o.name == "memref.load":
+                e = self.read(o.operands[0], [self.body.val(i) for i in o.operands[1:]], op)
+            else:
+                if any(is_memref(x) for x in o.operands):
+                    raise no_rule(o, "inside a contraction's factor")
+                e = self.ctx.rules.expr(o, [self.body.val(x) for x in o.operands])
+                if e is None:
+                    raise no_rule(o)
+            r = o.results[0]
+            if len(list(r.uses)) == 1:
+                expr[r] = atom(e)
+            else:
+                self.body.assign(r, e)
+        return self.body.val(value)
+
+    def factor_step(self, op, factors, x: str, y: str, acc: str) -> str:
+        """A contraction's body on its two factors' values `x`, `y` (`factors`: the body values of
+        its product's two sides, evaluated already by `factor`) and its accumulator."""
+        block = op.regions[0].blocks[0]
+        args = list(block.arguments)
+        env = {factors[0]: x, factors[1]: y, args[n_inputs(op)]: acc}
+        skip = body_slice(block, factors[0])[0] | body_slice(block, factors[1])[0]
+        ops = [o.operation for o in block.operations]
+        for n, o in enumerate(ops[:-1]):
+            if n in skip:
+                continue
+            if len(o.results) != 1 or o.regions or any(v not in env and v not in self.ctx.expr for v in o.operands):
+                raise EmitError("a contraction's product of two factors must be scalar arithmetic", op)
             e = self.ctx.rules.expr(o, [env[v] if v in env else self.body.val(v) for v in o.operands])
             if e is None:
                 raise no_rule(o)

@@ -221,6 +221,37 @@ def _real(loops: list[int], extents) -> list[int]:
     return big if big or len(loops) <= 1 else loops[:1]
 
 
+def _leaves(tree, kind: str) -> set:
+    """The operands ("in", k) or loops ("index", n) a body tree reads: their numbers."""
+    if not isinstance(tree, tuple) or not tree:
+        return set()
+    if tree[0] == kind and len(tree) == 2 and isinstance(tree[1], int):
+        return {tree[1]}
+    out = set()
+    for t in tree[1:]:
+        out |= _leaves(t, kind)
+    return out
+
+
+def _side_loops(c1: OpInfo) -> list[frozenset] | None:
+    """The loops each factor of the scores' multiply-add reads, Q's and K's: the loops of the
+    operands in its tree and those it reads by index (a rotary embedding folded into the
+    contraction reads Q at computed d, cos and sin at (i, d)); None when the two factors share
+    an operand. A plain product of two operands is operand 0's and operand 1's loops."""
+    mac = _is_mac(c1.body_expr[0])
+    sides = []
+    for tree in mac:
+        loops = set(_leaves(tree, "index"))
+        ins = _leaves(tree, "in")
+        for k in ins:
+            if c1.operand_loops[k]:
+                loops |= frozenset().union(*c1.operand_loops[k])
+        sides.append((ins, frozenset(loops)))
+    if sides[0][0] & sides[1][0]:
+        return None
+    return [sides[0][1], sides[1][1]]
+
+
 def find_attention(info: ChainInfo, out: int) -> Attention | NotAttention:
     """The attention pattern ending at contraction `out`, or why it is not one."""
     c2 = info.op(out)
@@ -333,7 +364,9 @@ def find_attention(info: ChainInfo, out: int) -> Attention | NotAttention:
     red = _real([l for l, it in enumerate(c1.iterators) if it == "reduction"], c1.loops)
     if len(red) != 1:
         return _unfit("the scores contract more than one loop")
-    used = [frozenset().union(*c1.operand_loops[k]) if c1.operand_loops[k] else frozenset() for k in (0, 1)]
+    used = _side_loops(c1)
+    if used is None:
+        return _unfit("the scores' two factors read a common operand")
     out_loops = list(c1.result_loops)
     if any(len(x) != 1 for x in out_loops):
         return _unfit("the scores' dims are not loops of their own")
