@@ -228,9 +228,9 @@ def {key}(typingctx, x):
 
 # options.math == "accurate": f32 exp and tanh computed in f64 by branch-free forms whose relative
 # error (< 3e-10) is far below f32's half ulp (6e-8), so the one rounding to f32 gives the result
-# within 1 ulp (0.5 ulp + 0.004 at most; 0.5 measured, bench/accuracy.py). They vectorise like the fast forms,
-# at half the lanes and with an f64 division in tanh (docs/PERFORMANCE.md, "Transcendental
-# accuracy").
+# within 1 ulp (0.5 ulp + 0.004 at most; 0.502 and 0.504 measured, bench/accuracy.py). They
+# vectorise like the fast forms, at half the lanes and with an f64 division in tanh
+# (docs/PERFORMANCE.md, "Transcendental accuracy").
 _EXP_F64 = '''
 @numba.njit
 def {key}(y):
