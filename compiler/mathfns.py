@@ -16,6 +16,7 @@ class MathFn:
     op: str                           # the MLIR op: math.exp, arith.divf
     py: str | None = None             # Python `math` function the emitter calls (None: a rule in emit/scalar.py)
     cpu_f32: str | None = None        # cpu target, f32: the vectorisable form emit/cpu.py writes instead
+    cpu_f32_accurate: str | None = None   # the same under options.math == "accurate" (within 1 ulp)
     sim: str | None = None            # CUDA simulator: the NumPy function computed instead of `py`, which
                                       # raises there (OverflowError, ValueError: the simulator runs kernels
                                       # as Python) where a GPU returns inf or NaN; None: `py` never raises.
@@ -35,14 +36,14 @@ def _fn(op: str, **kw) -> tuple[str, MathFn]:
 
 
 FUNCTIONS: dict[str, MathFn] = dict([
-    _fn("math.exp", py="exp", sim="exp", cpu_f32="exp_f32", call=True, gpu_weight=8.0, cpu_chain="exp(x) + y"),
+    _fn("math.exp", py="exp", sim="exp", cpu_f32="exp_f32", cpu_f32_accurate="exp_f32_accurate", call=True, gpu_weight=8.0, cpu_chain="exp(x) + y"),
     _fn("math.exp2", py="exp2", sim="exp2", call=True, gpu_weight=6.0, cpu_like=("exp",)),
     _fn("math.expm1", py="expm1", sim="expm1", call=True, gpu_weight=12.0, cpu_like=("exp",)),
     _fn("math.log", py="log", sim="log", call=True, gpu_weight=8.0, cpu_chain="log(x + 1.0) + y"),
     _fn("math.log2", py="log2", sim="log2", call=True, gpu_weight=6.0, cpu_like=("log",)),
     _fn("math.log10", py="log10", sim="log10", call=True, gpu_weight=8.0, cpu_like=("log",)),
     _fn("math.log1p", py="log1p", sim="log1p", call=True, gpu_weight=12.0, cpu_like=("log",)),
-    _fn("math.tanh", py="tanh", cpu_f32="tanh_f32", call=True, gpu_weight=16.0, cpu_chain="tanh(x) + y"),
+    _fn("math.tanh", py="tanh", cpu_f32="tanh_f32", cpu_f32_accurate="tanh_f32_accurate", call=True, gpu_weight=16.0, cpu_chain="tanh(x) + y"),
     _fn("math.erf", py="erf", call=True, gpu_weight=16.0, cpu_chain="erf(x) + y"),
     _fn("math.erfc", py="erfc", call=True, gpu_weight=16.0, cpu_like=("erf",)),
     _fn("math.sin", py="sin", sim="sin", call=True, gpu_weight=16.0, cpu_like=("tanh",)),

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from .plan.hardware import HardwareProfile
 
 COMPILE_TARGETS = ("gpu", "cpu")
+MATH_MODES = ("fast", "accurate")
 
 
 class OptionsError(ValueError):
@@ -40,6 +41,10 @@ class CompileOptions:
     dynamic      symbols whose extent the kernels take at run time (cpu, cuda): a build is
                  planned for a size class of each (its power-of-two bucket, compiler/dynamic.py)
                  and runs any extent
+    math         'fast' (the default): the cpu target's f32 exp and tanh are f32 polynomial forms
+                 (within 3 and 5 ulp); 'accurate': f64 forms rounded once (within 1 ulp), at a
+                 time cost (docs/PERFORMANCE.md, "Transcendental accuracy"). The gpu target calls
+                 libdevice either way; erf is libm's on the cpu either way
     """
 
     target: str = "gpu"
@@ -53,6 +58,7 @@ class CompileOptions:
     locations: bool = False
     kernel_report: bool = False
     dynamic: tuple[str, ...] = ()
+    math: str = "fast"
 
     def __post_init__(self):
         if self.target not in COMPILE_TARGETS:
@@ -62,6 +68,8 @@ class CompileOptions:
         if isinstance(self.dynamic, str):
             object.__setattr__(self, "dynamic", tuple(s.strip() for s in self.dynamic.split(",") if s.strip()))
         object.__setattr__(self, "dynamic", tuple(sorted(set(self.dynamic))))
+        if self.math not in MATH_MODES:
+            raise OptionsError(f"math: unknown mode {self.math!r}; expected one of {', '.join(MATH_MODES)}")
         bad = [s for s in self.dynamic if not isinstance(s, str) or not s.isidentifier()]
         if bad:
             raise OptionsError(f"dynamic: {', '.join(map(repr, bad))} {'is not a symbol name' if len(bad) == 1 else 'are not symbol names'}")
@@ -98,6 +106,8 @@ class CompileOptions:
         d["dynamic"] = list(self.dynamic)
         if not self.dynamic:
             del d["dynamic"]            # keys of options without it stay what they were
+        if self.math == "fast":
+            del d["math"]               # the same for the default math mode
         return d
 
     def key(self) -> str:

@@ -230,7 +230,8 @@ def _kernels(job: Job, st: ChainStages) -> None:
     if job.options.target == "gpu":
         st.emitted = emit(st.module, "cuda")
     else:
-        st.emitted = emit(st.module, "cpu", vector_bits=planning_profile(job.options).vector_bits)
+        st.emitted = emit(st.module, "cpu", vector_bits=planning_profile(job.options).vector_bits,
+                          math=job.options.math)
 
 
 def _ast_text(st: ChainStages, o: CompileOptions) -> str:

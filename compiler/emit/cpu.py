@@ -218,7 +218,65 @@ def {key}(x):
     t = np.float32(math.copysign(np.float32(1.0), x)) if a > np.float32(9.0) else t
     return x if a < np.float32(0.0004) else t'''
 
+_BITCAST_I64_F64 = '''
+@intrinsic
+def {key}(typingctx, x):
+    """The bits of an i64 as an f64 (arith.bitcast)."""
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], llvmir.DoubleType())
+    return nbtypes.float64(nbtypes.int64), codegen'''
+
+# options.math == "accurate": f32 exp and tanh computed in f64 by branch-free forms whose relative
+# error (< 3e-10) is far below f32's half ulp (6e-8), so the one rounding to f32 gives the result
+# within 1 ulp (0.5 ulp + 0.004 at most; 0.502 and 0.504 measured, bench/accuracy.py). They
+# vectorise like the fast forms, at half the lanes and with an f64 division in tanh
+# (docs/PERFORMANCE.md, "Transcendental accuracy").
+_EXP_F64 = '''
+@numba.njit
+def {key}(y):
+    """exp of an f64 y in [-210, 180]: 2**k * p(r) with k = round(y / ln 2), r = y - k ln 2
+    (|r| <= 0.347, its error below 4e-15), p Taylor's of degree 8 (truncation below 2.1e-10
+    relative: 0.004 of an f32 ulp), 2**k built from its bits (a normal f64 over that range)."""
+    k = np.floor(y * np.float64(1.4426950408889634) + np.float64(0.5))
+    r = y - k * np.float64(0.6931471805599453)
+    p = np.float64(2.48015873015873e-05)
+    p = p * r + np.float64(0.0001984126984126984)
+    p = p * r + np.float64(0.001388888888888889)
+    p = p * r + np.float64(0.008333333333333333)
+    p = p * r + np.float64(0.041666666666666664)
+    p = p * r + np.float64(0.16666666666666666)
+    p = p * r + np.float64(0.5)
+    p = p * r + np.float64(1.0)
+    p = p * r + np.float64(1.0)
+    n = np.int64(k)
+    return p * {bits}((n + np.int64(1023)) << np.int64(52))'''
+
+_EXP_F32_ACCURATE = '''
+@numba.njit
+def {key}(x):
+    """math.exp on f32 within 1 ulp: exp in f64 (_exp_f64), rounded once to f32, so gradual
+    underflow and overflow to inf are IEEE's; the argument clamped to [-104, 88.8] (0 and inf
+    there)."""
+    y = np.float32(88.8) if x > np.float32(88.8) else x
+    y = np.float32(-104.0) if y < np.float32(-104.0) else y
+    e = np.float32({exp64}(np.float64(y)))
+    return e if x == x else x'''
+
+_TANH_F32_ACCURATE = '''
+@numba.njit
+def {key}(x):
+    """math.tanh on f32 within 1 ulp: 1 - 2 / (exp(2|x|) + 1) in f64 (_exp_f64; |x| clamped to 20,
+    where it is 1 in f64), its sign x's, rounded once to f32; x itself below 2**-13 (there
+    tanh(x) = x (1 - x**2/3), within 0.09 ulp of x), which keeps -0 and the denormals."""
+    a = abs(x)
+    b = np.float32(20.0) if a > np.float32(20.0) else a
+    e = {exp64}(np.float64(b) * np.float64(2.0))
+    t = np.float64(1.0) - np.float64(2.0) / (e + np.float64(1.0))
+    t = np.float32(math.copysign(t, np.float64(x)))
+    return x if a < np.float32(0.0001220703125) else t'''
+
 VECTOR_MATH = {f.op: f.cpu_f32 for f in mathfns.FUNCTIONS.values() if f.cpu_f32}   # f32 ops with a CPU form
+ACCURATE_MATH = {f.op: f.cpu_f32_accurate for f in mathfns.FUNCTIONS.values() if f.cpu_f32_accurate}
 
 
 def minmax_key(kind: str) -> str:
@@ -227,13 +285,15 @@ def minmax_key(kind: str) -> str:
 
 def helper(name: str, key: str, use, const) -> tuple[list[str], bool]:
     """(source lines, is_intrinsic) of CPU helper `name`; `use(name)` registers a dependency
-    and returns its key, `const(value)` names a module-level f32 constant (no float literal
-    reaches the generated code's arithmetic)."""
+    and returns its key, `const(value, "f32" or "f64")` names a module-level constant (no float
+    literal reaches the generated code's arithmetic)."""
     lines, intrinsic = _helper_text(name, key, use)
-    return [_F32_LITERAL.sub(lambda m: const(float(m.group(1))), line) for line in lines], intrinsic
+    return [_FLOAT_LITERAL.sub(lambda m: const(float(m.group(2)), _CONST_TYPE[m.group(1)]), line)
+            for line in lines], intrinsic
 
 
-_F32_LITERAL = re.compile(r"np\.float32\(([-+]?[0-9.]+(?:e[-+]?[0-9]+)?)\)")
+_CONST_TYPE = {"float32": "f32", "float64": "f64"}
+_FLOAT_LITERAL = re.compile(r"np\.(float32|float64)\(([-+]?[0-9.]+(?:e[-+]?[0-9]+)?)\)")
 
 
 def _helper_text(name: str, key: str, use) -> tuple[list[str], bool]:
@@ -254,12 +314,23 @@ def _helper_text(name: str, key: str, use) -> tuple[list[str], bool]:
         return _EXP_F32.format(key=key, bits=use("bitcast_i32_f32")).strip("\n").splitlines(), False
     if name == "tanh_f32":
         return _TANH_F32.format(key=key).strip("\n").splitlines(), False
+    if name == "bitcast_i64_f64":
+        return _BITCAST_I64_F64.format(key=key).strip("\n").splitlines(), True
+    if name == "exp_f64":
+        return _EXP_F64.format(key=key, bits=use("bitcast_i64_f64")).strip("\n").splitlines(), False
+    if name == "exp_f32_accurate":
+        return _EXP_F32_ACCURATE.format(key=key, exp64=use("exp_f64")).strip("\n").splitlines(), False
+    if name == "tanh_f32_accurate":
+        return _TANH_F32_ACCURATE.format(key=key, exp64=use("exp_f64")).strip("\n").splitlines(), False
     raise KeyError(name)
 
 
 def is_cpu_helper(name: str) -> bool:
-    return name in _LLVM_MINMAX or name in ("bitcast_i32_f32", "bitcast_f32_i32", "exp_f32", "tanh_f32",
-                                            "round_f16") or name in PREFER_VECTORS
+    return name in _LLVM_MINMAX or name in _CPU_HELPERS or name in PREFER_VECTORS
+
+
+_CPU_HELPERS = ("bitcast_i32_f32", "bitcast_f32_i32", "exp_f32", "tanh_f32", "round_f16",
+                "bitcast_i64_f64", "exp_f64", "exp_f32_accurate", "tanh_f32_accurate")
 
 
 PREFER_VECTORS = ("prefer_vectors_256", "prefer_vectors_512")

@@ -26,7 +26,7 @@ _COPY_THREADS = 256
 CPU_FASTMATH = '{"contract", "reassoc"}'
 
 
-def emit(module: "ir.Module", target: str, vector_bits: int = 0) -> EmittedModule:
+def emit(module: "ir.Module", target: str, vector_bits: int = 0, math: str = "fast") -> EmittedModule:
     """Translate `module` to Python source for `target` ("cuda" or "cpu"); never mutates it.
 
     Requires (what the tile-and-fuse output gives after compiler/transforms/to_target.py's
@@ -52,6 +52,8 @@ def emit(module: "ir.Module", target: str, vector_bits: int = 0) -> EmittedModul
 
     cpu: `vector_bits` (256 or 512; 0: LLVM's choice for the CPU) is the vector width each host
     function and prange body asks LLVM's vectorizer for (the profile's, compiler/calibrate.py).
+    `math` ("fast" or "accurate", options.math): which of emit/cpu.py's forms f32 exp and tanh
+    take on the cpu (the f32 polynomials, or the f64 ones rounded once); cuda ignores it.
 
     Semantics kept: f16 is computed in f32 (rounded to half precision at truncf and at stores;
     the CPU target rounds on the bits, emit/cpu.py); bf16 is refused; NaN rules of
@@ -67,7 +69,9 @@ def emit(module: "ir.Module", target: str, vector_bits: int = 0) -> EmittedModul
         raise ValueError(f"vector_bits is {vector_bits!r}: expected 0, 256 or 512")
     consts = Constants()
     helpers = Helpers(target, consts)
-    rules = ScalarRules(consts, helpers, target)
+    if math not in ("fast", "accurate"):
+        raise ValueError(f"math is {math!r}: expected 'fast' or 'accurate'")
+    rules = ScalarRules(consts, helpers, target, math)
     globals_ = Globals(target)
     kernels: list[str] = []
     hosts: list[str] = []

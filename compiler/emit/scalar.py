@@ -73,7 +73,7 @@ class Helpers:
         if key not in self.used:
             self.used[key] = []            # claimed first: a helper may use others
             lines, intrinsic = emit_cpu.helper(name, key, self._use_cpu,
-                                               lambda v: self.consts.float(v, elem_of_name("f32")))
+                                               lambda v, t: self.consts.float(v, elem_of_name(t)))
             self.used[key] = lines
             self.decorated.add(key)
             self.intrinsics |= intrinsic
@@ -194,8 +194,9 @@ def _helper_body(name: str, key: str, elem: Elem | None, h: Helpers) -> list[str
 class ScalarRules:
     """Expressions for the scalar ops; `expr(op, args)` is None when `op` is not one of them."""
 
-    def __init__(self, consts: Constants, helpers: Helpers, target: str):
+    def __init__(self, consts: Constants, helpers: Helpers, target: str, math: str = "fast"):
         self.consts, self.helpers, self.target = consts, helpers, target
+        self.vector_math = emit_cpu.VECTOR_MATH if math == "fast" else emit_cpu.ACCURATE_MATH
 
     def constant(self, op: "ir.Operation") -> str:
         attr = op.attributes["value"]
@@ -227,8 +228,8 @@ class ScalarRules:
             if out.kind == "bool" and name == "arith.muli":
                 return f"{a[0]} and {a[1]}"
             return self._wrap_int(f"{atom(a[0])} {_BINARY[name]} {atom(a[1])}", out)
-        if name in emit_cpu.VECTOR_MATH and self.target == "cpu" and out.mlir == "f32":
-            return f"{self.helpers.use(emit_cpu.VECTOR_MATH[name])}({a[0]})"
+        if name in self.vector_math and self.target == "cpu" and out.mlir == "f32":
+            return f"{self.helpers.use(self.vector_math[name])}({a[0]})"
         if name in _MATH_UNARY:
             return self._wrap_float(self.ieee(f"math.{_MATH_UNARY[name]}({a[0]})", name, a[:1]), out)
         if name in _MATH_BINARY:

@@ -89,6 +89,13 @@ def dynamic_flag(p: argparse.ArgumentParser) -> None:
                         "power-of-two bucket) and the plan says which")
 
 
+def math_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--math", choices=("fast", "accurate"), default="fast",
+                   help="cpu: f32 exp and tanh as f32 polynomials (fast, the default: within 3 and 5 ulp) or "
+                        "as f64 forms rounded once (accurate: within 1 ulp, slower on exp/tanh-bound chains); "
+                        "cuda calls libdevice either way")
+
+
 def symbols_arg(text: str) -> tuple[str, ...]:
     """--dynamic's value: symbol names separated by commas."""
     names = tuple(n.strip() for n in text.split(","))

@@ -10,7 +10,7 @@ import argparse
 from fusec.runtime.memory import check_memory
 from fusec.runtime.targets import Target
 
-from .args import Parser, check_dynamic, dynamic_flag, hw_names, memory_flag, pass_names, quiet_flag
+from .args import Parser, check_dynamic, dynamic_flag, hw_names, math_flag, memory_flag, pass_names, quiet_flag
 from .inputs import MEMORY_FLAG, bind_flag, chain_binding, read_chains
 from .options import progress_for, user_options
 
@@ -32,6 +32,7 @@ def parser() -> argparse.ArgumentParser:
                    help="compile the chains in N worker processes (default: this machine's cores); the artifact is "
                         "the same bytes for any N")
     dynamic_flag(p)
+    math_flag(p)
     memory_flag(p)
     quiet_flag(p)
     return p

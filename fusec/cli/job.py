@@ -13,7 +13,7 @@ from fusec.runtime.targets import COMPILED, TARGETS, Target, select
 
 from ..errors import UsageError
 from .args import (Parser, check_dynamic, check_kernel_report, check_output_dir, check_output_file, dynamic_flag,
-                   hw_names, kernel_report_flag, memory_flag, pass_names, quiet_flag, seed_arg, stage_names)
+                   hw_names, kernel_report_flag, math_flag, memory_flag, pass_names, quiet_flag, seed_arg, stage_names)
 from .exits import finish
 from .inputs import bind_flag, load_inputs, npz_entry, plan_run, read_chains, read_inputs
 from .options import NOT_RUN, default_target, make_program, no_gpu, progress_for, user_options
@@ -66,6 +66,7 @@ def parser() -> argparse.ArgumentParser:
                    help="redis://HOST:PORT/DB: the compile cache's tier shared by a fleet (also $FUSEC_REMOTE_CACHE; "
                         "needs $FUSEC_CACHE_SECRET): looked up after the local cache, given every build compiled here")
     dynamic_flag(p)
+    math_flag(p)
     kernel_report_flag(p)
     memory_flag(p)
     quiet_flag(p)

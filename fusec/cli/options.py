@@ -28,7 +28,8 @@ def user_options(args, baseline: bool = True) -> dict:
     return {"fuse": not getattr(args, "no_fuse", False), "baseline": baseline,
             "disabled_passes": tuple(getattr(args, "disable_pass", ())), "hw": getattr(args, "hw", None),
             "autotune": getattr(args, "autotune", False), "locations": getattr(args, "locations", False),
-            "kernel_report": getattr(args, "kernel_report", False), "dynamic": tuple(getattr(args, "dynamic", ()))}
+            "kernel_report": getattr(args, "kernel_report", False), "dynamic": tuple(getattr(args, "dynamic", ())),
+            "math": getattr(args, "math", "fast")}
 
 
 def make_program(text: str, path: str, target: str | None, args, baseline: bool = True):

@@ -21,7 +21,7 @@ def test_the_key_is_stable_and_changes_with_every_field():
     variants = [dict(target="cpu"), dict(hardware=GPUS["h100"]), dict(fuse=False), dict(baseline=False),
                 dict(disabled_passes=frozenset({"cse"})), dict(plans=(("f", "{}"),)), dict(autotune=True),
                 dict(tuned="{}"), dict(locations=True), dict(kernel_report=True),
-                dict(dynamic=("M",))]
+                dict(dynamic=("M",)), dict(math="accurate")]
     keys = {dataclasses.replace(base, **v).key() for v in variants}
     assert len(keys) == len(variants) and base.key() not in keys
     names = {k for v in variants for k in v}
@@ -44,3 +44,11 @@ def test_dynamic_symbols_are_sorted_names_and_a_comma_list_is_split():
     assert CompileOptions.make({"dynamic": ["M", "M"]}).dynamic == ("M",)
     with pytest.raises(OptionsError, match="'2x' is not a symbol name"):
         CompileOptions.make({"dynamic": ["2x"]})
+
+
+def test_the_math_mode_is_fast_or_accurate_and_the_default_keeps_the_keys_it_had():
+    assert CompileOptions().math == "fast" and "math" not in CompileOptions().as_dict()
+    assert CompileOptions(math="accurate").as_dict()["math"] == "accurate"
+    assert CompileOptions.make({"math": "fast"}).key() == CompileOptions().key()
+    with pytest.raises(OptionsError, match="math: unknown mode 'precise'; expected one of fast, accurate"):
+        CompileOptions.make({"math": "precise"})
