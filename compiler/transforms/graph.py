@@ -17,6 +17,7 @@ from ..mlir import MLIRError, PassManager, ir
 from .fold_batchnorm import fold_batchnorm
 from .fold_unit_reshapes import fold_unit_reshapes
 from .hoist_reshapes import hoist_reshapes
+from .matmul_rows import matmul_rows
 from .indexed_reads import inline_indexed_reads
 from .mark_scans import mark_scans
 from .split_reductions import split_reductions
@@ -103,6 +104,17 @@ class MarkScans:
             mark_scans(module)
 
 
+@dataclass(frozen=True)
+class MatmulRows:
+    name: str = "matmul-rows"
+    why: str = ("a contraction that elementwise fusion made of a matmul with batch dims on its left operand "
+                "is a matmul on rows again (BLAS, the GEMM template), the left operand's fused work its own "
+                "generic, computed once per element instead of once per output column")
+
+    def apply(self, module: ir.Module, hw=None) -> None:
+        matmul_rows(module)
+
+
 GRAPH_PASSES: tuple[GraphPass, ...] = (
     FoldBatchnorm(),
     MlirPass("canonicalize", "canonicalize",
@@ -118,6 +130,7 @@ GRAPH_PASSES: tuple[GraphPass, ...] = (
     MlirPass("linalg-fuse-elementwise-ops", "func.func(linalg-fuse-elementwise-ops),canonicalize",
              "merge the elementwise ops the moved reshapes no longer separate"),
     FoldUnitReshapes(),
+    MatmulRows(),
     MlirPass("canonicalize", "canonicalize", "erase the reshapes nothing reads any more"),
     SplitReductions(),
     MlirPass("cse", "cse", "merge what fusion duplicated"),

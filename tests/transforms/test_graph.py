@@ -26,7 +26,8 @@ def six_op_chain() -> ChainBuilder:
 
 def test_pass_names_are_kebab_case_and_ordered():
     assert passes.PASS_NAMES == ("fold-batchnorm", "canonicalize", "cse", "linalg-fuse-elementwise-ops",
-                                 "inline-indexed-reads", "hoist-reshapes", "fold-unit-reshapes", "split-reductions",
+                                 "inline-indexed-reads", "hoist-reshapes", "fold-unit-reshapes", "matmul-rows",
+                                 "split-reductions",
                                  "mark-scans", "symbol-dce")
     for p in passes.GRAPH_PASSES:
         assert p.name == p.name.lower() and " " not in p.name and "_" not in p.name
