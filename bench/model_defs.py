@@ -38,6 +38,9 @@ ISSUE_SIZES = {
 # the issue's sizes, 5x to 10x over the 20-300 ms the issue asks for: the bench's "full" size keeps
 # every model's widths (hidden, heads, intermediate, image, the kernels' shapes) and cuts layers,
 # sequence and batch.
+ADJUSTED_WHY = ("eager PyTorch took 1.40 s (GPT-2), 2.12 s (Llama), 1.86 s (BERT), 1.78 s (ViT) and 1.60 s "
+                "(ResNet-18) per call at the issue's sizes on the 2-core bench host (2 threads, load average 4-5); "
+                "the issue asks for 20-300 ms per call")
 ADJUSTED = {
     "gpt2": "2 layers (not 4), sequence 128 (not 256), batch 1 (not 2)",
     "llama": "2 layers (not 4), sequence 128 (not 256), batch 1 (not 2)",

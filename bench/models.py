@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 
 from . import scratch_dir, utc_stamp
-from .model_defs import ADJUSTED, MODELS, SIZES, build
+from .model_defs import ADJUSTED, ADJUSTED_WHY, MODELS, SIZES, build
 from .timing import Budget, measure, paired_ratio
 
 SCHEMA = 1
@@ -527,6 +527,7 @@ def run_models(names=MODELS, size: str = "full", budget: Budget | None = None, c
         "budget": {"seconds": budget.seconds, "min_runs": budget.min_runs, "max_runs": budget.max_runs,
                    "warmup": budget.warmup, "quiesce_s": budget.quiesce},
         "issue_sizes": SIZES["issue"], "adjusted": ADJUSTED if size == "full" else {},
+        "adjusted_why": ADJUSTED_WHY if size == "full" else None,
         "ratio_convention": "fusec's median / the other's: below 1 means fusec is faster",
         "agreement": "each contender's output against eager PyTorch's, runtime/compare.py's f32 tolerances",
         "models": rows,
