@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the model group (bench/models.py) instead of the micro workloads")
     p.add_argument("--contenders", default=None,
                    help="with --models: comma-separated contenders (default: all of bench/models.py's CONTENDERS)")
+    p.add_argument("--tvm-tune", type=float, default=None, metavar="SECONDS",
+                   help="with --models: MetaSchedule's budget for TVM, in a child process (default 120 at "
+                        "full size, 0 with --size tiny: untuned TVM)")
     p.add_argument("--fusec-onnx", default=None,
                    help="with --models: the models that also run through fusec's ONNX path "
                         "(default gpt2,resnet18; 'all' for every model)")
@@ -146,8 +149,9 @@ def _models(args) -> int:
         result["command"] = "python -m bench " + " ".join(args.argv)
         return write(result, args.out)
     try:
+        tune = args.tvm_tune if args.tvm_tune is not None else (0.0 if tiny else 120.0)
         result = run_models(tuple(names), args.size, budget, tuple(contenders), onnx, log=log, status=status,
-                            checkpoint=checkpoint)
+                            checkpoint=checkpoint, tvm_tune_s=tune)
     finally:
         clear()
     path = checkpoint(result)

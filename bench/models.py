@@ -297,73 +297,39 @@ def inductor(model, args) -> Contender:
                      cold, cached, {"freezing": True, "threads": torch.get_num_threads()})
 
 
-def _runtimes():
-    try:
-        from . import runtimes
-    except ImportError:
-        return None
-    return runtimes
-
-
 def onnxruntime_contender(path: str, feeds: dict) -> Contender:
-    rt = _runtimes()
-    if rt is not None and hasattr(rt, "ort_runner"):
-        return _from_runner("onnxruntime", rt.ort_runner, path, feeds)
+    """bench/runtimes.py's ort_runner: ORT_ENABLE_ALL, intra-op threads = cores, no spinning."""
+    from .runtimes import ort_runner
+    return _from_runner("onnxruntime", lambda: ort_runner(path, feeds, cores()))
+
+
+def tvm_contender(path: str, feeds: dict, tune_s: float = 0.0) -> Contender:
+    """bench/runtimes.py's tvm_runner: Relax's fusing pipeline, FastMath, DLight's cpu rules, the
+    host's target, TVM_NUM_THREADS = cores; MetaSchedule tried for `tune_s` seconds (0: not)."""
+    from .runtimes import tvm_runner
+    return _from_runner("tvm", lambda: tvm_runner(path, feeds, cores(), tune_seconds=tune_s))
+
+
+def _from_runner(name: str, make) -> Contender:
+    """A contender from one of bench/runtimes.py's runners; its RuntimeUnavailable a Skip.
+    cold_s: the setup (ORT's session creation, TVM's import and build) plus the first call."""
+    from .runtimes import RuntimeUnavailable
     try:
-        import onnxruntime as ort
-    except ImportError:
-        raise Skip("onnxruntime is not installed (pip install onnxruntime)") from None
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.intra_op_num_threads = cores()
-    opts.inter_op_num_threads = 1
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        r = make()
+    except RuntimeUnavailable as e:
+        raise Skip(str(e)) from None
     t0 = time.perf_counter()
-    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    session_s = time.perf_counter() - t0
-    holder = {}
-
-    def call():
-        holder["out"] = sess.run(None, feeds)
-        return holder["out"]
-    t0 = time.perf_counter()
-    call()
+    r.call()
     first = time.perf_counter() - t0
-    return Contender("onnxruntime", call, lambda: _np(holder["out"]), session_s + first, None,
-                     {"session_s": _r(session_s), "version": ort.__version__, "level": "ORT_ENABLE_ALL",
-                      "intra_op_threads": cores(), "spinning": False})
-
-
-def tvm_contender(path: str, feeds: dict) -> Contender:
-    rt = _runtimes()
-    if rt is None or not hasattr(rt, "tvm_runner"):
-        raise Skip("no TVM runner here: bench/runtimes.py (tvm_runner, issue 39's anchors) is not in this tree")
-    return _from_runner("tvm", rt.tvm_runner, path, feeds)
-
-
-def _from_runner(name: str, runner, path: str, feeds: dict) -> Contender:
-    """A contender from bench/runtimes.py's runner for an ONNX model."""
-    t0 = time.perf_counter()
-    r = runner(path, feeds)
-    prep = time.perf_counter() - t0
-    holder = {}
-    fn = getattr(r, "call", None) or getattr(r, "run", None) or r
-
-    def call():
-        holder["out"] = fn()
-        return holder["out"]
-    t0 = time.perf_counter()
-    call()
-    first = time.perf_counter() - t0
-    detail = dict(getattr(r, "detail", None) or {})
-    detail.setdefault("prepare_s", _r(prep))
-    return Contender(name, call, lambda: _np(holder["out"]), prep + first, None, detail)
+    detail = dict(r.detail or {})
+    detail.update(setup_s=_r(r.setup_s), first_call_s=_r(first), notes=list(r.notes or []))
+    return Contender(name, r.call, r.result, r.setup_s + first, None, detail)
 
 
 # ---- one model ------------------------------------------------------------------------------
 
 def run_model(name: str, size: str, budget: Budget, contenders=CONTENDERS, fusec_onnx_models=FUSEC_ONNX,
-              log=print, status=None, profile_runs: int | None = None) -> dict:
+              log=print, status=None, profile_runs: int | None = None, tvm_tune_s: float = 0.0) -> dict:
     import torch
     from fusec.runtime.compare import compare
     status = status or (lambda text: None)
@@ -417,7 +383,7 @@ def run_model(name: str, size: str, budget: Budget, contenders=CONTENDERS, fusec
             skipped["fusec onnx"] = (f"not run for {name}: the ONNX path runs for {', '.join(fusec_onnx_models)} "
                                      "(compile time on 2 cores; --fusec-onnx all runs it for every model)")
         attempt("onnxruntime", lambda: onnxruntime_contender(onnx_path, feeds))
-        attempt("tvm", lambda: tvm_contender(onnx_path, feeds))
+        attempt("tvm", lambda: tvm_contender(onnx_path, feeds, tvm_tune_s))
     # torch._dynamo.reset() (fusec's cached compile) dropped Inductor's compiled code: trace again
     # now (its caches are filled), so that no compile falls in the timing's warm-up
     for c in made:
@@ -509,7 +475,7 @@ def versions() -> dict:
 
 def run_models(names=MODELS, size: str = "full", budget: Budget | None = None, contenders=CONTENDERS,
                fusec_onnx_models=FUSEC_ONNX, log=print, status=None, machine_info: dict | None = None,
-               checkpoint: Callable[[dict], None] | None = None) -> dict:
+               checkpoint: Callable[[dict], None] | None = None, tvm_tune_s: float = 0.0) -> dict:
     """Every model of `names`; `checkpoint`, where given, gets the result so far after each
     model (a long run that is cut short keeps what it measured)."""
     import fusec
@@ -524,6 +490,7 @@ def run_models(names=MODELS, size: str = "full", budget: Budget | None = None, c
         "machine": info.get("machine_id") or machine.machine_id(info.get("gpu")), "host": info,
         "fusec": {"version": fusec.__version__, "commit": git_commit()}, "versions": versions(),
         "threads": threads, "cores": cores(),
+        "tvm_tune_s": tvm_tune_s,
         "budget": {"seconds": budget.seconds, "min_runs": budget.min_runs, "max_runs": budget.max_runs,
                    "warmup": budget.warmup, "quiesce_s": budget.quiesce},
         "issue_sizes": SIZES["issue"], "adjusted": ADJUSTED if size == "full" else {},
@@ -537,7 +504,8 @@ def run_models(names=MODELS, size: str = "full", budget: Budget | None = None, c
                                                 else ""))
         t0 = time.perf_counter()
         row = run_model(name, size, budget, contenders, fusec_onnx_models, log,
-                        (lambda text, i=i: status(f"[{i}/{len(names)}] {text}")) if status else None)
+                        (lambda text, i=i: status(f"[{i}/{len(names)}] {text}")) if status else None,
+                        tvm_tune_s=tvm_tune_s)
         row["wall_s"] = _r(time.perf_counter() - t0)
         rows.append(row)
         if checkpoint is not None:

@@ -229,7 +229,9 @@ def render_models(r: dict) -> str:
             e = m["contenders"].get(c)
             if e and not e.get("agreement", {}).get("ok", True):
                 bad.append(f"{m['model']}/{c}")
-            cells.append(_ms(e) + ("" if not e or e.get("agreement", {}).get("ok", True) else " ✗"))
+            untuned = c == "tvm" and e and not e.get("detail", {}).get("tuned", True)
+            cells.append(_ms(e) + ("" if not e or e.get("agreement", {}).get("ok", True) else " ✗")
+                         + (" untuned" if untuned else ""))
         ratios = []
         for f in ("fusec torch.compile", "fusec onnx"):
             fa = m.get("ratios", {}).get(f, {}).get("fastest_anchor")
@@ -266,14 +268,11 @@ def render_models(r: dict) -> str:
             e = cs.get(c)
             return f"{_secs(e.get('cold_s'))} / {_secs(e.get('cached_s'))}" if e else "–"
 
-        def prep(c, key):
+        def prep(c):
             e = cs.get(c)
-            d = (e or {}).get("detail", {})
-            x = d.get(key, d.get("prepare_s"))
-            return _secs(x) if e else "–"
+            return _secs((e or {}).get("detail", {}).get("setup_s")) if e else "–"
         lines.append("| " + " | ".join([m["model"], pair("fusec torch.compile"), pair("fusec onnx"),
-                                         pair("torch.compile"), prep("onnxruntime", "session_s"),
-                                         prep("tvm", "build_s"), _secs(m.get("onnx_export_s"))]) + " |")
+                                         pair("torch.compile"), prep("onnxruntime"), prep("tvm"), _secs(m.get("onnx_export_s"))]) + " |")
     out += lines
     out += ["", "fusec cold: the first compile into an empty cache plus the first call (Numba's jit); cached: a "
             "fresh trace (torch.compile) or load (ONNX) finding the builds in the cache. torch.compile: the first "
@@ -302,6 +301,10 @@ def render_models(r: dict) -> str:
             "`fusec_split.kernels`). Outside regions: the rest of the call (ops left to eager PyTorch, glue, "
             "dynamo's guards)."]
     skips = [f"{m['model']}/{c}: {why}" for m in rows for c, why in m.get("skipped", {}).items()]
+    untuned = sorted({m["contenders"]["tvm"]["detail"].get("untuned_reason", "?") for m in rows
+                      if "tvm" in m["contenders"] and not m["contenders"]["tvm"].get("detail", {}).get("tuned", True)})
+    if untuned:
+        out += ["", "TVM untuned (DLight's default cpu schedules, no MetaSchedule): " + "; ".join(untuned) + "."]
     if bad:
         out.append(f"Outputs that disagree with eager PyTorch: {', '.join(bad)}.")
     if skips:
