@@ -515,6 +515,6 @@ def run_models(names=MODELS, size: str = "full", budget: Budget | None = None, c
 
 def write(result: dict, out_dir: str) -> str:
     from . import write_result
-    stem = "models" if result["size"] == "full" else f"models-{result['size']}"
+    stem = "models" if result["size"] == "full" else f"models-{result['size']}"  # (table.py: full only)
     return write_result(out_dir, stem, result)
 
