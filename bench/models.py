@@ -190,26 +190,28 @@ def profile_regions(call: Callable[[], object], runs: int) -> dict:
     """Time `runs` calls of the compiled model with the regions clocked: the measured time per
     region and the share of a call outside them (the ops left to eager PyTorch, the glue and
     dynamo's guards), beside the cost model's prediction per kernel."""
-    totals = []
+    totals, inside = [], []
     with RegionClock() as clock:
         for _ in range(runs):
+            before = sum(map(sum, clock.seconds.values()))
             t0 = time.perf_counter()
             call()
             totals.append(time.perf_counter() - t0)
-    total = statistics.median(totals)
+            inside.append(sum(map(sum, clock.seconds.values())) - before)
+    # medians over the same calls (a region's time is part of its call's: the median is too)
+    total, in_regions = statistics.median(totals), statistics.median(inside)
     # a region may run more than once per call (a graph calling it in a loop): its time per call
     per_call = {name: sum(v) / len(totals) for name, v in clock.seconds.items()}
-    in_regions = sum(per_call.values())
     regions = []
     kernels = []
     for name, mod in clock.modules.items():
-        regions.append({"region": name, "measured_ms": _r(per_call[name] * 1e3),
+        regions.append({"region": name, "measured_ms": _r(per_call[name] * 1e3),   # mean per call
                         "calls": len(clock.seconds[name]) // len(totals),
                         "predicted_ms": _predicted_total_ms(mod.chain),
                         "kernels": len(predicted_kernels(mod.chain))})
         kernels += predicted_kernels(mod.chain, name)
     return {"runs": runs, "call_ms": _r(total * 1e3), "in_regions_ms": _r(in_regions * 1e3),
-            "outside_share": _r(max(0.0, 1 - in_regions / total) if total else None),
+            "outside_share": _r(statistics.median(1 - i / t for i, t in zip(inside, totals) if t > 0)),
             "regions": regions, "kernels": kernels,
             "measured_as": "per region: the cpu build runs a region's chain as one Numba function, so the "
                            "measured time is the region's (its tensor conversions included), the predicted "
