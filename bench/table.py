@@ -274,9 +274,10 @@ def render_models(r: dict) -> str:
         lines.append("| " + " | ".join([m["model"], pair("fusec torch.compile"), pair("fusec onnx"),
                                          pair("torch.compile"), prep("onnxruntime"), prep("tvm"), _secs(m.get("onnx_export_s"))]) + " |")
     out += lines
-    out += ["", "fusec cold: the first compile into an empty cache plus the first call (Numba's jit); cached: a "
-            "fresh trace (torch.compile) or load (ONNX) finding the builds in the cache. torch.compile: the first "
-            "compile, then a fresh trace with Inductor's caches filled."]
+    out += ["", "Each figure includes the first call. fusec cold: the first compile into an empty cache (Numba's "
+            "jit included); cached: a fresh trace (torch.compile) or load (ONNX) finding the builds in the cache. "
+            "torch.compile: the first compile, then a fresh trace with Inductor's caches filled. onnxruntime: the "
+            "session's creation; tvm: import and build (MetaSchedule's tuning not included)."]
     # fusec's split
     head = ["fusec (torch.compile)", "ATen ops in fusec", "regions / kernels", "ops left to eager",
             "call", "in regions", "outside regions", "predicted (cost model)", "slowest predicted kernels"]
