@@ -10,6 +10,11 @@
                                          and without the untimed call before each timed one
     python -m bench table                regenerate docs/PERFORMANCE.md's table from bench/results/
     python -m bench scaling              the compile-time scaling benchmark (10/100/1000 ops)
+    python -m bench --models             whole models (GPT-2, Llama, BERT, ViT, ResNet-18) through
+                                         fusec's torch.compile backend and ONNX path against eager
+                                         PyTorch, Inductor, onnxruntime and TVM: writes
+                                         bench/results/models-<date>.json (bench/models.py)
+    python -m bench --models --only gpt2 --size tiny    one model at test size
 
 On a terminal a progress line on stderr says what runs now (--quiet: none).
 
@@ -36,8 +41,16 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("command", nargs="?", default="run", choices=("run", "table", "scaling"))
-    p.add_argument("--size", default="full", choices=("full", "tiny"))
-    p.add_argument("--only", default="", help="comma-separated workload names")
+    p.add_argument("--size", default="full", choices=("full", "tiny", "issue"),
+                   help="issue: with --models, issue 39's model sizes (the full size cuts them: bench/model_defs.py)")
+    p.add_argument("--only", default="", help="comma-separated workload names (with --models: model names)")
+    p.add_argument("--models", action="store_true",
+                   help="the model group (bench/models.py) instead of the micro workloads")
+    p.add_argument("--contenders", default=None,
+                   help="with --models: comma-separated contenders (default: all of bench/models.py's CONTENDERS)")
+    p.add_argument("--fusec-onnx", default=None,
+                   help="with --models: the models that also run through fusec's ONNX path "
+                        "(default gpt2,resnet18; 'all' for every model)")
     p.add_argument("--anchors", default=None,
                    help="comma-separated anchors (default: numpy,torch,torch.compile,jax.jit,onnxruntime,tvm)")
     p.add_argument("--seconds", type=float, default=None, help="timing budget per implementation")
@@ -65,8 +78,8 @@ def _parser() -> argparse.ArgumentParser:
                         "onnxruntime writing into preallocated outputs where they can; both (default): the "
                         "two, recorded side by side")
     p.add_argument("--tvm-tune", type=float, default=None, metavar="SECONDS",
-                   help="time bound of TVM's MetaSchedule tuning per workload, in a child process "
-                        "(default 180 at full size, 0 (not tried) at tiny)")
+                   help="time bound of TVM's MetaSchedule tuning per workload (with --models: per model), in a "
+                        "child process (default 180 at full size, 120 with --models, 0 (not tried) at tiny)")
     p.add_argument("--scaling-sizes", default="10,100,1000")
     p.add_argument("--scaling-jit-max", type=int, default=100,
                    help="largest n whose emitted code is also Numba-compiled (jit time)")
@@ -90,6 +103,7 @@ def _logger(args):
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     args._argv = list(sys.argv[1:] if argv is None else argv)
+    args.argv = args._argv
     # torch.compile's "cold" time is only cold with empty on-disk caches: give this run its own
     # (the "cached" time then finds them filled by this run's first compile).
     for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
@@ -107,7 +121,52 @@ def main(argv: list[str] | None = None) -> int:
         result = _scaling(args)
         print(json.dumps({k: v["exponent"] for k, v in result["kinds"].items()}))
         return 0
+    if args.models:
+        return _models(args)
     return _run(args)
+
+
+def _models(args) -> int:
+    from .model_defs import MODELS
+    from .models import CONTENDERS, FUSEC_ONNX, run_models, write
+    from .table import update_doc
+    from .timing import Budget
+    if args.quiesce is not None and args.quiesce < 0:
+        print(f"--quiesce takes seconds, 0 or more, not {args.quiesce:g}", file=sys.stderr)
+        return 1
+    names = [s for s in args.only.split(",") if s] or list(MODELS)
+    contenders = [s for s in args.contenders.split(",") if s] if args.contenders else list(CONTENDERS)
+    onnx = FUSEC_ONNX if args.fusec_onnx is None else (
+        tuple(MODELS) if args.fusec_onnx == "all" else tuple(s for s in args.fusec_onnx.split(",") if s))
+    for what, given, known in (("model", names, MODELS), ("contender", contenders, CONTENDERS),
+                               ("model", onnx, MODELS)):
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            print(f"unknown {what}(s): {', '.join(unknown)} (known: {', '.join(known)})", file=sys.stderr)
+            return 1
+    tiny = args.size == "tiny"
+    budget = Budget(seconds=args.seconds if args.seconds is not None else (0.05 if tiny else 3.0),
+                    min_runs=3 if tiny else 5, max_runs=5 if tiny else 30, warmup=1,
+                    quiesce=args.quiesce if args.quiesce is not None else Budget.quiesce)
+    t0 = time.perf_counter()
+    log, status, clear = _logger(args)
+
+    def checkpoint(result):            # after each model: a run cut short keeps what it measured
+        result["wall_s"] = round(time.perf_counter() - t0, 1)
+        result["command"] = "python -m bench " + " ".join(args.argv)
+        return write(result, args.out)
+    try:
+        tune = args.tvm_tune if args.tvm_tune is not None else (0.0 if tiny else 120.0)
+        result = run_models(tuple(names), args.size, budget, tuple(contenders), onnx, log=log, status=status,
+                            checkpoint=checkpoint, tvm_tune_s=tune)
+    finally:
+        clear()
+    path = checkpoint(result)
+    print(f"wrote {path}")
+    if not args.no_doc and not tiny:
+        changed = update_doc(Path(args.doc), Path(args.out))
+        print(f"{args.doc}: {'updated' if changed else 'unchanged'}")
+    return 0
 
 
 def _scaling(args) -> dict:
@@ -178,6 +237,9 @@ def _run(args) -> int:
     from .workloads import WORKLOADS
     if args.quiesce is not None and args.quiesce < 0:
         print(f"--quiesce takes seconds, 0 or more, not {args.quiesce:g}", file=sys.stderr)
+        return 1
+    if args.size == "issue":
+        print("--size issue is a size of the model group: python -m bench --models --size issue", file=sys.stderr)
         return 1
     only = [s for s in args.only.split(",") if s]
     unknown = sorted(set(only) - {w.name for w in WORKLOADS})

@@ -228,6 +228,130 @@ def render(results: list[dict]) -> str:
     return "\n".join(parts)
 
 
+MODEL_SUITE = "fusec-bench-models"
+MODEL_COLUMNS = ("fusec torch.compile", "fusec onnx", "torch", "torch.compile", "onnxruntime", "tvm")
+MODEL_ANCHORS = ("torch", "torch.compile", "onnxruntime", "tvm")
+
+
+def load_model_results(directory: Path, size: str = "full") -> list[dict]:
+    """The newest `python -m bench --models` result per machine at `size`."""
+    best: dict[str, dict] = {}
+    for p in sorted(directory.glob("models-*.json")):
+        try:
+            r = json.loads(p.read_text())
+        except ValueError:
+            continue
+        if r.get("suite") != MODEL_SUITE or r.get("size") != size:
+            continue
+        r["_file"] = p.name
+        if r["machine"] not in best or (r["date"], p.name) > (best[r["machine"]]["date"], best[r["machine"]]["_file"]):
+            best[r["machine"]] = r
+    return [best[k] for k in sorted(best)]
+
+
+def _size_text(cfg: dict) -> str:
+    keys = (("layers", "L"), ("hidden", "h"), ("heads", "heads "), ("kv_heads", "kv "), ("intermediate", "ff "),
+            ("seq", "seq "), ("image", "img "), ("patch", "patch "), ("batch", "batch "))
+    return ", ".join(f"{short}{cfg[k]}" for k, short in keys if k in cfg)
+
+
+def render_models(r: dict) -> str:
+    """One `--models` result: times, compile and preparation times, fusec's split, the skips."""
+    rows = r["models"]
+    present = [c for c in MODEL_COLUMNS if any(c in m["contenders"] for m in rows)]
+    head = ["model", "size"] + present + ["fusec / fastest anchor"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    bad = []
+    for m in rows:
+        cells = [m["model"], _size_text(m["config"])]
+        for c in present:
+            e = m["contenders"].get(c)
+            if e and not e.get("agreement", {}).get("ok", True):
+                bad.append(f"{m['model']}/{c}")
+            untuned = c == "tvm" and e and not e.get("detail", {}).get("tuned", True)
+            cells.append(_ms(e) + ("" if not e or e.get("agreement", {}).get("ok", True) else " ✗")
+                         + (" untuned" if untuned else ""))
+        ratios = []
+        for f in ("fusec torch.compile", "fusec onnx"):
+            fa = m.get("ratios", {}).get(f, {}).get("fastest_anchor")
+            if fa:
+                ratios.append(f"{_ratio(fa['median'])} vs {fa['name']}" + (" (onnx)" if f == "fusec onnx" else ""))
+        cells.append("; ".join(ratios) or "–")
+        lines.append("| " + " | ".join(cells) + " |")
+    host = r.get("host", {})
+    desc = f"{host.get('cpu', '?')}, {host.get('cores', '?')} cores"
+    v = r.get("versions", {})
+    out = [f"### Models (`python -m bench --models`)", "",
+           f"**{r['machine']}** ({desc}), {r['date'][:10]}, fusec {r['fusec'].get('commit') or r['fusec']['version']}; "
+           f"torch {v.get('torch')}, onnxruntime {v.get('onnxruntime')}, tvm {v.get('tvm')}; every pool at "
+           f"{r.get('cores')} threads. Command: `{r.get('command', 'python -m bench --models')}`. "
+           f"From `bench/results/{r['_file']}`.", ""]
+    out += lines
+    out += ["", "Milliseconds, median (minimum) of interleaved runs (bench/timing.py, quiesced), random weights, "
+            "f32, inference. torch.compile is Inductor with `freezing` on; onnxruntime runs the "
+            "`torch.onnx.export(dynamo=True)` graph at ORT_ENABLE_ALL without spinning; fusec onnx is that graph "
+            "through `fusec.onnx.load`. Each output is compared with eager PyTorch's in the run (✗: disagrees). "
+            "Ratios: fusec's median over the fastest anchor's (below 1: fusec is faster)."]
+    adjusted = r.get("adjusted") or {}
+    if adjusted:
+        out.append("Sizes: the issue's, with " + "; ".join(f"{k}: {t}" for k, t in adjusted.items())
+                   + (f" ({r['adjusted_why']})." if r.get("adjusted_why") else "."))
+    # compile / preparation
+    head = ["cold / cached s", "fusec torch.compile", "fusec onnx", "torch.compile", "onnxruntime session",
+            "tvm build", "onnx export"]
+    lines = ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for m in rows:
+        cs = m["contenders"]
+
+        def pair(c):
+            e = cs.get(c)
+            return f"{_secs(e.get('cold_s'))} / {_secs(e.get('cached_s'))}" if e else "–"
+
+        def prep(c):
+            e = cs.get(c)
+            return _secs((e or {}).get("detail", {}).get("setup_s")) if e else "–"
+        lines.append("| " + " | ".join([m["model"], pair("fusec torch.compile"), pair("fusec onnx"),
+                                         pair("torch.compile"), prep("onnxruntime"), prep("tvm"), _secs(m.get("onnx_export_s"))]) + " |")
+    out += lines
+    out += ["", "Each figure includes the first call. fusec cold: the first compile into an empty cache (Numba's "
+            "jit included); cached: a fresh trace (torch.compile) or load (ONNX) finding the builds in the cache. "
+            "torch.compile: the first compile, then a fresh trace with Inductor's caches filled. onnxruntime: the "
+            "session's creation; tvm: import and build (MetaSchedule's tuning not included)."]
+    # fusec's split
+    head = ["fusec (torch.compile)", "ATen ops in fusec", "regions / kernels", "ops left to eager",
+            "call", "in regions", "outside regions", "predicted (cost model)", "slowest predicted kernels"]
+    lines = ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for m in rows:
+        e = m["contenders"].get("fusec torch.compile")
+        sp = m.get("fusec_split") or {}
+        if not e or "call_ms" not in sp:
+            continue
+        d = e.get("detail", {})
+        pred = sum(x.get("predicted_ms") or 0 for x in sp.get("regions", []) if x.get("predicted_ms") is not None)
+        top = sorted(sp.get("kernels", []), key=lambda k: -(k.get("predicted_ms") or 0))[:3]
+        eager = ", ".join(f"{k}×{n}" for k, n in sorted(d.get("eager_ops", {}).items())) or "none"
+        lines.append("| " + " | ".join([
+            m["model"], f"{d.get('in_fusec')}/{d.get('aten_ops')}", f"{d.get('regions')} / {d.get('kernels')}",
+            eager, f"{_num(sp['call_ms'])} ms", f"{_num(sp['in_regions_ms'])} ms",
+            f"{(sp.get('outside_share') or 0):.1%}", f"{_num(pred)} ms",
+            ", ".join(f"k{k['kernel']} {k.get('template')} {_num(k.get('predicted_ms') or 0)} ms" for k in top)]) + " |")
+    out += lines
+    out += ["", "The cpu build runs a region's chain as one Numba function: the measured time is per region "
+            "(conversions included), the cost model's prediction per kernel (every kernel's is in the JSON, "
+            "`fusec_split.kernels`). Outside regions: the rest of the call (ops left to eager PyTorch, glue, "
+            "dynamo's guards)."]
+    skips = [f"{m['model']}/{c}: {why}" for m in rows for c, why in m.get("skipped", {}).items()]
+    untuned = sorted({m["contenders"]["tvm"]["detail"].get("untuned_reason", "?") for m in rows
+                      if "tvm" in m["contenders"] and not m["contenders"]["tvm"].get("detail", {}).get("tuned", True)})
+    if untuned:
+        out += ["", "TVM untuned (DLight's default cpu schedules, no MetaSchedule): " + "; ".join(untuned) + "."]
+    if bad:
+        out.append(f"Outputs that disagree with eager PyTorch: {', '.join(bad)}.")
+    if skips:
+        out += ["", "Not run: " + "; ".join(skips) + "."]
+    return "\n".join(out)
+
+
 def update_doc(doc: Path, results_dir: Path) -> bool:
     """Replace the text between the bench markers of `doc` (docs/PERFORMANCE.md); True if it changed."""
     text = doc.read_text(encoding="utf-8")
@@ -235,7 +359,10 @@ def update_doc(doc: Path, results_dir: Path) -> bool:
         raise ValueError(f"{doc} has no {START} ... {END} section")
     before, rest = text.split(START, 1)
     _, after = rest.split(END, 1)
-    new = f"{before}{START}\n{render(load_results(results_dir))}\n{END}{after}"
+    body = render(load_results(results_dir))
+    for r in load_model_results(results_dir):
+        body += "\n\n" + render_models(r)
+    new = f"{before}{START}\n{body}\n{END}{after}"
     if new != text:
         doc.write_text(new, encoding="utf-8")
     return new != text
