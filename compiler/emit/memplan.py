@@ -9,8 +9,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..marks import ABSORBED, ATTENTION_ROLE, BLOCK_ATTENTION, BLOCK_GEMM, CONTRACTION
 from ..mlir import ir
 from ..transforms.script import MEMREF_VIEWS
+
+TEMPLATE_ROOTS = (BLOCK_ATTENTION, BLOCK_GEMM)          # a template's root: its one loop nest is written here
+TEMPLATE_OWNED = (ABSORBED, ATTENTION_ROLE, CONTRACTION)  # ops before it that the template runs inside that nest
 
 ALIGN = 16                                # elements: every arena offset is a multiple (64 B in f32)
 
@@ -84,6 +88,7 @@ def plan_memory(block, dtype_of, skip=lambda op: False) -> MemoryPlan:
     first: dict = {}
     last: dict = {}
     escapes: set = set()
+    at = _emitted_at(ops)
     for i, o in enumerate(ops):
         if o.name == "memref.alloc" or o.name in MEMREF_VIEWS:
             continue
@@ -93,8 +98,8 @@ def plan_memory(block, dtype_of, skip=lambda op: False) -> MemoryPlan:
         for v in _operands_within(o):
             a = owner.get(v)
             if a is not None:
-                first.setdefault(a, i)
-                last[a] = i
+                first[a] = min(first.get(a, at[i]), at[i])
+                last[a] = max(last.get(a, at[i]), at[i])
     plan = MemoryPlan()
     for o in runtime_sized:                # an output shaped by the inputs is passed in like a static one
         a = o.results[0]
@@ -135,6 +140,22 @@ def plan_memory(block, dtype_of, skip=lambda op: False) -> MemoryPlan:
         plan.intermediate_bytes += plan.slots[a].size * np.dtype(dtype).itemsize
     plan.arena_bytes = sum(n * np.dtype(d).itemsize for d, n in plan.arenas.items())
     return plan
+
+
+def _emitted_at(ops) -> list[int]:
+    """Each top-level op's place in the emitted function: an op a template owns (an attention's
+    or a GEMM's absorbed producers, its roles) runs inside the template's one loop nest, written
+    at its root, so what it reads is live until the root and shares no memory with what the
+    root writes (a Q producer read QKV while the attention wrote its output over it)."""
+    at = list(range(len(ops)))
+    root = None
+    for i in reversed(range(len(ops))):
+        attrs = ops[i].attributes
+        if any(m in attrs for m in TEMPLATE_ROOTS):
+            root = i
+        elif root is not None and any(m in attrs for m in TEMPLATE_OWNED):
+            at[i] = root
+    return at
 
 
 def _aligned(n: int) -> int:
