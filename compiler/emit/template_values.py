@@ -352,21 +352,7 @@ class TemplateValues:
             if o.name == "arith.constant":
                 self.body.op(o)
                 continue
-            if o.regions or len(o.results) != 1:
-                raise no_rule(o, "inside a contraction's factor")
-            if o.name == "memref.load":
-                e = self.read(o.operands[0], [self.body.val(i) for i in o.operands[1:]], op)
-            else:
-                if any(is_memref(x) for x in o.operands):
-                    raise no_rule(o, "inside a contraction's factor")
-                e = self.ctx.rules.expr(o, [self.body.val(x) for x in o.operands])
-                if e is None:
-                    raise no_rule(o)
-            r = o.results[0]
-            if len(list(r.uses)) == 1:
-                expr[r] = atom(e)
-            else:
-                self.body.assign(r, e)
+            self._bind(o, self._body_expr(o, op, "inside a contraction's factor"))
         return self.body.val(value)
 
     def factor_step(self, op, factors, x: str, y: str, acc: str) -> str:
@@ -429,23 +415,33 @@ class TemplateValues:
             if o.name == "arith.constant":
                 self.body.op(o)
                 continue
+            where = "inside a fusec.block_gemm producer"
             if o.regions or len(o.results) != 1:
-                raise no_rule(o, "inside a fusec.block_gemm producer")
-            if o.name == "arith.andi" and self.flat is not None and (e := self._range_test(o)) is not None:
-                pass
-            elif o.name == "memref.load":
-                src = o.operands[0]
-                idx = [self.body.val(i) for i in o.operands[1:]]
-                e = self.read(src, idx, op)
-            else:
-                if any(is_memref(x) for x in o.operands):
-                    raise no_rule(o, "inside a fusec.block_gemm producer")
-                e = self.ctx.rules.expr(o, [self.body.val(x) for x in o.operands])
-                if e is None:
-                    raise no_rule(o)
-            r = o.results[0]
-            if len(list(r.uses)) == 1:
-                expr[r] = atom(e)
-            else:
-                self.body.assign(r, e)
+                raise no_rule(o, where)
+            e = None
+            if o.name == "arith.andi" and self.flat is not None:
+                e = self._range_test(o)
+            self._bind(o, e if e is not None else self._body_expr(o, op, where))
         return [self.body.val(x) for x in inner[-1].operands]
+
+    def _body_expr(self, o, op, where: str) -> str:
+        """The expression of a body op `o` of `op` with one result and no region: a memref.load
+        (a gather folded into the body) read where it points, else the scalar rules'."""
+        if o.regions or len(o.results) != 1:
+            raise no_rule(o, where)
+        if o.name == "memref.load":
+            return self.read(o.operands[0], [self.body.val(i) for i in o.operands[1:]], op)
+        if any(is_memref(x) for x in o.operands):
+            raise no_rule(o, where)
+        e = self.ctx.rules.expr(o, [self.body.val(x) for x in o.operands])
+        if e is None:
+            raise no_rule(o)
+        return e
+
+    def _bind(self, o, e: str) -> None:
+        """Body op `o`'s result is `e`: inlined where it is read once, else a statement."""
+        r = o.results[0]
+        if len(list(r.uses)) == 1:
+            self.ctx.expr[r] = atom(e)
+        else:
+            self.body.assign(r, e)
