@@ -4,12 +4,13 @@ becomes linalg.matmul again, on rows; the left operand's fused elementwise work 
 `x[B, S, K] @ w[K, N]` lowers to linalg.matmul on x collapsed to [B*S, K], its result expanded
 back. linalg-fuse-elementwise-ops folds that expand into the matmul (a generic over (b, s, n, k))
 and then fuses the left operand's elementwise producer into its body (a layernorm's normalise, a
-GELU): the producer is computed again for every n, and no library call or GEMM template takes the
-generic. Here the generic whose body is `acc + X * w[k, n]` (w read at (k, n) alone, X computed
-from operands that never read n) is split back: X into an elementwise generic over (b..., m, k)
-(nothing when X is an operand read as it lies), linalg.matmul on its rows, the result expanded.
-The planner fuses the producer back as a tile producer, computed once per element. Static
-shapes only; a body that reads its loop indices, mixes element types or has work on w's side
+GELU): on the cpu the producer is computed again for every n and no library call takes the
+generic (the GPU GEMM template computes it once per tile element as it loads A, so graph.py runs
+this pass for the cpu only). Here the generic whose body is `acc + X * w[k, n]` (w read at
+(k, n) alone, X computed from operands that never read n) is split back: X into an elementwise
+generic over (b..., m, k) (nothing when X is an operand read as it lies), linalg.matmul on its
+rows, the result expanded. Static shapes only; a body that reads its loop indices, mixes element
+types or has work on w's side
 stays. See docs/ARCHITECTURE.md, "Stages and what each hands on" (graph).
 """
 from __future__ import annotations
