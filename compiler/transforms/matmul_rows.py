@@ -15,6 +15,8 @@ stays. See docs/ARCHITECTURE.md, "Stages and what each hands on" (graph).
 """
 from __future__ import annotations
 
+import re
+
 from ..mlir import ir, linalg, tensor
 from .generic import iterator_attr, is_dim, map_attr, maps, iterators, type_shape
 
@@ -99,7 +101,9 @@ def _match(op):
 
 
 def _reads(amap, loop: int) -> bool:
-    return any(f"d{loop}" in str(e) for e in amap.results)
+    """Whether a map's results use loop `loop` (d1 is not d10)."""
+    name = re.compile(rf"\bd{loop}\b")
+    return any(name.search(str(e)) for e in amap.results)
 
 
 def _slice(x, gen) -> list:
