@@ -313,19 +313,9 @@ class TemplateValues:
 
     def contraction_step(self, op, x: str, y: str, acc: str) -> str:
         """A contraction's body on one pair of operands and its accumulator (an expression)."""
-        block = op.regions[0].blocks[0]
-        args = list(block.arguments)
-        env = {args[0]: x, args[1]: y, args[2]: acc}
-        ops = [o.operation for o in block.operations]
-        for o in ops[:-1]:
-            if len(o.results) != 1 or o.regions or any(v not in env and v not in self.ctx.expr for v in o.operands):
-                raise EmitError("a fusec.gemm_contraction body must be scalar arithmetic", op)
-            e = self.ctx.rules.expr(o, [env[v] if v in env else self.body.val(v) for v in o.operands])
-            if e is None:
-                raise no_rule(o)
-            env[o.results[0]] = atom(e)
-        (y_,) = ops[-1].operands
-        return env[y_] if y_ in env else self.body.val(y_)
+        args = list(op.regions[0].blocks[0].arguments)
+        return self._step(op, {args[0]: x, args[1]: y, args[2]: acc}, set(),
+                          "a fusec.gemm_contraction body must be scalar arithmetic")
 
     def factor(self, op, value, dims: list[str]) -> str:
         """One value of a contraction's body (a factor of its product) at loop coordinates `dims`:
@@ -359,15 +349,20 @@ class TemplateValues:
         """A contraction's body on its two factors' values `x`, `y` (`factors`: the body values of
         its product's two sides, evaluated already by `factor`) and its accumulator."""
         block = op.regions[0].blocks[0]
-        args = list(block.arguments)
-        env = {factors[0]: x, factors[1]: y, args[n_inputs(op)]: acc}
         skip = body_slice(block, factors[0])[0] | body_slice(block, factors[1])[0]
-        ops = [o.operation for o in block.operations]
+        return self._step(op, {factors[0]: x, factors[1]: y, list(block.arguments)[n_inputs(op)]: acc}, skip,
+                          "a contraction's product of two factors must be scalar arithmetic")
+
+    def _step(self, op, env: dict, skip: set, what: str) -> str:
+        """op's body evaluated from `env` (block values already bound), the ops at the indices in
+        `skip` left out (computed already), as one expression of its yielded value; `what` is
+        the error where the body is not scalar arithmetic."""
+        ops = [o.operation for o in op.regions[0].blocks[0].operations]
         for n, o in enumerate(ops[:-1]):
             if n in skip:
                 continue
             if len(o.results) != 1 or o.regions or any(v not in env and v not in self.ctx.expr for v in o.operands):
-                raise EmitError("a contraction's product of two factors must be scalar arithmetic", op)
+                raise EmitError(what, op)
             e = self.ctx.rules.expr(o, [env[v] if v in env else self.body.val(v) for v in o.operands])
             if e is None:
                 raise no_rule(o)
