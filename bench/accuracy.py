@@ -207,6 +207,22 @@ def _torch(names):
     return lambda name, x: fns[name](torch.from_numpy(x)).numpy()
 
 
+def _torch_compile(names):
+    """Inductor's cpu code for each function, as `torch.compile` builds it by default (one graph
+    per function and argument length)."""
+    try:
+        import torch
+    except ImportError as e:
+        raise Skip(f"torch not installed: {e}") from None
+    fns = {"exp": torch.exp, "tanh": torch.tanh, "erf": torch.erf, "sigmoid": torch.sigmoid}
+    compiled = {n: torch.compile(fns[n], dynamic=False) for n in names}
+
+    def run(name: str, x: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return compiled[name](torch.from_numpy(x)).numpy()
+    return run
+
+
 def _jax(names):
     try:
         import jax
@@ -296,6 +312,8 @@ CONTENDERS = {
                                  "rounded once"]),
     "numpy": Contender("numpy", _numpy, ["erf and sigmoid: scipy.special.erf / expit (NumPy has neither)"]),
     "torch": Contender("torch", _torch, ["CPU eager (ATen's vectorised Sleef forms)"]),
+    "torch.compile": Contender("torch.compile", _torch_compile, ["inductor's cpu code (its vectorised Sleef calls), "
+                                                               "torch.compile(fn, dynamic=False)"]),
     "jax.jit": Contender("jax.jit", _jax, ["XLA cpu; erf: jax.scipy.special.erf"]),
     "onnxruntime": Contender("onnxruntime", _onnxruntime, ["one-node graph, opset 17, ORT_ENABLE_ALL"]),
     "tvm": Contender("tvm", _tvm(False), ["one-op Relax function, llvm -mcpu=<host>, relax pipeline 'zero'"]),

@@ -60,10 +60,13 @@ def _ratio(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}×"
 
 
-def render_result(r: dict) -> str:
+def render_result(r: dict, accuracy: dict | None = None) -> str:
+    """One micro-suite result; `accuracy` (a `python -m bench.accuracy` result of the same cpu)
+    adds each column's max ulp under its times."""
     present = [c for c in COLUMNS if any(c in w["impls"] for w in r["workloads"])]
     dynamic = "fusec dynamic" in present
-    lines = _rows(r["workloads"], present, dynamic)
+    ulps = _ulp_row(accuracy, present, 1, 3 + dynamic)
+    lines = _rows(r["workloads"], present, dynamic) + ulps
     equalised = r.get("equalised")
     if equalised:
         lines = ["Memory as each tool's users call it (fresh outputs for NumPy, torch, torch.compile, jax.jit "
@@ -74,8 +77,8 @@ def render_result(r: dict) -> str:
                   + f", transparent huge pages `{mem.get('thp')}`; fusec hands back a fresh output each call, torch "
                   "eager writes into a preallocated output where its last op takes `out=`, onnxruntime binds "
                   "preallocated outputs):", ""]
-        lines += _rows(equalised["workloads"], present, dynamic)
-    return _rest(r, dynamic, lines)
+        lines += _rows(equalised["workloads"], present, dynamic) + ulps
+    return _rest(r, dynamic, lines + _ulp_note(accuracy))
 
 
 def _rows(workloads: list[dict], present: list[str], dynamic: bool) -> list[str]:
@@ -198,7 +201,69 @@ def _best_compiled(w: dict) -> tuple[str, float] | None:
     return name, w["impls"]["fusec fused"]["median_ms"] / ms
 
 
-def render(results: list[dict]) -> str:
+# the contender of `python -m bench.accuracy` whose exp/tanh/erf each column's implementation calls
+ACCURACY_OF = {"fusec fused": "fusec", "fusec unfused": "fusec", "fusec dynamic": "fusec",
+               "fusec torch.compile": "fusec", "fusec onnx": "fusec", "numpy": "numpy", "torch": "torch",
+               "torch.compile": "torch.compile", "jax.jit": "jax.jit", "onnxruntime": "onnxruntime",
+               "tvm": "tvm fastmath"}
+ULP_FUNCTIONS = ("exp", "tanh", "erf")
+
+
+def load_accuracy(directory: Path) -> dict[str, dict]:
+    """The newest `python -m bench.accuracy` result per cpu model (its `machine.cpu`)."""
+    best: dict[str, dict] = {}
+    for p in sorted(directory.glob("accuracy-*.json")):
+        try:
+            r = json.loads(p.read_text())
+        except ValueError:
+            continue
+        if "accuracy" not in r:
+            continue
+        r["_file"] = p.name
+        cpu = r.get("machine", {}).get("cpu", "?")
+        if cpu not in best or (r["date"], p.name) > (best[cpu]["date"], best[cpu]["_file"]):
+            best[cpu] = r
+    return best
+
+
+def _ulp_cell(acc: dict, column: str) -> str:
+    """`exp / tanh / erf` max ulp of the accuracy contender behind `column`; – where not measured."""
+    entry = acc["accuracy"]["contenders"].get(ACCURACY_OF.get(column, ""), {})
+    if not entry or "skipped" in entry:
+        return "–"
+    return " / ".join(_ulp(entry.get(f, {}).get("max_ulp")) for f in ULP_FUNCTIONS)
+
+
+def _ulp(v) -> str:
+    if v is None:
+        return "–"
+    return f"{v:.3g}" if v < 1e4 else f"{v:.1e}".replace("e+0", "e").replace("e+", "e")
+
+
+def _ulp_row(acc: dict | None, present: list[str], lead: int, tail: int) -> list[str]:
+    """A table row of each column's max ulp (exp / tanh / erf) from accuracy result `acc`: `lead`
+    cells before the columns (the row's label first), `tail` empty cells after."""
+    if not acc:
+        return []
+    cells = ["max ulp exp / tanh / erf"] + [""] * (lead - 1) + [_ulp_cell(acc, c) for c in present] + [""] * tail
+    return ["| " + " | ".join(cells) + " |"]
+
+
+def _ulp_note(acc: dict | None) -> list[str]:
+    if not acc:
+        return []
+    return ["", f"max ulp: the largest error over each function's sampled f32 range, from "
+                f"`bench/results/{acc['_file']}` (`python -m bench.accuracy`, {acc['date'][:10]}; "
+                "docs/PERFORMANCE.md, Transcendental accuracy). fusec's columns are its default math; `--math accurate` "
+                "gives " + " / ".join(_ulp(acc["accuracy"]["contenders"].get("fusec accurate", {}).get(f, {}).get("max_ulp"))
+                             for f in ULP_FUNCTIONS)
+                + " ulp at about 2x the time. TVM's column is its FastMathTransform forms, as the bench builds it."]
+
+
+def render(results: list[dict], accuracy: dict[str, dict] | None = None) -> str:
+    """The benchmark section: the newest result per machine and mode; `accuracy` (load_accuracy's
+    per-cpu results) puts each contender's max ulp beside its times."""
+    accuracy = accuracy or {}
     chosen = newest_per_machine(results)
     if not chosen:
         return "No benchmark results yet: run `python -m bench`."
@@ -220,7 +285,7 @@ def render(results: list[dict]) -> str:
              "`python -m bench.threads --only mlp` counts each thread's CPU time during every timed call). "
              "Runs from before 2026-12-03T09:05, and runs with `--quiesce 0`, timed without it."]
     for r in chosen:
-        parts += ["", render_result(r)]
+        parts += ["", render_result(r, accuracy.get(r.get("host", {}).get("cpu", "?")))]
     if not any(r.get("target") == "cuda" for r in chosen):
         parts += ["", "No GPU result yet: `python -m bench.gpu prepare build/gpu-bench` here, then "
                   "`python -m bench.gpu run build/gpu-bench --out $OUT` on the GPU machine (carrying "
@@ -255,8 +320,9 @@ def _size_text(cfg: dict) -> str:
     return ", ".join(f"{short}{cfg[k]}" for k, short in keys if k in cfg)
 
 
-def render_models(r: dict) -> str:
-    """One `--models` result: times, compile and preparation times, fusec's split, the skips."""
+def render_models(r: dict, accuracy: dict | None = None) -> str:
+    """One `--models` result: times (with each contender's max ulp when `accuracy` is given),
+    compile and preparation times, fusec's split, the skips."""
     rows = r["models"]
     present = [c for c in MODEL_COLUMNS if any(c in m["contenders"] for m in rows)]
     head = ["model", "size"] + present + ["fusec / fastest anchor"]
@@ -278,6 +344,7 @@ def render_models(r: dict) -> str:
                 ratios.append(f"{_ratio(fa['median'])} vs {fa['name']}" + (" (onnx)" if f == "fusec onnx" else ""))
         cells.append("; ".join(ratios) or "–")
         lines.append("| " + " | ".join(cells) + " |")
+    lines += _ulp_row(accuracy, present, 2, 1)
     host = r.get("host", {})
     desc = f"{host.get('cpu', '?')}, {host.get('cores', '?')} cores"
     v = r.get("versions", {})
@@ -292,6 +359,7 @@ def render_models(r: dict) -> str:
             "`torch.onnx.export(dynamo=True)` graph at ORT_ENABLE_ALL without spinning; fusec onnx is that graph "
             "through `fusec.onnx.load`. Each output is compared with eager PyTorch's in the run (✗: disagrees). "
             "Ratios: fusec's median over the fastest anchor's (below 1: fusec is faster)."]
+    out += _ulp_note(accuracy)
     adjusted = r.get("adjusted") or {}
     if adjusted:
         out.append("Sizes: the issue's, with " + "; ".join(f"{k}: {t}" for k, t in adjusted.items())
@@ -359,9 +427,10 @@ def update_doc(doc: Path, results_dir: Path) -> bool:
         raise ValueError(f"{doc} has no {START} ... {END} section")
     before, rest = text.split(START, 1)
     _, after = rest.split(END, 1)
-    body = render(load_results(results_dir))
+    accuracy = load_accuracy(results_dir)
+    body = render(load_results(results_dir), accuracy)
     for r in load_model_results(results_dir):
-        body += "\n\n" + render_models(r)
+        body += "\n\n" + render_models(r, accuracy.get(r.get("host", {}).get("cpu", "?")))
     new = f"{before}{START}\n{body}\n{END}{after}"
     if new != text:
         doc.write_text(new, encoding="utf-8")

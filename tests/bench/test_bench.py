@@ -311,3 +311,33 @@ def test_the_table_goes_into_the_performance_page():
     text = table.DOC.read_text(encoding="utf-8")
     assert text.count(table.START) == 1 and text.count(table.END) == 1
     assert table.START not in (table.DOC.parents[1] / "README.md").read_text(encoding="utf-8")
+
+
+def test_each_contender_s_max_ulp_stands_under_its_time(tmp_path):
+    """Issue 39: the table states each contender's transcendental accuracy beside its time, from the
+    newest `python -m bench.accuracy` result of the same cpu (another cpu's result is not used)."""
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "cpu-test-2026-01-01.json").write_text((HERE / "fixture_result.json").read_text())
+
+    def acc(date, cpu, fusec_exp):
+        return {"date": date, "machine": {"cpu": cpu}, "accuracy": {"functions": {}, "contenders": {
+            "fusec": {f: {"max_ulp": u} for f, u in (("exp", fusec_exp), ("tanh", 4.0), ("erf", 0.846))},
+            "fusec accurate": {f: {"max_ulp": 0.502} for f in ("exp", "tanh", "erf")},
+            "numpy": {f: {"max_ulp": 0.5} for f in ("exp", "tanh", "erf")},
+            "jax.jit": {"skipped": "jax not installed"}}}}
+    (results / "accuracy-2026-01-01T0000.json").write_text(json.dumps(acc("2026-01-01T00:00:00Z", "Test CPU", 0.9)))
+    (results / "accuracy-2026-01-02T0000.json").write_text(json.dumps(acc("2026-01-02T00:00:00Z", "Test CPU", 0.978)))
+    (results / "accuracy-2026-01-03T0000.json").write_text(json.dumps(acc("2026-01-03T00:00:00Z", "Other CPU", 7.0)))
+    doc = tmp_path / "PERFORMANCE.md"
+    doc.write_text(f"{table.START}\n{table.END}\n")
+    table.update_doc(doc, results)
+    rows = [ln for ln in doc.read_text().splitlines() if ln.startswith("| ")]
+    head = [c.strip() for c in rows[0].strip("|").split("|")]
+    (ulp,) = [[c.strip() for c in ln.strip("|").split("|")] for ln in rows if ln.startswith("| max ulp")]
+    assert len(ulp) == len(head)
+    by = dict(zip(head, ulp))
+    assert by["fusec fused"] == by["fusec unfused"] == "0.978 / 4 / 0.846"     # newest of this cpu's
+    assert by["numpy"] == "0.5 / 0.5 / 0.5" and by["jax.jit"] == "–"          # skipped: not measured
+    assert "`--math accurate` gives 0.502 / 0.502 / 0.502 ulp" in doc.read_text()
+    assert "accuracy-2026-01-02T0000.json" in doc.read_text()
