@@ -239,7 +239,10 @@ class _Gemm:
         if not 2 <= (stages or 2) <= MAX_STAGES:
             raise EmitError(f"{GEMM_STAGES} {stages}: 2 to {MAX_STAGES} stages", self.root)
         if tc:
-            sm, sn = tc.tiles(tile_pad(True))
+            # 16-byte aligned: ldmatrix reads rows of 16 bytes
+            align = self.body.ctx.helpers.use_text("_SMEM_ALIGN", [
+                "_SMEM_ALIGN = None if _CUDASIM else 16   # shared staging tiles: 16-byte runs (LDS.128)"])
+            sm, sn = tc.tiles(self._side_fast("m", self.m_op), self._side_fast("n", self.n_op), align)
         else:
             pm, pn = tile_pad(False, wide or staged["m"]), tile_pad(False, wide_n or staged["n"])
             # 16-byte aligned (the simulator takes no alignment), so a run of 4 is one LDS.128
@@ -336,15 +339,13 @@ class _Gemm:
                     for ld in regs:
                         ld.hold(f"({k0} + {self.bk})")
             if tc:
-                kk0 = names.fresh("kk0")
-                w(f"for {kk0} in range(0, {self.bk}, 16):")
+                w("if _FMA_ONLY:")
                 with w.indent():
-                    w("if _FMA_ONLY:")
-                    with w.indent():
-                        self._fma_steps(sm, sn, accs, f"range({kk0}, {kk0} + 16)")
-                    w("else:")
-                    with w.indent():
-                        tc.step(sm, sn, accs, kk0)
+                    self._fma_steps(sm, sn, accs, f"range({self.bk})")
+                w("else:")
+                with w.indent():
+                    for kk in range(0, self.bk, 16):
+                        tc.step(sm, sn, accs, kk)
             else:
                 self._fma_steps(sm, sn, accs, None)
             w("cuda.syncthreads()")
@@ -372,9 +373,9 @@ class _Gemm:
             a = [names.fresh(f"a{i}") for i in range(self.tm)]
             b = [names.fresh(f"b{j}") for j in range(self.tn)]
             for i, n in enumerate(a):
-                w(f"{n} = {sm.at(kk, self.at.row(i))}")
+                w(f"{n} = {getattr(sm, 'value', sm.at)(kk, self.at.row(i))}")
             for j, n in enumerate(b):
-                w(f"{n} = {sn.at(kk, self.at.col(j))}")
+                w(f"{n} = {getattr(sn, 'value', sn.at)(kk, self.at.col(j))}")
             for i in range(self.tm):
                 for j in range(self.tn):
                     ins = [None, None]
@@ -398,6 +399,12 @@ class _Gemm:
         return self.body.val(writer.operands[0])
 
     # -- the tile loader -------------------------------------------------------------------------
+    def _side_fast(self, side: str, operand: int) -> bool:
+        """Whether the operand's contiguous dim is one of the side's loops (else K's)."""
+        m = self.cmaps[operand]
+        last = dims_of(m.results[-1]) if len(m.results) else set()
+        return bool(last & set(self.loops[side]))
+
     def _loader(self, side: str, operand: int, tile, bs: int):
         """Per-thread positions before the K loop; returns what loads one K step.
 

@@ -123,6 +123,42 @@ def _emulated_f16():
     return pack, mma
 
 
+def _emulated_ldsm():
+    """_ldsm_x4, _ldsm_x4_t, _ldsm_x2, _ldsm_x2_t for the simulator, from the PTX ISA's
+    ldmatrix (m8n8, .b16): lanes 8 j .. 8 j + 7 give the addresses of rows 0..7 of matrix j (x4:
+    lanes 0-31, x2: 0-15), each row 8 consecutive halves; lane l receives, of each matrix, row
+    l // 4, columns 2 (l % 4) and 2 (l % 4) + 1, or with .trans column l // 4, rows 2 (l % 4)
+    and 2 (l % 4) + 1 (a register: its two halves, low first, as `_emulated_f16`'s pack). Each
+    row address must be 16-byte aligned, and the 8 rows of a matrix must fall in 8 distinct
+    16-byte positions of a 128-byte line (one wavefront: no bank conflict)."""
+    def make(n, trans):
+        def ldsm(arr, idx):
+            me = threading.current_thread()
+            box = me._manager.__dict__.setdefault("_fusec_ldsm", {})
+            box[me.thread_id] = (arr, int(idx))
+            me.syncthreads()
+            warp, lane = divmod(me.thread_id, 32)
+            rows = [box[warp * 32 + l] for l in range(8 * n)]
+            for j in range(n):
+                starts = [i for _, i in rows[8 * j:8 * j + 8]]
+                assert all(i % 8 == 0 for i in starts), ("ldmatrix row address not 16-byte aligned", starts)
+                assert len({(i // 8) % 8 for i in starts}) == 8, ("ldmatrix matrix with a bank conflict", starts)
+            g, t = divmod(lane, 4)
+            out = []
+            for j in range(n):
+                if trans:
+                    (a0, i0), (a1, i1) = rows[8 * j + 2 * t], rows[8 * j + 2 * t + 1]
+                    out.append((np.float16(a0[i0 + g]), np.float16(a1[i1 + g])))
+                else:
+                    a, i = rows[8 * j + g]
+                    out.append((np.float16(a[i + 2 * t]), np.float16(a[i + 2 * t + 1])))
+            me.syncthreads()                            # every lane has read the box before the next call
+            return tuple(out)
+        return ldsm
+
+    return make(4, False), make(4, True), make(2, False), make(2, True)
+
+
 @pytest.mark.parametrize("binding,block,gemm,db", CASES)
 def test_the_mma_path_itself_under_an_emulated_warp(binding, block, gemm, db):
     from numba import cuda
@@ -130,8 +166,11 @@ def test_the_mma_path_itself_under_an_emulated_warp(binding, block, gemm, db):
     assert st.plan.kernels[0].config.prefetch == db
     sim_branch = "    _FMA_ONLY = True\n    _pack_f16x2 = _mma_f16 = None\n"
     assert sim_branch in st.emitted.source and "_mma_f16(" in st.emitted.source
+    ldsm_branch = "    _ldsm_x4 = _ldsm_x4_t = _ldsm_x2 = _ldsm_x2_t = None\n"
+    assert ldsm_branch in st.emitted.source and "_ldsm_x4" in st.emitted.source.split("def k0")[1]
     source = st.emitted.source.replace(sim_branch, "    _FMA_ONLY = False\n    _pack_f16x2, _mma_f16 = _EMULATED\n")
-    ns = {"_EMULATED": _emulated_f16()}
+    source = source.replace(ldsm_branch, "    _ldsm_x4, _ldsm_x4_t, _ldsm_x2, _ldsm_x2_t = _EMULATED_LDSM\n")
+    ns = {"_EMULATED": _emulated_f16(), "_EMULATED_LDSM": _emulated_ldsm()}
     exec(compile(source, "<tensor-core kernels>", "exec"), ns)
     rng = np.random.default_rng(7)
     M, K, N = binding["M"], binding["K"], binding["N"]
