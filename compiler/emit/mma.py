@@ -9,6 +9,7 @@ shared array into a thread grid for the epilogue.
 """
 from __future__ import annotations
 
+from ..plan.gemm import SMEM_LIMIT
 from ..plan.hardware import WARP
 from .values import expr_add, expr_mul
 
@@ -56,33 +57,44 @@ def mma_helpers(kind: str) -> list[str]:
 
 LDSM_HELPERS = [
     "if _CUDASIM:   # no inline PTX (the kernels take their FMA path there)",
-    "    _ldsm_x4 = _ldsm_x4_t = _ldsm_x2 = _ldsm_x2_t = None",
+    "    _ldsm_x4 = _ldsm_x4_t = _ldsm_x2 = _ldsm_x2_t = _smem_base = None",
     "else:",
     "    from llvmlite import ir as _llir",
     "    from numba import types as _nbt",
     "    from numba.core import cgutils as _cgutils",
     "    from numba.cuda.extending import intrinsic as _intrinsic",
     "",
+    "    @_intrinsic",
+    "    def _smem_base(typingctx, arr):",
+    '        """The 32-bit shared-window address of arr[0] (a shared array): ldmatrix addresses are it plus',
+    '        byte offsets, 32-bit integer adds."""',
+    "        sig = _nbt.uint32(arr)",
+    "",
+    "        def codegen(context, builder, sig, args):",
+    "            i32, i64 = _llir.IntType(32), _llir.IntType(64)",
+    "            ary = context.make_array(sig.args[0])(context, builder, args[0])",
+    "            fn = _llir.InlineAsm(_llir.FunctionType(i32, [i64]),",
+    '                                 "{ .reg .u64 sa; cvta.to.shared.u64 sa, $1; cvt.u32.u64 $0, sa; }", "=r,l")',
+    "            return builder.call(fn, [builder.ptrtoint(ary.data, i64)])",
+    "        return sig, codegen",
+    "",
     "    def _ldsm(n, trans):",
     "        @_intrinsic",
-    "        def _op(typingctx, arr, idx):",
-    '            """ldmatrix.sync.aligned.m8n8.x{n}[.trans].shared.b16: lane 8 j + r gives the address',
-    "            of row r of 8x8 matrix j (arr[idx], 16 bytes); each lane receives one 32-bit word of",
-    '            each matrix."""',
-    "            sig = _nbt.UniTuple(_nbt.uint32, n)(arr, idx)",
+    "        def _op(typingctx, addr):",
+    '            """ldmatrix.sync.aligned.m8n8.x{n}[.trans].shared.b16: lane 8 j + r gives the shared',
+    "            address (32-bit, 16-byte aligned) of row r of 8x8 matrix j, 16 bytes; each lane receives",
+    '            one 32-bit word of each matrix."""',
+    "            sig = _nbt.UniTuple(_nbt.uint32, n)(addr)",
     "",
     "            def codegen(context, builder, sig, args):",
-    "                i32, i64 = _llir.IntType(32), _llir.IntType(64)",
-    "                ary = context.make_array(sig.args[0])(context, builder, args[0])",
-    "                i = context.cast(builder, args[1], sig.args[1], _nbt.intp)",
-    "                ptr = _cgutils.get_item_pointer(context, builder, sig.args[0], ary, [i], wraparound=False)",
+    "                i32 = _llir.IntType(32)",
+    "                a = context.cast(builder, args[0], sig.args[0], _nbt.uint32)",
     "                regs = ','.join(f'${k}' for k in range(n))",
-    "                fn = _llir.InlineAsm(_llir.FunctionType(_llir.LiteralStructType([i32] * n), [i64]),",
-    '                                     "{ .reg .u64 sa; .reg .u32 sa32; cvta.to.shared.u64 sa, $" + str(n) + "; "',
-    '                                     "cvt.u32.u64 sa32, sa; ldmatrix.sync.aligned.m8n8.x" + str(n)',
-    '                                     + (".trans" if trans else "") + ".shared.b16 {" + regs + "}, [sa32]; }",',
-    '                                     ",".join(["=r"] * n + ["l", "~{memory}"]), side_effect=True)',
-    "                r = builder.call(fn, [builder.ptrtoint(ptr, i64)])",
+    "                fn = _llir.InlineAsm(_llir.FunctionType(_llir.LiteralStructType([i32] * n), [i32]),",
+    '                                     "ldmatrix.sync.aligned.m8n8.x" + str(n) + (".trans" if trans else "")',
+    '                                     + ".shared.b16 {" + regs + "}, [$" + str(n) + "];",',
+    '                                     ",".join(["=r"] * n + ["r", "~{memory}"]), side_effect=True)',
+    "                r = builder.call(fn, [a])",
     "                return context.make_tuple(builder, sig.return_type, [builder.extract_value(r, k) for k in range(n)])",
     "            return sig, codegen",
     "        return _op",
@@ -100,10 +112,12 @@ class SwizzledTile:
     8 rows an ldmatrix matrix reads (same c, 8 consecutive r) fall in 8 distinct 16-byte
     positions of a 128-byte line: all 32 banks (CUTLASS's and FlashAttention's XOR swizzle).
     Where C is not a power of two, no XOR: rows an odd number of chunks apart (one chunk of
-    padding when C is even) do the same."""
+    padding when C is even) do the same. A ring of such tiles (cp.async stages) has them `size`
+    halves apart; `staged(stage)` is stage `stage` of it."""
 
-    def __init__(self, array: str, offset: int, rows_k: bool, rows: int, width: int):
+    def __init__(self, array: str, offset: int, rows_k: bool, rows: int, width: int, size: int = 0, stage: str = "0"):
         self.array, self.offset, self.rows_k, self.rows, self.width = array, offset, rows_k, rows, width
+        self.size, self.stage = size, stage
         c = width // 8
         self.xor = c & (c - 1) == 0
         self.stride = width if self.xor or c % 2 else width + 8
@@ -113,6 +127,13 @@ class SwizzledTile:
     @property
     def halves(self) -> int:
         return self.rows * self.stride
+
+    def staged(self, stage: str) -> "SwizzledTile":
+        return SwizzledTile(self.array, self.offset, self.rows_k, self.rows, self.width, self.size, stage)
+
+    def base(self, unit: int = 1) -> str:
+        """The stage's first half-word beyond `offset` (`unit` 2: its byte)."""
+        return expr_mul(self.stage, str(unit * self.size)) if self.size else "0"
 
     def swz(self, row: str) -> str:
         """The chunk XOR of row `row` (period 8 rows, so a row offset by a multiple of 8 keeps it)."""
@@ -126,11 +147,14 @@ class SwizzledTile:
         chunk = f"(({col}) >> 3)"
         if self.mask:
             chunk = f"({chunk} ^ {self.swz(row)})"
-        return expr_add(expr_add(expr_add(expr_mul(row, str(self.stride)), f"({chunk} << 3)"), f"(({col}) & 7)"),
-                        str(self.offset))
+        return expr_add(expr_add(expr_add(expr_add(expr_mul(row, str(self.stride)), f"({chunk} << 3)"), f"(({col}) & 7)"),
+                                 self.base()), str(self.offset))
 
     def at(self, k: str, x: str) -> str:
         return f"{self.array}[{self.flat(k, x)}]"
+
+    def index(self, k: str, x: str) -> str:
+        return f"({self.flat(k, x)},)"
 
     def value(self, k: str, x: str) -> str:
         """Element (k, x) as f32 (the FMA path's operand)."""
@@ -157,7 +181,7 @@ class TensorCores:
     steps of BK, TM x TN accumulators per thread, `threads` threads numbered `tid`."""
 
     def __init__(self, body, kind: str, tid: str, bm: int, bn: int, bk: int, tm: int, tn: int, threads: int):
-        self.w, self.names, self.helpers = body.w, body.names, body.ctx.helpers
+        self.w, self.names, self.helpers, self.ctx = body.w, body.names, body.ctx.helpers, body.ctx
         self.kind, self.tid = kind, tid
         self.bm, self.bn, self.bk, self.tm, self.tn, self.T = bm, bn, bk, tm, tn, threads
         self.array: str | None = None
@@ -181,20 +205,32 @@ class TensorCores:
         w(f"{self.nb} = {self.wn} + 2 * {t}")                       # accumulator columns
         return Fragments(self.mb, self.nb)
 
-    def tiles(self, rows_k_m: bool, rows_k_n: bool, align: str) -> tuple[SwizzledTile, SwizzledTile]:
+    def tiles(self, rows_k_m: bool, rows_k_n: bool, align: str, ring_m: int = 1,
+              ring_n: int = 1) -> tuple[SwizzledTile, SwizzledTile]:
         """The A and B staging tiles, f16, in the f16 view of one f32 shared array that then holds
         the block's output tile (the epilogue reads it back in a thread grid's coalesced order:
         `restage`). A side's tile has rows along K where the operand's contiguous dim is the
-        side's (`rows_k_*`), else rows along the side (K contiguous). Then each lane's ldmatrix
-        row addresses (`_lanes`)."""
+        side's (`rows_k_*`), else rows along the side (K contiguous); a side copied by cp.async
+        has a ring of `ring_*` such tiles. Then each lane's ldmatrix row addresses (`_lanes`)."""
         names, w = self.names, self.w
         sh, h = names.fresh("S"), names.fresh("H")
         mt = SwizzledTile(h, 0, rows_k_m, *((self.bk, self.bm) if rows_k_m else (self.bm, self.bk)))
-        nt = SwizzledTile(h, mt.halves, rows_k_n, *((self.bk, self.bn) if rows_k_n else (self.bn, self.bk)))
-        words = max(-(-(mt.halves + nt.halves) // 2), self.bm * (self.bn + 1))
-        w(f"{sh} = cuda.shared.array({words}, numba.float32, {align})")
+        if ring_m > 1:
+            mt = SwizzledTile(h, 0, mt.rows_k, mt.rows, mt.width, mt.halves)
+        nt = SwizzledTile(h, mt.halves * ring_m, rows_k_n, *((self.bk, self.bn) if rows_k_n else (self.bn, self.bk)))
+        if ring_n > 1:
+            nt = SwizzledTile(h, nt.offset, nt.rows_k, nt.rows, nt.width, nt.halves)
+        words = max(-(-(mt.halves * ring_m + nt.halves * ring_n) // 2), self.bm * (self.bn + 1))
+        if 4 * words > SMEM_LIMIT:       # past the static 48 KB: dynamic, its bytes given at launch (emit/module.py)
+            w(f"{sh} = cuda.shared.array(0, numba.float32, {align})   # dynamic: {4 * words} B")
+            self.ctx.dynamic_shared = 4 * words
+        else:
+            w(f"{sh} = cuda.shared.array({words}, numba.float32, {align})")
         w(f"{h} = {sh}.view(np.float16)")
         self.array = sh
+        self.hb = names.fresh("hb")
+        self.helpers.use_text("_ldsm_x4", LDSM_HELPERS)
+        w(f"{self.hb} = _smem_base({h}) if not _FMA_ONLY else 0")   # the tiles' shared address (bytes)
         lj, lr = names.fresh("lj"), names.fresh("lr")
         w(f"{lj} = {self.lane} >> 3")     # the ldmatrix matrix this lane gives a row address of
         w(f"{lr} = {self.lane} & 7")      # and the row
@@ -202,7 +238,8 @@ class TensorCores:
         return mt, nt
 
     def _lanes(self, tile: SwizzledTile, side: str, lj: str, lr: str):
-        """The lane's row address for ldmatrix in `tile`, as a function (group, kk) -> half index:
+        """The lane's row address for ldmatrix in `tile` (bytes, from `_smem_base`), as a function
+        (group, kk) -> its expression:
         group g is the A fragment mi = g (rows 16 g of the warp tile) or the B fragment pair
         (2 g, 2 g + 1) (columns 16 g), kk the K offset within the step (a multiple of 16). Lane
         8 j + r addresses row r of matrix j: for A, matrix j is rows 8 (j % 2), K 8 (j // 2) of
@@ -223,9 +260,10 @@ class TensorCores:
             for kk in range(0, self.bk, 16):
                 o = names.fresh(f"{side}l{kk}_")
                 chunk = f"({kk // 8} ^ {u})" if kk else u
-                w(f"{o} = {expr_add(expr_add(expr_mul(row, str(tile.stride)), f'({chunk} << 3)'), str(tile.offset))}")
+                half = expr_add(expr_add(expr_mul(row, str(tile.stride)), f'({chunk} << 3)'), str(tile.offset))
+                w(f"{o} = {self.hb} + 2 * ({half})")
                 offs[kk] = o
-            return lambda g, kk: expr_add(offs[kk], str(16 * g * tile.stride))
+            return lambda g, kk: expr_add(offs[kk], str(2 * 16 * g * tile.stride))
         row, v = names.fresh(f"{side}lrow"), names.fresh(f"{side}lv")   # rows along K: row 8 k8 + r
         w(f"{row} = 8 * {k8} + {lr}")
         w(f"{v} = ({xw} >> 3) + {x8}")
@@ -236,9 +274,10 @@ class TensorCores:
             chunk = expr_add(v, str(2 * g))
             if s != "0":
                 chunk = f"(({chunk}) ^ {s})"
-            w(f"{o} = {expr_add(expr_add(expr_mul(row, str(tile.stride)), f'({chunk} << 3)'), str(tile.offset))}")
+            half = expr_add(expr_add(expr_mul(row, str(tile.stride)), f'({chunk} << 3)'), str(tile.offset))
+            w(f"{o} = {self.hb} + 2 * ({half})")
             offs.append(o)
-        return lambda g, kk: expr_add(offs[g], str(kk * tile.stride))
+        return lambda g, kk: expr_add(offs[g], str(2 * kk * tile.stride))
 
     def step(self, mt: SwizzledTile, nt: SwizzledTile, accs, kk: int) -> None:
         """16 of K (at offset kk of the step) on tensor cores: each A fragment one
@@ -248,19 +287,18 @@ class TensorCores:
         w, names, t = self.w, self.names, self.kind
         mma = f"_mma_{t}"
         self.helpers.use_text(mma, mma_helpers(t))
-        self.helpers.use_text("_ldsm_x4", LDSM_HELPERS)
         a, b = [], []
         for mi in range(self.tm // 2):
             regs = [names.fresh(f"fa{mi}_") for _ in range(4)]
             op = "_ldsm_x4_t" if mt.rows_k else "_ldsm_x4"
-            w(f"{', '.join(regs)} = {op}({mt.array}, {self.addr['m'](mi, kk)})")
+            w(f"{', '.join(regs)} = {op}({expr_add(self.addr['m'](mi, kk), mt.base(2))})")
             a.append(regs)
         nf = self.tn // 2
         for p in range((nf + 1) // 2):
             n = 4 if 2 * p + 1 < nf else 2
             regs = [names.fresh(f"fb{p}_") for _ in range(n)]
             op = f"_ldsm_x{n}" + ("_t" if nt.rows_k else "")
-            w(f"{', '.join(regs)} = {op}({nt.array}, {self.addr['n'](p, kk)})")
+            w(f"{', '.join(regs)} = {op}({expr_add(self.addr['n'](p, kk), nt.base(2))})")
             b.extend(regs[i:i + 2] for i in range(0, n, 2))
         for mi in range(self.tm // 2):
             for ni in range(self.tn // 2):

@@ -70,7 +70,7 @@ def test_swizzled_tiles_hold_each_element_once_and_read_rows_conflict_free(rows_
 
 
 def test_the_ldmatrix_intrinsics_are_defined_off_the_simulator_only():
-    assert LDSM_HELPERS[0].startswith("if _CUDASIM:") and "    _ldsm_x4 = _ldsm_x4_t = _ldsm_x2 = _ldsm_x2_t = None" in LDSM_HELPERS
+    assert LDSM_HELPERS[0].startswith("if _CUDASIM:") and "    _ldsm_x4 = _ldsm_x4_t = _ldsm_x2 = _ldsm_x2_t = _smem_base = None" in LDSM_HELPERS
     text = "\n".join(LDSM_HELPERS)
     assert "ldmatrix.sync.aligned.m8n8.x" in text and ".trans" in text and "cvta.to.shared" in text
     compile(text, "<ldmatrix helpers>", "exec")
