@@ -9,7 +9,7 @@ shared array into a thread grid for the epilogue.
 """
 from __future__ import annotations
 
-from ..plan.gemm import SMEM_LIMIT
+from ..plan.gemm import SMEM_LIMIT, restage_stride
 from ..plan.hardware import WARP
 from .values import expr_add, expr_mul
 
@@ -220,7 +220,7 @@ class TensorCores:
         nt = SwizzledTile(h, mt.halves * ring_m, rows_k_n, *((self.bk, self.bn) if rows_k_n else (self.bn, self.bk)))
         if ring_n > 1:
             nt = SwizzledTile(h, nt.offset, nt.rows_k, nt.rows, nt.width, nt.halves)
-        words = max(-(-(mt.halves * ring_m + nt.halves * ring_n) // 2), self.bm * (self.bn + 1))
+        words = max(-(-(mt.halves * ring_m + nt.halves * ring_n) // 2), self.bm * restage_stride(self.bn))
         if 4 * words > SMEM_LIMIT:       # past the static 48 KB: dynamic, its bytes given at launch (emit/module.py)
             w(f"{sh} = cuda.shared.array(0, numba.float32, {align})   # dynamic: {4 * words} B")
             self.ctx.dynamic_shared = 4 * words
@@ -312,7 +312,7 @@ class TensorCores:
         each thread (BM / TYR) x (BN / TXR) outputs. Returns those and their layout,
         grid(ry, TYR, rx, TXR)."""
         w, names = self.w, self.names
-        arr, stride = self.array, self.bn + 1
+        arr, stride = self.array, restage_stride(self.bn)   # the pair a lane stores: 8 bytes, conflict-free
         for i in range(self.tm):
             for j in range(self.tn):
                 w(f"{arr}[{expr_add(expr_mul(frags.row(i), str(stride)), frags.col(j))}] = {accs[i][j]}")

@@ -179,13 +179,20 @@ def _halves(width: int) -> int:
     return width if c & (c - 1) == 0 or c % 2 else width + 8
 
 
+def restage_stride(bn: int) -> int:
+    """Words between rows of a tensor-core block's output tile in shared memory (emit/mma.py:
+    restage): the least above BN that is 8 mod 16, so the accumulator pairs a half-warp stores
+    (rows g < 4 apart, 8 bytes at column 2 t) fill the 32 banks once."""
+    return bn + 1 + (7 - bn) % 16
+
+
 def mma_staged_bytes(s: "GemmShape", sides, stages: int) -> int:
     """A tensor-core block's shared array: both f16 tiles, rows along K or along the side (the
     larger of the two), a ring of `stages` for each cp.async side, or the f32 output tile the
-    epilogue reads back (one word of padding a row), whichever is larger."""
+    epilogue reads back (`restage_stride`), whichever is larger."""
     tile = {side: max(s.bk * _halves(b), b * _halves(s.bk)) for side, b in (("m", s.bm), ("n", s.bn))}
     halves = sum(n * (stages if stages and side in sides else 1) for side, n in tile.items())
-    return max(F16_BYTES * halves, F32_BYTES * s.bm * (s.bn + 1))
+    return max(F16_BYTES * halves, F32_BYTES * s.bm * restage_stride(s.bn))
 
 
 def tile_pad(mma: bool, wide: bool = False) -> int:

@@ -72,9 +72,41 @@ def test_the_tensor_core_kernel_report():
     tm, tn = g.config.tm, g.config.tn
     assert r.mma and r.mma >= (tm // 2) * (tn // 2)       # one mma.sync per 16x8 fragment per K step of 16
     assert r.stack_frame_bytes == 0 and r.local_bytes == 0 and r.spill_store_bytes == 0
-    assert r.smem_bytes > 0 and r.blocks >= H200.units
+    assert r.blocks >= H200.units and r.blocks_per_sm * r.threads_per_block >= 8 * 32     # >= 8 warps an SM
     for site in r.coalescing.sites:                     # the epilogue's stores too: restaged through shared memory
         assert site.efficiency >= 0.9, (site.line, site.expr, site.efficiency)
+    # fragments by ldmatrix from f16 tiles filled by cp.async, none by scalar shared loads
+    hot = r.sass.hot_counts
+    assert hot.shared_loads.get("LDSM.128") and not any(op.startswith("LDS.") for op in hot.shared_loads)
+    assert hot.global_loads.get("LDGSTS.128") and g.config.stages
+    hmma = hot.math                                     # the K loop's only math: its HMMAs
+    assert hot.instructions <= 6 * hmma, (hot.instructions, hmma)
+    ldsm = [b for b in r.bank_conflicts if "_ldsm_x" in b.expr or "_cp_async16h" in b.expr]
+    assert ldsm and all(b.ways == 1 for b in r.bank_conflicts), [b for b in r.bank_conflicts if b.ways != 1]
+
+
+def test_bank_conflicts_of_ldmatrix_rows_and_16_byte_copies():
+    """report/banks.py on the tensor-core form's accesses: an ldmatrix's 8 rows of a matrix are one
+    phase, so 8 rows 128 bytes apart at the same column are 8-way, the swizzled ones 1-way; a
+    16-byte copy per lane into consecutive chunks is 1-way."""
+    from fusec.compiler.report.banks import bank_conflicts
+    src = """
+def k(a):
+    S = cuda.shared.array(4096, numba.float32)
+    H = S.view(np.float16)
+    hb = _smem_base(H) if not _FMA_ONLY else 0
+    lane = cuda.threadIdx.x % 32
+    r = lane & 7
+    j = lane >> 3
+    plain = hb + 2 * (r * 64 + 8 * j)
+    swz = hb + 2 * (r * 64 + ((j ^ r) << 3))
+    x0, x1, x2, x3 = _ldsm_x4(plain)
+    y0, y1, y2, y3 = _ldsm_x4_t(swz + 1024)
+    _cp_async16h(H, (lane * 8,), a, (0, lane * 8))
+"""
+    sites = {b.expr.split("(")[0]: b for b in bank_conflicts(src, "k", (32, 1, 1))}
+    assert (sites["_ldsm_x4"].ways, sites["_ldsm_x4_t"].ways, sites["_cp_async16h"].ways) == (8, 1, 1)
+    assert sites["_ldsm_x4"].array == "H" and sites["_cp_async16h"].kind == "store"
 
 
 CASES = [  # (source, binding, block tiles, [bk, tm, tn], double-buffered, cp.async stages): edges on
