@@ -612,6 +612,12 @@ class _Gemm:
         # rows are 16-byte multiples (the plan's fact: the operand's rows a static multiple of 8
         # elements; its base and pitch checked at launch, cp_async.py's _align16)
         if n == 8:
+            try:
+                strides, _ = ir.MemRefType(v.type).get_strides_and_offset()
+            except (ValueError, TypeError):
+                return None
+            if strides[-1] != 1 or any(s <= 0 or s % 8 for s in strides[:-1]):
+                return None              # rows not a static multiple of 8 elements apart
             terms = b0[-1].split(" + ")
             rest = [t for t in terms if t != dims[inner]]
             if len(rest) != len(terms) - 1 or not all((is_int(t) and int(t) % 8 == 0) or self._block_offset(t, 8)

@@ -240,3 +240,13 @@ def test_the_mma_path_itself_under_an_emulated_warp(src, binding, block, gemm, d
     mm = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16).astype(np.float32)
     want = np.maximum((mm + c.astype(np.float32)).astype(np.float16).astype(np.float32), 0)
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-2)
+
+
+def test_cp_async_copies_only_operands_whose_rows_are_16_byte_multiples():
+    """B [K, 36]: rows 72 bytes apart, a run of 8 halves is not 16-byte aligned in every row:
+    loaded a half at a time; A [M, 64] copied by 16-byte cp.async, its array aligned at launch."""
+    st = _stages(F16, {"M": 64, "K": 64, "N": 36}, _plan([32, 32], [16, 4, 4], stages=2))
+    src = st.emitted.source.split("def k0")[1]
+    copies = [line for line in src.splitlines() if "_cp_async16h(H" in line]
+    assert copies and all("arg0" in line and "arg1" not in line for line in copies)
+    assert "arg0 = _align16(arg0)" in src and "_align16(arg1)" not in src
