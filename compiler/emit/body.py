@@ -92,6 +92,7 @@ class FuncCtx:
     shared: set = field(default_factory=set)      # default-space allocs that are block-shared
     block_dims: tuple = ()                        # the current launch's threads per block (x, y, z)
     dynamic_shared: int = 0                       # bytes of dynamic shared memory the current launch asks
+    aligned16: list = field(default_factory=list)  # the current launch's arrays whose data must be 16-byte aligned
     on_launch: Callable | None = None             # (gpu.launch op, host Body) -> None
     on_host_copy: Callable | None = None          # (memref.copy op, host Body) -> None
     phantom: set = field(default_factory=set)     # arrays a template's absorbed allocs name: never allocated

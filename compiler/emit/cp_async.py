@@ -5,7 +5,11 @@ template's staged tiles (emit/gemm.py, `fusec.gemm_stages`).
 dst[dst_idx] and the 3 after it: one `cp.async.cg.shared.global [d], [s], 16` (LDGSTS.128 in
 SASS) when both addresses are 16-byte aligned, else four `cp.async.ca.shared.global [d], [s], 4`
 (a run-time fact, decided per thread: a sliced input, a row pitch not a multiple of 4).
-`_cp_async4` copies one element. The shared destination is the 32-bit shared-window address of
+`_cp_async4` copies one element. `_cp_async16h` (CP_ASYNC16H_HELPERS, after these in the module)
+copies 8 16-bit elements (the tensor-core tiles of f16 operands: emit/mma.py) with no run-time
+fallback: it copies whole arrays whose rows are a multiple of 8 elements, so every run is
+16-byte aligned once the array's base is, which the launch makes sure of (`_align16`: an array
+that is a view at an odd address is copied first). The shared destination is the 32-bit shared-window address of
 the generic pointer (`cvta.to.shared`). `_cp_commit()` closes the thread's group of copies
 (`cp.async.commit_group`), `_cp_waitN()` waits until at most N of its groups are in flight
 (`cp.async.wait_group N`); a barrier after the wait makes every thread's copies visible. The
@@ -97,3 +101,39 @@ CP_ASYNC_HELPERS = [
     "",
     '    _cp_commit = _cp_plain("cp.async.commit_group;")',
 ] + [f'    _cp_wait{n} = _cp_plain("cp.async.wait_group {n};")' for n in range(MAX_STAGES - 1)]
+
+
+CP_ASYNC16H_HELPERS = [      # needs CP_ASYNC_HELPERS (its key, _cp_async16, sorts before _cp_async16h)
+    "if _CUDASIM:",
+    "    def _cp_async16h(d, di, s, si):",
+    "        *dl, dc = di",
+    "        *sl, sc = si",
+    "        d[(*dl, slice(dc, dc + 8))] = s[(*sl, slice(sc, sc + 8))]",
+    "",
+    "",
+    "    def _align16(a):",
+    "        return a",
+    "else:",
+    "    @_intrinsic",
+    "    def _cp_async16h(typingctx, d, di, s, si):",
+    '        """dst[di..di+7] = src[si..si+7] (16-bit elements) asynchronously, one 16-byte copy: both',
+    '        addresses 16-byte aligned (the emitter copies whole arrays whose rows are a multiple of 8',
+    '        elements, their base aligned by `_align16` at launch)."""',
+    "        sig = _nbt.void(d, di, s, si)",
+    "",
+    "        def codegen(context, builder, sig, args):",
+    "            da, sa = _cp_addresses(context, builder, sig, args)",
+    "            _cp_asm(builder, 16, 'cg', da, sa)",
+    "            return context.get_dummy_value()",
+    "        return sig, codegen",
+    "",
+    "    def _align16(a):",
+    '        """`a`, or a copy of it whose data is 16-byte aligned (a view into another array may not be)."""',
+    "        if any(s % 16 for s in a.strides[:-1]):",
+    "            raise ValueError(f'fusec internal error: 16-byte copies of an array whose rows are {a.strides[:-2]} bytes apart')",
+    "        if a.__cuda_array_interface__['data'][0] % 16 == 0:",
+    "            return a",
+    "        b = cuda.device_array(a.shape, a.dtype)",
+    "        b.copy_to_device(a)",
+    "        return b",
+]

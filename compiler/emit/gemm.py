@@ -6,11 +6,12 @@ to the root. Values come from `TemplateValues`; on tensor cores the products fro
 from __future__ import annotations
 
 import math
+import re
 
 from . import ids
 from .vector import VECTOR_HELPERS
-from .cp_async import CP_ASYNC_HELPERS, MAX_STAGES
-from .mma import TensorCores
+from .cp_async import CP_ASYNC16H_HELPERS, CP_ASYNC_HELPERS, MAX_STAGES
+from .mma import SwizzledTile, TensorCores
 from .template_values import FlatViews, TemplateValues, affine, n_inputs, dims_of, dims_of_map, indexing_maps, ints, pure_dim
 from .values import EmitError, elem_of_type, expr_add, expr_mul, floordiv, is_int, mod
 from ..mlir import ir
@@ -231,15 +232,25 @@ class _Gemm:
             self.at = tc.layout()
         stages = ints(self.root.attributes[GEMM_STAGES])[0] if GEMM_STAGES in self.root.attributes else 0
         sm, sn = names.fresh("Ms"), names.fresh("Ns")
-        runs = {side: self._runs_of_4(side, op) for side, op in (("m", self.m_op), ("n", self.n_op))}
-        # cp.async where the side's tile has the operand's layout (its runs along the side)
-        staged = {side: bool(stages) and r is not None and r[0] for side, r in runs.items()}
+        if tc:     # cp.async of runs of 8 halves: a tile's rows follow the operand's contiguous dim
+            runs = {side: self._runs_of_4(side, op, 8) for side, op in (("m", self.m_op), ("n", self.n_op))}
+            staged = {side: bool(stages) and r is not None for side, r in runs.items()}
+        else:
+            runs = {side: self._runs_of_4(side, op) for side, op in (("m", self.m_op), ("n", self.n_op))}
+            # cp.async where the side's tile has the operand's layout (its runs along the side)
+            staged = {side: bool(stages) and r is not None and r[0] for side, r in runs.items()}
+        if tc and stages and not any(staged.values()):
+            stages = 0           # (a plan's ring where no f16 operand is copied as it lies: loaded as before)
         if stages and not any(staged.values()):
             raise EmitError(f"a {GEMM_STAGES} contraction with no operand copied as it lies", self.root)
         if not 2 <= (stages or 2) <= MAX_STAGES:
             raise EmitError(f"{GEMM_STAGES} {stages}: 2 to {MAX_STAGES} stages", self.root)
         if tc:
-            sm, sn = tc.tiles(tile_pad(True))
+            # 16-byte aligned: ldmatrix reads rows of 16 bytes
+            align = self.body.ctx.helpers.use_text("_SMEM_ALIGN", [
+                "_SMEM_ALIGN = None if _CUDASIM else 16   # shared staging tiles: 16-byte runs (LDS.128)"])
+            sm, sn = tc.tiles(self._side_fast("m", self.m_op), self._side_fast("n", self.n_op), align,
+                              *(stages if staged[side] else 1 for side in ("m", "n")))
         else:
             pm, pn = tile_pad(False, wide or staged["m"]), tile_pad(False, wide_n or staged["n"])
             # 16-byte aligned (the simulator takes no alignment), so a run of 4 is one LDS.128
@@ -270,8 +281,8 @@ class _Gemm:
         loads = []
         for side, op, tile, b in (("m", self.m_op, sm, self.bm), ("n", self.n_op, sn, self.bn)):
             if staged[side]:
-                loads.append(self._staged_loader(side, op, tile, b, runs[side][1]))
-            elif runs[side] is not None:
+                loads.append(self._staged_loader(side, op, tile, b, runs[side][1], *((runs[side][0], 8) if tc else ())))
+            elif runs[side] is not None and not tc:
                 loads.append(self._wide_loader(side, op, tile, b, *runs[side]))
             else:
                 loads.append(self._loader(side, op, tile, b))
@@ -336,15 +347,13 @@ class _Gemm:
                     for ld in regs:
                         ld.hold(f"({k0} + {self.bk})")
             if tc:
-                kk0 = names.fresh("kk0")
-                w(f"for {kk0} in range(0, {self.bk}, 16):")
+                w("if _FMA_ONLY:")
                 with w.indent():
-                    w("if _FMA_ONLY:")
-                    with w.indent():
-                        self._fma_steps(sm, sn, accs, f"range({kk0}, {kk0} + 16)")
-                    w("else:")
-                    with w.indent():
-                        tc.step(sm, sn, accs, kk0)
+                    self._fma_steps(sm, sn, accs, f"range({self.bk})")
+                w("else:")
+                with w.indent():
+                    for kk in range(0, self.bk, 16):
+                        tc.step(sm, sn, accs, kk)
             else:
                 self._fma_steps(sm, sn, accs, None)
             w("cuda.syncthreads()")
@@ -359,7 +368,7 @@ class _Gemm:
     @staticmethod
     def _stage(tile, stage: str):
         """Stage `stage` of a staged side's ring."""
-        return tile.staged(stage) if isinstance(tile, CarvedTile) else StagedTile(tile.array, stage)
+        return tile.staged(stage) if isinstance(tile, (CarvedTile, SwizzledTile)) else StagedTile(tile.array, stage)
 
     # -- the products ----------------------------------------------------------------------------
     def _fma_steps(self, sm, sn, accs, ks: str | None) -> None:
@@ -372,9 +381,9 @@ class _Gemm:
             a = [names.fresh(f"a{i}") for i in range(self.tm)]
             b = [names.fresh(f"b{j}") for j in range(self.tn)]
             for i, n in enumerate(a):
-                w(f"{n} = {sm.at(kk, self.at.row(i))}")
+                w(f"{n} = {getattr(sm, 'value', sm.at)(kk, self.at.row(i))}")
             for j, n in enumerate(b):
-                w(f"{n} = {sn.at(kk, self.at.col(j))}")
+                w(f"{n} = {getattr(sn, 'value', sn.at)(kk, self.at.col(j))}")
             for i in range(self.tm):
                 for j in range(self.tn):
                     ins = [None, None]
@@ -398,6 +407,12 @@ class _Gemm:
         return self.body.val(writer.operands[0])
 
     # -- the tile loader -------------------------------------------------------------------------
+    def _side_fast(self, side: str, operand: int) -> bool:
+        """Whether the operand's contiguous dim is one of the side's loops (else K's)."""
+        m = self.cmaps[operand]
+        last = dims_of(m.results[-1]) if len(m.results) else set()
+        return bool(last & set(self.loops[side]))
+
     def _loader(self, side: str, operand: int, tile, bs: int):
         """Per-thread positions before the K loop; returns what loads one K step.
 
@@ -553,26 +568,27 @@ class _Gemm:
             return f"np.{view.array.elem.compute}({e})" if convert else e
         return read
 
-    def _runs_of_4(self, side: str, operand: int):
+    def _runs_of_4(self, side: str, operand: int, n: int = 4):
         """Where the operand's tile can be read in runs of 4 consecutive elements of its
         contiguous dim (a plan fact): (side_fast, the loop a run walks), else None. The operand
         is an f32 array the kernel reads as it is (no producer computes it in the loader), and
         its contiguous dim is either the side's innermost loop with a block tile a multiple of
         4 (runs never straddle a row of the tile) or a single K loop with BK a multiple of 4; a
-        run is 4 consecutive elements of the array (checked on the index expressions)."""
-        if self.mma:
+        run is 4 consecutive elements of the array (checked on the index expressions). n = 8: runs
+        of 8 halves (16 bytes) of a 16-bit array, the tensor-core tiles' cp.async copies."""
+        if bool(self.mma) != (n == 8):
             return None
         v = self.c.operands[operand]
         view = self.body.view(v)
         if (self.values.writer(v, self.c) is not None or view.array.space != "global"
-                or view.array.storage != "float32"):
+                or view.array.storage != ("float32" if n == 4 else "float16")):
             return None
         m = self.cmaps[operand]
         last = dims_of(m.results[-1]) if len(m.results) else set()
         side_fast = bool(last & set(self.loops[side]))
         if side_fast:
             big = [l for l in self.loops[side] if self.tiles[l] != 1]
-            if not big or self.tiles[big[-1]] % 4:
+            if not big or self.tiles[big[-1]] % n:
                 return None
             inner = big[-1]
         if len(self.loops["k"]) != 1:
@@ -580,7 +596,7 @@ class _Gemm:
         if side_fast:
             pass
         else:
-            if self.bk % 4 or not (last & set(self.loops["k"])):
+            if self.bk % n or not (last & set(self.loops["k"])):
                 return None
             inner = self.loops["k"][0]
         dims = [f"__fusec_d{l}__" for l in range(len(self.sides))]
@@ -590,28 +606,55 @@ class _Gemm:
         bm = view.to_base(tuple(affine(e, marked) for e in m.results))
         if any(_RUN in e for e in bm[:-1]) or tuple(bm[:-1]) != tuple(b0[:-1]) or bm[-1] != expr_add(b0[-1], _RUN):
             return None
+        # runs of 8 halves: 16-byte aligned where the run's array index along the contiguous
+        # dim is its coordinate (a multiple of 8) plus the block's offset (a name defined as a
+        # block id times a multiple of 8) or constants that are multiples of 8, and the array's
+        # rows are 16-byte multiples (the plan's fact: the operand's rows a static multiple of 8
+        # elements; its base and pitch checked at launch, cp_async.py's _align16)
+        if n == 8:
+            try:
+                strides, _ = ir.MemRefType(v.type).get_strides_and_offset()
+            except (ValueError, TypeError):
+                return None
+            if strides[-1] != 1 or any(s <= 0 or s % 8 for s in strides[:-1]):
+                return None              # rows not a static multiple of 8 elements apart
+            terms = b0[-1].split(" + ")
+            rest = [t for t in terms if t != dims[inner]]
+            if len(rest) != len(terms) - 1 or not all((is_int(t) and int(t) % 8 == 0) or self._block_offset(t, 8)
+                                                      for t in rest):
+                return None
         return side_fast, inner
 
-    def _run_layout(self, side: str, operand: int, bs: int, side_fast: bool, inner: int):
+    def _block_offset(self, name: str, n: int) -> bool:
+        """Whether `name` is defined in this kernel as a block id times a multiple of `n`."""
+        if not name.isidentifier():
+            return False
+        for line in self.w.lines:
+            m = re.fullmatch(rf"\s*{name} = block_id_[xyz] \* (\d+)", line)
+            if m:
+                return int(m.group(1)) % n == 0
+        return False
+
+    def _run_layout(self, side: str, operand: int, bs: int, side_fast: bool, inner: int, n: int = 4):
         """The threads over the operand's [BK, BS] tile in runs of 4 (`_runs_of_4`): W lanes
         of runs along the contiguous dim (W the largest power of two dividing T that fits it),
         T / W rows along the other, each thread keeping its lane and row across the K loop.
         Returns `runs(k0)`: per run of the K step at k0 (writing the statements its indices
         need), (key, tile index of element r, array index of element r, guards of the run's
         position in the tile, conditions on the whole run, the whole run inside the operand
-        or None, conditions per element r or None)."""
+        or None, conditions per element r or None). Runs of `n` (4, or 8 halves)."""
         w, names = self.w, self.names
         m = self.cmaps[operand]
         along, across = (bs, self.bk) if side_fast else (self.bk, bs)
-        runs = along // 4
+        runs = along // n
         lanes = 1
         while self.T % (lanes * 2) == 0 and lanes * 2 <= runs:
             lanes *= 2
         rows = self.T // lanes
         lane, row = names.fresh(f"{side}l"), names.fresh(f"{side}r")
-        w(f"{lane} = ({self.tid} & {lanes - 1}) << 2")     # the first element of the thread's run
+        w(f"{lane} = ({self.tid} & {lanes - 1}) << {n.bit_length() - 1}")     # the first element of the thread's run
         w(f"{row} = {self.tid} >> {lanes.bit_length() - 1}")
-        pos_along = _positions(lane, 4 * lanes, -(-along // (4 * lanes)), along)
+        pos_along = _positions(lane, n * lanes, -(-along // (n * lanes)), along)
         pos_across = _positions(row, rows, -(-across // rows), across)
         side_pos = pos_along if side_fast else pos_across
         k_pos = pos_across if side_fast else pos_along
@@ -625,7 +668,7 @@ class _Gemm:
             edge = None                  # the run's loop at the operand's edge: (coordinate, extent)
             if side_fast and inner in loops:
                 e = self.ext[inner]
-                if is_int(e) and int(e) % 4 == 0:        # a run is all inside or all outside
+                if is_int(e) and int(e) % n == 0:        # a run is all inside or all outside
                     uniform.append(f"{coords[inner]} < {e}")
                 else:
                     edge = (coords[inner], e)
@@ -646,14 +689,14 @@ class _Gemm:
                         if k_ok_needed:
                             conds.append(f"{k} < {K}")
                         if edge is not None:
-                            full = f"{expr_add(edge[0], '3')} < {edge[1]}"
-                            each = [f"{expr_add(edge[0], str(r))} < {edge[1]}" for r in range(4)]
+                            full = f"{expr_add(edge[0], str(n - 1))} < {edge[1]}"
+                            each = [f"{expr_add(edge[0], str(r))} < {edge[1]}" for r in range(n)]
                     elif k_ok_needed:
-                        if is_int(K) and int(K) % 4 == 0:
+                        if is_int(K) and int(K) % n == 0:
                             conds.append(f"{k} < {K}")
                         else:
-                            full = f"{expr_add(k, '3')} < {K}"
-                            each = [f"{expr_add(k, str(r))} < {K}" for r in range(4)]
+                            full = f"{expr_add(k, str(n - 1))} < {K}"
+                            each = [f"{expr_add(k, str(r))} < {K}" for r in range(n)]
 
                     def index(r: int, coords=coords, k=k):
                         full_c = dict(coords)
@@ -738,17 +781,24 @@ class _Gemm:
 
         return _Loader(lambda k0: fetch(k0, True), lambda k0: fetch(k0, False), put, declare)
 
-    def _staged_loader(self, side: str, operand: int, ring, bs: int, inner: int) -> _Loader:
+    def _staged_loader(self, side: str, operand: int, ring, bs: int, inner: int, side_fast: bool = True,
+                       n: int = 4) -> _Loader:
         """The tile loader by cp.async into a ring of stages (emit/cp_async.py), for a side
         whose tile has the operand's layout (the run along the side's contiguous dim, into the
         tile's row k): each run one `_cp_async16`; at the operand's edge element by element
-        (`_cp_async4`), a zero stored where an element lies outside."""
+        (`_cp_async4`), a zero stored where an element lies outside. n = 8: a tensor-core tile's
+        runs of 8 halves along the operand's contiguous dim (the side's, or K: `side_fast`), one
+        `_cp_async16h` each; at an edge element by element (a plain load), zero outside."""
         w = self.w
         v = self.c.operands[operand]
         view = self.body.view(v)
         zero = self.ctx.consts.zero(elem_of_type(v.type))
-        runs = self._run_layout(side, operand, bs, True, inner)
+        runs = self._run_layout(side, operand, bs, side_fast, inner, n)
         self.body.ctx.helpers.use_text("_cp_async16", CP_ASYNC_HELPERS)
+        if n == 8:
+            self.body.ctx.helpers.use_text("_cp_async16h", CP_ASYNC16H_HELPERS)
+            if view.array.name not in self.ctx.aligned16:
+                self.ctx.aligned16.append(view.array.name)
         array = ring.array
 
         def issue(k0: str, stage: str) -> None:
@@ -759,17 +809,20 @@ class _Gemm:
                     src = lambda r: f"({', '.join(view.to_base(tuple(index(r))))},)"
                     whole = conds + ([full] if full else [])
                     with w.when(whole):
-                        w(f"_cp_async16({array}, {tile.index(*at(0))}, {view.array.name}, {src(0)})")
+                        w(f"_cp_async16{'h' if n == 8 else ''}({array}, {tile.index(*at(0))}, {view.array.name}, {src(0)})")
                     if whole:
                         w("else:")
                         with w.indent():
-                            for r in range(4):
+                            for r in range(n):
                                 if each is None:
                                     w(f"{tile.at(*at(r))} = {zero}")
                                     continue
                                 w(f"if {' and '.join(conds + [each[r]])}:")
                                 with w.indent():
-                                    w(f"_cp_async4({array}, {tile.index(*at(r))}, {view.array.name}, {src(r)})")
+                                    if n == 8:
+                                        w(f"{tile.at(*at(r))} = {view.array.name}[{', '.join(view.to_base(tuple(index(r))))}]")
+                                    else:
+                                        w(f"_cp_async4({array}, {tile.index(*at(r))}, {view.array.name}, {src(r)})")
                                 w("else:")
                                 with w.indent():
                                     w(f"{tile.at(*at(r))} = {zero}")

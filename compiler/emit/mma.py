@@ -1,12 +1,15 @@
 """The tensor-core form of the contraction template (docs/ARCHITECTURE.md, "Tensor cores").
 
 emit/gemm.py holds a `TensorCores` when the root is marked `fusec.gemm_mma` (f16 | bf16): it
-lays out the warp tiles, puts both staging tiles in one flat f32 array, runs 16 of K at a time
-on mma.sync.m16n8k16 through the module-level intrinsics of `mma_helpers`, and after the K loop
-moves the accumulators through shared memory into a thread grid for the epilogue.
+lays out the warp tiles, keeps both staging tiles as 16-bit halves in swizzled layouts
+(`SwizzledTile`) in the half-word view of one f32 shared array, reads every fragment with
+ldmatrix (`LDSM_HELPERS`), runs 16 of K at a time on mma.sync.m16n8k16 through the module-level
+intrinsics of `mma_helpers`, and after the K loop moves the accumulators through the same
+shared array into a thread grid for the epilogue.
 """
 from __future__ import annotations
 
+from ..plan.gemm import SMEM_LIMIT, restage_stride
 from ..plan.hardware import WARP
 from .values import expr_add, expr_mul
 
@@ -52,14 +55,110 @@ def mma_helpers(kind: str) -> list[str]:
     ]
 
 
-class FlatTile:
-    """A [BK, B] staging tile at `offset` in a flat shared array, rows `stride` words apart."""
+LDSM_HELPERS = [
+    "if _CUDASIM:   # no inline PTX (the kernels take their FMA path there)",
+    "    _ldsm_x4 = _ldsm_x4_t = _ldsm_x2 = _ldsm_x2_t = _smem_base = None",
+    "else:",
+    "    from llvmlite import ir as _llir",
+    "    from numba import types as _nbt",
+    "    from numba.core import cgutils as _cgutils",
+    "    from numba.cuda.extending import intrinsic as _intrinsic",
+    "",
+    "    @_intrinsic",
+    "    def _smem_base(typingctx, arr):",
+    '        """The 32-bit shared-window address of arr[0] (a shared array): ldmatrix addresses are it plus',
+    '        byte offsets, 32-bit integer adds."""',
+    "        sig = _nbt.uint32(arr)",
+    "",
+    "        def codegen(context, builder, sig, args):",
+    "            i32, i64 = _llir.IntType(32), _llir.IntType(64)",
+    "            ary = context.make_array(sig.args[0])(context, builder, args[0])",
+    "            fn = _llir.InlineAsm(_llir.FunctionType(i32, [i64]),",
+    '                                 "{ .reg .u64 sa; cvta.to.shared.u64 sa, $1; cvt.u32.u64 $0, sa; }", "=r,l")',
+    "            return builder.call(fn, [builder.ptrtoint(ary.data, i64)])",
+    "        return sig, codegen",
+    "",
+    "    def _ldsm(n, trans):",
+    "        @_intrinsic",
+    "        def _op(typingctx, addr):",
+    '            """ldmatrix.sync.aligned.m8n8.x{n}[.trans].shared.b16: lane 8 j + r gives the shared',
+    "            address (32-bit, 16-byte aligned) of row r of 8x8 matrix j, 16 bytes; each lane receives",
+    '            one 32-bit word of each matrix."""',
+    "            sig = _nbt.UniTuple(_nbt.uint32, n)(addr)",
+    "",
+    "            def codegen(context, builder, sig, args):",
+    "                i32 = _llir.IntType(32)",
+    "                a = context.cast(builder, args[0], sig.args[0], _nbt.uint32)",
+    "                regs = ','.join(f'${k}' for k in range(n))",
+    "                fn = _llir.InlineAsm(_llir.FunctionType(_llir.LiteralStructType([i32] * n), [i32]),",
+    '                                     "ldmatrix.sync.aligned.m8n8.x" + str(n) + (".trans" if trans else "")',
+    '                                     + ".shared.b16 {" + regs + "}, [$" + str(n) + "];",',
+    '                                     ",".join(["=r"] * n + ["r", "~{memory}"]), side_effect=True)',
+    "                r = builder.call(fn, [a])",
+    "                return context.make_tuple(builder, sig.return_type, [builder.extract_value(r, k) for k in range(n)])",
+    "            return sig, codegen",
+    "        return _op",
+    "",
+    "    _ldsm_x4, _ldsm_x4_t, _ldsm_x2, _ldsm_x2_t = _ldsm(4, False), _ldsm(4, True), _ldsm(2, False), _ldsm(2, True)",
+]
 
-    def __init__(self, array: str, offset: int, stride: int):
-        self.array, self.offset, self.stride = array, offset, stride
+
+class SwizzledTile:
+    """One operand's staging tile in the f16 view `array` of the block's shared array, at
+    half-word `offset`: `rows` rows of `width` halves, rows along K (`rows_k`: the operand's
+    contiguous dim is the side's) or along the side (its contiguous dim is K), so the loader
+    writes along rows as it reads. A row is C = width / 8 chunks of 16 bytes (one ldmatrix row);
+    chunk c of row r lies at chunk c ^ swz(r), swz(r) = (r // max(1, 8 / C)) % min(C, 8), so the
+    8 rows an ldmatrix matrix reads (same c, 8 consecutive r) fall in 8 distinct 16-byte
+    positions of a 128-byte line: all 32 banks (CUTLASS's and FlashAttention's XOR swizzle).
+    Where C is not a power of two, no XOR: rows an odd number of chunks apart (one chunk of
+    padding when C is even) do the same. A ring of such tiles (cp.async stages) has them `size`
+    halves apart; `staged(stage)` is stage `stage` of it."""
+
+    def __init__(self, array: str, offset: int, rows_k: bool, rows: int, width: int, size: int = 0, stage: str = "0"):
+        self.array, self.offset, self.rows_k, self.rows, self.width = array, offset, rows_k, rows, width
+        self.size, self.stage = size, stage
+        c = width // 8
+        self.xor = c & (c - 1) == 0
+        self.stride = width if self.xor or c % 2 else width + 8
+        self.shift = max(1, 8 // c).bit_length() - 1 if self.xor else 0
+        self.mask = min(c, 8) - 1 if self.xor else 0
+
+    @property
+    def halves(self) -> int:
+        return self.rows * self.stride
+
+    def staged(self, stage: str) -> "SwizzledTile":
+        return SwizzledTile(self.array, self.offset, self.rows_k, self.rows, self.width, self.size, stage)
+
+    def base(self, unit: int = 1) -> str:
+        """The stage's first half-word beyond `offset` (`unit` 2: its byte)."""
+        return expr_mul(self.stage, str(unit * self.size)) if self.size else "0"
+
+    def swz(self, row: str) -> str:
+        """The chunk XOR of row `row` (period 8 rows, so a row offset by a multiple of 8 keeps it)."""
+        if not self.mask:
+            return "0"
+        return f"((({row}) >> {self.shift}) & {self.mask})" if self.shift else f"(({row}) & {self.mask})"
+
+    def flat(self, k: str, x: str) -> str:
+        """The half-word index of element (k, x)."""
+        row, col = (k, x) if self.rows_k else (x, k)
+        chunk = f"(({col}) >> 3)"
+        if self.mask:
+            chunk = f"({chunk} ^ {self.swz(row)})"
+        return expr_add(expr_add(expr_add(expr_add(expr_mul(row, str(self.stride)), f"({chunk} << 3)"), f"(({col}) & 7)"),
+                                 self.base()), str(self.offset))
 
     def at(self, k: str, x: str) -> str:
-        return f"{self.array}[{expr_add(expr_add(expr_mul(k, str(self.stride)), x), str(self.offset))}]"
+        return f"{self.array}[{self.flat(k, x)}]"
+
+    def index(self, k: str, x: str) -> str:
+        return f"({self.flat(k, x)},)"
+
+    def value(self, k: str, x: str) -> str:
+        """Element (k, x) as f32 (the FMA path's operand)."""
+        return f"np.float32({self.at(k, x)})"
 
 
 class Fragments:
@@ -82,16 +181,15 @@ class TensorCores:
     steps of BK, TM x TN accumulators per thread, `threads` threads numbered `tid`."""
 
     def __init__(self, body, kind: str, tid: str, bm: int, bn: int, bk: int, tm: int, tn: int, threads: int):
-        self.w, self.names, self.helpers = body.w, body.names, body.ctx.helpers
+        self.w, self.names, self.helpers, self.ctx = body.w, body.names, body.ctx.helpers, body.ctx
         self.kind, self.tid = kind, tid
         self.bm, self.bn, self.bk, self.tm, self.tn, self.T = bm, bn, bk, tm, tn, threads
         self.array: str | None = None
 
     def layout(self) -> Fragments:
         """The warp tiles and the lane's coordinates: warp w owns the (8 TM) x (4 TN) tile at rows
-        (w // WN) 8 TM, columns (w % WN) 4 TN (WN = BN / (4 TN)); per 16 of K lane 4 g + t reads
-        its A fragments at K rows 2 t + {0, 1} (+8), rows g (+8) + 16 mi, and its B fragments at
-        K rows 2 t + {0, 1} (+8), columns g + 8 ni."""
+        (w // WN) 8 TM, columns (w % WN) 4 TN (WN = BN / (4 TN)); lane 4 g + t holds the
+        accumulators `Fragments` gives."""
         w, names = self.w, self.names
         lane, warp, g, t = (names.fresh(n) for n in ("lane", "warp", "g", "t4"))
         across = self.bn // (4 * self.tn)                 # warp tiles along N
@@ -99,46 +197,109 @@ class TensorCores:
         w(f"{warp} = {self.tid} // {WARP}")
         w(f"{g} = {lane} // 4")
         w(f"{t} = {lane} % 4")
-        self.mb, self.nb, self.nf, self.kf = (names.fresh(n) for n in ("mb", "nb", "nf", "kf"))
-        w(f"{self.mb} = ({warp} // {across}) * {8 * self.tm} + {g}")     # accumulator and A rows
-        w(f"{self.nb} = ({warp} % {across}) * {4 * self.tn} + 2 * {t}")  # accumulator columns
-        w(f"{self.nf} = ({warp} % {across}) * {4 * self.tn} + {g}")      # B fragment columns
-        w(f"{self.kf} = 2 * {t}")                                           # fragment K rows
+        self.lane = lane
+        self.wm, self.wn, self.mb, self.nb = (names.fresh(n) for n in ("wm", "wn", "mb", "nb"))
+        w(f"{self.wm} = ({warp} // {across}) * {8 * self.tm}")     # the warp tile's first row
+        w(f"{self.wn} = ({warp} % {across}) * {4 * self.tn}")      # and first column
+        w(f"{self.mb} = {self.wm} + {g}")                           # accumulator rows
+        w(f"{self.nb} = {self.wn} + 2 * {t}")                       # accumulator columns
         return Fragments(self.mb, self.nb)
 
-    def tiles(self, pad: int) -> tuple[FlatTile, FlatTile]:
-        """The A and B staging tiles in one f32 array, which then holds the block's output tile
-        (the epilogue reads it back in a thread grid's coalesced order: `restage`)."""
-        sh = self.names.fresh("S")
-        mwords, nwords = self.bk * (self.bm + pad), self.bk * (self.bn + pad)
-        self.w(f"{sh} = cuda.shared.array({max(mwords + nwords, self.bm * (self.bn + 1))}, numba.float32)")
+    def tiles(self, rows_k_m: bool, rows_k_n: bool, align: str, ring_m: int = 1,
+              ring_n: int = 1) -> tuple[SwizzledTile, SwizzledTile]:
+        """The A and B staging tiles, f16, in the f16 view of one f32 shared array that then holds
+        the block's output tile (the epilogue reads it back in a thread grid's coalesced order:
+        `restage`). A side's tile has rows along K where the operand's contiguous dim is the
+        side's (`rows_k_*`), else rows along the side (K contiguous); a side copied by cp.async
+        has a ring of `ring_*` such tiles. Then each lane's ldmatrix row addresses (`_lanes`)."""
+        names, w = self.names, self.w
+        sh, h = names.fresh("S"), names.fresh("H")
+        mt = SwizzledTile(h, 0, rows_k_m, *((self.bk, self.bm) if rows_k_m else (self.bm, self.bk)))
+        if ring_m > 1:
+            mt = SwizzledTile(h, 0, mt.rows_k, mt.rows, mt.width, mt.halves)
+        nt = SwizzledTile(h, mt.halves * ring_m, rows_k_n, *((self.bk, self.bn) if rows_k_n else (self.bn, self.bk)))
+        if ring_n > 1:
+            nt = SwizzledTile(h, nt.offset, nt.rows_k, nt.rows, nt.width, nt.halves)
+        words = max(-(-(mt.halves * ring_m + nt.halves * ring_n) // 2), self.bm * restage_stride(self.bn))
+        if 4 * words > SMEM_LIMIT:       # past the static 48 KB: dynamic, its bytes given at launch (emit/module.py)
+            w(f"{sh} = cuda.shared.array(0, numba.float32, {align})   # dynamic: {4 * words} B")
+            self.ctx.dynamic_shared = 4 * words
+        else:
+            w(f"{sh} = cuda.shared.array({words}, numba.float32, {align})")
+        w(f"{h} = {sh}.view(np.float16)")
         self.array = sh
-        return FlatTile(sh, 0, self.bm + pad), FlatTile(sh, mwords, self.bn + pad)
+        self.hb = names.fresh("hb")
+        self.helpers.use_text("_ldsm_x4", LDSM_HELPERS)
+        w(f"{self.hb} = _smem_base({h}) if not _FMA_ONLY else 0")   # the tiles' shared address (bytes)
+        lj, lr = names.fresh("lj"), names.fresh("lr")
+        w(f"{lj} = {self.lane} >> 3")     # the ldmatrix matrix this lane gives a row address of
+        w(f"{lr} = {self.lane} & 7")      # and the row
+        self.addr = {"m": self._lanes(mt, "m", lj, lr), "n": self._lanes(nt, "n", lj, lr)}
+        return mt, nt
 
-    def step(self, mt: FlatTile, nt: FlatTile, accs, kk0: str) -> None:
-        """16 of K on tensor cores: the fragments from the shared tiles, one mma per 16x8."""
+    def _lanes(self, tile: SwizzledTile, side: str, lj: str, lr: str):
+        """The lane's row address for ldmatrix in `tile` (bytes, from `_smem_base`), as a function
+        (group, kk) -> its expression:
+        group g is the A fragment mi = g (rows 16 g of the warp tile) or the B fragment pair
+        (2 g, 2 g + 1) (columns 16 g), kk the K offset within the step (a multiple of 16). Lane
+        8 j + r addresses row r of matrix j: for A, matrix j is rows 8 (j % 2), K 8 (j // 2) of
+        the 16x16 fragment (a0..a3 of the PTX ISA's A layout); for B, columns 8 (j // 2), K
+        8 (j % 2) (b0, b1 of fragment 2 g, then of 2 g + 1). The parts fixed per lane are
+        computed here, before the K loop: per K offset where rows run along the side (the chunk
+        is K's), per group where rows run along K (the chunk is the side's); the swizzle of a
+        row depends on r alone (period 8)."""
+        w, names = self.w, self.names
+        xw = self.wm if side == "m" else self.wn
+        x8, k8 = (f"({lj} & 1)", f"({lj} >> 1)") if side == "m" else (f"({lj} >> 1)", f"({lj} & 1)")
+        s = tile.swz(lr)
+        if not tile.rows_k:          # rows along the side: row xw + 8 x8 + r, chunk kk / 8 + k8
+            row, u = names.fresh(f"{side}lrow"), names.fresh(f"{side}lu")
+            w(f"{row} = {xw} + 8 * {x8} + {lr}")
+            w(f"{u} = {k8} ^ {s}" if s != "0" else f"{u} = {k8}")
+            offs = {}
+            for kk in range(0, self.bk, 16):
+                o = names.fresh(f"{side}l{kk}_")
+                chunk = f"({kk // 8} ^ {u})" if kk else u
+                half = expr_add(expr_add(expr_mul(row, str(tile.stride)), f'({chunk} << 3)'), str(tile.offset))
+                w(f"{o} = {self.hb} + 2 * ({half})")
+                offs[kk] = o
+            return lambda g, kk: expr_add(offs[kk], str(2 * 16 * g * tile.stride))
+        row, v = names.fresh(f"{side}lrow"), names.fresh(f"{side}lv")   # rows along K: row 8 k8 + r
+        w(f"{row} = 8 * {k8} + {lr}")
+        w(f"{v} = ({xw} >> 3) + {x8}")
+        groups = self.tm // 2 if side == "m" else (self.tn // 2 + 1) // 2
+        offs = []
+        for g in range(groups):
+            o = names.fresh(f"{side}l{g}_")
+            chunk = expr_add(v, str(2 * g))
+            if s != "0":
+                chunk = f"(({chunk}) ^ {s})"
+            half = expr_add(expr_add(expr_mul(row, str(tile.stride)), f'({chunk} << 3)'), str(tile.offset))
+            w(f"{o} = {self.hb} + 2 * ({half})")
+            offs.append(o)
+        return lambda g, kk: expr_add(offs[g], str(2 * kk * tile.stride))
+
+    def step(self, mt: SwizzledTile, nt: SwizzledTile, accs, kk: int) -> None:
+        """16 of K (at offset kk of the step) on tensor cores: each A fragment one
+        `ldmatrix.x4` (.trans where the tile's rows run along K), each pair of B fragments one
+        `ldmatrix.x4` (an odd last one `.x2`; .trans where its rows run along the side: B's
+        fragment is column-major), one mma per 16x8."""
         w, names, t = self.w, self.names, self.kind
-        pack, mma = f"_pack_{t}x2", f"_mma_{t}"
+        mma = f"_mma_{t}"
         self.helpers.use_text(mma, mma_helpers(t))
-        k = names.fresh("kf0")
-        w(f"{k} = {kk0} + {self.kf}")
-
-        def pair(tile: FlatTile, k_off: int, col: str) -> str:
-            return f"{pack}({tile.at(expr_add(k, str(k_off)), col)}, {tile.at(expr_add(k, str(k_off + 1)), col)})"
-
         a, b = [], []
         for mi in range(self.tm // 2):
-            r0, r8 = expr_add(self.mb, str(16 * mi)), expr_add(self.mb, str(16 * mi + 8))
             regs = [names.fresh(f"fa{mi}_") for _ in range(4)]
-            for n, (ko, r) in zip(regs, ((0, r0), (0, r8), (8, r0), (8, r8))):
-                w(f"{n} = {pair(mt, ko, r)}")
+            op = "_ldsm_x4_t" if mt.rows_k else "_ldsm_x4"
+            w(f"{', '.join(regs)} = {op}({expr_add(self.addr['m'](mi, kk), mt.base(2))})")
             a.append(regs)
-        for ni in range(self.tn // 2):
-            c = expr_add(self.nf, str(8 * ni))
-            regs = [names.fresh(f"fb{ni}_") for _ in range(2)]
-            for n, ko in zip(regs, (0, 8)):
-                w(f"{n} = {pair(nt, ko, c)}")
-            b.append(regs)
+        nf = self.tn // 2
+        for p in range((nf + 1) // 2):
+            n = 4 if 2 * p + 1 < nf else 2
+            regs = [names.fresh(f"fb{p}_") for _ in range(n)]
+            op = f"_ldsm_x{n}" + ("_t" if nt.rows_k else "")
+            w(f"{', '.join(regs)} = {op}({expr_add(self.addr['n'](p, kk), nt.base(2))})")
+            b.extend(regs[i:i + 2] for i in range(0, n, 2))
         for mi in range(self.tm // 2):
             for ni in range(self.tn // 2):
                 d = [accs[2 * mi][2 * ni], accs[2 * mi][2 * ni + 1], accs[2 * mi + 1][2 * ni], accs[2 * mi + 1][2 * ni + 1]]
@@ -151,7 +312,7 @@ class TensorCores:
         each thread (BM / TYR) x (BN / TXR) outputs. Returns those and their layout,
         grid(ry, TYR, rx, TXR)."""
         w, names = self.w, self.names
-        arr, stride = self.array, self.bn + 1
+        arr, stride = self.array, restage_stride(self.bn)   # the pair a lane stores: 8 bytes, conflict-free
         for i in range(self.tm):
             for j in range(self.tn):
                 w(f"{arr}[{expr_add(expr_mul(frags.row(i), str(stride)), frags.col(j))}] = {accs[i][j]}")

@@ -344,6 +344,7 @@ class _FuncEmitter:
         self.ctx.shared = block_shared_allocs(op)
         self.ctx.block_dims = tuple(block_dims)
         self.ctx.dynamic_shared = 0
+        self.ctx.aligned16 = []
         w = Writer(1 + len(strided))
         with ids.grid_stride(strided):
             for arg, e in zip(body_block.arguments, launch_args()):
@@ -359,6 +360,8 @@ class _FuncEmitter:
             f'@cuda.jit("void({", ".join(sigs)})", cache=NUMBA_CACHE{launch_bounds(block_dims)})',
             f"def {name}({', '.join(params)}):"] + (lines or ["    pass"])))
         dyn = self.ctx.dynamic_shared
+        for a in self.ctx.aligned16:     # copied 16 bytes at a time (emit/cp_async.py: _cp_async16h)
+            host.w(f"{a} = _align16({a})")
         if dyn:          # shared memory past the static 48 KB: the kernel opted in, the bytes at launch
             self.ctx.helpers.use_text("_dynamic_shared", DYNAMIC_SHARED_HELPER)
             host.w(f"_dynamic_shared({name}, {dyn})")

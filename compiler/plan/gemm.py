@@ -134,10 +134,9 @@ class GemmShape:
 
     @property
     def mma_shared_bytes(self) -> int:
-        """Tensor cores: one f32 array for the staging tiles (4 words of padding a row), then the
-        block's output tile (one word a row) that the epilogue reads back coalesced."""
-        pad = tile_pad(True)
-        return F32_BYTES * max(self.bk * (self.bm + pad + self.bn + pad), self.bm * (self.bn + 1))
+        """Tensor cores: one shared array for the staging tiles (f16, swizzled; `mma_staged_bytes`),
+        then the block's output tile (one word a row) that the epilogue reads back coalesced."""
+        return mma_staged_bytes(self, (), 0)
 
     def blocks(self, extents) -> int:
         return math.prod(math.ceil(e / t) for e, t in zip(extents, self.tiles) if t)
@@ -168,6 +167,32 @@ def mma_tiles_error(bm: int, bn: int, bk: int, tm: int, tn: int) -> str | None:
     if bm % wm or bn % wn:
         return f"the block tile {bm}x{bn} is not a grid of {wm}x{wn} warp tiles"
     return None
+
+
+F16_BYTES = 2
+
+
+def _halves(width: int) -> int:
+    """Halves a row of a tensor-core tile takes (emit/mma.py: SwizzledTile): its width where its
+    16-byte chunks are a power of two or odd in number, else one chunk more."""
+    c = width // 8
+    return width if c & (c - 1) == 0 or c % 2 else width + 8
+
+
+def restage_stride(bn: int) -> int:
+    """Words between rows of a tensor-core block's output tile in shared memory (emit/mma.py:
+    restage): the least above BN that is 8 mod 16, so the accumulator pairs a half-warp stores
+    (rows g < 4 apart, 8 bytes at column 2 t) fill the 32 banks once."""
+    return bn + 1 + (7 - bn) % 16
+
+
+def mma_staged_bytes(s: "GemmShape", sides, stages: int) -> int:
+    """A tensor-core block's shared array: both f16 tiles, rows along K or along the side (the
+    larger of the two), a ring of `stages` for each cp.async side, or the f32 output tile the
+    epilogue reads back (`restage_stride`), whichever is larger."""
+    tile = {side: max(s.bk * _halves(b), b * _halves(s.bk)) for side, b in (("m", s.bm), ("n", s.bn))}
+    halves = sum(n * (stages if stages and side in sides else 1) for side, n in tile.items())
+    return max(F16_BYTES * halves, F32_BYTES * s.bm * restage_stride(s.bn))
 
 
 def tile_pad(mma: bool, wide: bool = False) -> int:
@@ -208,7 +233,9 @@ def mma_error(info: ChainInfo, gk: GemmKernel, shape: GemmShape, hw=None) -> str
     why = mma_tiles_error(s.bm, s.bn, s.bk, s.tm, s.tn)
     if why is not None:
         return why
-    if s.mma_shared_bytes > SMEM_LIMIT:
+    # past the static 48 KB: dynamic shared memory, the kernel opted in (shared_limit)
+    limit = max(SMEM_LIMIT, hw.onchip_per_block) if hw is not None and hw.kind == "gpu" else SMEM_LIMIT
+    if s.mma_shared_bytes > limit:
         return f"its {s.bm}x{s.bn} output tile does not fit in shared memory for the epilogue"
     return None
 
@@ -222,18 +249,29 @@ def staged_sides(info: ChainInfo, gk: GemmKernel, members, shape: GemmShape, hw=
     the operand's contiguous dim is the side's innermost loop with a block tile a multiple of 4
     (its tile then has the operand's layout, in runs of 16 bytes), K is one loop, the operand
     is an f32 array no op of the kernel computes, and the device has cp.async (sm_80+;
-    `hw` None: any). Not on tensor cores."""
+    `hw` None: any). On tensor cores (a tile's rows follow the operand's contiguous dim, the
+    side's or K's: emit/mma.py) an f16 operand in runs of 8 halves: a side tile a multiple of 8
+    where the side's loop is the contiguous one."""
     if hw is not None and (hw.kind != "gpu" or tuple(hw.cc) < CP_ASYNC_CC):
         return ()
     co = info.op(gk.contraction)
-    if len(gk.loops_of("k")) != 1 or mma_kind(info, gk, shape, hw):
+    if len(gk.loops_of("k")) != 1:
         return ()
+    mma = mma_kind(info, gk, shape, hw)
     out = []
     for side, op, contiguous in (("m", gk.m_operand, gk.m_contiguous), ("n", 1 - gk.m_operand, gk.n_contiguous)):
         p = co.producers[op]
         computed = p is not None and p in members and info.op(p).kind not in ("view",)
         big = [l for l in gk.loops_of(side) if shape.tiles[l] != 1]
-        if (contiguous and not computed and co.operand_dtypes[op:op + 1] == ("f32",)
+        if mma:
+            dims = co.operand_loops[op]
+            k_fast = bool(dims) and gk.loops_of("k")[0] in dims[-1]
+            dims_of = co.operand_shapes[op] if op < len(co.operand_shapes) else ()
+            rows8 = bool(dims_of) and dims_of[-1] > 0 and dims_of[-1] % 8 == 0    # (static, whole rows of 16 bytes)
+            if (not computed and rows8 and co.operand_dtypes[op:op + 1] == ("f16",)
+                    and ((contiguous and big and shape.tiles[big[-1]] % 8 == 0) or (not contiguous and k_fast))):
+                out.append(side)
+        elif (contiguous and not computed and co.operand_dtypes[op:op + 1] == ("f32",)
                 and big and shape.tiles[big[-1]] % 4 == 0):
             out.append(side)
     return tuple(out)
@@ -273,8 +311,9 @@ def gemm_tiling_error(info: ChainInfo, members, root: int, block: tuple[int, ...
         sides = staged_sides(info, gk, members, s, hw)
         if not sides:
             return "no operand tile cp.async can copy as it lies (an f32 operand along its side, " \
-                   "runs of 4, one K loop, sm_80+)"
-        smem = staged_shared_bytes(s, sides, stages)
+                   "runs of 4, or an f16 one on tensor cores, runs of 8; one K loop, sm_80+)"
+        smem = (mma_staged_bytes(s, sides, stages) if mma_kind(info, gk, s, hw)
+                else staged_shared_bytes(s, sides, stages))
     limit = shared_limit(info, gk, s, hw)
     if smem > limit:
         return f"{smem} B of shared memory per block (limit {limit})"
@@ -292,10 +331,12 @@ def shared_limit(info: ChainInfo, gk: GemmKernel, s: GemmShape, hw=None) -> int:
     """The shared memory a contraction block may have: past the static 48 KB, the device's
     per-block opt-in (`hw.onchip_per_block`: 227 KB on sm_90) for the FMA form whose tiles are
     f32 (f32 or f16 operands): emit/gemm.py carves them from the dynamic shared array and the
-    launch opts the kernel in (emit/module.py: `_dynamic_shared`). Tensor cores, f64 and no
-    device (`hw` None): the static limit."""
-    if hw is None or hw.kind != "gpu" or mma_kind(info, gk, s, hw):
+    launch opts the kernel in (emit/module.py: `_dynamic_shared`), and tensor cores (their one
+    shared array dynamic past 48 KB: emit/mma.py). f64 and no device (`hw` None): the static limit."""
+    if hw is None or hw.kind != "gpu":
         return SMEM_LIMIT
+    if mma_kind(info, gk, s, hw):
+        return max(SMEM_LIMIT, hw.onchip_per_block)
     if not set(info.op(gk.contraction).operand_dtypes[:2]) <= {"f32", "f16"}:
         return SMEM_LIMIT
     return max(SMEM_LIMIT, hw.onchip_per_block)
@@ -374,7 +415,7 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
     regs, smem, local = (gemm_registers(s.tm, s.tn, loads - gathered - copied, gathered, bool(mma),
                                         flat=flat and not prefetch)
                          + (held if prefetch else 0),       # the next K step's elements, held
-                         s.mma_shared_bytes if mma else staged_shared_bytes(s, staged, stages), 0)
+                         mma_staged_bytes(s, staged, stages) if mma else staged_shared_bytes(s, staged, stages), 0)
     ksteps = math.ceil(gk.k / s.bk)
     # words each thread spills and reloads per K step; the estimate runs low at the top end (against
     # ptxas), so within GEMM_REG_HEADROOM of the limit counts as spilling
@@ -407,16 +448,16 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
     producers = sum(op_flops(info.op(m), hw) / max(1, info.op(m).points) for m in loader_ops)
     sts = loads - copied
     ints = loads * 8 + gathered * (12 + producers)      # index math; a gather's window and bounds
-    if copied:        # a run of 4 copied by one LDGSTS.128: its index math and issue once a run
+    if copied:        # a run of 4 (8 halves on tensor cores) copied by one LDGSTS.128: its index math and issue once a run
         ints -= copied * 6
-        sts += copied // 4
+        sts += copied // (8 if mma else 4)
     if mma:
-        # per 16 of K: (TM/2) x (TN/2) mma.sync.m16n8k16 (2048 MACs each), the fragments' words
-        # read from shared memory (8 per A fragment, 4 per B) and packed in pairs to f16x2
+        # per 16 of K: (TM/2) x (TN/2) mma.sync.m16n8k16 (2048 MACs each), the fragments read
+        # from shared memory by ldmatrix.x4: one per A fragment, one per pair of B fragments
         steps = s.bk // MMA_K
         fma = steps * (s.tm // 2) * (s.tn // 2)
-        lds = steps * (4 * s.tm + 2 * s.tn)
-        cvt = steps * (2 * s.tm + s.tn)
+        lds = steps * (s.tm // 2 + (s.tn // 2 + 1) // 2)
+        cvt = 0
         mma_rate = hw.tensor_flops_fp16 / (2 * 2048 * hw.units * hw.clock_hz)   # mma per SM cycle
         issue = fma + lds + cvt + sts + 2 * loads + ints + 2 * spilled
         cyc = max(fma / mma_rate, lds + sts + 2 * spilled, (ints + cvt) / (fma_rate / 2), issue / SCHEDULERS)

@@ -383,6 +383,8 @@ class TileChooser:
 
         evaluated: dict[Tiling, KernelCost] = {}
         start = None
+        # f16 operands on a device with tensor cores: warp tiles 64 columns wide too (TN 16)
+        wide_n = (16,) if co.operand_dtypes[:2] == ("f16", "f16") and getattr(self.hw, "tensor_flops_fp16", 0) else ()
         # two warps a block at least (one when the whole output is smaller than that)
         min_threads = 64 if math.prod(co.loops[l] for l in gk.loops_of("m") + gk.loops_of("n")) >= 64 * 16 else 32
         for sm in (16, 32, 64, 128):
@@ -398,11 +400,13 @@ class TileChooser:
                 bn = math.prod(tiles[of_loop[cl]] for cl in gk.loops_of("n"))
                 # cp.async rings where a side's tile can be copied as it lies (sm_80+)
                 rings = (0,)
-                if staged_sides(self.info, gk, members, gemm_shape(self.info, gk, root, block, (8, 1, 1)), self.hw):
+                # (a tensor-core shape: f16 tiles in runs of 8 halves, plan/gemm.py)
+                if any(staged_sides(self.info, gk, members, gemm_shape(self.info, gk, root, block, probe), self.hw)
+                       for probe in ((8, 1, 1), (16, 2, 2))):
                     rings = (0,) + STAGE_CHOICES
                 for bk in (8, 16, 32):
                     for tm in (t for t in (2, 4, 8) if bm % t == 0):
-                        for tn, buffered, ring in itertools.product(sorted({t for t in (2, 4, 7, 8) if bn % t == 0}),
+                        for tn, buffered, ring in itertools.product(sorted({t for t in (2, 4, 7, 8) + wide_n if bn % t == 0}),
                                                                     (0, 1), rings):
                             t = Tiling(block, (0,) * n, mapped, ContractionConfig(bk=bk, tm=tm, tn=tn,
                                                                                   prefetch=bool(buffered), stages=ring))

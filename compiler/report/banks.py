@@ -120,6 +120,7 @@ class _Walker:
         self.sites: list[BankAccess] = []
         self.flats: list = []               # per site: (its lanes' element indices, itemsize) or None
         self.seen: set[int] = set()
+        self.bases: dict[str, str] = {}     # a name holding `_smem_base(array)`: the array's byte 0
 
     # statements
     def block(self, body):
@@ -136,8 +137,14 @@ class _Walker:
                 if (arr := self.shared_array(s.value)) is not None:
                     self.shared[name] = arr
                     self.env.pop(name, None)
+                elif (base := self.smem_base(s.value)) is not None:
+                    self.bases[name] = base          # byte addresses into `base` from here
+                    self.env[name] = 0
                 else:
                     self.bind(name, s.value)
+                    found = {self.bases[x.id] for x in ast.walk(s.value) if isinstance(x, ast.Name) and x.id in self.bases}
+                    if len(found) == 1:              # an address computed from one
+                        self.bases[name] = found.pop()
             elif len(s.targets) == 1 and isinstance(s.targets[0], ast.Tuple):
                 values = s.value.elts if isinstance(s.value, ast.Tuple) else [None] * len(s.targets[0].elts)
                 for t, v in zip(s.targets[0].elts, values):
@@ -176,7 +183,20 @@ class _Walker:
         except Unknown as e:
             self.env[name] = e
 
+    def smem_base(self, node):
+        """The shared array X of a `_smem_base(X)` in `node` (emit/mma.py), else None."""
+        for n in ast.walk(node):
+            if isinstance(n, ast.Call) and ast.unparse(n.func) == "_smem_base" and n.args \
+                    and isinstance(n.args[0], ast.Name) and n.args[0].id in self.shared:
+                return n.args[0].id
+        return None
+
     def shared_array(self, node):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "view"
+                and isinstance(node.func.value, ast.Name) and node.func.value.id in self.shared and node.args):
+            shape, itemsize = self.shared[node.func.value.id]       # X.view(dtype): the same bytes
+            new = _ITEMSIZE.get(ast.unparse(node.args[0]).split(".")[-1], itemsize)
+            return (None if shape is None else (int(np.prod(shape)) * itemsize // new,)), new
         if not (isinstance(node, ast.Call) and ast.unparse(node.func) == "cuda.shared.array" and len(node.args) >= 2):
             return None
         try:
@@ -190,6 +210,12 @@ class _Walker:
     # access sites
     def find(self, node, store=False):
         for n in ast.walk(node):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and id(n) not in self.seen \
+                    and (n.func.id.startswith("_ldsm_x") or n.func.id == "_cp_async16h"):
+                self.seen.add(id(n))
+                self.sites.append(self.wide_site(n))
+                self.flats.append(None)
+                continue
             if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id in self.shared:
                 if id(n) in self.seen:
                     continue
@@ -217,6 +243,30 @@ class _Walker:
             return BankAccess(n.lineno, expr, kind, name, ways(flat * itemsize, itemsize), width=itemsize), (flat, itemsize)
         except Unknown as e:
             return BankAccess(n.lineno, expr, kind, name, None, str(e)), None
+
+    def wide_site(self, n: ast.Call) -> BankAccess:
+        """An ldmatrix (`_ldsm_x4(address)`: lanes 8 j .. 8 j + 7 give matrix j's 8 rows of 16
+        bytes, one phase per matrix; x2: lanes 0-15) or a 16-byte cp.async into a shared array
+        (`_cp_async16h(H, (i,), ...)`: a 16-byte store per lane)."""
+        expr = ast.unparse(n)
+        try:
+            if n.func.id == "_cp_async16h":
+                name = n.args[0].id if isinstance(n.args[0], ast.Name) else ""
+                if name not in self.shared or self.shared[name][0] is None:
+                    raise Unknown(f"{ast.unparse(n.args[0])} is not a shared array of known shape")
+                idx = self.eval(n.args[1])
+                if not isinstance(idx, tuple) or len(idx) != 1:
+                    raise Unknown("a cp.async destination index that is not 1-d")
+                addr = np.asarray(idx[0], dtype=np.int64) * self.shared[name][1] + np.zeros(LANES, dtype=np.int64)
+                return BankAccess(n.lineno, expr, "store", name, ways(addr, 16), width=16)
+            lanes = 8 * int(n.func.id[len("_ldsm_x")])
+            names = {b for b in self.bases if any(isinstance(x, ast.Name) and x.id == b for x in ast.walk(n.args[0]))}
+            if len(names) != 1:
+                raise Unknown(f"{ast.unparse(n.args[0])} is not an address from _smem_base")
+            addr = np.asarray(self.eval(n.args[0]), dtype=np.int64) + np.zeros(LANES, dtype=np.int64)
+            return BankAccess(n.lineno, expr, "load", self.bases[names.pop()], ways(addr[:lanes], 16), width=16)
+        except Unknown as e:
+            return BankAccess(n.lineno, expr, "load" if n.func.id != "_cp_async16h" else "store", "", None, str(e))
 
     # expressions: an int, a per-lane int array, or a tuple
     def eval(self, e):

@@ -12,7 +12,7 @@ import pytest
 
 import fusec.compiler.emit as emit_pkg
 from fusec.compiler.emit.gemm import Grid, Tile
-from fusec.compiler.emit.mma import FlatTile, Fragments, mma_helpers
+from fusec.compiler.emit.mma import LDSM_HELPERS, Fragments, SwizzledTile, mma_helpers
 from fusec.compiler.emit.template_values import affine, dims_of_map, is_identity, load_element, pure_dim
 from fusec.compiler.mlir import ir
 
@@ -48,12 +48,32 @@ def test_an_element_is_loaded_in_its_compute_type(storage, compute, want):
     assert load_element(view, ["i", "j"]) == want
 
 
-def test_staging_tiles_address_the_same_element():
-    S = np.arange(1000)
-    flat = FlatTile("S", 64, 20)
-    for k, x in [(0, 0), (3, 7), (5, 19)]:
-        assert eval(flat.at(str(k), "x"), {"S": S, "x": x}) == 64 + 20 * k + x
+@pytest.mark.parametrize("rows_k,rows,width", [(False, 64, 16), (False, 32, 32), (True, 32, 128),
+                                              (True, 16, 64), (False, 16, 8), (True, 16, 48)])
+def test_swizzled_tiles_hold_each_element_once_and_read_rows_conflict_free(rows_k, rows, width):
+    """A tensor-core staging tile (emit/mma.py): every element at its own half-word, the 8 halves
+    of a 16-byte chunk together, and any 8 consecutive rows of one chunk column (an ldmatrix
+    matrix) at 8 distinct 16-byte positions of a 128-byte line (all 32 banks)."""
+    t = SwizzledTile("H", 64, rows_k, rows, width)
+    at = {}
+    for r in range(rows):
+        for c in range(width):
+            k, x = (r, c) if rows_k else (c, r)
+            at[r, c] = eval(t.flat(str(k), "x"), {"x": x})
+    assert len(set(at.values())) == rows * width and 64 <= min(at.values()) and max(at.values()) < 64 + t.halves
+    for (r, c), i in at.items():
+        assert i - at[r, c - c % 8] == c % 8 and at[r, c - c % 8] % 8 == 0
+    for r0 in range(rows - 7):
+        for c in range(0, width, 8):
+            assert len({(at[r, c] // 8) % 8 for r in range(r0, r0 + 8)}) == 8, (r0, c)
     assert Tile("Qs").at("k", "x") == "Qs[k, x]"
+
+
+def test_the_ldmatrix_intrinsics_are_defined_off_the_simulator_only():
+    assert LDSM_HELPERS[0].startswith("if _CUDASIM:") and "    _ldsm_x4 = _ldsm_x4_t = _ldsm_x2 = _ldsm_x2_t = _smem_base = None" in LDSM_HELPERS
+    text = "\n".join(LDSM_HELPERS)
+    assert "ldmatrix.sync.aligned.m8n8.x" in text and ".trans" in text and "cvta.to.shared" in text
+    compile(text, "<ldmatrix helpers>", "exec")
 
 
 def test_a_thread_grid_strides_its_accumulators_across_the_block():

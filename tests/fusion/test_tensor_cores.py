@@ -18,6 +18,8 @@ from fusec.compiler.report import report_kernels
 
 H200 = GPUS["h200"]
 F16 = "chain t(a: f16[M, K], b: f16[K, N], c: f16[N]) -> f16[M, N] { return relu(a @ b + c) }"
+# both operands transposed by copies the loader evaluates (no cp.async for them)
+F16T = "chain t(a: f16[K, M], b: f16[N, K], c: f16[N]) -> f16[M, N] { return relu(transpose(a) @ transpose(b) + c) }"
 F32 = "chain t(a: f32[M, K], b: f32[K, N], c: f32[N]) -> f32[M, N] { return relu(a @ b + c) }"
 
 
@@ -27,8 +29,9 @@ def _stages(src, binding, plan=None, hw=H200):
                                                                   plans={"t": plan} if plan else {}))
 
 
-def _plan(block, gemm, double_buffered=False):
-    return {"groups": [{"ops": [1, 2], "block_tiles": block, "gemm": gemm, "double_buffered": double_buffered}]}
+def _plan(block, gemm, double_buffered=False, stages=0, ops=(1, 2)):
+    g = {"ops": list(ops), "block_tiles": block, "gemm": gemm, "double_buffered": double_buffered}
+    return {"groups": [dict(g, stages=stages) if stages else g]}
 
 
 def test_f16_contractions_take_tensor_cores_and_f32_ones_do_not():
@@ -69,24 +72,62 @@ def test_the_tensor_core_kernel_report():
     tm, tn = g.config.tm, g.config.tn
     assert r.mma and r.mma >= (tm // 2) * (tn // 2)       # one mma.sync per 16x8 fragment per K step of 16
     assert r.stack_frame_bytes == 0 and r.local_bytes == 0 and r.spill_store_bytes == 0
-    assert r.smem_bytes > 0 and r.blocks >= H200.units
+    assert r.blocks >= H200.units and r.blocks_per_sm * r.threads_per_block >= 8 * 32     # >= 8 warps an SM
     for site in r.coalescing.sites:                     # the epilogue's stores too: restaged through shared memory
         assert site.efficiency >= 0.9, (site.line, site.expr, site.efficiency)
+    # fragments by ldmatrix from f16 tiles filled by cp.async, none by scalar shared loads
+    hot = r.sass.hot_counts
+    assert hot.shared_loads.get("LDSM.128") and not any(op.startswith("LDS.") for op in hot.shared_loads)
+    assert hot.global_loads.get("LDGSTS.128") and g.config.stages
+    hmma = hot.math                                     # the K loop's only math: its HMMAs
+    assert hot.instructions <= 6 * hmma, (hot.instructions, hmma)
+    ldsm = [b for b in r.bank_conflicts if "_ldsm_x" in b.expr or "_cp_async16h" in b.expr]
+    assert ldsm and all(b.ways == 1 for b in r.bank_conflicts), [b for b in r.bank_conflicts if b.ways != 1]
 
 
-CASES = [  # (binding, block tiles, [bk, tm, tn], double-buffered): edges on every side, K not a
-    # multiple of BK, and a K loop that prefetches its next step
-    ({"M": 37, "K": 41, "N": 27}, [16, 16], [16, 2, 2], False),
-    ({"M": 40, "K": 20, "N": 33}, [32, 32], [16, 4, 4], False),
-    ({"M": 20, "K": 64, "N": 17}, [16, 16], [32, 2, 2], True),
+def test_bank_conflicts_of_ldmatrix_rows_and_16_byte_copies():
+    """report/banks.py on the tensor-core form's accesses: an ldmatrix's 8 rows of a matrix are one
+    phase, so 8 rows 128 bytes apart at the same column are 8-way, the swizzled ones 1-way; a
+    16-byte copy per lane into consecutive chunks is 1-way."""
+    from fusec.compiler.report.banks import bank_conflicts
+    src = """
+def k(a):
+    S = cuda.shared.array(4096, numba.float32)
+    H = S.view(np.float16)
+    hb = _smem_base(H) if not _FMA_ONLY else 0
+    lane = cuda.threadIdx.x % 32
+    r = lane & 7
+    j = lane >> 3
+    plain = hb + 2 * (r * 64 + 8 * j)
+    swz = hb + 2 * (r * 64 + ((j ^ r) << 3))
+    x0, x1, x2, x3 = _ldsm_x4(plain)
+    y0, y1, y2, y3 = _ldsm_x4_t(swz + 1024)
+    _cp_async16h(H, (lane * 8,), a, (0, lane * 8))
+"""
+    sites = {b.expr.split("(")[0]: b for b in bank_conflicts(src, "k", (32, 1, 1))}
+    assert (sites["_ldsm_x4"].ways, sites["_ldsm_x4_t"].ways, sites["_cp_async16h"].ways) == (8, 1, 1)
+    assert sites["_ldsm_x4"].array == "H" and sites["_cp_async16h"].kind == "store"
+
+
+CASES = [  # (source, binding, block tiles, [bk, tm, tn], double-buffered, cp.async stages): edges on
+    # every side, K not a multiple of BK (a 16-byte copy's element-wise edge), a K loop
+    # that prefetches its next step, rings of cp.async copies, and operands computed in the loader
+    (F16, {"M": 37, "K": 41, "N": 27}, [16, 16], [16, 2, 2], False, 0),
+    (F16, {"M": 40, "K": 20, "N": 33}, [32, 32], [16, 4, 4], False, 0),
+    (F16, {"M": 20, "K": 64, "N": 17}, [16, 16], [32, 2, 2], True, 0),
+    (F16, {"M": 40, "K": 56, "N": 33}, [32, 32], [16, 4, 4], False, 3),     # A copied (rows of 56), B not (33)
+    (F16, {"M": 33, "K": 52, "N": 40}, [32, 32], [16, 4, 4], False, 2),     # B copied, A not
+    (F16, {"M": 37, "K": 72, "N": 48}, [32, 48], [32, 4, 6], False, 2),
+    (F16T, {"M": 37, "K": 41, "N": 27}, [32, 32], [16, 4, 4], False, 0),
+    (F16T, {"M": 24, "K": 48, "N": 20}, [16, 16], [16, 2, 2], True, 0),
 ]
 
 
-@pytest.mark.parametrize("binding,block,gemm,db", CASES)
-def test_tensor_core_kernels_on_the_simulator(binding, block, gemm, db):
-    plan = _plan(block, gemm, db)
-    assert _stages(F16, binding, plan).plan.kernels[0].config.mma == "f16"
-    prog = fusec.compile(F16, target="cuda-sim", options={"baseline": False, "plans": {"t": plan}})
+@pytest.mark.parametrize("src,binding,block,gemm,db,stages", CASES)
+def test_tensor_core_kernels_on_the_simulator(src, binding, block, gemm, db, stages):
+    plan = _plan(block, gemm, db, stages, (1, 2) if src == F16 else range(5))
+    assert _stages(src, binding, plan).plan.kernels[0].config.mma == "f16"
+    prog = fusec.compile(src, target="cuda-sim", options={"baseline": False, "plans": {"t": plan}})
     (c,) = prog.t.check(binding=binding, seed=5)
     assert c.ok, c.describe()
 
@@ -123,23 +164,89 @@ def _emulated_f16():
     return pack, mma
 
 
-@pytest.mark.parametrize("binding,block,gemm,db", CASES)
-def test_the_mma_path_itself_under_an_emulated_warp(binding, block, gemm, db):
+def _emulated_ldsm():
+    """_smem_base, _ldsm_x4, _ldsm_x4_t, _ldsm_x2, _ldsm_x2_t for the simulator, from the PTX
+    ISA's ldmatrix (m8n8, .b16): lanes 8 j .. 8 j + 7 give the shared addresses of rows 0..7 of
+    matrix j (x4: lanes 0-31, x2: 0-15), each row 8 consecutive halves; lane l receives, of each
+    matrix, row l // 4, columns 2 (l % 4) and 2 (l % 4) + 1, or with .trans column l // 4, rows
+    2 (l % 4) and 2 (l % 4) + 1 (a register: its two halves, low first, as `_emulated_f16`'s
+    pack). A shared address is the array's data address (`_smem_base`) plus bytes. Each row
+    address must be 16-byte aligned, and the 8 rows of a matrix must fall in 8 distinct 16-byte
+    positions of a 128-byte line (one wavefront: no bank conflict)."""
+    arrays = {}
+
+    def smem_base(arr):
+        base = arr.__array_interface__["data"][0]
+        arrays[base] = arr
+        return base
+
+    def element(addr):
+        base = max(b for b in arrays if b <= addr)
+        arr = arrays[base]
+        assert (addr - base) % 2 == 0 and addr - base < arr.nbytes
+        return arr[(addr - base) // 2]
+
+    def make(n, trans):
+        def ldsm(addr):
+            me = threading.current_thread()
+            box = me._manager.__dict__.setdefault("_fusec_ldsm", {})
+            box[me.thread_id] = int(addr)
+            me.syncthreads()
+            warp, lane = divmod(me.thread_id, 32)
+            rows = [box[warp * 32 + l] for l in range(8 * n)]
+            base = max(b for b in arrays if b <= rows[0])
+            for j in range(n):
+                starts = [a - base for a in rows[8 * j:8 * j + 8]]
+                assert all(a % 16 == 0 for a in starts), ("ldmatrix row address not 16-byte aligned", starts)
+                assert len({(a // 16) % 8 for a in starts}) == 8, ("ldmatrix matrix with a bank conflict", starts)
+            g, t = divmod(lane, 4)
+            out = []
+            for j in range(n):
+                if trans:
+                    a0, a1 = rows[8 * j + 2 * t], rows[8 * j + 2 * t + 1]
+                    out.append((np.float16(element(a0 + 2 * g)), np.float16(element(a1 + 2 * g))))
+                else:
+                    a = rows[8 * j + g]
+                    out.append((np.float16(element(a + 4 * t)), np.float16(element(a + 4 * t + 2))))
+            me.syncthreads()                            # every lane has read the box before the next call
+            return tuple(out)
+        return ldsm
+
+    return smem_base, make(4, False), make(4, True), make(2, False), make(2, True)
+
+
+@pytest.mark.parametrize("src,binding,block,gemm,db,stages", CASES)
+def test_the_mma_path_itself_under_an_emulated_warp(src, binding, block, gemm, db, stages):
     from numba import cuda
-    st = _stages(F16, binding, _plan(block, gemm, db))
-    assert st.plan.kernels[0].config.prefetch == db
+    st = _stages(src, binding, _plan(block, gemm, db, stages, (1, 2) if src == F16 else range(5)))
+    assert st.plan.kernels[0].config.prefetch == db and st.plan.kernels[0].config.stages == stages
+    assert ("_cp_async16h(" in st.emitted.source) == bool(stages)
     sim_branch = "    _FMA_ONLY = True\n    _pack_f16x2 = _mma_f16 = None\n"
     assert sim_branch in st.emitted.source and "_mma_f16(" in st.emitted.source
+    ldsm_branch = "    _ldsm_x4 = _ldsm_x4_t = _ldsm_x2 = _ldsm_x2_t = _smem_base = None\n"
+    assert ldsm_branch in st.emitted.source and "_ldsm_x4" in st.emitted.source.split("def k0")[1]
     source = st.emitted.source.replace(sim_branch, "    _FMA_ONLY = False\n    _pack_f16x2, _mma_f16 = _EMULATED\n")
-    ns = {"_EMULATED": _emulated_f16()}
+    source = source.replace(ldsm_branch, "    _smem_base, _ldsm_x4, _ldsm_x4_t, _ldsm_x2, _ldsm_x2_t = _EMULATED_LDSM\n")
+    ns = {"_EMULATED": _emulated_f16(), "_EMULATED_LDSM": _emulated_ldsm()}
     exec(compile(source, "<tensor-core kernels>", "exec"), ns)
     rng = np.random.default_rng(7)
     M, K, N = binding["M"], binding["K"], binding["N"]
     a = rng.uniform(-2, 2, (M, K)).astype(np.float16)
     b = rng.uniform(-2, 2, (K, N)).astype(np.float16)
     c = rng.uniform(-2, 2, N).astype(np.float16)
-    (out,) = ns["run_t"](cuda.to_device(a), cuda.to_device(b), cuda.to_device(c))
+    args = (a, b) if src == F16 else (np.ascontiguousarray(a.T), np.ascontiguousarray(b.T))
+    (out,) = ns["run_t"](*(cuda.to_device(x) for x in args), cuda.to_device(c))
     got = out.copy_to_host().astype(np.float32)
     mm = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16).astype(np.float32)
     want = np.maximum((mm + c.astype(np.float32)).astype(np.float16).astype(np.float32), 0)
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-2)
+
+
+def test_cp_async_copies_only_operands_whose_rows_are_16_byte_multiples():
+    """B [K, 36]: rows 72 bytes apart, a run of 8 halves is not 16-byte aligned in every row:
+    loaded a half at a time; A [M, 64] copied by 16-byte cp.async, its array aligned at launch."""
+    st = _stages(F16, {"M": 64, "K": 64, "N": 36}, _plan([32, 32], [16, 4, 4], stages=2))
+    src = st.emitted.source.split("def k0")[1]
+    copies = [line for line in src.splitlines() if "_cp_async16h(H" in line]
+    assert copies and all("arg0" in line and "arg1" not in line for line in copies)
+    assert "arg0 = _align16(arg0)" in src and "_align16(arg1)" not in src
