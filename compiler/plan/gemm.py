@@ -181,9 +181,9 @@ def tile_pad(mma: bool, wide: bool = False) -> int:
 
 
 def mma_kind(info: ChainInfo, gk: GemmKernel, shape: GemmShape, hw=None) -> str | None:
-    """'f16' when the kernel runs on tensor cores (mma.sync.m16n8k16, f32 accumulate): both
-    operands f16 (bf16 chains do not run on the Numba targets; emit/mma.py would take bf16
-    too), a multiply-add body into an f32 accumulator, a device that has them
+    """'f16' or 'bf16' when the kernel runs on tensor cores (mma.sync.m16n8k16, f32 accumulate):
+    both operands f16, or both bf16 (emit/mma.py packs either from the f32 staging tiles), a
+    multiply-add body into an f32 accumulator, a device that has them
     (`hw.tensor_flops_fp16`; None: any), and tiles a warp grid covers: TM and TN even, BK a
     multiple of 16, BM a multiple of 8 TM and BN of 4 TN. Else None (the SIMT form)."""
     if mma_error(info, gk, shape, hw) is not None:
@@ -195,8 +195,8 @@ def mma_error(info: ChainInfo, gk: GemmKernel, shape: GemmShape, hw=None) -> str
     """Why a contraction kernel does not run on tensor cores (None: it does)."""
     co = info.op(gk.contraction)
     dts = co.operand_dtypes
-    if len(dts) < 3 or dts[0] != dts[1] or dts[0] != "f16":
-        return "its operands are not both f16"       # (bf16 chains do not run on the Numba targets)
+    if len(dts) < 3 or dts[0] != dts[1] or dts[0] not in ("f16", "bf16"):
+        return "its operands are not both f16 or both bf16"
     if dts[2] != "f32":
         return "it does not accumulate in f32"
     body = [b for b in co.body_ops if b != "linalg.yield"]
@@ -291,12 +291,12 @@ def shared_loads(t: int) -> int:
 def shared_limit(info: ChainInfo, gk: GemmKernel, s: GemmShape, hw=None) -> int:
     """The shared memory a contraction block may have: past the static 48 KB, the device's
     per-block opt-in (`hw.onchip_per_block`: 227 KB on sm_90) for the FMA form whose tiles are
-    f32 (f32 or f16 operands): emit/gemm.py carves them from the dynamic shared array and the
+    f32 (f32, f16 or bf16 operands): emit/gemm.py carves them from the dynamic shared array and the
     launch opts the kernel in (emit/module.py: `_dynamic_shared`). Tensor cores, f64 and no
     device (`hw` None): the static limit."""
     if hw is None or hw.kind != "gpu" or mma_kind(info, gk, s, hw):
         return SMEM_LIMIT
-    if not set(info.op(gk.contraction).operand_dtypes[:2]) <= {"f32", "f16"}:
+    if not set(info.op(gk.contraction).operand_dtypes[:2]) <= {"f32", "f16", "bf16"}:
         return SMEM_LIMIT
     return max(SMEM_LIMIT, hw.onchip_per_block)
 

@@ -55,6 +55,9 @@ def _dtype(name: str) -> np.dtype:
         return np.dtype(np.bool_)
     if name == "index":
         return np.dtype(np.int64)
+    if name == "bf16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
     if re.fullmatch(r"[fi](16|32|64)|i8", name):
         return np.dtype(("float" if name[0] == "f" else "int") + name[1:])
     raise MeasureError(f"cannot make an input of element type {name!r}")
