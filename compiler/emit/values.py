@@ -169,6 +169,27 @@ class Constants:
         return [f"{name} = {self.defs[name]}" for name in sorted(self.defs)]
 
 
+_BF16_TOKEN = re.compile(r"0x[0-9A-Fa-f]+|[-+]?(?:inf|nan|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
+
+
+def _bf16_values(attr: "ir.Attribute", shape: tuple[int, ...]) -> np.ndarray:
+    """A bf16 dense attribute's values as float32 (exact). MLIR's Python bindings give no buffer
+    for bf16, so they are read from its text: a hex blob of little-endian bits, or a (nested)
+    list of decimals (printed to 7 digits: each reads back to its bf16) and 0x bit patterns (NaN,
+    inf); a splat is one value."""
+    text = str(attr)
+    body = text[text.index("<") + 1:text.rindex(":")].rstrip().removesuffix(">")
+    if body.startswith('"0x'):
+        bits = np.frombuffer(bytes.fromhex(body[3:-1]), "<u2")
+    else:
+        bits = np.array([int(t, 16) if t.startswith("0x") else int(np.array(float(t), ml_dtypes.bfloat16).view(np.uint16))
+                         for t in _BF16_TOKEN.findall(body)], np.uint16)
+    n = int(np.prod(shape)) if shape else 1
+    if bits.size == 1:
+        bits = np.full(n, bits[0], np.uint16)
+    return bits.view(ml_dtypes.bfloat16).astype(np.float32)
+
+
 @dataclass(frozen=True)
 class Global:
     name: str            # the module-level NumPy array
@@ -195,7 +216,8 @@ class Globals:
         if any(d is None for d in shape):
             raise EmitError(f"the emitter needs a static shape for 'memref.global' @{sym}", op)
         storage = elem.storage if self.target == "cuda" else elem.compute
-        values = np.array(op.attributes["initial_value"]).astype(storage).reshape(shape or (1,))
+        init = op.attributes["initial_value"]
+        values = (_bf16_values(init, shape) if elem.mlir == "bf16" else np.array(init)).astype(storage).reshape(shape or (1,))
         name = f"_g_{py_ident(sym.lstrip('_'))}"
         self.by_symbol[sym] = Global(name, elem, shape, storage)
         self.defs[name] = _array_literal(values, storage)

@@ -113,6 +113,24 @@ def test_nan_stays_nan_and_overflow_gives_inf(target):
     _same(b, ref[1])
 
 
+CONSTANTS = """
+chain t(x: bf16[3]) -> (bf16[3], bf16, bf16[2], bf16[3]) {
+    return x * 0.3, cast(0.3, bf16), full([2], -inf, dtype=bf16), full([3], 1000.7, dtype=bf16)
+}
+"""
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_constants_are_bf16_values(target):
+    # the literals rounded to bf16 where the code is written (emit/values.py), and a chain's
+    # constant result held as a module-level array (a memref.global, read from MLIR's text)
+    x = np.array([1.0, -3.0, 7.0], BF16)
+    got, want = _run(CONSTANTS, target, x), _reference(CONSTANTS, x)
+    for g, w in zip(got, want):
+        _same(g, w)
+    assert float(got[1]) == 0.30078125 and float(got[3][0]) == 1000.0 and float(got[2][1]) == -np.inf
+
+
 # ------------------------------------------------------------------ chains
 
 ELEMENTWISE = """
