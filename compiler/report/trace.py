@@ -80,7 +80,9 @@ def trace_here(source: str, host: str, arg_types: Sequence[str], blocks: Sequenc
     entry = getattr(mod, host, None)
     if entry is None:
         raise MeasureError(f"the module defines no {host!r}")
-    kernels = {k: v for k, v in vars(mod).items() if isinstance(v, FakeCUDAKernel) and not v._device}
+    # the plan's kernels (k0, k1...); the module's own helpers (emit/bf16.py's conversions) run whole
+    kernels = {k: v for k, v in vars(mod).items()
+               if isinstance(v, FakeCUDAKernel) and not v._device and not k.startswith("_")}
     space = _AddressSpace()
     records: list[dict] = []
 

@@ -27,6 +27,8 @@ def test_bf16_on_a_numba_target_compiles_without_running(tmp_path, capsys, argv,
     assert says in out and "error" not in err
     if "--dump-dir" in argv:
         assert "_round_bf16" in "".join(p.read_text() for p in (tmp_path / "dump").rglob("*kernels*"))
+    if "--kernel-report" in argv:              # the tracer makes bf16 inputs too
+        assert "100.0%" in out and "not traced" not in out
     if "compile" in argv:
         assert (tmp_path / "art").exists()
 
