@@ -80,9 +80,9 @@ def trace_here(source: str, host: str, arg_types: Sequence[str], blocks: Sequenc
     entry = getattr(mod, host, None)
     if entry is None:
         raise MeasureError(f"the module defines no {host!r}")
-    # the plan's kernels (k0, k1...); the module's own helpers (emit/bf16.py's conversions) run whole
-    kernels = {k: v for k, v in vars(mod).items()
-               if isinstance(v, FakeCUDAKernel) and not v._device and not k.startswith("_")}
+    # every kernel, the module's own helpers too (emit/bf16.py's conversions, recorded under their
+    # names, which no launch of the plan has), each restricted to the traced blocks
+    kernels = {k: v for k, v in vars(mod).items() if isinstance(v, FakeCUDAKernel) and not v._device}
     space = _AddressSpace()
     records: list[dict] = []
 

@@ -253,6 +253,19 @@ def test_a_bf16_matmul_runs_on_bf16_tensor_cores():
     assert "HMMA.16816.F32.BF16" in sass
 
 
+def test_the_plan_prices_bf16_as_the_f32_it_is_held_in():
+    """bf16 tensors are f32 arrays in the kernels (plan/analysis.py: 4 bytes an element), so a
+    wide elementwise kernel takes f32's 16-byte accesses (emit/vector.py)."""
+    from fusec.compiler.options import CompileOptions
+    from fusec.compiler.pipeline import compile_typed
+    from fusec.compiler.plan.hardware import GPUS
+    src = "chain t(x: bf16[M, 256], y: bf16[M, 256]) -> bf16[M, 256] { return exp(x * y + 1.0) }"
+    st = compile_typed(fusec.check(src).chain("t"), {"M": 4096},
+                       options=CompileOptions.make(target="gpu", hardware=GPUS["h200"]))
+    assert st.plan.info.op(st.plan.kernels[0].root).elem_bytes == 4
+    assert "_ld4_f32(arg0" in st.emitted.source and "_round_bf16(" in st.emitted.source
+
+
 def test_cuda_rounds_with_one_conversion_instruction():
     st, ptx, sass = _ptx_and_sass("chain t(x: bf16[N]) -> bf16[N] { return x * 3.0 + 1.0 }", {"N": 64})
     assert ptx.count("cvt.rn.bf16x2.f32") == 2            # after the multiply and after the add
