@@ -201,8 +201,8 @@ class _FuncEmitter:
         block = self.op.regions[0].blocks[0]
         # arrays whose element type Numba lacks: the host function widens them to float32 copies
         # (f16 on the cpu; bf16 on every target) and narrows the results (_narrow_wrapper)
-        f16_wrapper = any(self._narrow(t) for t in self.arg_types + self.result_types)
-        outer = f"_{self.host_name}_f32" if f16_wrapper else self.host_name
+        narrow_wrapper = any(self._narrow(t) for t in self.arg_types + self.result_types)
+        outer = f"_{self.host_name}_f32" if narrow_wrapper else self.host_name
         inner = f"_{self.host_name}_par"    # renamed below unless BLAS runs inside its prange
         w = Writer(1)
         mode = "host" if self.target == "cuda" else "cpu"
@@ -215,7 +215,7 @@ class _FuncEmitter:
         if planned:                          # the public function passes the buffers in (see _memory_wrapper)
             public = self.host_name
             self.host_name = f"_{public}_planned"
-            outer = f"_{self.host_name}_f32" if f16_wrapper else self.host_name
+            outer = f"_{self.host_name}_f32" if narrow_wrapper else self.host_name
             inner = f"_{self.host_name}_par"
             self.ctx.memory = memory
             params = params + [arena_param(d) for d in memory.arenas] + \
@@ -255,7 +255,7 @@ class _FuncEmitter:
                 f"        return {inner}({', '.join(params)})",
                 "", "",
                 f"{outer}.jitted = {inner}   # the Numba dispatcher (runtime/executable.py compiles it first)"])
-        if f16_wrapper:
+        if narrow_wrapper:
             text += "\n\n\n" + self._narrow_wrapper(outer, params)
         if planned:
             self.host_name = public
