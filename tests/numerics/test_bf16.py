@@ -9,7 +9,8 @@ values the same way: elementwise chains, where each op is one correctly rounded 
 rounding. Reductions, contractions and exp/tanh on the cpu are compared within a bf16 ulp or
 two, since their f32 values differ in the last f32 bits (summation order, BLAS, the cpu's
 polynomial exp) and one f32 ulp can move a value across a bf16 rounding boundary: then the
-two results are one bf16 ulp (2**-8 relative) apart, which is what `_close` allows.
+two results are one bf16 ulp (2**-8 relative) apart, which is what `_close` allows. (On the
+inputs below they all match bit for bit, but for cuda-sim's fused attention: see its test.)
 """
 from __future__ import annotations
 
