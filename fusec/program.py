@@ -36,7 +36,7 @@ from .build_cache import (RemoteTuning, build_key, cache_enabled, compile_cache_
                           remote_cache, share_profile)
 from .compiled import CompiledChain
 from .progress import QUIET, Progress
-from .target_options import check_supported, compile_options, notice
+from .target_options import compile_options, notice
 
 Options = CompileOptions
 STORE_TRIES = 3          # stores of one build a cache that evicts it before it loads gets, then an error
@@ -211,7 +211,6 @@ class Program:
         """One build of the chain (the fused one, or with options.fuse off the unfused one)."""
         if not self.target.compiled:
             return _reference_chain(chain, binding, self.target, self.options)
-        check_supported(chain, self.target)
         imported = _import_numba(self.target)
         t0 = time.perf_counter()
         made = self._prepared.pop((chain.name, tuple(sorted(binding.items()))), None) if options is None else None

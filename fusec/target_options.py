@@ -1,6 +1,5 @@
 """A compile for a runtime target: its options (`compile_options`: the one CompileOptions object
-of compiler/options.py, with the target's kind and a hardware profile resolved for it), and what
-the target cannot run (`check_supported`).
+of compiler/options.py, with the target's kind and a hardware profile resolved for it).
 """
 from __future__ import annotations
 
@@ -10,8 +9,6 @@ from dataclasses import replace
 
 from fusec.compiler.dynamic import wrong_target
 from fusec.compiler.options import CompileOptions, OptionsError
-from fusec.dsl.diagnostics import Diagnostic, FdslError
-from fusec.dsl.typed import TypedChain
 from fusec.runtime.targets import Target
 
 
@@ -51,14 +48,6 @@ def compile_options(target: Target, options: CompileOptions | dict | None = None
         name = hw or ("device" if target.name == "cuda" else None)
         opts = replace(opts, hardware=hardware_profile(name, kind, notice=notice))
     return opts
-
-
-def check_supported(chain: TypedChain, target: Target) -> None:
-    """User errors for what the Numba targets cannot run, at the place in the user's file."""
-    for n in chain.nodes:
-        if n.type.dtype.name == "bf16":
-            raise FdslError([Diagnostic(n.span, f"bf16 is not supported on the {target.name} target (Numba has no "
-                                        "bf16 arithmetic); use --target reference or mlir-jit, or cast to f32")])
 
 
 def notice(text: str) -> None:

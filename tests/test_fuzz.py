@@ -86,7 +86,7 @@ def test_a_compiled_case_is_one_chain_at_tiny_sizes_without_fallback():
 def test_the_compiled_contract_and_failure_kinds():
     assert fuzz.compiled_contract(3, "", "fusec: numerics failure: out 0") == "a mismatch (exit 3)"
     assert fuzz.compiled_contract(4, "", "") == "a fallback (exit 4)"
-    assert fuzz.compiled_contract(1, "", "prog.fdsl:2:5: error: cpu cannot run bf16\n") is None
+    assert fuzz.compiled_contract(1, "", "prog.fdsl:2:5: error: cannot add f32[N] and f16[N]: dtypes differ\n") is None
     assert fuzz.compiled_contract(0, "", "") is None
     err = "fusec: internal error in stage kernels: KeyError: 'x'\n  reproduce with: ..."
     assert fuzz.failure_kind(fuzz.compiled_contract(2, "", err), err) == "internal error KeyError in kernels"

@@ -1,6 +1,6 @@
 """CPU-target scalar rules that let LLVM vectorise the loops Numba compiles: min/max as LLVM
-intrinsics, f32 exp and tanh as branch-free polynomials, truncf to f16 rounded on the bits in
-f32. Each helper is a plain `@numba.njit` function or an `@intrinsic`, so the module stays
+intrinsics, f32 exp and tanh as branch-free polynomials, truncf to f16 and bf16 rounded on the
+bits in f32. Each helper is a plain `@numba.njit` function or an `@intrinsic`, so the module stays
 readable Python. See docs/ARCHITECTURE.md, "Stages and what each hands on" (the cpu target).
 """
 from __future__ import annotations
@@ -169,6 +169,20 @@ def {key}(x):
     m = d if a < np.int32(0x38800000) else n
     return {i2f}(m | sign)'''
 
+_ROUND_BF16 = '''
+@numba.njit
+def {key}(x):
+    """arith.truncf to bf16, in f32: x rounded to the nearest bf16, ties to even, branch-free on
+    the bits: add 0x7FFF and the lowest kept bit, clear the low 16 bits (the largest finite
+    values round up to inf, as IEEE's rounding does); a NaN stays a NaN (quieted), the sign
+    (of -0 too) is kept."""
+    b = {f2i}(x)
+    sign = b & np.int32(-0x80000000)
+    a = b & np.int32(0x7FFFFFFF)
+    n = np.int32((a + np.int32(0x7FFF) + ((a >> np.int32(16)) & np.int32(1))) & np.int32(-0x10000))
+    n = np.int32((a | np.int32(0x400000)) & np.int32(-0x10000)) if a > np.int32(0x7F800000) else n
+    return {i2f}(n | sign)'''
+
 _EXP_F32 = '''
 @numba.njit
 def {key}(x):
@@ -310,6 +324,9 @@ def _helper_text(name: str, key: str, use) -> tuple[list[str], bool]:
     if name == "round_f16":
         text = _ROUND_F16.format(key=key, f2i=use("bitcast_f32_i32"), i2f=use("bitcast_i32_f32"))
         return text.strip("\n").splitlines(), False
+    if name == "round_bf16":
+        text = _ROUND_BF16.format(key=key, f2i=use("bitcast_f32_i32"), i2f=use("bitcast_i32_f32"))
+        return text.strip("\n").splitlines(), False
     if name == "exp_f32":
         return _EXP_F32.format(key=key, bits=use("bitcast_i32_f32")).strip("\n").splitlines(), False
     if name == "tanh_f32":
@@ -329,7 +346,7 @@ def is_cpu_helper(name: str) -> bool:
     return name in _LLVM_MINMAX or name in _CPU_HELPERS or name in PREFER_VECTORS
 
 
-_CPU_HELPERS = ("bitcast_i32_f32", "bitcast_f32_i32", "exp_f32", "tanh_f32", "round_f16",
+_CPU_HELPERS = ("bitcast_i32_f32", "bitcast_f32_i32", "exp_f32", "tanh_f32", "round_f16", "round_bf16",
                 "bitcast_i64_f64", "exp_f64", "exp_f32_accurate", "tanh_f32_accurate")
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import mathfns
+from . import bf16 as emit_bf16
 from . import cpu as emit_cpu
 from .values import (Constants, Elem, EmitError, atom, elem_of_name, elem_of_type, expr_add,
                           expr_mul, floordiv, mod, no_rule)
@@ -266,7 +267,17 @@ class ScalarRules:
             return f"bool({atom(e)} & 1)" if src.kind in ("int", "index") else f"bool({e})"
         if out.compute == src.compute and out.kind == src.kind:
             return e
+        if out.mlir == "bf16":                  # sitofp, uitofp: to f32, then to the nearest bf16
+            return self.round_bf16(f"np.float32({e})")
         return f"np.{out.compute}({e})"
+
+    def round_bf16(self, x: str) -> str:
+        """f32 `x` rounded to the nearest bf16, ties to even, still an f32: a bit-level helper
+        on the cpu (emit/cpu.py), PTX's cvt on a GPU and bits again on the simulator (emit/bf16.py)."""
+        if self.target == "cpu":
+            return f"{self.helpers.use('round_bf16')}({x})"
+        self.helpers.use_text("bf16_round", emit_bf16.ROUND.strip("\n").splitlines())
+        return f"_round_bf16({x})"
 
     def _affine(self, op, args: list[str]) -> str:
         if op.name not in ("affine.apply", "affine.min", "affine.max"):
@@ -359,6 +370,8 @@ def _signed_cast(r, op, a, out, ins):
 
 
 def _truncf(r, op, a, out, ins):
+    if out.mlir == "bf16":                        # computed in f32 (emit/bf16.py, emit/cpu.py)
+        return r.round_bf16(a[0] if ins[0].compute == "float32" else f"np.float32({a[0]})")
     if out.mlir == "f16" and r.target == "cuda":  # round to half precision, keep computing in f32
         return f"np.float32(np.float16({a[0]}))"
     if out.mlir == "f16":                         # the cpu has no float16: rounded on the bits

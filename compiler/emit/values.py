@@ -8,6 +8,7 @@ import keyword
 import re
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import CompilerInternalError
@@ -55,7 +56,7 @@ class Elem:
     kind: str       # "float" | "int" | "bool" | "index"
     bits: int
     storage: str    # NumPy dtype name of arrays holding it: "float16"
-    compute: str    # NumPy dtype name of values computed with it: "float32" for f16
+    compute: str    # NumPy dtype name of values computed with it: "float32" for f16 and bf16
 
     @property
     def numba(self) -> str:
@@ -71,6 +72,9 @@ _ELEMS = {
     "f64": Elem("f64", "float", 64, "float64", "float64"),
     "f32": Elem("f32", "float", 32, "float32", "float32"),
     "f16": Elem("f16", "float", 16, "float16", "float32"),
+    # bf16 has no Numba type: its arrays hold float32 inside the emitted code (every value a bf16,
+    # exactly), widened from and narrowed to bfloat16 at the host function (emit/module.py)
+    "bf16": Elem("bf16", "float", 16, "float32", "float32"),
     "i1": Elem("i1", "bool", 1, "bool_", "bool_"),
     "i8": Elem("i8", "int", 8, "int8", "int8"),
     "i16": Elem("i16", "int", 16, "int16", "int16"),
@@ -85,8 +89,6 @@ def elem_of_type(t: "ir.Type", op: "ir.Operation | None" = None) -> Elem:
     if isinstance(t.maybe_downcast(), ir.MemRefType):
         t = ir.MemRefType(t).element_type
     text = str(t)
-    if text == "bf16":
-        raise EmitError("bf16 is not supported by the Numba targets", op)
     if text not in _ELEMS:
         raise EmitError(f"the emitter has no rule for the type '{text}'", op)
     return _ELEMS[text]
@@ -137,6 +139,8 @@ class Constants:
 
     def float(self, value: float, elem: Elem) -> str:
         rounded = np.dtype(elem.storage).type(value)  # the value as MLIR holds it (f16 rounds)
+        if elem.mlir == "bf16":                       # (bf16 too: its storage is float32)
+            rounded = np.float32(ml_dtypes.bfloat16(value))
         if np.isnan(rounded):
             token, text = "nan", "np.nan"
         elif np.isinf(rounded):
@@ -165,6 +169,27 @@ class Constants:
         return [f"{name} = {self.defs[name]}" for name in sorted(self.defs)]
 
 
+_BF16_TOKEN = re.compile(r"0x[0-9A-Fa-f]+|[-+]?(?:inf|nan|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
+
+
+def _bf16_values(attr: "ir.Attribute", shape: tuple[int, ...]) -> np.ndarray:
+    """A bf16 dense attribute's values as float32 (exact). MLIR's Python bindings give no buffer
+    for bf16, so they are read from its text: a hex blob of little-endian bits, or a (nested)
+    list of decimals (printed to 7 digits: each reads back to its bf16) and 0x bit patterns (NaN,
+    inf); a splat is one value."""
+    text = str(attr)
+    body = text[text.index("<") + 1:text.rindex(":")].rstrip().removesuffix(">")
+    if body.startswith('"0x'):
+        bits = np.frombuffer(bytes.fromhex(body[3:-1]), "<u2")
+    else:
+        bits = np.array([int(t, 16) if t.startswith("0x") else int(np.array(float(t), ml_dtypes.bfloat16).view(np.uint16))
+                         for t in _BF16_TOKEN.findall(body)], np.uint16)
+    n = int(np.prod(shape)) if shape else 1
+    if bits.size == 1:
+        bits = np.full(n, bits[0], np.uint16)
+    return bits.view(ml_dtypes.bfloat16).astype(np.float32)
+
+
 @dataclass(frozen=True)
 class Global:
     name: str            # the module-level NumPy array
@@ -191,7 +216,8 @@ class Globals:
         if any(d is None for d in shape):
             raise EmitError(f"the emitter needs a static shape for 'memref.global' @{sym}", op)
         storage = elem.storage if self.target == "cuda" else elem.compute
-        values = np.array(op.attributes["initial_value"]).astype(storage).reshape(shape or (1,))
+        init = op.attributes["initial_value"]
+        values = (_bf16_values(init, shape) if elem.mlir == "bf16" else np.array(init)).astype(storage).reshape(shape or (1,))
         name = f"_g_{py_ident(sym.lstrip('_'))}"
         self.by_symbol[sym] = Global(name, elem, shape, storage)
         self.defs[name] = _array_literal(values, storage)

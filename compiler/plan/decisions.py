@@ -115,7 +115,7 @@ def contraction_note(info: ChainInfo, g: Kernel, chooser: TileChooser) -> list[s
     if isinstance(cfg, ContractionConfig):
         if cfg.mma:
             how = f", on {cfg.mma} tensor cores (mma.sync)"
-        elif c.operand_dtypes[:2] == ("f16", "f16"):
+        elif c.operand_dtypes[:2] in (("f16", "f16"), ("bf16", "bf16")):
             why = mma_error(info, gk, gemm_shape(info, gk, g.root, g.block_tiles, cfg.steps), chooser.hw)
             how = f", on FMAs, not tensor cores: {why}"
         else:

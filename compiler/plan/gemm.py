@@ -207,8 +207,8 @@ def tile_pad(mma: bool, wide: bool = False) -> int:
 
 def mma_kind(info: ChainInfo, gk: GemmKernel, shape: GemmShape, hw=None) -> str | None:
     """'f16' when the kernel runs on tensor cores (mma.sync.m16n8k16, f32 accumulate): both
-    operands f16 (bf16 chains do not run on the Numba targets; emit/mma.py would take bf16
-    too), a multiply-add body into an f32 accumulator, a device that has them
+    operands f16 (bf16 not yet: mma_error; emit/mma.py's intrinsics take either kind), a
+    multiply-add body into an f32 accumulator, a device that has them
     (`hw.tensor_flops_fp16`; None: any), and tiles a warp grid covers: TM and TN even, BK a
     multiple of 16, BM a multiple of 8 TM and BN of 4 TN. Else None (the SIMT form)."""
     if mma_error(info, gk, shape, hw) is not None:
@@ -220,8 +220,12 @@ def mma_error(info: ChainInfo, gk: GemmKernel, shape: GemmShape, hw=None) -> str
     """Why a contraction kernel does not run on tensor cores (None: it does)."""
     co = info.op(gk.contraction)
     dts = co.operand_dtypes
+    if len(dts) >= 3 and dts[0] == dts[1] == "bf16":
+        # the staging tiles hold f16 halves (emit/mma.py: SwizzledTile) and a bf16 operand is an
+        # f32 array in the kernels (emit/values.py): bf16 stays on FMAs until the tiles hold bf16 bits
+        return "its operands are bf16, which the f16 staging tiles of the tensor-core form do not hold yet"
     if len(dts) < 3 or dts[0] != dts[1] or dts[0] != "f16":
-        return "its operands are not both f16"       # (bf16 chains do not run on the Numba targets)
+        return "its operands are not both f16"
     if dts[2] != "f32":
         return "it does not accumulate in f32"
     body = [b for b in co.body_ops if b != "linalg.yield"]
@@ -330,14 +334,14 @@ def shared_loads(t: int) -> int:
 def shared_limit(info: ChainInfo, gk: GemmKernel, s: GemmShape, hw=None) -> int:
     """The shared memory a contraction block may have: past the static 48 KB, the device's
     per-block opt-in (`hw.onchip_per_block`: 227 KB on sm_90) for the FMA form whose tiles are
-    f32 (f32 or f16 operands): emit/gemm.py carves them from the dynamic shared array and the
+    f32 (f32, f16 or bf16 operands): emit/gemm.py carves them from the dynamic shared array and the
     launch opts the kernel in (emit/module.py: `_dynamic_shared`), and tensor cores (their one
     shared array dynamic past 48 KB: emit/mma.py). f64 and no device (`hw` None): the static limit."""
     if hw is None or hw.kind != "gpu":
         return SMEM_LIMIT
     if mma_kind(info, gk, s, hw):
         return max(SMEM_LIMIT, hw.onchip_per_block)
-    if not set(info.op(gk.contraction).operand_dtypes[:2]) <= {"f32", "f16"}:
+    if not set(info.op(gk.contraction).operand_dtypes[:2]) <= {"f32", "f16", "bf16"}:
         return SMEM_LIMIT
     return max(SMEM_LIMIT, hw.onchip_per_block)
 

@@ -55,6 +55,9 @@ def _dtype(name: str) -> np.dtype:
         return np.dtype(np.bool_)
     if name == "index":
         return np.dtype(np.int64)
+    if name == "bf16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
     if re.fullmatch(r"[fi](16|32|64)|i8", name):
         return np.dtype(("float" if name[0] == "f" else "int") + name[1:])
     raise MeasureError(f"cannot make an input of element type {name!r}")
@@ -77,6 +80,8 @@ def trace_here(source: str, host: str, arg_types: Sequence[str], blocks: Sequenc
     entry = getattr(mod, host, None)
     if entry is None:
         raise MeasureError(f"the module defines no {host!r}")
+    # every kernel, the module's own helpers too (emit/bf16.py's conversions, recorded under their
+    # names, which no launch of the plan has), each restricted to the traced blocks
     kernels = {k: v for k, v in vars(mod).items() if isinstance(v, FakeCUDAKernel) and not v._device}
     space = _AddressSpace()
     records: list[dict] = []

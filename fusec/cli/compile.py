@@ -47,7 +47,7 @@ def jobs_arg(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from fusec.artifacts import write_artifact
     from fusec.parallel import ChainJob, ChainResult, compile_chain, default_jobs, run_jobs
-    from fusec.target_options import check_supported, compile_options
+    from fusec.target_options import compile_options
     text, path, typed, chains = read_chains(args.file, args.chain)
     check_dynamic(args.dynamic, typed, args.target)
     bind = bind_flag(args.bind, chains, path)
@@ -58,7 +58,6 @@ def run(args: argparse.Namespace) -> int:
                 ((c, bindings[c.name]) for c in chains)}
     for c in chains:
         check_memory(c, bindings[c.name], args.max_memory, MEMORY_FLAG)
-        check_supported(c, target)
     from pathlib import Path
     from fusec.runtime.artifact import check_replaceable
     check_replaceable(Path(args.output))      # before compiling (which may measure the cpu first)

@@ -166,12 +166,10 @@ def _report_without_running(args, plans) -> int:
     from fusec.compiler.pipeline import build_chain
     from fusec.target_options import compile_options
     from ..report import UnrunReport
-    from fusec.target_options import check_supported
     options = compile_options(Target("cuda"), user_options(args, baseline=False))
     reports, pages = [], []
     progress = progress_for(args)
     for chain, _inputs, binding in plans:
-        check_supported(chain, Target("cuda"))
         try:
             built = build_chain(chain, binding, options, progress=progress.stage(f"{chain.name}: compiling"))
         finally:
@@ -205,10 +203,6 @@ def _stage_texts(text: str, path: str, plans, args, target: Target) -> dict[str,
     if planned and not target.compiled:
         raise UsageError(f"--emit {args.emit or 'all stages'} needs a compiled target (cuda, cuda-sim, cpu), "
                          f"not {target.name}")
-    if args.emit is None or args.emit == "kernels":        # the Numba emitter: what it cannot write
-        from fusec.target_options import check_supported
-        for chain, _, _ in plans:
-            check_supported(chain, target)
     options = compile_options(target, user_options(args), plans=planned)
     from fusec.compiler.dynamic import chain_dynamic, planning_binding
     bindings = {c.name: planning_binding(b, chain_dynamic(c.symbols, options.dynamic)) for c, _, b in plans}

@@ -149,6 +149,10 @@ class _Support(OperatorSupportBase):
 
 def _as_array(t: torch.Tensor):
     if t.device.type == "cuda":
+        if t.dtype == torch.bfloat16:     # no bf16 in the interface: its bits, as a Numba bf16 array
+            import ml_dtypes
+            from numba import cuda
+            return cuda.as_cuda_array(t.contiguous().view(torch.int16)).view(ml_dtypes.bfloat16)
         return t.contiguous()             # __cuda_array_interface__
     t = t.detach().contiguous()
     if t.dtype == torch.bfloat16:
@@ -159,6 +163,8 @@ def _as_array(t: torch.Tensor):
 
 def _as_tensor(a, device) -> torch.Tensor:
     if hasattr(a, "__cuda_array_interface__"):
+        if getattr(a, "dtype", None) is not None and a.dtype.name == "bfloat16":     # a bf16 result (Numba)
+            return torch.as_tensor(a.view(np.int16), device=device).view(torch.bfloat16)
         return torch.as_tensor(a, device=device)
     a = np.asarray(a)
     if a.dtype.name == "bfloat16":

@@ -49,7 +49,7 @@ def test_cuda_sim_and_mlir_jit_agree_with_torch(k):
     assert r.status in ("agree", "undefined"), _report([r])
     if r.status == "agree":
         assert "mlir-jit/fused" in r.ran
-        assert {"cuda-sim/fused", "cuda-sim/unfused"} <= set(r.ran) or r.skipped == ["cuda-sim: bf16"]
+        assert {"cuda-sim/fused", "cuda-sim/unfused"} <= set(r.ran)
 
 
 @pytest.mark.parametrize("seed", CPU_SEEDS)

@@ -792,9 +792,9 @@ func.func @f(%a: memref<4xf32>) -> memref<4xf32> {
 
 
 @pytest.mark.parametrize("src, target, words", [
-    ("""func.func @f(%a: memref<4xbf16>) -> memref<4xbf16> {
-  return %a : memref<4xbf16>
-}""", "cuda", "bf16 is not supported by the Numba targets"),
+    ("""func.func @f(%a: memref<4xi4>) -> memref<4xi4> {
+  return %a : memref<4xi4>
+}""", "cuda", "no rule for the type 'i4'"),
     ("""func.func @f(%a: memref<4xf32>) -> f32 {
   %c0 = arith.constant 0 : index
   %v = memref.load %a[%c0] : memref<4xf32>
