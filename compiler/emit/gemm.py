@@ -19,6 +19,12 @@ from ..plan.gemm import F32_BYTES, SMEM_LIMIT, mma_tiles_error, tile_pad
 from ..marks import ABSORBED, BLOCK_GEMM, CONTRACTION, GEMM_MMA, GEMM_PREFETCH, GEMM_ROOT_LOOPS, GEMM_SIDES, GEMM_STAGES, GEMM_TILES
 
 
+def _store(tile, at: tuple[str, str], v: str) -> str:
+    """The statement that puts `v` at element `at` (k, x) of a staging tile (a bf16 tensor-core
+    tile stores bits: SwizzledTile.store)."""
+    return tile.store(*at, v) if isinstance(tile, SwizzledTile) else f"{tile.at(*at)} = {v}"
+
+
 class Tile:
     """A [BK, B] staging tile in shared memory, a 2-D array."""
 
@@ -504,13 +510,13 @@ class _Gemm:
                             idx = [affine(e, dims) for e in m.results]
                             w(f"{v} = {self.values.read(self.c.operands[operand], idx, self.c)}")
                     if store:
-                        w(f"{tile.at(kl, sl)} = {v}")
+                        w(_store(tile, (kl, sl), v))
 
         def put() -> None:
             """The held elements into the tile."""
             for key, sl, coords, ok, kl, inside in elements():
                 with w.when(inside):
-                    w(f"{tile.at(kl, sl)} = {held[key]}")
+                    w(_store(tile, (kl, sl), held[key]))
 
         def declare() -> None:
             """The held registers, defined on every path before the K loop."""
@@ -762,7 +768,7 @@ class _Gemm:
                         else:
                             w(wide)
                 if store:
-                    stores.append((inside, [f"{tile.at(*at(r))} = {xs[r]}" for r in range(4)]))
+                    stores.append((inside, [_store(tile, at(r), xs[r]) for r in range(4)]))
             for inside, lines in stores:
                 with w.when(inside):
                     for line in lines:
@@ -772,7 +778,7 @@ class _Gemm:
             for key, k, kval, at, index, inside, conds, full, each in runs("0"):
                 with w.when(inside):
                     for r in range(4):
-                        w(f"{tile.at(*at(r))} = {held[(key, r)]}")
+                        w(_store(tile, at(r), held[(key, r)]))
 
         def declare() -> None:
             for key, *_ in runs("0"):
@@ -815,17 +821,17 @@ class _Gemm:
                         with w.indent():
                             for r in range(n):
                                 if each is None:
-                                    w(f"{tile.at(*at(r))} = {zero}")
+                                    w(_store(tile, at(r), zero))
                                     continue
                                 w(f"if {' and '.join(conds + [each[r]])}:")
                                 with w.indent():
                                     if n == 8:
-                                        w(f"{tile.at(*at(r))} = {view.array.name}[{', '.join(view.to_base(tuple(index(r))))}]")
+                                        w(_store(tile, at(r), f"{view.array.name}[{', '.join(view.to_base(tuple(index(r))))}]"))
                                     else:
                                         w(f"_cp_async4({array}, {tile.index(*at(r))}, {view.array.name}, {src(r)})")
                                 w("else:")
                                 with w.indent():
-                                    w(f"{tile.at(*at(r))} = {zero}")
+                                    w(_store(tile, at(r), zero))
 
         return _Loader(issue=issue)
 

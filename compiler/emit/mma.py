@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..plan.gemm import SMEM_LIMIT, restage_stride
 from ..plan.hardware import WARP
+from . import bf16 as emit_bf16
 from .values import expr_add, expr_mul
 
 
@@ -115,9 +116,10 @@ class SwizzledTile:
     padding when C is even) do the same. A ring of such tiles (cp.async stages) has them `size`
     halves apart; `staged(stage)` is stage `stage` of it."""
 
-    def __init__(self, array: str, offset: int, rows_k: bool, rows: int, width: int, size: int = 0, stage: str = "0"):
+    def __init__(self, array: str, offset: int, rows_k: bool, rows: int, width: int, size: int = 0, stage: str = "0",
+                 bf16: bool = False):
         self.array, self.offset, self.rows_k, self.rows, self.width = array, offset, rows_k, rows, width
-        self.size, self.stage = size, stage
+        self.size, self.stage, self.bf16 = size, stage, bf16
         c = width // 8
         self.xor = c & (c - 1) == 0
         self.stride = width if self.xor or c % 2 else width + 8
@@ -129,7 +131,7 @@ class SwizzledTile:
         return self.rows * self.stride
 
     def staged(self, stage: str) -> "SwizzledTile":
-        return SwizzledTile(self.array, self.offset, self.rows_k, self.rows, self.width, self.size, stage)
+        return SwizzledTile(self.array, self.offset, self.rows_k, self.rows, self.width, self.size, stage, self.bf16)
 
     def base(self, unit: int = 1) -> str:
         """The stage's first half-word beyond `offset` (`unit` 2: its byte)."""
@@ -158,7 +160,17 @@ class SwizzledTile:
 
     def value(self, k: str, x: str) -> str:
         """Element (k, x) as f32 (the FMA path's operand)."""
+        if self.bf16:
+            return f"_bits_f32(np.uint32({self.at(k, x)}) << np.uint32(16))"
         return f"np.float32({self.at(k, x)})"
+
+    def store(self, k: str, x: str, v: str) -> str:
+        """The statement that puts f32 `v` at element (k, x): an f16 half converted by the f16
+        view's store; a bf16 tile (a uint16 view) takes the top half of v's bits, which is v
+        exactly (a bf16 operand's f32 values are bf16s: emit/values.py)."""
+        if self.bf16:
+            return f"{self.at(k, x)} = np.uint16(_f32_bits({v}) >> np.uint32(16))"
+        return f"{self.at(k, x)} = {v}"
 
 
 class Fragments:
@@ -207,26 +219,31 @@ class TensorCores:
 
     def tiles(self, rows_k_m: bool, rows_k_n: bool, align: str, ring_m: int = 1,
               ring_n: int = 1) -> tuple[SwizzledTile, SwizzledTile]:
-        """The A and B staging tiles, f16, in the f16 view of one f32 shared array that then holds
+        """The A and B staging tiles, 16-bit, in the f16 view (bf16: the uint16 view, bf16 bits)
+        of one f32 shared array that then holds
         the block's output tile (the epilogue reads it back in a thread grid's coalesced order:
         `restage`). A side's tile has rows along K where the operand's contiguous dim is the
         side's (`rows_k_*`), else rows along the side (K contiguous); a side copied by cp.async
         has a ring of `ring_*` such tiles. Then each lane's ldmatrix row addresses (`_lanes`)."""
         names, w = self.names, self.w
         sh, h = names.fresh("S"), names.fresh("H")
-        mt = SwizzledTile(h, 0, rows_k_m, *((self.bk, self.bm) if rows_k_m else (self.bm, self.bk)))
+        bf = self.kind == "bf16"
+        mt = SwizzledTile(h, 0, rows_k_m, *((self.bk, self.bm) if rows_k_m else (self.bm, self.bk)), bf16=bf)
         if ring_m > 1:
-            mt = SwizzledTile(h, 0, mt.rows_k, mt.rows, mt.width, mt.halves)
-        nt = SwizzledTile(h, mt.halves * ring_m, rows_k_n, *((self.bk, self.bn) if rows_k_n else (self.bn, self.bk)))
+            mt = SwizzledTile(h, 0, mt.rows_k, mt.rows, mt.width, mt.halves, bf16=bf)
+        nt = SwizzledTile(h, mt.halves * ring_m, rows_k_n, *((self.bk, self.bn) if rows_k_n else (self.bn, self.bk)),
+                          bf16=bf)
         if ring_n > 1:
-            nt = SwizzledTile(h, nt.offset, nt.rows_k, nt.rows, nt.width, nt.halves)
+            nt = SwizzledTile(h, nt.offset, nt.rows_k, nt.rows, nt.width, nt.halves, bf16=bf)
         words = max(-(-(mt.halves * ring_m + nt.halves * ring_n) // 2), self.bm * restage_stride(self.bn))
         if 4 * words > SMEM_LIMIT:       # past the static 48 KB: dynamic, its bytes given at launch (emit/module.py)
             w(f"{sh} = cuda.shared.array(0, numba.float32, {align})   # dynamic: {4 * words} B")
             self.ctx.dynamic_shared = 4 * words
         else:
             w(f"{sh} = cuda.shared.array({words}, numba.float32, {align})")
-        w(f"{h} = {sh}.view(np.float16)")
+        w(f"{h} = {sh}.view({'np.uint16' if bf else 'np.float16'})")
+        if bf:      # the tiles' stores and the FMA path's reads move bits (_f32_bits, _bits_f32)
+            self.helpers.use_text("bf16_round", emit_bf16.ROUND.strip("\n").splitlines())
         self.array = sh
         self.hb = names.fresh("hb")
         self.helpers.use_text("_ldsm_x4", LDSM_HELPERS)

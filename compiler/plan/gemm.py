@@ -206,8 +206,9 @@ def tile_pad(mma: bool, wide: bool = False) -> int:
 
 
 def mma_kind(info: ChainInfo, gk: GemmKernel, shape: GemmShape, hw=None) -> str | None:
-    """'f16' when the kernel runs on tensor cores (mma.sync.m16n8k16, f32 accumulate): both
-    operands f16 (bf16 not yet: mma_error; emit/mma.py's intrinsics take either kind), a
+    """'f16' or 'bf16' when the kernel runs on tensor cores (mma.sync.m16n8k16, f32 accumulate):
+    both operands f16, or both bf16 (emit/mma.py: 16-bit swizzled tiles, bf16 ones holding the
+    bits of the f32 values a bf16 array has in the kernels; no cp.async for bf16), a
     multiply-add body into an f32 accumulator, a device that has them
     (`hw.tensor_flops_fp16`; None: any), and tiles a warp grid covers: TM and TN even, BK a
     multiple of 16, BM a multiple of 8 TM and BN of 4 TN. Else None (the SIMT form)."""
@@ -220,12 +221,8 @@ def mma_error(info: ChainInfo, gk: GemmKernel, shape: GemmShape, hw=None) -> str
     """Why a contraction kernel does not run on tensor cores (None: it does)."""
     co = info.op(gk.contraction)
     dts = co.operand_dtypes
-    if len(dts) >= 3 and dts[0] == dts[1] == "bf16":
-        # the staging tiles hold f16 halves (emit/mma.py: SwizzledTile) and a bf16 operand is an
-        # f32 array in the kernels (emit/values.py): bf16 stays on FMAs until the tiles hold bf16 bits
-        return "its operands are bf16, which the f16 staging tiles of the tensor-core form do not hold yet"
-    if len(dts) < 3 or dts[0] != dts[1] or dts[0] != "f16":
-        return "its operands are not both f16"
+    if len(dts) < 3 or dts[0] != dts[1] or dts[0] not in ("f16", "bf16"):
+        return "its operands are not both f16 or both bf16"
     if dts[2] != "f32":
         return "it does not accumulate in f32"
     body = [b for b in co.body_ops if b != "linalg.yield"]

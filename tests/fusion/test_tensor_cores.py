@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -21,6 +22,7 @@ F16 = "chain t(a: f16[M, K], b: f16[K, N], c: f16[N]) -> f16[M, N] { return relu
 # both operands transposed by copies the loader evaluates (no cp.async for them)
 F16T = "chain t(a: f16[K, M], b: f16[N, K], c: f16[N]) -> f16[M, N] { return relu(transpose(a) @ transpose(b) + c) }"
 F32 = "chain t(a: f32[M, K], b: f32[K, N], c: f32[N]) -> f32[M, N] { return relu(a @ b + c) }"
+BF16 = F16.replace("f16", "bf16")
 
 
 def _stages(src, binding, plan=None, hw=H200):
@@ -132,10 +134,20 @@ def test_tensor_core_kernels_on_the_simulator(src, binding, block, gemm, db, sta
     assert c.ok, c.describe()
 
 
-def _emulated_f16():
-    """_pack_f16x2 and _mma_f16 for the simulator: the block's threads post their fragments,
+def _decode(kind):
+    """A 16-bit fragment element as f32: an f16 half, or bf16 bits (a uint16: the top half of
+    the f32)."""
+    if kind == "bf16":
+        return lambda h: np.uint32(int(h) << 16).view(np.float32)
+    return lambda h: np.float32(h)
+
+
+def _emulated_f16(kind="f16"):
+    """_pack_<kind>x2 and _mma_<kind> for the simulator: the block's threads post their fragments,
     meet at a barrier, and each lane takes its part of D = A B + C, the fragments read by the
-    PTX ISA's tables for mma.m16n8k16 with .f16 A (row) and B (col) and .f32 C/D."""
+    PTX ISA's tables for mma.m16n8k16 with .f16 (or .bf16) A (row) and B (col) and .f32 C/D."""
+    decode = _decode(kind)
+
     def pack(lo, hi):
         return (np.float16(lo), np.float16(hi))
 
@@ -150,9 +162,9 @@ def _emulated_f16():
             cs, ar, br = box[warp * 32 + l]
             g, t = divmod(l, 4)
             for reg, (row, col) in zip(ar, ((g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8))):
-                A[row, col], A[row, col + 1] = reg
+                A[row, col], A[row, col + 1] = (decode(h) for h in reg)
             for reg, k in zip(br, (2 * t, 2 * t + 8)):
-                B[k, g], B[k + 1, g] = reg
+                B[k, g], B[k + 1, g] = (decode(h) for h in reg)
             for v, (row, col) in zip(cs, ((g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1))):
                 C[row, col] = v
         D = A @ B + C
@@ -169,10 +181,11 @@ def _emulated_ldsm():
     ISA's ldmatrix (m8n8, .b16): lanes 8 j .. 8 j + 7 give the shared addresses of rows 0..7 of
     matrix j (x4: lanes 0-31, x2: 0-15), each row 8 consecutive halves; lane l receives, of each
     matrix, row l // 4, columns 2 (l % 4) and 2 (l % 4) + 1, or with .trans column l // 4, rows
-    2 (l % 4) and 2 (l % 4) + 1 (a register: its two halves, low first, as `_emulated_f16`'s
-    pack). A shared address is the array's data address (`_smem_base`) plus bytes. Each row
-    address must be 16-byte aligned, and the 8 rows of a matrix must fall in 8 distinct 16-byte
-    positions of a 128-byte line (one wavefront: no bank conflict)."""
+    2 (l % 4) and 2 (l % 4) + 1 (a register: its two 16-bit elements, low first, as the tile
+    holds them: f16 halves, or bf16 bits in a uint16 view). A shared address is the array's data
+    address (`_smem_base`) plus bytes. Each row address must be 16-byte aligned, and the 8 rows
+    of a matrix must fall in 8 distinct 16-byte positions of a 128-byte line (one wavefront: no
+    bank conflict)."""
     arrays = {}
 
     def smem_base(arr):
@@ -204,10 +217,10 @@ def _emulated_ldsm():
             for j in range(n):
                 if trans:
                     a0, a1 = rows[8 * j + 2 * t], rows[8 * j + 2 * t + 1]
-                    out.append((np.float16(element(a0 + 2 * g)), np.float16(element(a1 + 2 * g))))
+                    out.append((element(a0 + 2 * g), element(a1 + 2 * g)))
                 else:
                     a = rows[8 * j + g]
-                    out.append((np.float16(element(a + 4 * t)), np.float16(element(a + 4 * t + 2))))
+                    out.append((element(a + 4 * t), element(a + 4 * t + 2)))
             me.syncthreads()                            # every lane has read the box before the next call
             return tuple(out)
         return ldsm
@@ -215,31 +228,45 @@ def _emulated_ldsm():
     return smem_base, make(4, False), make(4, True), make(2, False), make(2, True)
 
 
-@pytest.mark.parametrize("src,binding,block,gemm,db,stages", CASES)
+BF16_CASES = [  # bf16 operands: f32 arrays in the kernels, their bits in uint16 tiles, no cp.async
+    (BF16, {"M": 37, "K": 41, "N": 27}, [16, 16], [16, 2, 2], False, 0),
+    (BF16, {"M": 40, "K": 56, "N": 33}, [32, 32], [16, 4, 4], False, 0),
+    (BF16, {"M": 20, "K": 64, "N": 17}, [16, 16], [32, 2, 2], True, 0),
+]
+
+
+@pytest.mark.parametrize("src,binding,block,gemm,db,stages", CASES + BF16_CASES)
 def test_the_mma_path_itself_under_an_emulated_warp(src, binding, block, gemm, db, stages):
     from numba import cuda
-    st = _stages(src, binding, _plan(block, gemm, db, stages, (1, 2) if src == F16 else range(5)))
+    kind = "bf16" if src == BF16 else "f16"
+    st = _stages(src, binding, _plan(block, gemm, db, stages, range(5) if src == F16T else (1, 2)))
+    assert st.plan.kernels[0].config.mma == kind
     assert st.plan.kernels[0].config.prefetch == db and st.plan.kernels[0].config.stages == stages
     assert ("_cp_async16h(" in st.emitted.source) == bool(stages)
-    sim_branch = "    _FMA_ONLY = True\n    _pack_f16x2 = _mma_f16 = None\n"
-    assert sim_branch in st.emitted.source and "_mma_f16(" in st.emitted.source
+    sim_branch = f"    _FMA_ONLY = True\n    _pack_{kind}x2 = _mma_{kind} = None\n"
+    assert sim_branch in st.emitted.source and f"_mma_{kind}(" in st.emitted.source
     ldsm_branch = "    _ldsm_x4 = _ldsm_x4_t = _ldsm_x2 = _ldsm_x2_t = _smem_base = None\n"
     assert ldsm_branch in st.emitted.source and "_ldsm_x4" in st.emitted.source.split("def k0")[1]
-    source = st.emitted.source.replace(sim_branch, "    _FMA_ONLY = False\n    _pack_f16x2, _mma_f16 = _EMULATED\n")
+    source = st.emitted.source.replace(sim_branch, f"    _FMA_ONLY = False\n    _pack_{kind}x2, _mma_{kind} = _EMULATED\n")
     source = source.replace(ldsm_branch, "    _smem_base, _ldsm_x4, _ldsm_x4_t, _ldsm_x2, _ldsm_x2_t = _EMULATED_LDSM\n")
-    ns = {"_EMULATED": _emulated_f16(), "_EMULATED_LDSM": _emulated_ldsm()}
+    ns = {"_EMULATED": _emulated_f16(kind), "_EMULATED_LDSM": _emulated_ldsm()}
     exec(compile(source, "<tensor-core kernels>", "exec"), ns)
     rng = np.random.default_rng(7)
     M, K, N = binding["M"], binding["K"], binding["N"]
-    a = rng.uniform(-2, 2, (M, K)).astype(np.float16)
-    b = rng.uniform(-2, 2, (K, N)).astype(np.float16)
-    c = rng.uniform(-2, 2, N).astype(np.float16)
-    args = (a, b) if src == F16 else (np.ascontiguousarray(a.T), np.ascontiguousarray(b.T))
+    dt = ml_dtypes.bfloat16 if kind == "bf16" else np.float16
+    a = rng.uniform(-2, 2, (M, K)).astype(dt)
+    b = rng.uniform(-2, 2, (K, N)).astype(dt)
+    c = rng.uniform(-2, 2, N).astype(dt)
+    if kind == "bf16":      # a wide range: an f16 tile would lose these (f16's largest is 65504)
+        a[0, :] *= 2.0 ** 20
+        b[:, 0] *= 2.0 ** -30
+    args = (a, b) if src != F16T else (np.ascontiguousarray(a.T), np.ascontiguousarray(b.T))
     (out,) = ns["run_t"](*(cuda.to_device(x) for x in args), cuda.to_device(c))
-    got = out.copy_to_host().astype(np.float32)
-    mm = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16).astype(np.float32)
-    want = np.maximum((mm + c.astype(np.float32)).astype(np.float16).astype(np.float32), 0)
-    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-2)
+    got = np.asarray(out.copy_to_host()).astype(np.float32)
+    mm = (a.astype(np.float32) @ b.astype(np.float32)).astype(dt).astype(np.float32)
+    want = np.maximum((mm + c.astype(np.float32)).astype(dt).astype(np.float32), 0)
+    tol = 2e-2 if kind == "bf16" else 2e-3       # bf16 rounds to 8 bits, f16 to 11
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * 10)
 
 
 def test_cp_async_copies_only_operands_whose_rows_are_16_byte_multiples():
