@@ -108,8 +108,9 @@ class MarkScans:
 class MatmulRows:
     name: str = "matmul-rows"
     why: str = ("on the cpu, a contraction that elementwise fusion made of a matmul with batch dims on its "
-                "left operand is a matmul on rows again (BLAS), the left operand's fused work its own "
-                "generic, computed once per element instead of once per output column")
+                "left operand (its result split into heads or not) is a matmul on rows again (BLAS), each "
+                "operand's fused work its own generic, computed once per element instead of once per "
+                "output column or row")
 
     def apply(self, module: ir.Module, hw=None) -> None:
         # the cpu's problem: its emitter calls BLAS for named matmuls only, and loops over a
