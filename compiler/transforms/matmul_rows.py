@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 
 from ..mlir import ir, linalg, tensor
-from .generic import iterator_attr, is_dim, map_attr, maps, iterators
+from .generic import iterator_attr, is_dim, map_attr, maps, iterators, rebuild
 
 NAME = "matmul-rows"
 
@@ -290,3 +290,233 @@ def _remap(amap, dims: list, loops: int):
 def _reassoc(groups) -> ir.ArrayAttr:
     i64 = ir.IntegerType.get_signless(64)
     return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, d) for d in g]) for g in groups])
+
+
+# --- the ops around the matmuls on rows, on rows too ---------------------------------------------
+#
+# The split leaves `collapse(X) -> matmul -> expand` with X's generic over (b..., m, k) and the
+# epilogue (bias, GELU, residual) over (b..., m, n): the reshapes stand between the matmul and
+# both, and the planner does not fuse across a reshape of a contraction's result. `flatten_rows`
+# rewrites the generics connected to those reshapes over the rows themselves (the lead loops
+# one loop, every row operand viewed [prod lead, ...]) when the whole connected set can be: the
+# two reshapes then fold away (collapse(expand(v)) is v) and what is left of reshapes is on the
+# chain's arguments (views of inputs) and before its results, as in the 2-D form.
+
+
+def flatten_rows(module: ir.Module) -> int:
+    """Rewrite, per matmul on rows, the generics around it over rows (see above); returns how
+    many generics were rewritten."""
+    done = 0
+    with module.context, ir.Location.unknown():
+        for f in module.body.operations:
+            block = f.regions[0].blocks[0]
+            seen: list = []
+            while True:
+                seeds = [o for o in _ops(block) if _seed(o) is not None and o not in seen]
+                if not seeds:
+                    break
+                seed = seeds[0]
+                seen.append(seed)
+                comp = _component(seed, block)
+                if comp:
+                    _flatten(comp, _seed(seed), block)
+                    done += len(comp[0])
+    return done
+
+
+def _ops(block) -> list:
+    return [o.operation if hasattr(o, "operation") else o for o in block.operations]
+
+
+def _seed(op):
+    """The lead shape (the extents merged into rows) when `op` is a rows reshape beside a
+    linalg.matmul: collapse [[0..l-1], [l]] feeding one, or expand of one's result back."""
+    if op.name not in ("tensor.collapse_shape", "tensor.expand_shape"):
+        return None
+    big = op.operands[0] if op.name == "tensor.collapse_shape" else op.results[0]
+    t = ir.RankedTensorType(big.type)
+    if not t.has_static_shape or t.rank < 3:
+        return None
+    lead = t.rank - 1
+    if str(op.attributes["reassociation"]) != str(_reassoc([list(range(lead)), [lead]])):
+        return None
+    if op.name == "tensor.expand_shape":
+        src = _owner(op.operands[0]) if not isinstance(op.operands[0], ir.BlockArgument) else None
+        if src is None or src.name != "linalg.matmul":
+            return None
+    elif not any(_owner_of_use(u).name == "linalg.matmul" and u.operand_number == 0 for u in op.results[0].uses):
+        return None
+    return tuple(t.shape[:lead])
+
+
+def _owner_of_use(use):
+    o = use.owner
+    return o.operation if hasattr(o, "operation") else o
+
+
+def _producer(v):
+    if isinstance(v, ir.BlockArgument):
+        return None
+    return _owner(v)
+
+
+def _row_operand(amap, lead: int) -> bool:
+    return len(amap.results) >= lead and all(is_dim(amap.results[i], i) for i in range(lead))
+
+
+def _collapsible(op, shape: tuple) -> bool:
+    """A generic whose first len(shape) loops are parallel, of those extents, every operand read
+    with them first (a row operand) or not at all, and whose body does not read its indices."""
+    if op.name != "linalg.generic":
+        return False
+    lead = len(shape)
+    kinds = iterators(op)
+    if len(kinds) <= lead or kinds[:lead] != ["parallel"] * lead:
+        return False
+    if any(o.name == "linalg.index" for o in _ops(op.regions[0].blocks[0])):
+        return False
+    n_in = len(op.opview.inputs)
+    for i, (v, amap) in enumerate(zip(op.operands, maps(op))):
+        t = ir.RankedTensorType(v.type)
+        if not t.has_static_shape:
+            return False
+        if _row_operand(amap, lead):
+            if tuple(t.shape[:lead]) != shape or any(_reads(amap, d) for d in range(lead) for e in [0]
+                                                    if any(_reads(ir.AffineMap.get(amap.n_dims, 0, [r]), d)
+                                                           for r in list(amap.results)[lead:])):
+                return False
+        elif i >= n_in or any(_reads(amap, d) for d in range(lead)):
+            return False
+    return True
+
+
+def _component(seed, block):
+    """(the generics to rewrite, in block order; the row values they read that come from outside)
+    for the rows reshape `seed`, or None when a generic connected to them cannot be rewritten."""
+    shape = _seed(seed)
+    lead = len(shape)
+    comp, todo = [], []
+    if seed.name == "tensor.expand_shape":
+        todo += [_owner_of_use(u) for u in seed.results[0].uses]
+    else:
+        p = _producer(seed.operands[0])
+        if p is not None:
+            todo.append(p)
+    while todo:
+        op = todo.pop()
+        if op in comp:
+            continue
+        if op.name == "func.return":
+            continue
+        if op.name == "tensor.collapse_shape" and _seed(op) == shape:
+            continue
+        if not _collapsible(op, shape):
+            return None
+        comp.append(op)
+        n_in = len(op.opview.inputs)
+        for i, (v, amap) in enumerate(zip(op.operands, maps(op))):
+            if not _row_operand(amap, lead):
+                continue
+            p = _producer(v)
+            if p is None:
+                continue
+            if p.name == "tensor.expand_shape" and _seed(p) == shape:
+                continue
+            if i >= n_in and _init_of(v) is not None:
+                continue
+            if p.name == "linalg.generic":
+                todo.append(p)
+            else:
+                return None
+        for r in op.results:
+            for u in r.uses:
+                todo.append(_owner_of_use(u))
+    if not comp:
+        return None
+    order = _ops(block)
+    comp.sort(key=lambda o: next(i for i, b in enumerate(order) if b == o))
+    return comp, shape
+
+
+def _init_of(v):
+    """(fill value or None) when `v` is a tensor.empty or a linalg.fill of one: an init to make
+    again at the rows' shape; else None."""
+    p = _producer(v)
+    if p is None:
+        return None
+    if p.name == "tensor.empty":
+        return ("empty",)
+    if p.name == "linalg.fill" and _init_of(p.operands[1]) == ("empty",):
+        return ("fill", p.operands[0])
+    if p.name == "tensor.expand_shape" and _init_of(p.operands[0]) == ("empty",):
+        return ("empty",)
+    return None
+
+
+def _flatten(comp, shape, block) -> None:
+    ops, shape = comp
+    lead = len(shape)
+    rows = _prod(shape)
+    new: list = []            # (old row value, its value on rows); ir.Value does not hash
+
+    def known(v):
+        return next((nv for k, nv in new if k == v), None)
+
+    def on_rows(v, at_op):
+        if known(v) is not None:
+            return known(v)
+        t = ir.RankedTensorType(v.type)
+        flat_t = ir.RankedTensorType.get([rows] + list(t.shape[lead:]), t.element_type)
+        groups = [list(range(lead))] + [[d] for d in range(lead, t.rank)]
+        p = _producer(v)
+        with ir.InsertionPoint(at_op), at_op.location:
+            if p is not None and p.name == "tensor.expand_shape" and _seed(p) == shape:
+                out = p.operands[0]
+            elif _init_of(v) is not None:
+                init = _init_of(v)
+                out = tensor.EmptyOp(list(flat_t.shape), t.element_type).result
+                if init[0] == "fill":
+                    out = linalg.fill(init[1], outs=[out])
+            else:
+                out = tensor.CollapseShapeOp(flat_t, v, _reassoc(groups)).result
+        new.append((v, out))
+        return out
+
+    for op in ops:
+        amaps = maps(op)
+        n_in = len(op.opview.inputs)
+        loops = len(iterators(op))
+        sub = [ir.AffineDimExpr.get(0)] * lead + [ir.AffineDimExpr.get(d - lead + 1) for d in range(lead, loops)]
+        sub_map = ir.AffineMap.get(loops - lead + 1, 0, sub)
+        operands, new_maps = [], []
+        for v, amap in zip(op.operands, amaps):
+            if _row_operand(amap, lead):
+                operands.append(on_rows(v, op))
+                res = [ir.AffineDimExpr.get(0)] + [e.compose(sub_map) for e in list(amap.results)[lead:]]
+            else:
+                operands.append(v)
+                res = [e.compose(sub_map) for e in amap.results]
+            new_maps.append(ir.AffineMap.get(loops - lead + 1, 0, res))
+        kinds = ["parallel"] + iterators(op)[lead:]
+        ins = list(zip(operands[:n_in], new_maps[:n_in]))
+        outs = list(zip(operands[n_in:], new_maps[n_in:]))
+        gen = rebuild(op, ins, outs, kinds)
+        new.extend(zip(op.results, gen.results))
+    # the readers outside: the matmul's collapse takes the value on rows, the return an expand
+    dead = []
+    for op in ops:
+        for r in op.results:
+            nv = known(r)
+            for u in list(r.uses):
+                user = _owner_of_use(u)
+                if user.name == "tensor.collapse_shape" and _seed(user) == shape:
+                    user.results[0].replace_all_uses_with(nv)
+                    dead.append(user)
+                elif user.name == "func.return":
+                    t = ir.RankedTensorType(r.type)
+                    groups = [list(range(lead))] + [[d] for d in range(lead, t.rank)]
+                    with ir.InsertionPoint(user), user.location:
+                        e = tensor.ExpandShapeOp(r.type, nv, _reassoc(groups), [], list(t.shape)).result
+                    user.operands[u.operand_number] = e
+    for op in dead + list(reversed(ops)):
+        op.erase()
