@@ -29,6 +29,8 @@ COPY_SLOWDOWN = 2.5        # im2col's gather: this many times one core's share o
 WINOGRAD_SLOWDOWN = 2.0    # Winograd's input and output transforms: likewise, per value moved
 WINOGRAD4_ARITHMETIC = 1.5  # F(4x4, 3x3)'s transforms: more arithmetic per value moved than F(2x2, 3x3)'s
 DIRECT_SLOWDOWN = 4.0      # a vectorised multiply-add loop against BLAS's rate per core
+DIRECT_ROW = 16            # direct's row loop costs at least what a row this long costs (a shorter row
+                           # fills no vector: its loop set-up and the weight loads are the time)
 IM2COL_BLOCK = 512 << 10   # im2col gathers about this many bytes per block
 WINOGRAD_BLOCK = 4 << 20   # Winograd's transformed input and products per block of tile rows
 
@@ -144,7 +146,7 @@ def seconds(s: ConvShape, algo: str, hw: HardwareProfile) -> float:
         weights = a2 * s.f * s.c * eb * 2 / cache * slow * 4
         return s.n * (blocks * a2 * CALL_S + gemm + moved / cache * slow) + weights
     if algo == "direct":
-        return s.macs / rate * DIRECT_SLOWDOWN
+        return s.macs / rate * DIRECT_SLOWDOWN * max(1.0, DIRECT_ROW / s.ow)
     raise ValueError(algo)
 
 

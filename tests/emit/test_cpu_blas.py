@@ -329,3 +329,30 @@ def test_a_buffer_passed_to_blas_lives_until_blas_returns():
                          capture_output=True, text=True, timeout=600, cwd=os.path.dirname(os.path.abspath(__file__)))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[0] == "True", out.stdout
+
+
+def _basic_block(c: int, f: int, h: int) -> str:
+    """ResNet's basic block with a projection shortcut: 3x3 stride 2, 3x3, 1x1 stride 2, each
+    conv's batchnorm, the residual add and relu."""
+    bn = lambda i: ", ".join(f"{k}{i}: f32[{f}]" for k in "gbmv")
+    return (f"chain blk(x: f32[B, {c}, {h}, {h}], w1: f32[{f}, {c}, 3, 3], w2: f32[{f}, {f}, 3, 3], "
+            f"wd: f32[{f}, {c}, 1, 1], {bn(1)}, {bn(2)}, {bn(3)}) -> f32[B, {f}, {h // 2}, {h // 2}] {{\n"
+            "    a = relu(batchnorm(conv2d(x, w1, stride=[2, 2], padding=[1, 1], dilation=[1, 1]), g1, b1, m1, v1, eps=1e-05))\n"
+            "    c = batchnorm(conv2d(a, w2, stride=[1, 1], padding=[1, 1], dilation=[1, 1]), g2, b2, m2, v2, eps=1e-05)\n"
+            "    d = batchnorm(conv2d(x, wd, stride=[2, 2], padding=[0, 0], dilation=[1, 1]), g3, b3, m3, v3, eps=1e-05)\n"
+            "    return relu(c + d)\n}\n")
+
+
+@pytest.mark.slow
+def test_a_basic_block_over_short_rows_calls_blas_for_every_conv():
+    """ResNet-18's last stage at a small image: 2x2 outputs. Every conv is a ?gemm (the 3x3
+    stride 1 one too: direct loops over rows of 2 fill no vector, plan/conv.py's DIRECT_ROW),
+    the batchnorms, the residual add and relu run in the convs' kernels, and the block matches
+    the reference."""
+    prog = fusec.compile(_basic_block(16, 32, 4), target="cpu", options={"baseline": False})
+    groups = prog.blk.plan({"B": 2})["groups"]
+    assert [g["conv"] for g in groups] == ["im2col", "im2col", "im2col"]      # 3x3 s2, 3x3, 1x1 s2
+    kernels = prog.blk.stages({"B": 2})["kernels"]
+    assert kernels.count("# cblas: linalg.conv_2d_nchw_fchw") == 3
+    assert "_conv_direct" not in kernels
+    assert prog.blk.check(binding={"B": 2})[0].ok

@@ -32,6 +32,9 @@ PINNED = [
     ("3x3 stride 2", (64, 128, 3, 56, 56), {"padding": 1, "stride": 2}, 8, "im2col"),
     ("7x7 stride 2 stem", (3, 64, 7, 224, 224), {"padding": 3, "stride": 2}, 2, "im2col"),
     ("7x7 single filter", (1, 1, 7, 128, 128), {"padding": 3}, 4, "direct"),
+    # ResNet-18's last stage at a 64x64 input: 2x2 outputs, rows too short for direct's vector loop
+    # (it took 21 ms where im2col took 1.2: bench/torch_models.py's resnet18, issue 39)
+    ("3x3 512 channels 2x2", (512, 512, 3, 2, 2), {"padding": 1}, 2, "im2col"),
 ]
 
 
@@ -80,6 +83,19 @@ def test_winograd_is_cheaper_only_with_enough_channels():
     hw = options("cpu").hardware
     assert seconds(wide, "winograd", hw) < seconds(wide, "im2col", hw)
     assert seconds(narrow, "direct", hw) < min(seconds(narrow, a, hw) for a in ("winograd", "im2col"))
+
+
+def test_direct_pays_for_rows_shorter_than_a_vector():
+    """Direct's row loop is its vector loop: a row of 2 costs what a row of DIRECT_ROW costs, so
+    the same multiplies over short rows are dearer, and long rows are priced by their multiplies."""
+    from fusec.compiler.plan.conv import DIRECT_ROW
+    hw = options("cpu").hardware
+    long_rows = ConvShape(1, 8, 66, 66, 8, 3, 3, 64, 64)
+    short_rows = ConvShape(1, 8, 2050, 4, 8, 3, 3, 2048, 2)          # the same multiplies
+    assert long_rows.macs == short_rows.macs
+    assert seconds(short_rows, "direct", hw) == pytest.approx(seconds(long_rows, "direct", hw) * DIRECT_ROW / 2)
+    wide = ConvShape(1, 8, 66, 2 * DIRECT_ROW + 2, 8, 3, 3, 64, 2 * DIRECT_ROW)
+    assert seconds(wide, "direct", hw) == pytest.approx(seconds(long_rows, "direct", hw) * 2 * DIRECT_ROW / 64)
 
 
 @pytest.mark.parametrize("algo, kw, why", [
