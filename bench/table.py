@@ -211,18 +211,25 @@ ULP_FUNCTIONS = ("exp", "tanh", "erf")
 
 def load_accuracy(directory: Path) -> dict[str, dict]:
     """The newest `python -m bench.accuracy` result per cpu model (its `machine.cpu`)."""
+    return _newest(directory, "accuracy-*.json", lambda r: "accuracy" in r,
+                   lambda r: r.get("machine", {}).get("cpu", "?"))
+
+
+def _newest(directory: Path, pattern: str, accept, key) -> dict[str, dict]:
+    """Of the JSON results in `directory` named like `pattern` that `accept` takes, the newest
+    (by date, then file name) per `key(result)`; each with its file name as `_file`."""
     best: dict[str, dict] = {}
-    for p in sorted(directory.glob("accuracy-*.json")):
+    for p in sorted(directory.glob(pattern)):
         try:
             r = json.loads(p.read_text())
         except ValueError:
             continue
-        if "accuracy" not in r:
+        if not accept(r):
             continue
         r["_file"] = p.name
-        cpu = r.get("machine", {}).get("cpu", "?")
-        if cpu not in best or (r["date"], p.name) > (best[cpu]["date"], best[cpu]["_file"]):
-            best[cpu] = r
+        k = key(r)
+        if k not in best or (r["date"], p.name) > (best[k]["date"], best[k]["_file"]):
+            best[k] = r
     return best
 
 
@@ -300,17 +307,8 @@ MODEL_ANCHORS = ("torch", "torch.compile", "onnxruntime", "tvm")
 
 def load_model_results(directory: Path, size: str = "full") -> list[dict]:
     """The newest `python -m bench --models` result per machine at `size`."""
-    best: dict[str, dict] = {}
-    for p in sorted(directory.glob("models-*.json")):
-        try:
-            r = json.loads(p.read_text())
-        except ValueError:
-            continue
-        if r.get("suite") != MODEL_SUITE or r.get("size") != size:
-            continue
-        r["_file"] = p.name
-        if r["machine"] not in best or (r["date"], p.name) > (best[r["machine"]]["date"], best[r["machine"]]["_file"]):
-            best[r["machine"]] = r
+    best = _newest(directory, "models-*.json", lambda r: r.get("suite") == MODEL_SUITE and r.get("size") == size,
+                   lambda r: r["machine"])
     return [best[k] for k in sorted(best)]
 
 

@@ -19,6 +19,15 @@ commit and wait do nothing: the ring's indexing is checked there, its timing onl
 """
 from __future__ import annotations
 
+# the imports an inline-PTX helper text makes off the simulator (emit/vector.py and emit/mma.py
+# write the same block)
+INTRINSIC_IMPORTS = [
+    "    from llvmlite import ir as _llir",
+    "    from numba import types as _nbt",
+    "    from numba.core import cgutils as _cgutils",
+    "    from numba.cuda.extending import intrinsic as _intrinsic",
+]
+
 MAX_STAGES = 4       # _cp_wait0 .. _cp_wait{MAX_STAGES - 2}
 
 CP_ASYNC_HELPERS = [
@@ -36,10 +45,7 @@ CP_ASYNC_HELPERS = [
     "",
     f"    _cp_wait0 = {' = '.join(f'_cp_wait{n}' for n in range(1, MAX_STAGES - 1))} = _cp_commit",
     "else:",
-    "    from llvmlite import ir as _llir",
-    "    from numba import types as _nbt",
-    "    from numba.core import cgutils as _cgutils",
-    "    from numba.cuda.extending import intrinsic as _intrinsic",
+    *INTRINSIC_IMPORTS,
     "",
     "    def _cp_addresses(context, builder, sig, args):",
     '        """The generic addresses (i64) of dst[di] and src[si] (C order, no wraparound)."""',

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..plan.gemm import SMEM_LIMIT, restage_stride
 from ..plan.hardware import WARP
 from . import bf16 as emit_bf16
+from .cp_async import INTRINSIC_IMPORTS
 from .values import expr_add, expr_mul
 
 
@@ -60,10 +61,7 @@ LDSM_HELPERS = [
     "if _CUDASIM:   # no inline PTX (the kernels take their FMA path there)",
     "    _ldsm_x4 = _ldsm_x4_t = _ldsm_x2 = _ldsm_x2_t = _smem_base = None",
     "else:",
-    "    from llvmlite import ir as _llir",
-    "    from numba import types as _nbt",
-    "    from numba.core import cgutils as _cgutils",
-    "    from numba.cuda.extending import intrinsic as _intrinsic",
+    *INTRINSIC_IMPORTS,
     "",
     "    @_intrinsic",
     "    def _smem_base(typingctx, arr):",

@@ -13,6 +13,7 @@ thread). Under the simulator the helpers are plain Python.
 """
 from __future__ import annotations
 
+from .cp_async import INTRINSIC_IMPORTS
 from .values import expr_add
 from ..mlir import ir
 from .siblings import access
@@ -30,10 +31,7 @@ VECTOR_HELPERS = [
     "        *lead, c = idx",
     "        a[(*lead, slice(c, c + 4))] = (x0, x1, x2, x3)",
     "else:",
-    "    from llvmlite import ir as _llir",
-    "    from numba import types as _nbt",
-    "    from numba.core import cgutils as _cgutils",
-    "    from numba.cuda.extending import intrinsic as _intrinsic",
+    *INTRINSIC_IMPORTS,
     "",
     "    def _f32x4_at(context, builder, sig, args):",
     '        """The global pointer to a[idx] (idx a tuple, C order, no wraparound) and whether it is 16-byte aligned."""',
