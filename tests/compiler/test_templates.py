@@ -27,6 +27,7 @@ from fusec.compiler.plan.templates import TEMPLATES
 ROOT = Path(__file__).resolve().parents[2]
 H200 = GPUS["h200"]
 F16 = "chain t(a: f16[M, K], b: f16[K, N], c: f16[N]) -> f16[M, N] { return relu(a @ b + c) }"
+F64 = F16.replace("f16", "f64")
 
 
 def test_every_registered_stage_resolves():
@@ -51,7 +52,8 @@ CASES = [
     ("examples/softmax.fdsl", "softmax_rows", {"M": 64, "N": 512}, "gpu"),                  # row
     ("examples/softmax.fdsl", "softmax_rows", {"M": 64, "N": 512}, "cpu"),
     ("examples/mlp.fdsl", "mlp", {"M": 128, "D": 64, "H": 256, "O": 64}, "gpu"),             # contraction
-    ("examples/mlp.fdsl", "mlp", {"M": 4096, "D": 1024, "H": 4096, "O": 1024}, "gpu"),      # ... double-buffered
+    ("examples/mlp.fdsl", "mlp", {"M": 4096, "D": 1024, "H": 4096, "O": 1024}, "gpu"),      # ... cp.async stages
+    (F64, "t", {"M": 4096, "K": 1024, "N": 4096}, "gpu"),                                    # ... double-buffered (no cp.async for f64)
     ("examples/mlp.fdsl", "mlp", {"M": 128, "D": 64, "H": 256, "O": 64}, "cpu"),
     (F16, "t", {"M": 512, "K": 1024, "N": 4096}, "gpu"),                                     # ... on tensor cores
     ("examples/attention.fdsl", "attention", {"B": 2, "S": 128}, "gpu"),                    # attention
@@ -78,6 +80,7 @@ def test_the_cases_hold_every_template(plans):
     assert seen == set(TEMPLATES), seen
     configs = [g.config for _, p in plans for g in p.kernels]
     assert any(getattr(c, "prefetch", False) for c in configs) and any(getattr(c, "mma", "") for c in configs)
+    assert any(getattr(c, "stages", 0) for c in configs)
 
 
 @pytest.mark.parametrize("k", range(len(CASES)), ids=[f"{c[1]}-{c[3]}-{i}" for i, c in enumerate(CASES)])
@@ -91,7 +94,7 @@ def test_a_plan_given_back_as_a_hand_plan_is_the_same_plan(plans, k):
 
 
 def test_the_summary_keeps_the_plan_json_fields():
-    plan = _plan(*CASES[8])
+    plan = _plan(*CASES[9])
     (g,) = plan.summary()["groups"]
     assert g["attention"] and g["gemm"] == [] and g["row_threads"] == 0 and g["scan"] == 0 and g["conv"] == ""
     assert list(g)[:17] == ["kernel", "root", "serial", "loops", "block_tiles", "thread_tiles", "threads",
