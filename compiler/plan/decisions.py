@@ -88,6 +88,16 @@ class KernelNames:
         return len(self.ids) - 1 - self.ids.index(self.resolve(kid))
 
 
+def mma_ceiling_text(hw: HardwareProfile) -> str:
+    """The rate a tensor-core kernel was priced at (plan/gemm.py: `hw.mma_sync_flops()`), and the
+    device's tensor peak beside it where that is another instruction's (wgmma on Hopper)."""
+    rate = hw.mma_sync_flops()
+    text = f", priced at mma.sync's {rate / 1e12:.0f} TFLOP/s ceiling on {hw.name}"
+    if hw.tensor_flops_fp16 > rate:
+        text += f" (wgmma's {hw.tensor_flops_fp16 / 1e12:.0f} not used)"
+    return text
+
+
 def contraction_note(info: ChainInfo, g: Kernel, chooser: TileChooser) -> list[str]:
     """How a GPU kernel's contraction is computed and why: a tiled contraction (plan/gemm.py;
     for a conv, implicit GEMM) or a dot product per output (direct), with both predictions."""
@@ -114,7 +124,7 @@ def contraction_note(info: ChainInfo, g: Kernel, chooser: TileChooser) -> list[s
     cfg = g.config
     if isinstance(cfg, ContractionConfig):
         if cfg.mma:
-            how = f", on {cfg.mma} tensor cores (mma.sync)"
+            how = f", on {cfg.mma} tensor cores (mma.sync){mma_ceiling_text(chooser.hw)}"
         elif c.operand_dtypes[:2] in (("f16", "f16"), ("bf16", "bf16")):
             why = mma_error(info, gk, gemm_shape(info, gk, g.root, g.block_tiles, cfg.steps), chooser.hw)
             how = f", on FMAs, not tensor cores: {why}"

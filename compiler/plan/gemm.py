@@ -210,7 +210,7 @@ def mma_kind(info: ChainInfo, gk: GemmKernel, shape: GemmShape, hw=None) -> str 
     both operands f16, or both bf16 (emit/mma.py: 16-bit swizzled tiles, bf16 ones holding the
     bits of the f32 values a bf16 array has in the kernels; no cp.async for bf16), a
     multiply-add body into an f32 accumulator, a device that has them
-    (`hw.tensor_flops_fp16`; None: any), and tiles a warp grid covers: TM and TN even, BK a
+    (`hw.mma_sync_flops()`; None: any), and tiles a warp grid covers: TM and TN even, BK a
     multiple of 16, BM a multiple of 8 TM and BN of 4 TN. Else None (the SIMT form)."""
     if mma_error(info, gk, shape, hw) is not None:
         return None
@@ -228,7 +228,7 @@ def mma_error(info: ChainInfo, gk: GemmKernel, shape: GemmShape, hw=None) -> str
     body = [b for b in co.body_ops if b != "linalg.yield"]
     if sorted(set(body) - {"arith.extf"}) != ["arith.addf", "arith.mulf"] or body.count("arith.mulf") != 1:
         return "its body is not a multiply-add"
-    if hw is not None and not getattr(hw, "tensor_flops_fp16", 0):
+    if hw is not None and not (hw.mma_sync_flops() if hasattr(hw, "mma_sync_flops") else 0):
         return f"{hw.name} has no tensor cores in its profile"
     s = shape
     why = mma_tiles_error(s.bm, s.bn, s.bk, s.tm, s.tn)
@@ -385,7 +385,8 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
     loads; a lone block pays the load latency every K step. The busiest SM runs ceil(blocks /
     SMs) blocks (the waves). Memory: each operand tile is read once per block (the re-reads of
     an operand by the blocks along the other side come from L2 when it holds them). On tensor
-    cores (plan/gemm.py: mma_kind) the FMAs are mma.sync instructions at the tensor rate, plus
+    cores (plan/gemm.py: mma_kind) the FMAs are mma.sync instructions at mma.sync's own ceiling
+    (`hw.mma_sync_flops()`: on Hopper half the wgmma peak `tensor_flops_fp16` reports), plus
     the fragments' shared loads and f16x2 packing. Double buffering (`ContractionConfig.prefetch`: the next K
     step's elements loaded into registers before this step's products) hides the load latency
     behind the block's own compute, for as many registers more as the thread loads per step."""
@@ -459,7 +460,9 @@ def _gpu_gemm_time(info, members, root, tiling: Tiling, hw: HardwareProfile, com
         fma = steps * (s.tm // 2) * (s.tn // 2)
         lds = steps * (s.tm // 2 + (s.tn // 2 + 1) // 2)
         cvt = 0
-        mma_rate = hw.tensor_flops_fp16 / (2 * 2048 * hw.units * hw.clock_hz)   # mma per SM cycle
+        # mma per SM cycle at mma.sync's own ceiling (hardware.py: on sm_90 half the wgmma peak
+        # that `tensor_flops_fp16` reports; wgmma is not what these kernels issue)
+        mma_rate = hw.mma_sync_flops() / (2 * 2048 * hw.units * hw.clock_hz)
         issue = fma + lds + cvt + sts + 2 * loads + ints + 2 * spilled
         cyc = max(fma / mma_rate, lds + sts + 2 * spilled, (ints + cvt) / (fma_rate / 2), issue / SCHEDULERS)
     else:

@@ -83,7 +83,19 @@ class HardwareProfile:
                                             # faster (compiler/calibrate.py); 0: LLVM's default for the CPU
     notes: tuple[str, ...] = ()
     source: str = "datasheet"
-    tensor_flops_fp16: float = 0.0          # gpu: dense f16/bf16 tensor cores, f32 accumulate (mma.sync); 0: none
+    tensor_flops_fp16: float = 0.0          # gpu: the dense f16/bf16 tensor-core peak, f32 accumulate (the
+                                            # datasheet's: wgmma on sm_90), for reporting; 0: no tensor cores
+    mma_sync_flops_fp16: float = 0.0        # gpu: what the legacy warp-level mma.sync.m16n8k16 (HMMA.16816,
+                                            # f32 accumulate) reaches: the ceiling the contraction model prices
+                                            # (`mma_sync_flops`); 0: tensor_flops_fp16 (no separate figure)
+
+    def mma_sync_flops(self) -> float:
+        """The f16/bf16 rate a kernel on `mma.sync` is priced at (plan/gemm.py): the profile's
+        mma.sync ceiling, else its tensor peak where the profile gives no separate figure; 0 where
+        it has no tensor cores (`tensor_flops_fp16` 0). Never the wgmma peak where the two differ."""
+        if not self.tensor_flops_fp16:
+            return 0.0
+        return self.mma_sync_flops_fp16 or self.tensor_flops_fp16
 
     def weight(self, op: str) -> float:
         return _weights(self.weights).get(op, 1.0)
@@ -106,6 +118,20 @@ def _weights(weights: tuple[tuple[str, float], ...]) -> dict[str, float]:
 _LAUNCH_NOTE = "launch_s: a Numba kernel launch from Python (dispatch, argument packing), estimated"
 _L2_NOTE = ("cache_bandwidth (L2), mem_latency_s (about 500 cycles) and the transcendental FLOP weights "
             "are estimates")
+# Hopper's 989.4 TFLOP/s dense f16 peak (132 SMs x 1.98 GHz x 4 tensor cores x 4096 FLOP a
+# cycle) is wgmma's; the legacy warp-synchronous mma.sync (HMMA.16816) that fusec's kernels issue
+# reaches about half of it. Sources: Luo et al.'s microbenchmarks of Hopper's tensor cores
+# ("Benchmarking and Dissecting the Nvidia Hopper GPU Architecture", arXiv 2402.13499, on H800;
+# "Dissecting the NVIDIA Hopper Architecture through Microbenchmarking and Multiple Level
+# Analysis", arXiv 2501.12084) find the sm_80-style mma well short of wgmma's rate; a warp-level
+# (wmma -> HMMA) loop with no memory traffic tops out at ~50% of the H100's marketed f16 peak
+# (reported on r/CUDA, "Since WGMMA has 2x throughput of WMMA in H100"); FlashAttention-2
+# (mma.sync) runs at ~35% of H100 peak where FlashAttention-3 (wgmma) reaches ~75%. The papers'
+# exact table was not at hand: the figure is half the wgmma peak, derived from these, not
+# measured here. On the A100 mma.sync is the top instruction: its ceiling is the datasheet's 312.
+_MMA_SYNC_HOPPER = 989.4e12 / 2
+_MMA_NOTE = ("mma_sync_flops_fp16: half the wgmma peak (legacy mma.sync on sm_90; arXiv 2402.13499, "
+             "2501.12084), derived, not measured")
 
 GPUS: dict[str, HardwareProfile] = {
     "h200": HardwareProfile(
@@ -113,19 +139,19 @@ GPUS: dict[str, HardwareProfile] = {
         units=132, onchip_per_unit=228 * KB, onchip_per_block=227 * KB, regs_per_unit=65536,
         regs_per_thread=255, max_threads_per_block=1024, max_threads_per_unit=2048, max_blocks_per_unit=32,
         l2_bytes=50 * MB, cache_bandwidth=12e12, alloc_s=4e-6, clock_hz=1.98e9, mem_latency_s=2.5e-7,
-        tensor_flops_fp16=989.4e12, notes=(_LAUNCH_NOTE, _L2_NOTE)),
+        tensor_flops_fp16=989.4e12, mma_sync_flops_fp16=_MMA_SYNC_HOPPER, notes=(_LAUNCH_NOTE, _L2_NOTE, _MMA_NOTE)),
     "h100": HardwareProfile(
         "h100", "gpu", bandwidth=3.35e12, peak_flops=66.9e12, peak_flops_fp16=133.8e12, launch_s=8e-6,
         units=132, onchip_per_unit=228 * KB, onchip_per_block=227 * KB, regs_per_unit=65536,
         regs_per_thread=255, max_threads_per_block=1024, max_threads_per_unit=2048, max_blocks_per_unit=32,
         l2_bytes=50 * MB, cache_bandwidth=10e12, alloc_s=4e-6, clock_hz=1.98e9, mem_latency_s=2.5e-7,
-        tensor_flops_fp16=989.4e12, notes=(_LAUNCH_NOTE, _L2_NOTE)),
+        tensor_flops_fp16=989.4e12, mma_sync_flops_fp16=_MMA_SYNC_HOPPER, notes=(_LAUNCH_NOTE, _L2_NOTE, _MMA_NOTE)),
     "a100": HardwareProfile(
         "a100", "gpu", bandwidth=2.039e12, peak_flops=19.5e12, peak_flops_fp16=78e12, launch_s=8e-6,
         units=108, onchip_per_unit=164 * KB, onchip_per_block=163 * KB, regs_per_unit=65536,
         regs_per_thread=255, max_threads_per_block=1024, max_threads_per_unit=2048, max_blocks_per_unit=32,
         l2_bytes=40 * MB, cache_bandwidth=5e12, alloc_s=4e-6, clock_hz=1.41e9, mem_latency_s=3.4e-7,
-        cc=(8, 0), tensor_flops_fp16=312e12, notes=(_LAUNCH_NOTE, _L2_NOTE)),
+        cc=(8, 0), tensor_flops_fp16=312e12, mma_sync_flops_fp16=312e12, notes=(_LAUNCH_NOTE, _L2_NOTE)),
     # the seeds' illustrative device: their worked figures add compute and memory time
     "seed": HardwareProfile(
         "seed", "gpu", bandwidth=900e9, peak_flops=19.5e12, peak_flops_fp16=78e12, launch_s=5e-6,

@@ -426,7 +426,12 @@ class TileChooser:
         # gives one: larger tiles that leave SMs idle are ranked but not taken
         filling = {t: c for t, c in evaluated.items() if self._fills(c)}
         pool = filling or evaluated
-        fastest = min(pool, key=lambda k: pool[k].time_s)
+        # 16-bit operands (tensor cores, priced at mma.sync's ceiling): shapes the ceiling binds tie
+        # on time; of those, the one that moves the fewest bytes (larger block tiles, fewer
+        # re-reads), then the fewest threads (larger warp tiles: fewer ldmatrix per mma.sync)
+        narrow = co.operand_dtypes[0] in ("f16", "bf16")
+        fastest = min(pool, key=lambda k: (pool[k].time_s, pool[k].memory_s, pool[k].threads) if narrow
+                      else pool[k].time_s)
         best = (start if start in pool and pool[fastest].time_s >= pool[start].time_s * (1 - MARGIN)
                 else fastest)
         ranked = tuple(sorted(((t, c.time_s) for t, c in evaluated.items()), key=lambda x: (x[1], x[0] != best)))

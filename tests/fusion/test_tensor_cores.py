@@ -66,6 +66,35 @@ def test_a_profile_without_tensor_cores_keeps_fmas():
     assert "on FMAs, not tensor cores: h200 has no tensor cores in its profile" in note   # --explain says why
 
 
+@pytest.mark.parametrize("name", ["h200", "h100", "a100"])
+def test_tensor_core_kernels_are_priced_at_mma_sync_not_wgmma(name):
+    """Issue 37: a kernel on mma.sync is priced at mma.sync's ceiling (on Hopper half the wgmma
+    peak the profile reports as `tensor_flops_fp16`), so a compute-bound f16 matmul is never
+    predicted faster than its FLOPs at that ceiling. At the old price (989 TFLOP/s on Hopper)
+    the 4096^3 matmul was predicted at 217 us, under the 278 us its 137 GFLOP take at 495."""
+    from dataclasses import replace
+    hw = GPUS[name]
+    assert 0 < hw.mma_sync_flops() <= hw.tensor_flops_fp16
+    if name != "a100":                  # Hopper: mma.sync is not the top instruction
+        assert hw.mma_sync_flops() < 0.6 * hw.tensor_flops_fp16
+    b = {"M": 4096, "K": 4096, "N": 4096}
+    st = _stages(F16, b, hw=hw)
+    (g,) = st.plan.kernels
+    assert g.config.mma == "f16"
+    flops = 2 * b["M"] * b["K"] * b["N"]
+    (cost,) = st.plan.costs
+    assert cost.time_s >= flops / hw.mma_sync_flops()
+    # the ceiling is what prices it: on a profile whose mma.sync ran at the wgmma peak (the old
+    # price) the search's plan is predicted below the flops at mma.sync's ceiling on Hopper
+    fast = replace(hw, mma_sync_flops_fp16=hw.tensor_flops_fp16)
+    (fast_cost,) = _stages(F16, b, hw=fast).plan.costs
+    if name != "a100":
+        assert fast_cost.time_s < flops / hw.mma_sync_flops() <= cost.time_s
+    (note,) = [d for d in st.plan.decisions if " as tiled contraction" in d]   # --explain states the price
+    assert f"priced at mma.sync's {hw.mma_sync_flops() / 1e12:.0f} TFLOP/s ceiling on {name}" in note
+    assert ("(wgmma's 989 not used)" in note) == (name != "a100")
+
+
 @pytest.mark.slow
 def test_the_tensor_core_kernel_report():
     st = _stages(F16, {"M": 512, "K": 1024, "N": 4096})
