@@ -207,11 +207,9 @@ def tile_pad(mma: bool, wide: bool = False) -> int:
 
 def mma_kind(info: ChainInfo, gk: GemmKernel, shape: GemmShape, hw=None) -> str | None:
     """'f16' or 'bf16' when the kernel runs on tensor cores (mma.sync.m16n8k16, f32 accumulate):
-    both operands f16, or both bf16 (emit/mma.py: 16-bit swizzled tiles, bf16 ones holding the
-    bits of the f32 values a bf16 array has in the kernels; no cp.async for bf16), a
-    multiply-add body into an f32 accumulator, a device that has them
-    (`hw.mma_sync_flops()`; None: any), and tiles a warp grid covers: TM and TN even, BK a
-    multiple of 16, BM a multiple of 8 TM and BN of 4 TN. Else None (the SIMT form)."""
+    both operands f16 or both bf16 (emit/mma.py: 16-bit swizzled tiles), a multiply-add body into
+    an f32 accumulator, a device that has them (`hw.mma_sync_flops()`; None: any), and tiles a
+    warp grid covers: TM, TN even, BK a multiple of 16, BM of 8 TM, BN of 4 TN. Else None (SIMT)."""
     if mma_error(info, gk, shape, hw) is not None:
         return None
     return info.op(gk.contraction).operand_dtypes[0]
@@ -230,14 +228,12 @@ def mma_error(info: ChainInfo, gk: GemmKernel, shape: GemmShape, hw=None) -> str
         return "its body is not a multiply-add"
     if hw is not None and not (hw.mma_sync_flops() if hasattr(hw, "mma_sync_flops") else 0):
         return f"{hw.name} has no tensor cores in its profile"
-    s = shape
-    why = mma_tiles_error(s.bm, s.bn, s.bk, s.tm, s.tn)
-    if why is not None:
+    if (why := mma_tiles_error(shape.bm, shape.bn, shape.bk, shape.tm, shape.tn)) is not None:
         return why
     # past the static 48 KB: dynamic shared memory, the kernel opted in (shared_limit)
     limit = max(SMEM_LIMIT, hw.onchip_per_block) if hw is not None and hw.kind == "gpu" else SMEM_LIMIT
-    if s.mma_shared_bytes > limit:
-        return f"its {s.bm}x{s.bn} output tile does not fit in shared memory for the epilogue"
+    if shape.mma_shared_bytes > limit:
+        return f"its {shape.bm}x{shape.bn} output tile does not fit in shared memory for the epilogue"
     return None
 
 
