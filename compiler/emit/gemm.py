@@ -6,7 +6,6 @@ to the root. Values come from `TemplateValues`; on tensor cores the products fro
 from __future__ import annotations
 
 import math
-import re
 
 from . import ids
 from .vector import VECTOR_HELPERS
@@ -665,13 +664,19 @@ class _Gemm:
         return side_fast, inner
 
     def _block_offset(self, name: str, n: int) -> bool:
-        """Whether `name` is defined in this kernel as a block id times a multiple of `n`."""
+        """Whether `name` is the emitted value of a block id times a constant multiple of `n`
+        (an arith.muli of a gpu.block_id and a constant, read from the ops the emitter named)."""
         if not name.isidentifier():
             return False
-        for line in self.w.lines:
-            m = re.fullmatch(rf"\s*{name} = block_id_[xyz] \* (\d+)", line)
-            if m:
-                return int(m.group(1)) % n == 0
+        v = next((v for v, e in self.ctx.expr.items() if e == name), None)
+        op = getattr(v, "owner", None)
+        if op is None or getattr(op, "name", None) != "arith.muli":
+            return False
+        a, b = (self.ctx.expr.get(x) for x in op.operands)
+        by_block = [getattr(x.owner, "name", None) == "gpu.block_id" for x in op.operands]
+        for i, c in ((0, b), (1, a)):
+            if by_block[i] and c is not None and is_int(c):
+                return int(c) % n == 0
         return False
 
     def _run_layout(self, side: str, operand: int, bs: int, side_fast: bool, inner: int, n: int = 4):

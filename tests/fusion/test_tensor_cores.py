@@ -60,6 +60,14 @@ def test_shapes_the_fragments_do_not_tile_stay_on_fmas(block, gemm, why):
     assert g.config.mma == "" and why in mma_error(st.plan.info, gk, gemm_shape(st.plan.info, gk, g.root, g.block_tiles, g.config.steps))
 
 
+def test_bf16_contractions_are_offered_64_column_warp_tiles_as_f16_ones_are():
+    """The tile search's TN 16 (warp tiles of 32x64 or 16x64) for bf16 operands too: the bench
+    mlp in bf16 takes one (the f16 one does; before, bf16 had TN 8 at most)."""
+    for src in (F16, BF16):
+        k = _stages(src, {"M": 512, "K": 1024, "N": 4096}).plan.kernels[0].config
+        assert k.mma and k.tn == 16, (src, k.tm, k.tn)
+
+
 def test_a_profile_without_tensor_cores_keeps_fmas():
     from dataclasses import replace
     st = _stages(F16, {"M": 512, "K": 1024, "N": 4096}, hw=replace(H200, tensor_flops_fp16=0.0))
