@@ -16,6 +16,13 @@ the host, in float64), starts each workload's artifact in two fresh processes on
 other (the second loads the kernels from Numba's cache, which the first filled) and writes
 `$OUT/<machine>-<date>.json`, which `python -m bench table` turns into the table of
 docs/PERFORMANCE.md once copied into bench/results/.
+
+The tensor-core workloads (`TENSOR_CORE`, issue 37: f16 and bf16 GEMM 4096^3, the bench mlp,
+attention at B·H=16, S=2048, D=64 and 128, plain and causal) are compiled the same way, with the
+plan's predicted H200 time kept in the manifest; `run` times fusec's fused build against PyTorch
+eager (cuBLAS, scaled_dot_product_attention) and torch.compile on the same 16-bit inputs, checks
+each against PyTorch in float32 (fusec's NumPy reference where PyTorch is missing) and records
+measured beside predicted under "tensor_core" in the JSON.
 """
 from __future__ import annotations
 
@@ -62,6 +69,7 @@ def prepare(out: Path, only: list[str] | None = None, size: str = "full") -> Non
         meta = manifest["workloads"][w.name] = {"binding": binding, "compile_s": round(time.perf_counter() - t0, 3)}
         print(f"compiled {w.name} {binding} for cuda in {meta['compile_s']} s", flush=True)
         meta["dynamic"] = _prepare_dynamic(out / f"{w.name}.dynamic", w, chain, binding, text)
+    manifest["tensor_core"] = _prepare_tensor_core(out, only, size)
     wheels = out / "wheels"
     wheels.mkdir(exist_ok=True)
     if not list(wheels.glob("lark-*.whl")):
@@ -99,6 +107,180 @@ def _prepare_dynamic(out: Path, w, chain, binding: dict, text: str) -> dict:
         return {"symbol": sym, "skipped": "refused: " + e.diagnostics[0].message}
     write_artifact(out, target, f"bench/fdsl/{w.fdsl.name}", text, options, [built])
     return {"symbol": sym, "planned_at": planned[sym]}
+
+
+def _attention_source(dtype: str, d: int, causal: bool) -> str:
+    """softmax(q kᵀ / sqrt(D)) v over [B·H, S, D]; causal: query i sees keys j <= i, the mask an
+    index comparison (no mask tensor)."""
+    s = f"q @ transpose(k) * {1 / d ** 0.5!r}"
+    if causal:
+        s = f"where(reshape(arange(S), [S, 1]) >= arange(S), {s}, -inf)"
+    return (f"chain attn(q: {dtype}[B, S, D], k: {dtype}[B, S, D], v: {dtype}[B, S, D]) -> {dtype}[B, S, D] {{\n"
+            f"    return softmax({s}, axis=-1) @ v\n}}\n")
+
+
+def _tensor_core_workloads() -> dict:
+    """name -> (FDSL source, chain, full binding, tiny binding, kind, input scales): issue 37's
+    f16/bf16 workloads."""
+    out = {}
+    for t in ("f16", "bf16"):
+        out[f"gemm4096_{t}"] = (f"chain mm(a: {t}[M, K], b: {t}[K, N]) -> {t}[M, N] {{\n    return a @ b\n}}\n", "mm",
+                                dict(M=4096, K=4096, N=4096), dict(M=32, K=32, N=32), "gemm", (1.0, 1.0))
+        out[f"mlp_{t}"] = (f"chain mlp(x: {t}[M, K], w: {t}[K, N], b: {t}[N]) -> {t}[M, N] {{\n"
+                           f"    return gelu(x @ w + b)\n}}\n", "mlp", dict(M=512, K=1024, N=4096),
+                           dict(M=16, K=32, N=32), "mlp", (1.0, 1 / 32, 0.1))
+        for d in (64, 128):
+            for causal in (False, True):
+                out[f"attn_d{d}{'_causal' if causal else ''}_{t}"] = (
+                    _attention_source(t, d, causal), "attn", dict(B=16, S=2048, D=d), dict(B=2, S=16, D=d),
+                    "causal" if causal else "attention", (1.0, 1.0, 1.0))
+    return out
+
+
+TENSOR_CORE = _tensor_core_workloads()
+
+
+def _prepare_tensor_core(out: Path, only: list[str] | None, size: str) -> dict:
+    """Each TENSOR_CORE workload compiled for cuda (planned for the H200) into out/<name>/, with
+    the plan's predicted time: {name: {"binding", "compile_s", "predicted_us", "kernels"}}."""
+    import fusec
+    from fusec.artifacts import write_artifact
+    from fusec.compiler.pipeline import build_chain
+    from fusec.compiler.plan.cost import total_time
+    from fusec.runtime.targets import Target
+    from fusec.target_options import compile_options
+    done = {}
+    for name, (src, chain_name, full, tiny, kind, _) in TENSOR_CORE.items():
+        if only and name not in only:
+            continue
+        binding = dict(full if size == "full" else tiny)
+        chain = fusec.check(src).chain(chain_name)
+        t0 = time.perf_counter()
+        target = Target("cuda")
+        options = compile_options(target)
+        built = build_chain(chain, binding, options, unfused=False)
+        write_artifact(out / name, target, f"bench/gpu.py:{name}", src, options, [built])
+        plan = built.main.plan
+        done[name] = {"binding": binding, "kind": kind, "compile_s": round(time.perf_counter() - t0, 3),
+                      "predicted_us": round(1e6 * total_time(plan.costs), 2), "kernels": len(plan.kernels),
+                      "hardware": options.hardware.name}
+        print(f"compiled {name} {binding} for cuda in {done[name]['compile_s']} s: {len(plan.kernels)} kernel(s), "
+              f"predicted {done[name]['predicted_us']} us on {options.hardware.name}", flush=True)
+    return done
+
+
+def _tensor_core_inputs(name: str, binding: dict, seed: int = 0) -> list:
+    """The workload's 16-bit host inputs (float16, or ml_dtypes.bfloat16): N(0, 1) times its
+    scale per input."""
+    import ml_dtypes
+    import numpy as np
+    src, chain_name, _, _, kind, scales = TENSOR_CORE[name]
+    dt = np.float16 if name.endswith("_f16") else ml_dtypes.bfloat16
+    b = binding
+    shapes = {"gemm": [(b.get("M"), b.get("K")), (b.get("K"), b.get("N"))],
+              "mlp": [(b.get("M"), b.get("K")), (b.get("K"), b.get("N")), (b.get("N"),)]}.get(
+        kind, [(b.get("B"), b.get("S"), b.get("D"))] * 3)
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal(shape, dtype=np.float32) * np.float32(sc)).astype(dt) for shape, sc in zip(shapes, scales)]
+
+
+def _torch_tensor_core(torch, kind: str, d: int | None):
+    """The workload as a PyTorch user writes it: cuBLAS through matmul/addmm, SDPA (its flash
+    kernel takes [N, H, S, D]: the B·H rows as heads)."""
+    F = torch.nn.functional
+    if kind == "gemm":
+        return lambda a, b: a @ b
+    if kind == "mlp":
+        return lambda x, w, b: F.gelu(torch.addmm(b, x, w), approximate="tanh")
+    causal = kind == "causal"
+    return lambda q, k, v: F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=causal,
+                                                          scale=1 / d ** 0.5)[0]
+
+
+def _run_tensor_core(directory: Path, manifest: dict, only, target, budget) -> list[dict]:
+    """The TENSOR_CORE workloads timed: fusec fused, torch eager, torch.compile; each output
+    checked against PyTorch in float32 on the same inputs (fusec's NumPy reference, in float64,
+    without PyTorch); measured beside the plan's predicted time."""
+    import numpy as np
+
+    import fusec
+    from fusec.runtime.compare import compare
+
+    from .anchors import Impl
+    from .suite import _failure
+    from .timing import measure
+    torch = None
+    if importlib.util.find_spec("torch") is not None and target.name == "cuda":
+        import torch
+    results = []
+    for name, meta in manifest.get("tensor_core", {}).items():
+        if only and name not in only:
+            continue
+        src, chain_name, _, _, kind, _ = TENSOR_CORE[name]
+        dtype = "f16" if name.endswith("_f16") else "bf16"
+        binding = meta["binding"]
+        inputs = _tensor_core_inputs(name, binding)
+        impls, skipped = [], {}
+        try:
+            built, load_s = _load(directory / name, chain_name, target)
+            impls.append(_fusec_gpu(built, "fused", inputs, load_s, meta["compile_s"]))
+        except Exception as e:
+            skipped["fusec fused"] = _failure(e)
+        oracle, oracle_from = None, None
+        if torch is not None:
+            tdt = torch.float16 if dtype == "f16" else torch.bfloat16
+            args = [torch.from_numpy(x.astype(np.float32)).cuda() for x in inputs]
+            fn = _torch_tensor_core(torch, kind, binding.get("D"))
+            with torch.no_grad():
+                oracle = fn(*args).cpu().numpy()
+            oracle_from = "torch float32"
+            args = [a.to(tdt) for a in args]
+            for anchor, f in (("torch.cuda", fn), ("torch.compile.cuda", None)):
+                try:
+                    call_fn = f if f is not None else torch.compile(fn)
+                    holder = {}
+
+                    def call(call_fn=call_fn, holder=holder):
+                        with torch.no_grad():
+                            holder["out"] = call_fn(*args)
+                        torch.cuda.synchronize()
+                        return holder["out"]
+                    t0 = time.perf_counter()
+                    call()
+                    impls.append(Impl(anchor, call, lambda holder=holder: holder["out"].float().cpu().numpy(),
+                                      cold_s=time.perf_counter() - t0))
+                except Exception as e:
+                    skipped[anchor] = _failure(e)
+        else:
+            skipped["torch.cuda"] = skipped["torch.compile.cuda"] = "PyTorch with CUDA not available"
+            oracle = np.asarray(fusec.reference(fusec.check(src).chain(chain_name),
+                                                inputs, binding, compute_f64=True)[0])
+            oracle_from = "fusec reference (float64)"
+        samples = measure({i.name: i.call for i in impls}, budget)
+        entries = {}
+        for impl in impls:
+            e = samples[impl.name].as_dict()
+            e["cold_s"] = impl.cold_s
+            try:
+                c = compare(np.asarray(impl.result()).astype(np.float32), oracle, dtype)
+                e["agreement"] = {"ok": c.ok, "max_abs": float(f"{c.max_abs:.3g}"), "max_rel": float(f"{c.max_rel:.3g}"),
+                                  "against": oracle_from}
+            except Exception as ex:
+                e["agreement"] = {"ok": False, "reason": _failure(ex)}
+            if impl.detail:
+                e["detail"] = impl.detail
+            entries[impl.name] = e
+            print(f"  {name:22s} {impl.name:18s} {e['median_ms']:9.4f} ms (min {e['min_ms']:.4f})", flush=True)
+        fused = entries.get("fusec fused")
+        measured_us = None if fused is None else round(1e3 * fused["median_ms"], 2)
+        print(f"  {name:22s} predicted {meta['predicted_us']} us on {meta['hardware']}, measured {measured_us} us",
+              flush=True)
+        results.append({"name": name, "dtype": dtype, "kind": kind, "binding": binding, "source": src,
+                        "predicted_us": meta["predicted_us"], "predicted_on": meta["hardware"],
+                        "measured_us": measured_us, "kernels": meta["kernels"], "impls": entries, "skipped": skipped,
+                        "vs": {k: round(fused["median_ms"] / v["median_ms"], 3) for k, v in entries.items()
+                               if fused is not None and k != "fusec fused"}})
+    return results
 
 
 def _ensure_lark(directory: Path) -> None:
@@ -246,6 +428,7 @@ def run(directory: Path, out: Path, only: list[str] | None = None, target_name: 
                         "bound": w.bound, "bytes": w.bytes(binding), "flops": w.flops(binding),
                         "floor": floor, "impls": entries, "skipped": skipped,
                         "ratios": _ratios(samples, floor), "start": started})
+    tensor_core = _run_tensor_core(directory, manifest, only, target, budget)
     from . import utc_stamp
     doc = {"schema": SCHEMA, "suite": "fusec-bench", "size": manifest["size"], "target": "cuda",
            "date": utc_stamp(),
@@ -255,7 +438,7 @@ def run(directory: Path, out: Path, only: list[str] | None = None, target_name: 
            "budget": {"seconds": budget.seconds, "min_runs": budget.min_runs, "max_runs": budget.max_runs,
                       "warmup": budget.warmup},
            "ratio_convention": "fusec fused time / other time: below 1 means fusec is faster",
-           "workloads": results}
+           "workloads": results, "tensor_core": tensor_core}
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{doc['machine']}-{doc['date'][:10]}.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")

@@ -10,7 +10,8 @@ copies 8 16-bit elements (the tensor-core tiles of f16 operands: emit/mma.py) wi
 fallback: it copies whole arrays whose rows are a multiple of 8 elements, so every run is
 16-byte aligned once the array's base is, which the launch makes sure of (`_align16`: an array
 that is a view at an odd address is copied first). The shared destination is the 32-bit shared-window address of
-the generic pointer (`cvta.to.shared`). `_cp_commit()` closes the thread's group of copies
+the generic pointer (`cvta.to.shared`); `_cp_async16hs` takes that address itself (the K loop's
+copies: computed once before it, emit/gemm.py `_flat_offsets`). `_cp_commit()` closes the thread's group of copies
 (`cp.async.commit_group`), `_cp_waitN()` waits until at most N of its groups are in flight
 (`cp.async.wait_group N`); a barrier after the wait makes every thread's copies visible. The
 asm statements have side effects and clobber memory, so LLVM keeps them in order with the
@@ -117,6 +118,9 @@ CP_ASYNC16H_HELPERS = [      # needs CP_ASYNC_HELPERS (its key, _cp_async16, sor
     "        d[(*dl, slice(dc, dc + 8))] = s[(*sl, slice(sc, sc + 8))]",
     "",
     "",
+    "    def _cp_async16hs(d, di, sa, s, si):",
+    "        _cp_async16h(d, di, s, si)",
+    "",
     "    def _align16(a):",
     "        return a",
     "else:",
@@ -130,6 +134,27 @@ CP_ASYNC16H_HELPERS = [      # needs CP_ASYNC_HELPERS (its key, _cp_async16, sor
     "        def codegen(context, builder, sig, args):",
     "            da, sa = _cp_addresses(context, builder, sig, args)",
     "            _cp_asm(builder, 16, 'cg', da, sa)",
+    "            return context.get_dummy_value()",
+    "        return sig, codegen",
+    "",
+    "    @_intrinsic",
+    "    def _cp_async16hs(typingctx, d, di, sa, s, si):",
+    '        """_cp_async16h with the destination given as its 32-bit shared-window address `sa`',
+    '        (`_smem_base` plus a byte offset, integer adds the emitter hoists as it does for',
+    '        ldmatrix); d[di] names the same element for the simulator and is not read here."""',
+    "        sig = _nbt.void(d, di, sa, s, si)",
+    "",
+    "        def codegen(context, builder, sig, args):",
+    "            i32, i64 = _llir.IntType(32), _llir.IntType(64)",
+    "            arr = context.make_array(sig.args[3])(context, builder, args[3])",
+    "            idx = [context.cast(builder, v, t, _nbt.intp)",
+    "                   for v, t in zip(_cgutils.unpack_tuple(builder, args[4], len(sig.args[4])), sig.args[4])]",
+    "            src = builder.ptrtoint(_cgutils.get_item_pointer(context, builder, sig.args[3], arr, idx, wraparound=False), i64)",
+    "            dst = builder.trunc(context.cast(builder, args[2], sig.args[2], _nbt.int64), i32)",
+    "            fn = _llir.InlineAsm(_llir.FunctionType(_llir.VoidType(), [i32, i64]),",
+    '                                 "{ .reg .u64 ga; cvta.to.global.u64 ga, $1; cp.async.cg.shared.global [$0], [ga], 16; }",',
+    '                                 "r,l,~{memory}", side_effect=True)',
+    "            builder.call(fn, [dst, src])",
     "            return context.get_dummy_value()",
     "        return sig, codegen",
     "",

@@ -6,13 +6,12 @@ to the root. Values come from `TemplateValues`; on tensor cores the products fro
 from __future__ import annotations
 
 import math
-import re
 
 from . import ids
 from .vector import VECTOR_HELPERS
 from .cp_async import CP_ASYNC16H_HELPERS, CP_ASYNC_HELPERS, MAX_STAGES
 from .mma import SwizzledTile, TensorCores
-from .template_values import FlatViews, TemplateValues, affine, n_inputs, dims_of, dims_of_map, indexing_maps, ints, pure_dim
+from .template_values import FLAT_HELPER, FlatViews, TemplateValues, affine, n_inputs, dims_of, dims_of_map, indexing_maps, ints, pure_dim
 from .values import EmitError, elem_of_type, expr_add, expr_mul, floordiv, is_int, mod
 from ..mlir import ir
 from ..plan.gemm import F32_BYTES, SMEM_LIMIT, mma_tiles_error, tile_pad
@@ -118,11 +117,36 @@ class _Loader:
     tile; double-buffered, `hold(k0)` reads it into registers, `put()` stores those into the
     tile and `declare()` defines the registers before the loop. A staged loader (cp.async,
     `_Gemm._staged_loader`) has `issue(k0, stage)` instead: the K step's copies into a stage
-    of its ring."""
+    of its ring (k0 a constant before the K loop; in it the step S - 1 ahead, whose offset a
+    strength-reduced loader keeps in a running variable that `advance()` steps)."""
 
-    def __init__(self, load=None, hold=None, put=None, declare=None, issue=None):
+    def __init__(self, load=None, hold=None, put=None, declare=None, issue=None, advance=None):
         self.load, self.hold, self.put, self.declare = load, hold, put, declare
         self.issue = issue
+        self.advance = advance    # a staged loader's K-step increment, at the end of each K step
+
+
+class _FlatRuns:
+    """A staged loader's strength-reduced sources (_Gemm._flat_offsets): the array's 1-D view,
+    each run's offset at K step 0, the running offset of the step the K loop copies."""
+
+    def __init__(self, w, array: str, bases: dict, run: str, coef: int, step: int, dsts: dict, stage_bytes: int):
+        self.w, self.array, self.bases, self.run, self.coef, self.step = w, array, bases, run, coef, step
+        self.dsts, self.stage_bytes = dsts, stage_bytes
+
+    def dst(self, key, stage: str) -> str:
+        """Run `key`'s 32-bit shared address in stage `stage` (`_cp_async16hs`)."""
+        return expr_add(self.dsts[key], expr_mul(stage, str(self.stage_bytes)))
+
+    def at(self, key, k0: str) -> str:
+        """Run `key`'s offset in the K step at k0: a constant step before the loop, the running
+        offset in it."""
+        if is_int(k0):
+            return expr_add(self.bases[key], str(int(k0) * self.coef))
+        return expr_add(self.bases[key], self.run)
+
+    def advance(self) -> None:
+        self.w(f"{self.run} = {self.run} + {self.step}")
 
 
 _RUN = "__fusec_run__"       # stands for an offset along a run of 4 while index expressions are compared
@@ -236,6 +260,7 @@ class _Gemm:
         if self.mma:
             tc = TensorCores(self.body, self.mma, self.tid, self.bm, self.bn, self.bk, self.tm, self.tn, self.T)
             self.at = tc.layout()
+        self.tc = tc
         stages = ints(self.root.attributes[GEMM_STAGES])[0] if GEMM_STAGES in self.root.attributes else 0
         sm, sn = names.fresh("Ms"), names.fresh("Ns")
         if tc:     # cp.async of runs of 8 halves: a tile's rows follow the operand's contiguous dim
@@ -287,7 +312,7 @@ class _Gemm:
         loads = []
         for side, op, tile, b in (("m", self.m_op, sm, self.bm), ("n", self.n_op, sn, self.bn)):
             if staged[side]:
-                loads.append(self._staged_loader(side, op, tile, b, runs[side][1], *((runs[side][0], 8) if tc else ())))
+                loads.append(self._staged_loader(side, op, tile, b, runs[side][1], *((runs[side][0], 8, stages) if tc else ())))
             elif runs[side] is not None and not tc:
                 loads.append(self._wide_loader(side, op, tile, b, *runs[side]))
             else:
@@ -364,8 +389,15 @@ class _Gemm:
                 self._fma_steps(sm, sn, accs, None)
             w("cuda.syncthreads()")
             if ring:
-                w(f"{rd} = 0 if {rd} == {stages - 1} else {rd} + 1")
-                w(f"{wr} = 0 if {wr} == {stages - 1} else {wr} + 1")
+                for ld in ring:
+                    if ld.advance:
+                        ld.advance()
+                if tc and stages == 2:       # (an xor: 2 instructions fewer per step than the select)
+                    w(f"{rd} = {rd} ^ 1")
+                    w(f"{wr} = {wr} ^ 1")
+                else:
+                    w(f"{rd} = 0 if {rd} == {stages - 1} else {rd} + 1")
+                    w(f"{wr} = 0 if {wr} == {stages - 1} else {wr} + 1")
         self.values.flat = None
         if tc:
             accs, self.at = tc.restage(accs, self.at, Grid)
@@ -632,13 +664,19 @@ class _Gemm:
         return side_fast, inner
 
     def _block_offset(self, name: str, n: int) -> bool:
-        """Whether `name` is defined in this kernel as a block id times a multiple of `n`."""
+        """Whether `name` is the emitted value of a block id times a constant multiple of `n`
+        (an arith.muli of a gpu.block_id and a constant, read from the ops the emitter named)."""
         if not name.isidentifier():
             return False
-        for line in self.w.lines:
-            m = re.fullmatch(rf"\s*{name} = block_id_[xyz] \* (\d+)", line)
-            if m:
-                return int(m.group(1)) % n == 0
+        v = next((v for v, e in self.ctx.expr.items() if e == name), None)
+        op = getattr(v, "owner", None)
+        if op is None or getattr(op, "name", None) != "arith.muli":
+            return False
+        a, b = (self.ctx.expr.get(x) for x in op.operands)
+        by_block = [getattr(x.owner, "name", None) == "gpu.block_id" for x in op.operands]
+        for i, c in ((0, b), (1, a)):
+            if by_block[i] and c is not None and is_int(c):
+                return int(c) % n == 0
         return False
 
     def _run_layout(self, side: str, operand: int, bs: int, side_fast: bool, inner: int, n: int = 4):
@@ -788,13 +826,14 @@ class _Gemm:
         return _Loader(lambda k0: fetch(k0, True), lambda k0: fetch(k0, False), put, declare)
 
     def _staged_loader(self, side: str, operand: int, ring, bs: int, inner: int, side_fast: bool = True,
-                       n: int = 4) -> _Loader:
+                       n: int = 4, stages: int = 0) -> _Loader:
         """The tile loader by cp.async into a ring of stages (emit/cp_async.py), for a side
         whose tile has the operand's layout (the run along the side's contiguous dim, into the
         tile's row k): each run one `_cp_async16`; at the operand's edge element by element
         (`_cp_async4`), a zero stored where an element lies outside. n = 8: a tensor-core tile's
         runs of 8 halves along the operand's contiguous dim (the side's, or K: `side_fast`), one
-        `_cp_async16h` each; at an edge element by element (a plain load), zero outside."""
+        `_cp_async16h` each; at an edge element by element (a plain load), zero outside; their
+        source offsets strength-reduced where the array's shape is static (`_flat_offsets`)."""
         w = self.w
         v = self.c.operands[operand]
         view = self.body.view(v)
@@ -806,16 +845,22 @@ class _Gemm:
             if view.array.name not in self.ctx.aligned16:
                 self.ctx.aligned16.append(view.array.name)
         array = ring.array
+        flat = self._flat_offsets(side, operand, view, runs, ring, stages) if n == 8 else None
 
         def issue(k0: str, stage: str) -> None:
             tile = self._stage(ring, stage)
             for key, k, kval, at, index, inside, conds, full, each in runs(k0):
                 with w.when(inside):
-                    w(f"{k} = {kval}")
-                    src = lambda r: f"({', '.join(view.to_base(tuple(index(r))))},)"
                     whole = conds + ([full] if full else [])
+                    if flat is None or whole:        # (k: the run's K index, for the guards)
+                        w(f"{k} = {kval}")
+                    src = lambda r: f"({', '.join(view.to_base(tuple(index(r))))},)"
                     with w.when(whole):
-                        w(f"_cp_async16{'h' if n == 8 else ''}({array}, {tile.index(*at(0))}, {view.array.name}, {src(0)})")
+                        if flat is not None:
+                            w(f"_cp_async16hs({array}, {tile.index(*at(0))}, {flat.dst(key, stage)}, {flat.array}, "
+                              f"({flat.at(key, k0)},))")
+                        else:
+                            w(f"_cp_async16{'h' if n == 8 else ''}({array}, {tile.index(*at(0))}, {view.array.name}, {src(0)})")
                     if whole:
                         w("else:")
                         with w.indent():
@@ -833,7 +878,60 @@ class _Gemm:
                                 with w.indent():
                                     w(_store(tile, at(r), zero))
 
-        return _Loader(issue=issue)
+        return _Loader(issue=issue, advance=flat.advance if flat is not None else None)
+
+    def _flat_offsets(self, side: str, operand: int, view, runs, ring, stages: int) -> "_FlatRuns | None":
+        """The strength-reduced source addresses of a tensor-core tile's cp.async runs: where the
+        operand's array has a static shape (under 2**31 elements) and K moves its index along
+        dims by constant strides, each run's element offset in the array's 1-D view (`_flat`)
+        at K step 0 is computed once before the K loop, and the K loop's copies add one running
+        offset, stepped by a constant per K step (Numba indexes a 2-D array with its run-time
+        row stride: a 64-bit multiply per copy in the loop where LLVM does not reduce it).
+        Returns None where the array's shape is not static."""
+        w, names = self.w, self.names
+        shape = view.shape if view.whole else view.base_shape
+        if shape is None:            # a tile of the array: the shape of its whole view
+            shape = next((u.shape for u in self.body.ctx.views.values() if u.whole and u.array == view.array), None)
+        if view.array.space != "global" or shape is None or not all(is_int(x) for x in shape):
+            return None
+        shape = [int(x) for x in shape]
+        size = math.prod(shape)
+        if size >= 1 << 31:
+            return None
+        strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+        inner_k = self.loops["k"][0]
+        dims = [f"__fusec_d{l}__" for l in range(len(self.sides))]
+        marked = list(dims)
+        marked[inner_k] = expr_add(dims[inner_k], _RUN)
+        m = self.cmaps[operand]
+        b0 = view.to_base(tuple(affine(e, dims) for e in m.results))
+        bm = view.to_base(tuple(affine(e, marked) for e in m.results))
+        coef = 0
+        for d, (e0, e1) in enumerate(zip(b0, bm)):
+            if e1 == expr_add(e0, _RUN):
+                coef += strides[d]
+            elif e1 != e0:
+                return None             # K not a unit step along its dims
+        self.body.ctx.helpers.use_text("_flat", FLAT_HELPER)
+        array = names.fresh(f"{view.array.name}_f")
+        w(f"{array} = _flat({view.array.name}, {size})")
+        bases, dsts = {}, {}
+        tile = self._stage(ring, "0")
+        for key, k, kval, at, index, inside, conds, full, each in runs("0"):
+            d = names.fresh(f"s{side}{key[0]}_{key[1]}_")      # its shared address in stage 0 (bytes)
+            w(f"{d} = {self.tc.hb} + {expr_mul('2', tile.flat(*at(0)))}")
+            dsts[key] = d
+            off = "0"
+            for i, st in zip(view.to_base(tuple(index(0))), strides):
+                off = expr_add(off, expr_mul(i, str(st)))
+            # k stands for the run's K position in the step (kval at k0 = 0)
+            b = names.fresh(f"g{side}{key[0]}_{key[1]}_")
+            w(f"{k} = {kval}")
+            w(f"{b} = {off}")
+            bases[key] = b
+        run = names.fresh(f"g{side}k")
+        w(f"{run} = {(stages - 1) * self.bk * coef}")    # the first step the K loop copies: S - 1 ahead
+        return _FlatRuns(w, array, bases, run, coef, self.bk * coef, dsts, 2 * ring.size)
 
     def _k_split(self, k_pos, kloops: list[int], ext_k: list[str]):
         """The loader's K coordinates without a division per element: where K is several loops

@@ -383,8 +383,9 @@ class TileChooser:
 
         evaluated: dict[Tiling, KernelCost] = {}
         start = None
-        # f16 operands on a device with tensor cores: warp tiles 64 columns wide too (TN 16)
-        wide_n = (16,) if co.operand_dtypes[:2] == ("f16", "f16") and getattr(self.hw, "tensor_flops_fp16", 0) else ()
+        # 16-bit float operands (f16, bf16) on a device with tensor cores: warp tiles 64 columns wide too (TN 16)
+        sixteen = co.operand_dtypes[:2] in (("f16", "f16"), ("bf16", "bf16"))
+        wide_n = (16,) if sixteen and getattr(self.hw, "tensor_flops_fp16", 0) else ()
         # two warps a block at least (one when the whole output is smaller than that)
         min_threads = 64 if math.prod(co.loops[l] for l in gk.loops_of("m") + gk.loops_of("n")) >= 64 * 16 else 32
         for sm in (16, 32, 64, 128):

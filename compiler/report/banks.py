@@ -30,6 +30,7 @@ import numpy as np
 
 LANES = 32
 BANKS = 32
+_CP_ASYNC16H = ("_cp_async16h", "_cp_async16hs")   # 16-byte cp.async into a shared array (emit/cp_async.py)
 _ITEMSIZE = {"float32": 4, "int32": 4, "uint32": 4, "float64": 8, "int64": 8, "uint64": 8, "float16": 2,
              "int16": 2, "uint16": 2, "int8": 1, "uint8": 1, "bool_": 1, "boolean": 1}
 
@@ -211,7 +212,7 @@ class _Walker:
     def find(self, node, store=False):
         for n in ast.walk(node):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and id(n) not in self.seen \
-                    and (n.func.id.startswith("_ldsm_x") or n.func.id == "_cp_async16h"):
+                    and (n.func.id.startswith("_ldsm_x") or n.func.id in _CP_ASYNC16H):
                 self.seen.add(id(n))
                 self.sites.append(self.wide_site(n))
                 self.flats.append(None)
@@ -247,10 +248,11 @@ class _Walker:
     def wide_site(self, n: ast.Call) -> BankAccess:
         """An ldmatrix (`_ldsm_x4(address)`: lanes 8 j .. 8 j + 7 give matrix j's 8 rows of 16
         bytes, one phase per matrix; x2: lanes 0-15) or a 16-byte cp.async into a shared array
-        (`_cp_async16h(H, (i,), ...)`: a 16-byte store per lane)."""
+        (`_cp_async16h(H, (i,), ...)`, `_cp_async16hs(H, (i,), address, ...)`: a 16-byte store
+        per lane at H[i], the address naming the same element)."""
         expr = ast.unparse(n)
         try:
-            if n.func.id == "_cp_async16h":
+            if n.func.id in _CP_ASYNC16H:
                 name = n.args[0].id if isinstance(n.args[0], ast.Name) else ""
                 if name not in self.shared or self.shared[name][0] is None:
                     raise Unknown(f"{ast.unparse(n.args[0])} is not a shared array of known shape")
@@ -266,7 +268,7 @@ class _Walker:
             addr = np.asarray(self.eval(n.args[0]), dtype=np.int64) + np.zeros(LANES, dtype=np.int64)
             return BankAccess(n.lineno, expr, "load", self.bases[names.pop()], ways(addr[:lanes], 16), width=16)
         except Unknown as e:
-            return BankAccess(n.lineno, expr, "load" if n.func.id != "_cp_async16h" else "store", "", None, str(e))
+            return BankAccess(n.lineno, expr, "load" if n.func.id not in _CP_ASYNC16H else "store", "", None, str(e))
 
     # expressions: an int, a per-lane int array, or a tuple
     def eval(self, e):

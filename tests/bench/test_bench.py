@@ -172,6 +172,48 @@ def test_gpu_script_runs_from_artifacts_on_the_simulator(tmp_path):
 
 
 @pytest.mark.slow
+def test_gpu_script_prepares_and_runs_the_tensor_core_workloads(tmp_path):
+    """Issue 37's f16/bf16 workloads (GEMM, the mlp, attention D=64/128, plain and causal):
+    `prepare` compiles every one for cuda here with its predicted H200 time; `run` times them
+    from the artifacts and checks each output (on the simulator: against fusec's reference)."""
+    (tmp_path / "art" / "wheels").mkdir(parents=True)
+    for wheel in ("lark-0-py3-none-any.whl", "ml_dtypes-0-py3-none-any.whl"):   # no download
+        (tmp_path / "art" / "wheels" / wheel).write_text("")
+    names = sorted(gpu.TENSOR_CORE)
+    assert {n.rsplit("_", 1)[1] for n in names} == {"f16", "bf16"} and len(names) == 12
+    gpu.prepare(tmp_path / "art", only=names, size="tiny")
+    manifest = json.loads((tmp_path / "art" / "gpu-manifest.json").read_text())
+    assert sorted(manifest["tensor_core"]) == names and not manifest["workloads"]
+    for name, meta in manifest["tensor_core"].items():
+        assert (tmp_path / "art" / name / "manifest.json").exists()
+        assert meta["predicted_us"] > 0 and meta["kernels"] >= 1 and meta["hardware"] == "h200", name
+    from bench.timing import Budget
+    run = ["gemm4096_f16", "attn_d64_causal_bf16"]
+    path = gpu.run(tmp_path / "art", tmp_path / "out", only=run, target_name="cuda-sim",
+                   budget=Budget(seconds=0.0, min_runs=1, max_runs=1, warmup=0))
+    doc = json.loads(path.read_text())
+    assert [r["name"] for r in doc["tensor_core"]] == run
+    for r in doc["tensor_core"]:
+        fused = r["impls"]["fusec fused"]
+        assert fused["agreement"]["ok"] and fused["agreement"]["against"] == "fusec reference (float64)"
+        assert r["measured_us"] > 0 and r["predicted_us"] == manifest["tensor_core"][r["name"]]["predicted_us"]
+        assert "torch.cuda" in r["skipped"] and "torch.compile.cuda" in r["skipped"]
+
+
+@pytest.mark.parametrize("name", ["gemm4096_bf16", "mlp_f16", "attn_d64_f16", "attn_d128_causal_bf16"])
+def test_torch_forms_of_the_tensor_core_workloads_compute_their_chains(name):
+    """What bench/gpu.py times PyTorch with (cuBLAS matmul/addmm, SDPA with is_causal and the
+    chain's scale) computes each chain: in float32 on the cpu against fusec's reference."""
+    torch = pytest.importorskip("torch")
+    src, chain, _, tiny, kind, _ = gpu.TENSOR_CORE[name]
+    inputs = gpu._tensor_core_inputs(name, tiny)
+    want = fusec.reference(fusec.check(src).chain(chain), inputs, tiny, compute_f64=True)[0]
+    fn = gpu._torch_tensor_core(torch, kind, tiny.get("D"))
+    got = fn(*(torch.from_numpy(x.astype(np.float32)) for x in inputs)).numpy()
+    np.testing.assert_allclose(got, np.asarray(want, np.float64), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.slow
 def test_blas_epilogue_script_times_each_form_in_its_own_process_and_writes_its_json(tmp_path):
     """Each form is fusec's own build (the whole form planned with the old rule), checked against
     NumPy before it is timed, in a process of its own."""

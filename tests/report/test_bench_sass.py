@@ -10,7 +10,7 @@ kernels. cuobjdump and nvdisasm come with the dev extra. The contractions' 64-bi
 its row times the run-time row stride, which LLVM leaves in the K loop, and the conv's 1-D offsets
 multiply by static strides that ptxas narrows. A change that raises one has to say why. Issue 37's
 f16 tensor-core contractions (matmul4096_f16, mlp_f16): ldmatrix and 16-byte cp.async in the K
-loop, no scalar shared loads there, instructions per HMMA under a ceiling, every shared access
+loop, no scalar shared loads there, at most 3 instructions per HMMA, every shared access
 conflict-free."""
 from __future__ import annotations
 
