@@ -116,3 +116,15 @@ def test_16_bit_convs_fused_unfused_and_the_reference_agree(kind, target):
     prog = fusec.compile(_src(kind, 8), target=target, options=options)
     (c,) = prog.t.check(binding=binding, seed=5)
     assert c.ok, c.describe()
+
+
+@pytest.mark.parametrize("kind", ["f16", "bf16"])
+def test_strided_dilated_biased_16_bit_convs_run_channels_last(kind):
+    """Strides, dilations, uneven padding and a bias through the channels-last lowering."""
+    src = (f"chain t(x: {kind}[B, C, 9, 9], w: {kind}[F, C, 3, 3], b: {kind}[F]) -> {kind}[B, F, 5, 3] "
+           "{ return conv2d(x, w, bias=b, stride=[2, 2], padding=[1, 0], dilation=[1, 2]) }")
+    binding = {"B": 2, "C": 16, "F": 8}
+    assert "channels-last" in _stages(src, binding).texts["linalg"]
+    for target in ("cuda-sim", "cpu"):
+        (c,) = fusec.compile(src, target=target).t.check(binding=binding, seed=3)
+        assert c.ok, c.describe()
