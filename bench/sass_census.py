@@ -12,7 +12,7 @@ over its phases, registers, local memory and spills, and the worst bank-conflict
 done-when checks: math share >= 70% (mlp, matmul4096), >= 60% (conv), >= 50% (attention);
 the f16 tensor-core contractions (matmul4096_f16, mlp_f16, bmm_f16, bmm_bcast_f16, conv_f16;
 issue 37): LDSM and LDGSTS in the K loop, no scalar shared loads there, <= 3.5 instructions per
-HMMA (mlp_f16: 5, conv_f16: 12, conv_bf16: 32), every shared access 1-way; conv_bf16 without LDGSTS;
+HMMA (mlp_f16: 5, conv_f16: 5, conv_bf16: 32), every shared access 1-way; conv_bf16 without LDGSTS;
 operand loads of those loops LDS.128 or wider; 0 wraparound selects in innermost loops; >= 4
 loads in flight in every phase of the row kernels (softmax, layernorm) and 16-byte global loads
 and stores (their blocked-cyclic layout, plan/rows.py: row_layout); 16-byte global loads in the
@@ -47,10 +47,9 @@ CASES = (
     ("bmm_f16", BMM16, "bmm", dict(B=16, M=512, K=512, N=512), ("mma", 3.5)),
     ("bmm_bcast_f16", BMMW16, "bmmw", dict(B=16, M=512, K=512, N=512), ("mma", 3.5)),
     # the channels-last implicit GEMM (its two layout copies are kernels of their own, no HMMA):
-    # the ceiling it reaches, not issue 37's ~3 (docs/PERFORMANCE.md: the cp.async addresses
-    # multiply the 4-D operands' run-time strides, each K step splits into (kh, kw, c), and the
-    # plan's warp tile is 32x16)
-    ("conv_f16", CONV16, "conv16", dict(B=16, C=128, F=128), ("mma", 12.0)),
+    # the ceiling it reaches, not issue 37's ~3 (docs/GPU.md: each K step's split into (kh, kw,
+    # c0), 64-bit copy addresses and ring indices, for 32 HMMA a step)
+    ("conv_f16", CONV16, "conv16", dict(B=16, C=128, F=128), ("mma", 5.0)),
     # bf16 operands are f32 arrays in global memory (emit/values.py): no 16-byte cp.async yet
     ("conv_bf16", CONV16.replace("f16", "bf16"), "conv16", dict(B=16, C=128, F=128), ("mma_bf16", 32.0)),
     ("conv_bn_relu", "bench/fdsl/conv_bn_relu.fdsl", "conv_bn_relu", dict(B=8, C=64, F=64), ("contraction", 0.60)),
