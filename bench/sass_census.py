@@ -10,8 +10,10 @@ kernel's when it has no loop), its shared and global loads by width, wraparound 
 innermost PTX loops and in all, 64-bit multiplies, the fewest global loads in flight per thread
 over its phases, registers, local memory and spills, and the worst bank-conflict ways. Then the
 done-when checks: math share >= 70% (mlp, matmul4096), >= 60% (conv), >= 50% (attention);
-the f16 tensor-core contractions (matmul4096_f16, mlp_f16; issue 37): LDSM and LDGSTS in the K
-loop, no scalar shared loads there, <= 3 instructions per HMMA, every shared access 1-way;
+the f16 tensor-core contractions (matmul4096_f16, mlp_f16, bmm_f16, bmm_bcast_f16, conv_f16;
+issue 37): LDSM and LDGSTS in the K loop, no scalar shared loads there, <= 3 instructions per
+HMMA (bmm_f16, bmm_bcast_f16: 3.5, conv_f16: 5, conv_bf16: 32), every shared access 1-way;
+conv_bf16 without LDGSTS;
 operand loads of those loops LDS.128 or wider; 0 wraparound selects in innermost loops; >= 4
 loads in flight in every phase of the row kernels (softmax, layernorm) and 16-byte global loads
 and stores (their blocked-cyclic layout, plan/rows.py: row_layout); 16-byte global loads in the
@@ -31,6 +33,10 @@ sys.path.insert(0, ROOT)
 MATMUL = "chain mm(a: f32[M, K], b: f32[K, N]) -> f32[M, N] { return a @ b }"
 MATMUL16 = "chain mm(a: f16[M, K], b: f16[K, N]) -> f16[M, N] { return a @ b }"
 MLP16 = "chain mlp(x: f16[M, K], w: f16[K, N], b: f16[N]) -> f16[M, N] { return gelu(x @ w + b) }"
+CONV16 = ("chain conv16(x: f16[B, C, 56, 56], w: f16[F, C, 3, 3]) -> f16[B, F, 56, 56] "
+          "{ return relu(conv2d(x, w, padding=1)) }")
+BMM16 = "chain bmm(a: f16[B, M, K], b: f16[B, K, N]) -> f16[B, M, N] { return a @ b }"
+BMMW16 = "chain bmmw(a: f16[B, M, K], w: f16[K, N]) -> f16[B, M, N] { return a @ w }"
 # (name, .fdsl file or source, chain, binding, kind: what the done-when asks of it)
 CASES = (
     ("mlp", "bench/fdsl/mlp.fdsl", "mlp", dict(M=512, K=1024, N=4096), ("contraction", 0.70)),
@@ -40,6 +46,14 @@ CASES = (
     # (emit/gemm.py: _flat_offsets); matmul4096_f16 reaches 2.2, mlp_f16 2.75
     ("matmul4096_f16", MATMUL16, "mm", dict(M=4096, K=4096, N=4096), ("mma", 3.0)),
     ("mlp_f16", MLP16, "mlp", dict(M=512, K=1024, N=4096), ("mma", 3.0)),
+    ("bmm_f16", BMM16, "bmm", dict(B=16, M=512, K=512, N=512), ("mma", 3.5)),
+    ("bmm_bcast_f16", BMMW16, "bmmw", dict(B=16, M=512, K=512, N=512), ("mma", 3.5)),
+    # the channels-last implicit GEMM (its two layout copies are kernels of their own, no HMMA):
+    # the ceiling it reaches, not issue 37's ~3 (docs/GPU.md: each K step's split into (kh, kw,
+    # c0), 64-bit copy addresses and ring indices, for 32 HMMA a step)
+    ("conv_f16", CONV16, "conv16", dict(B=16, C=128, F=128), ("mma", 5.0)),
+    # bf16 operands are f32 arrays in global memory (emit/values.py): no 16-byte cp.async yet
+    ("conv_bf16", CONV16.replace("f16", "bf16"), "conv16", dict(B=16, C=128, F=128), ("mma_bf16", 32.0)),
     ("conv_bn_relu", "bench/fdsl/conv_bn_relu.fdsl", "conv_bn_relu", dict(B=8, C=64, F=64), ("contraction", 0.60)),
     ("attention", "bench/fdsl/attention.fdsl", "attention", dict(B=8, S=1024, D=64), ("contraction", 0.50)),
     ("softmax", "bench/fdsl/softmax.fdsl", "softmax", dict(M=8192, N=1024), ("row", None)),
@@ -110,13 +124,17 @@ def checks(kind: tuple, rows: list[dict]) -> list[tuple[str, bool]]:
         if what == "row" and k["phases"]:
             out.append((f"{k['kernel']}: >= 4 loads in flight in every phase (fewest {k['loads_in_flight_min']})",
                         (k["loads_in_flight_min"] or 0) >= 4))
-        if what == "mma":            # issue 37: the f16 tensor-core contraction's K loop
+        ldsm = lambda r: "LDSM.128" in (r.get("shared_loads") or {})
+        if what in ("mma", "mma_bf16") and not ldsm(k) and any(ldsm(o) for o in rows):
+            continue                 # a conv's layout copy beside its tensor-core kernel
+        if what in ("mma", "mma_bf16"):  # issue 37: the 16-bit tensor-core contraction's K loop
             hmma, loads = k["math"] or 0, k["shared_loads"] or {}
             per = k["instructions_per_iteration"] / hmma if hmma else None
             out.append((f"{k['kernel']}: fragments by ldmatrix, no scalar shared loads ({loads})",
                         "LDSM.128" in loads and not any(op.startswith("LDS.") for op in loads)))
-            out.append((f"{k['kernel']}: 16-byte cp.async into shared memory ({k['global_loads']})",
-                        "LDGSTS.128" in (k["global_loads"] or {})))
+            if what == "mma":
+                out.append((f"{k['kernel']}: 16-byte cp.async into shared memory ({k['global_loads']})",
+                             "LDGSTS.128" in (k["global_loads"] or {})))
             out.append((f"{k['kernel']}: {per or 0:.1f} instructions per HMMA <= {share}", per is not None and per <= share))
             out.append((f"{k['kernel']}: bank ways {k['bank_ways']} (1: conflict-free)", k["bank_ways"] == 1))
         if what in ("row", "elementwise") and k["kernel_global_loads"]:

@@ -2,17 +2,20 @@
 as a library call, by the algorithm the plan chose (the op's `fusec.conv_algorithm`: gemm,
 im2col, winograd, winograd4, direct). Each template's loops are module-level Numba functions
 (Helpers.use_text), called per image with a C-contiguous input and typed constants as
-arguments. See docs/ARCHITECTURE.md, "What the code taught us" (cpu contractions).
+arguments. See docs/ARCHITECTURE.md, "What the code taught us" (cpu contractions). Also the gpu
+contraction template's pieces for a channels-last 16-bit conv (`k_outer`, `k_runs_flat`).
 """
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from ..mlir import ir
 from ..plan.analysis import conv_window
 from ..plan.conv import WINOGRAD, ConvShape, im2col_rows, winograd_rows, winograd_tiles
 from ..marks import CONV_ALGORITHM
-from .values import expr_add, expr_mul
+from .template_values import affine
+from .values import expr_add, expr_mul, is_int
 
 NO_TRANS, TRANS = 111, 112      # CBLAS transpose flags (CblasNoTrans, CblasTrans); emit/cpu.py imports them
 _JIT = '@numba.njit(nogil=True, fastmath={"contract", "reassoc"}, error_model="numpy")'
@@ -268,6 +271,115 @@ def _direct(body, op, views, s: ConvShape, zero: bool, gemm: "_Blas") -> None:
     w(f"{xc} = np.ascontiguousarray({x.host}[{n}])")
     w(f"{key}({xc}, {wc}, {y.host}, {n}, {s.dh}, {s.dw}, {acc}, {body.ctx.consts.zero(elem)})")
     images.close()
+
+
+# ---- the gpu contraction template's channels-last conv (emit/gemm.py) ----------------------------
+# A 16-bit conv lowered channels-last (lowering/contraction.py: _conv_channels_last) is a
+# contraction of K = (kh, kw, c) whose operands' runs of 8 channels the template copies by cp.async
+# (`_Gemm._run_layout`, `_staged_loader`); these give it each K step's coordinates and each run's
+# offset in the operand's 1-D view. `g` is the template (`emit/gemm.py: _Gemm`).
+
+
+def k_outer_step(g) -> int | None:
+    """Where K is several loops of static extents (a channels-last conv's (kh, kw, c)) and
+    every K step lies inside one run of the innermost (its extent C a multiple of BK): C."""
+    ext = [g.ext[l] for l in g.loops["k"]]
+    if not all(is_int(e) for e in ext) or int(ext[-1]) % g.bk:
+        return None
+    return int(ext[-1])
+
+
+def k_outer(g, k0: str) -> tuple[str, dict[int, str]]:
+    """The K step at flat k0 (a multiple of BK, `k_outer_step`): (its innermost loop's first
+    coordinate, {outer loop: coordinate}), computed once per step."""
+    from .gemm import _small_div                # (emit/gemm.py imports this module)
+    c, w, names = k_outer_step(g), g.w, g.names
+    memo = getattr(g, "_k_outer_memo", None)
+    if memo and memo[0] == (k0, w.depth) and all(
+            len(line) - len(line.lstrip()) >= 4 * w.depth for line in w.lines[memo[1]:]):
+        return memo[2]       # the other side's loader of the same step, in the same block
+    q, c0 = names.fresh("kq"), names.fresh("kc")
+    if c & (c - 1) == 0:
+        w(f"{q} = {k0} >> {c.bit_length() - 1}")
+        w(f"{c0} = {k0} & {c - 1}")
+    else:
+        w(f"{q} = {k0} // {c}")
+        w(f"{c0} = {k0} - {q} * {c}")
+    kl = g.loops["k"]
+    outer, rest = {}, q
+    sizes = [int(g.ext[l]) for l in kl[:-1]]
+    for i, l in enumerate(kl[:-1]):          # row-major over the outer loops, by small divisions
+        inner = math.prod(sizes[i + 1:])
+        most = math.prod(sizes[i:]) - 1
+        div = _small_div(rest, inner, most) if inner > 1 else rest
+        if div is None:
+            return c0, g._delinearize(q, kl[:-1], "ko", [g.ext[l] for l in kl[:-1]])
+        outer[l] = names.fresh("ko")
+        w(f"{outer[l]} = {div}")
+        if inner > 1:
+            nxt = names.fresh("kr")
+            w(f"{nxt} = {rest} - {outer[l]} * {inner}")
+            rest = nxt
+    g._k_outer_memo = ((k0, w.depth), len(w.lines), (c0, outer))
+    return c0, outer
+
+
+def k_runs_flat(g, operand: int, side: str, sides, k_pos):
+    """A staged operand of several K loops (`k_outer`) that is (a tile of) a global array of
+    static shape, linear in the K loops: (its 1-D view (`FlatViews`), {(side position, K
+    position): the run's offset at the step's K origin, named before the K loop}, (c0, outer)
+    -> the K step's offset), so a run's address is one add per step; None where it is not."""
+    from .gemm import _linear
+    flat, v = g.values.flat, g.c.operands[operand]
+    view = g.body.view(v)
+    shape = view.shape if view.whole else _array_shape(v)
+    if (flat is None or view.array.space != "global" or shape is None or not all(is_int(x) for x in shape)
+            or math.prod(int(x) for x in shape) >= 1 << 31):
+        return None
+    probe = tuple(f"__fusec_q{i}__" for i in range(len(view.shape)))
+    based = view.to_base(probe)      # a tile of the array: each index its own plus an offset
+    if len(based) != len(probe) or any(p not in b.split(" + ") for p, b in zip(probe, based)):
+        return None
+    strides, stride = [], 1
+    for x in reversed(shape):
+        strides.insert(0, stride)
+        stride *= int(x)
+    kl, coef = g.loops["k"], {}
+    for e, st in zip(g.cmaps[operand].results, strides):
+        lin = _linear(e)
+        if lin is None:
+            return None
+        for l, c in lin[0].items():
+            if l in kl:
+                coef[l] = coef.get(l, 0) + c * st
+    if coef.get(kl[-1]) != 1:
+        return None
+    name, bases = flat.name(view.array, stride), {}
+    for si, (_, coords, *_) in enumerate(sides):
+        dims = [coords.get(l, "0") for l in range(len(g.sides))]
+        idx = view.to_base(tuple(affine(e, dims) for e in g.cmaps[operand].results))
+        b = "0"
+        for i, st in zip(idx, strides):
+            b = expr_add(expr_mul(i, str(st)), b)
+        for ki, (klane, _) in enumerate(k_pos):
+            n = bases[(si, ki)] = g.names.fresh(f"{side}f{si}_{ki}_")
+            g.w(f"{n} = {expr_add(b, klane)}")
+
+    def step(c0: str, outer: dict[int, str]) -> str:
+        off = c0
+        for l in kl[:-1]:
+            if coef.get(l):
+                off = expr_add(expr_mul(outer[l], str(coef[l])), off)
+        return off
+    return name, bases, step
+
+
+def _array_shape(v) -> tuple | None:
+    """The static shape of the array a memref value is a subview (or a tile of a subview) of."""
+    while isinstance(v, ir.OpResult) and v.owner.operation.name == "memref.subview":
+        v = v.owner.operation.operands[0]
+    shape = ir.MemRefType(v.type).shape
+    return None if any(ir.ShapedType.is_dynamic_size(x) for x in shape) else tuple(str(x) for x in shape)
 
 
 # ---- the templates' module-level functions ---------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from . import ids
+from . import conv, ids
 from .vector import VECTOR_HELPERS
 from .cp_async import CP_ASYNC16H_HELPERS, CP_ASYNC_HELPERS, MAX_STAGES
 from .mma import SwizzledTile, TensorCores
@@ -629,14 +629,14 @@ class _Gemm:
             if not big or self.tiles[big[-1]] % n:
                 return None
             inner = big[-1]
-        if len(self.loops["k"]) != 1:
+        if len(self.loops["k"]) != 1 and (side_fast or n != 8 or conv.k_outer_step(self) is None):
             return None                  # (a conv's K: its loader's own coordinates, _k_split)
         if side_fast:
             pass
         else:
-            if self.bk % n or not (last & set(self.loops["k"])):
+            if self.bk % n or self.loops["k"][-1] not in last:
                 return None
-            inner = self.loops["k"][0]
+            inner = self.loops["k"][-1]
         dims = [f"__fusec_d{l}__" for l in range(len(self.sides))]
         marked = list(dims)
         marked[inner] = expr_add(dims[inner], _RUN)
@@ -722,7 +722,15 @@ class _Gemm:
                 w(f"{ok} = {' and '.join(uniform)}")
             sides.append((sl, coords, ok, guard, edge))
 
+        flat = conv.k_runs_flat(self, operand, side, sides, k_pos) if len(self.loops["k"]) > 1 else None
+
         def gen(k0: str):
+            outer, step = {}, None
+            if len(self.loops["k"]) > 1:       # the step's outer K coordinates; k is then the innermost's
+                k0, outer = conv.k_outer(self, k0)
+                if flat is not None:           # and its offset in the operand's 1-D view
+                    step = self.names.fresh("ks")
+                    self.w(f"{step} = {flat[2](k0, outer)}")
             for si, (sl, coords, ok, sguard, edge) in enumerate(sides):
                 for ki, (kl, kguard) in enumerate(k_pos):
                     k = names.fresh("k")
@@ -743,7 +751,7 @@ class _Gemm:
                             each = [f"{expr_add(k, str(r))} < {K}" for r in range(n)]
 
                     def index(r: int, coords=coords, k=k):
-                        full_c = dict(coords)
+                        full_c = {**coords, **outer}
                         if side_fast:
                             full_c[inner] = expr_add(coords[inner], str(r))
                             full_c[inner_k] = k
@@ -755,11 +763,13 @@ class _Gemm:
                     def at(r: int, sl=sl, kl=kl):
                         return (kl, expr_add(sl, str(r))) if side_fast else (expr_add(kl, str(r)), sl)
 
+                    if step is not None:       # the run's first element in the 1-D view
+                        index.flat = (flat[0], f"{flat[1][(si, ki)]} + {step}")
                     yield (si, ki), k, expr_add(k0, kl), at, index, inside, conds, full, each
 
-        inner_k = self.loops["k"][0] if len(self.loops["k"]) == 1 else None
-        if inner_k is None:
-            raise EmitError("a contraction tile read in runs of 4 needs one K loop", self.c)
+        inner_k = self.loops["k"][-1]
+        if len(self.loops["k"]) > 1 and (side_fast or conv.k_outer_step(self) is None):
+            raise EmitError("a contraction tile read in runs needs one K loop, or K steps inside its innermost", self.c)
         return gen
 
     def _wide_loader(self, side: str, operand: int, tile, bs: int, side_fast: bool, inner: int) -> _Loader:
@@ -845,13 +855,16 @@ class _Gemm:
             if view.array.name not in self.ctx.aligned16:
                 self.ctx.aligned16.append(view.array.name)
         array = ring.array
-        flat = self._flat_offsets(side, operand, view, runs, ring, stages) if n == 8 else None
+        # (one K loop: a conv's channels-last K steps carry their own 1-D offsets, emit/conv.py)
+        flat = (self._flat_offsets(side, operand, view, runs, ring, stages)
+                if n == 8 and len(self.loops["k"]) == 1 else None)
 
         def issue(k0: str, stage: str) -> None:
             tile = self._stage(ring, stage)
             for key, k, kval, at, index, inside, conds, full, each in runs(k0):
                 with w.when(inside):
                     whole = conds + ([full] if full else [])
+                    name, first = getattr(index, "flat", (view.array.name, None))
                     if flat is None or whole:        # (k: the run's K index, for the guards)
                         w(f"{k} = {kval}")
                     src = lambda r: f"({', '.join(view.to_base(tuple(index(r))))},)"
@@ -860,7 +873,8 @@ class _Gemm:
                             w(f"_cp_async16hs({array}, {tile.index(*at(0))}, {flat.dst(key, stage)}, {flat.array}, "
                               f"({flat.at(key, k0)},))")
                         else:
-                            w(f"_cp_async16{'h' if n == 8 else ''}({array}, {tile.index(*at(0))}, {view.array.name}, {src(0)})")
+                            w(f"_cp_async16{'h' if n == 8 else ''}({array}, {tile.index(*at(0))}, {name}, "
+                              f"{f'({first},)' if first else src(0)})")
                     if whole:
                         w("else:")
                         with w.indent():

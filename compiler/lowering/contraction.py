@@ -5,7 +5,8 @@ operands' batch shapes allow, else one contraction generic whose maps broadcast 
 (nothing materialised); conv2d becomes tensor.pad and linalg.conv_2d_nchw_fchw into a
 zero-filled accumulator, the bias an elementwise generic; with groups, linalg.conv_2d_ngchw_gfchw
 on the input and weights expanded to [N, G, C/G, H, W] and [G, F/G, C/G, KH, KW] (views), its
-[N, G, F/G, HO, WO] result collapsed back to NCHW (each group's work alone, no zeros). Accumulators are in the compute type
+[N, G, F/G, HO, WO] result collapsed back to NCHW (each group's work alone, no zeros); a 16-bit
+conv whose channels make 16-byte runs channels-last inside (`_conv_channels_last`). Accumulators are in the compute type
 and one elementwise generic rounds back. See docs/ARCHITECTURE.md, "Stages and what each hands on" (linalg).
 """
 from __future__ import annotations
@@ -14,9 +15,10 @@ from fusec.dsl.typed import Node
 
 from ..mlir import ir, linalg, tensor
 from . import scalar as S
-from .builder import (compute_type, dims_map, elem_of, fill, generic, narrow, parallel, reshape, scalar,
+from .builder import (compute_type, dims_map, elem_of, empty, fill, generic, narrow, parallel, reshape, scalar,
                       shape_of, tensor_type, widen)
 from .registry import LoweringContext, rule
+from ..marks import CHANNELS_LAST, NOTE
 
 
 def _prod(xs) -> int:
@@ -98,13 +100,53 @@ def _pad(x: ir.Value, ph: int, pw: int) -> ir.Value:
     return op.result
 
 
+def _channels_last(x, w, elem) -> bool:
+    """A 16-bit conv whose channels make whole 16-byte runs (8 halves) runs channels-last: its
+    window gather then reads 8 consecutive channels at a time (a 16-byte cp.async) where NCHW
+    reads 2-byte elements along a shifted row."""
+    static = all(isinstance(d, int) for d in (*shape_of(x), *shape_of(w)))
+    return str(elem) in ("f16", "bf16") and static and shape_of(x)[1] % 8 == 0
+
+
+def _layout_copy(v: ir.Value, perm: tuple[int, ...], why: str) -> ir.Value:
+    """v's dims permuted (result dim i is v's dim perm[i]): a linalg.transpose (a named op, so
+    elementwise fusion leaves it a tensor of its own) noted as a layout change."""
+    shape = shape_of(v)
+    op = linalg.transpose(v, outs=[empty(tuple(shape[d] for d in perm), elem_of(v))], permutation=list(perm))
+    op.operation.attributes[NOTE] = ir.StringAttr.get(f"{CHANNELS_LAST}: {why}")
+    return op.results[0]
+
+
+def _conv_channels_last(x, w, out, elem, stride, pad, dil) -> ir.Value:
+    """y[n, f, oh, ow] = sum over (kh, kw, c) of xl[n, oh sh + kh dh, ow sw + kw dw, c] wl[f, kh,
+    kw, c]: the input zero-padded and copied channels-last (xl [N, H + 2 ph, W + 2 pw, C]), the
+    weights copied to [F, KH, KW, C], so K = (kh, kw, c) has the channels innermost in both
+    operands; the output stays NCHW (the contraction's own loops, no copy after it)."""
+    ph, pw = pad
+    if ph or pw:
+        x = _pad(x, ph, pw)
+    xl = _layout_copy(x, (0, 2, 3, 1), "the input channels-last for the conv's 16-byte window gather")
+    wl = _layout_copy(w, (0, 2, 3, 1), "the weights in the conv's (kh, kw, c) order")
+    d = [ir.AffineDimExpr.get(i) for i in range(7)]     # n, f, oh, ow, kh, kw, c
+    (sh, sw), (dh, dw) = stride, dil
+    xmap = ir.AffineMap.get(7, 0, [d[0], d[2] * sh + d[4] * dh, d[3] * sw + d[5] * dw, d[6]])
+    wmap = ir.AffineMap.get(7, 0, [d[1], d[4], d[5], d[6]])
+    acc = fill(0, out, compute_type(elem))
+    (y,) = generic([(xl, xmap), (wl, wmap)], [(acc, dims_map(7, [0, 1, 2, 3]))],
+                   ["parallel"] * 4 + ["reduction"] * 3,
+                   lambda xs, accs: [S.add(accs[0], S.mul(widen(xs[0]), widen(xs[1])))])
+    return y
+
+
 @rule("conv2d")
 def lower_conv2d(ctx: LoweringContext, node: Node):
     x, w = ctx.tensor(node.inputs[0]), ctx.tensor(node.inputs[1])
     (sh, sw), (ph, pw), (dh, dw) = node.attr("stride"), node.attr("padding"), node.attr("dilation")
     out, elem = ctx.shape(node), ctx.elem(node)
     g = node.attr("groups", 1)
-    if g == 1:
+    if g == 1 and _channels_last(x, w, elem):
+        y = _conv_channels_last(x, w, out, elem, (sh, sw), (ph, pw), (dh, dw))
+    elif g == 1:
         if ph or pw:
             x = _pad(x, ph, pw)
         y = linalg.conv_2d_nchw_fchw(x, w, outs=[fill(0, out, compute_type(elem))], strides=[sh, sw],

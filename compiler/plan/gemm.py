@@ -242,19 +242,18 @@ STAGE_CHOICES = (2, 3)           # the tile search's cp.async rings
 
 
 def staged_sides(info: ChainInfo, gk: GemmKernel, members, shape: GemmShape, hw=None) -> tuple[str, ...]:
-    """The sides whose tile cp.async can copy as it lies (emit/gemm.py: `_runs_of_4`, staged):
-    the operand's contiguous dim is the side's innermost loop with a block tile a multiple of 4
-    (its tile then has the operand's layout, in runs of 16 bytes), K is one loop, the operand
-    is an f32 array no op of the kernel computes, and the device has cp.async (sm_80+;
-    `hw` None: any). On tensor cores (a tile's rows follow the operand's contiguous dim, the
-    side's or K's: emit/mma.py) an f16 operand in runs of 8 halves: a side tile a multiple of 8
-    where the side's loop is the contiguous one."""
+    """The sides whose tile cp.async can copy as it lies (emit/gemm.py: `_runs_of_4`, staged): the
+    operand's contiguous dim is the side's innermost loop with a block tile a multiple of 4 (runs
+    of 16 bytes), K is one loop, the operand an f32 array no op of the kernel computes, and the
+    device has cp.async (sm_80+; `hw` None: any). On tensor cores (tile rows along the operand's
+    contiguous dim: emit/mma.py) an f16 operand in runs of 8 halves: a side tile a multiple of 8
+    where the side's loop is the contiguous one; K's innermost where K is several (a conv's)."""
     if hw is not None and (hw.kind != "gpu" or tuple(hw.cc) < CP_ASYNC_CC):
         return ()
     co = info.op(gk.contraction)
-    if len(gk.loops_of("k")) != 1:
+    mma, kl = mma_kind(info, gk, shape, hw), gk.loops_of("k")
+    if len(kl) != 1 and not (mma and co.loops[kl[-1]] % shape.bk == 0):
         return ()
-    mma = mma_kind(info, gk, shape, hw)
     out = []
     for side, op, contiguous in (("m", gk.m_operand, gk.m_contiguous), ("n", 1 - gk.m_operand, gk.n_contiguous)):
         p = co.producers[op]
@@ -262,11 +261,11 @@ def staged_sides(info: ChainInfo, gk: GemmKernel, members, shape: GemmShape, hw=
         big = [l for l in gk.loops_of(side) if shape.tiles[l] != 1]
         if mma:
             dims = co.operand_loops[op]
-            k_fast = bool(dims) and gk.loops_of("k")[0] in dims[-1]
+            k_fast = bool(dims) and kl[-1] in dims[-1]
             dims_of = co.operand_shapes[op] if op < len(co.operand_shapes) else ()
             rows8 = bool(dims_of) and dims_of[-1] > 0 and dims_of[-1] % 8 == 0    # (static, whole rows of 16 bytes)
             if (not computed and rows8 and co.operand_dtypes[op:op + 1] == ("f16",)
-                    and ((contiguous and big and shape.tiles[big[-1]] % 8 == 0) or (not contiguous and k_fast))):
+                    and ((contiguous and big and len(kl) == 1 and shape.tiles[big[-1]] % 8 == 0) or (not contiguous and k_fast))):
                 out.append(side)
         elif (contiguous and not computed and co.operand_dtypes[op:op + 1] == ("f32",)
                 and big and shape.tiles[big[-1]] % 4 == 0):
@@ -341,13 +340,15 @@ def shared_limit(info: ChainInfo, gk: GemmKernel, s: GemmShape, hw=None) -> int:
 
 def gemm_registers(tm: int, tn: int, loads: int, gathered: int = 0, mma: bool = False, flat: bool = False) -> int:
     """Registers per thread of a contraction kernel: the TM x TN accumulators, a column of A and
-    a row of B per K step, one per element the thread loads per K step (`loads`), seven per
-    element whose operand a producer computes in the loader (`gathered`: a pad's window keeps
-    its coordinates and bounds live; two where the loader reads through 1-D views, `flat`: a
-    conv's K of several loops, emit/gemm.py), and 34 for indices and addresses; on tensor cores (`mma`)
-    about tm * tn + 2 tm + tn more for the packed fragments. Fitted to ptxas -v on this
-    emitter's sm_90 kernels (docs/PERFORMANCE.md, "Figures behind the planner's constants"); the kernel report's measured registers re-price the plan.
-    Above the device's limit per thread (255), the rest spills."""
+    a row of B per K step, one per element the thread loads per K step (`loads`), seven per element
+    whose operand a producer computes in the loader (`gathered`: a pad's window keeps its bounds
+    live; two where the loader reads through 1-D views, `flat`: a conv's K of several loops), and
+    34 for indices and addresses; on tensor cores (`mma`) tm * tn + 2 tm + tn more (fragments); a
+    channels-last conv whose operands cp.async copies (`flat`, no `loads`) 24 + 1.5 tm tn. Fitted
+    to ptxas -v on this emitter's sm_90 kernels (docs/PERFORMANCE.md, "Figures behind the planner's
+    constants"); the report's measured registers re-price the plan. Past 255 the rest spills."""
+    if mma and flat and not loads and not gathered:
+        return 24 + 3 * tm * tn // 2
     regs = 34 + tm * tn + tm + tn + loads + (2 if flat else 7) * gathered
     return regs + (tm * tn + 2 * tm + tn if mma else 0)
 

@@ -9,9 +9,10 @@ kernels. cuobjdump and nvdisasm come with the dev extra. The contractions' 64-bi
 (mlp), 11 -> 7 -> 9 (matmul), 83 -> 72 -> 49 (conv); the 16-byte loaders compute a run's address as
 its row times the run-time row stride, which LLVM leaves in the K loop, and the conv's 1-D offsets
 multiply by static strides that ptxas narrows. A change that raises one has to say why. Issue 37's
-f16 tensor-core contractions (matmul4096_f16, mlp_f16): ldmatrix and 16-byte cp.async in the K
-loop, no scalar shared loads there, at most 3 instructions per HMMA, every shared access
-conflict-free."""
+f16 tensor-core contractions (matmul4096_f16, mlp_f16, bmm_f16, bmm_bcast_f16 and the
+channels-last conv_f16): ldmatrix and 16-byte cp.async in the K loop, no scalar shared loads
+there, instructions per HMMA under a ceiling (3 for matmul4096_f16 and mlp_f16), every shared
+access conflict-free; conv_bf16 the same without cp.async (bf16's global arrays hold f32)."""
 from __future__ import annotations
 
 import pytest
