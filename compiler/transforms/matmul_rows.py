@@ -120,6 +120,10 @@ def _sides(op, x, w, mul, add, amaps, args, n_in: int, k: int, body) -> _Match |
         return None
     w_ins = [i for i in range(n_in) if args[i] in w_args]
     x_ins = [i for i in range(n_in) if i not in w_ins]
+    # W read at a constant index (a unit batch dim of x @ v, single-head attention at batch 1)
+    # stays: the attention template takes that contraction whole
+    if any(not re.search(r"\bd\d+\b", str(e)) for i in w_ins for e in amaps[i].results):
+        return None
     n_loops = set()
     for i in w_ins:
         n_loops |= {d for d in range(k) if _reads(amaps[i], d)}
