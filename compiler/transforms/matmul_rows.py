@@ -39,6 +39,7 @@ class _Match:
     x_ops: list          # body ops computing X
     w_ops: list          # body ops computing W
     lead: int            # leading parallel loops (batch dims and m): 0 .. lead-1
+    par: int             # parallel loops (lead and n); the reduction loops (k...) follow
     mul: object
     add: object
 
@@ -63,22 +64,22 @@ def _owner(value):
 
 
 def _match(op) -> _Match | None:
-    """The parts of `op` when it is C[lead..., n...] += X(lead..., k) * W(k, n...), else None."""
+    """The parts of `op` when it is C[lead..., n...] += X(lead..., k...) * W(k..., n...), else None."""
     kinds = iterators(op)
     loops = len(kinds)
-    if loops < 3 or kinds != ["parallel"] * (loops - 1) + ["reduction"]:
+    par = kinds.index("reduction") if "reduction" in kinds else loops
+    if loops < 3 or par < 2 or kinds != ["parallel"] * par + ["reduction"] * (loops - par):
         return None
     n_in = len(op.opview.inputs)
     if len(op.results) != 1 or len(op.opview.outputs) != 1:
         return None
     amaps = maps(op)
     m_out = amaps[-1]
-    if m_out.n_dims != loops or len(m_out.results) != loops - 1 or not all(
+    if m_out.n_dims != loops or len(m_out.results) != par or not all(
             is_dim(e, i) for i, e in enumerate(m_out.results)):
         return None
     if any(ir.ShapedType(v.type).has_static_shape is False for v in list(op.operands) + list(op.results)):
         return None
-    k = loops - 1
     block = op.regions[0].blocks[0]
     args = list(block.arguments)
     body = [o.operation if hasattr(o, "operation") else o for o in block.operations]
@@ -101,13 +102,13 @@ def _match(op) -> _Match | None:
         return None
     a, b = mul.operands[0], mul.operands[1]
     for x, w in ((a, b), (b, a)):
-        m = _sides(op, x, w, mul, add, amaps, args, n_in, k, body)
+        m = _sides(op, x, w, mul, add, amaps, args, n_in, par, body)
         if m is not None:
             return m
     return None
 
 
-def _sides(op, x, w, mul, add, amaps, args, n_in: int, k: int, body) -> _Match | None:
+def _sides(op, x, w, mul, add, amaps, args, n_in: int, par: int, body) -> _Match | None:
     """The match with `x` on the left and `w` on the right, when the body splits so."""
     x_ops, x_args = _slice(x, op)
     w_ops, w_args = _slice(w, op)
@@ -126,19 +127,19 @@ def _sides(op, x, w, mul, add, amaps, args, n_in: int, k: int, body) -> _Match |
         return None
     n_loops = set()
     for i in w_ins:
-        n_loops |= {d for d in range(k) if _reads(amaps[i], d)}
+        n_loops |= {d for d in range(par) if _reads(amaps[i], d)}
     if not n_loops:
         return None
     lead = min(n_loops)
-    if n_loops != set(range(lead, k)) or lead < 1:
+    if n_loops != set(range(lead, par)) or lead < 1:
         return None
     # a matmul whose result is not reshaped needs a batch dim to be a generic at all: keep
     # what elementwise fusion left of a 2-D one (a broadcast or the like) as it is
-    if k - lead == 1 and lead < 2:
+    if par - lead == 1 and lead < 2 and amaps[-1].n_dims - par == 1:
         return None
     if any(_reads(amaps[i], d) for i in x_ins for d in n_loops):
         return None
-    return _Match(x, w, x_ins, w_ins, x_ops, w_ops, lead, mul, add)
+    return _Match(x, w, x_ins, w_ins, x_ops, w_ops, lead, par, mul, add)
 
 
 def _reads(amap, loop: int) -> bool:
@@ -167,36 +168,41 @@ def _slice(v0, gen) -> tuple[list, list]:
 
 def _rewrite(op, m: _Match) -> None:
     loops = len(iterators(op))
-    k, lead = loops - 1, m.lead
+    lead, par = m.lead, m.par
+    ks = list(range(par, loops))            # the reduction loops (a head merge: (h, d))
+    r = len(ks)
     amaps = maps(op)
     ins = list(op.opview.inputs)
     out_t = ir.RankedTensorType(op.results[0].type)
     elem = out_t.element_type
     c_shape = list(out_t.shape)
-    kk = _k_extent(amaps, ins, k)
+    k_shape = [_k_extent(amaps, ins, k) for k in ks]
+    kk = _prod(k_shape)
     block = op.regions[0].blocks[0]
     args = list(block.arguments)
-    # X over (lead..., k): its maps' n loops gone, k where the first n was
-    x_dims = list(range(lead)) + [None] * (k - lead) + [lead]
-    # W over (k, n...): the lead loops gone
-    w_dims = [None] * lead + [1 + i for i in range(k - lead)] + [0]
+    # X over (lead..., k...): its maps' n loops gone
+    x_dims = list(range(lead)) + [None] * (par - lead) + [lead + j for j in range(r)]
+    # W over (k..., n...): the lead loops gone
+    w_dims = [None] * lead + [r + i for i in range(par - lead)] + list(range(r))
     with ir.InsertionPoint(op), op.location:
-        a = _plain(m.x, args, amaps, ins, list(range(lead)) + [k])
+        a = _plain(m.x, args, amaps, ins, list(range(lead)) + ks)
         if a is None:
-            a = _prologue(op, m.x, m.x_ins, m.x_ops, amaps, ins, x_dims, c_shape[:lead] + [kk], elem)
-        b = _plain(m.w, args, amaps, ins, [k] + list(range(lead, k)))
+            a = _prologue(op, m.x, m.x_ins, m.x_ops, amaps, ins, x_dims, c_shape[:lead] + k_shape, elem)
+        b = _plain(m.w, args, amaps, ins, ks + list(range(lead, par)))
         if b is None:
-            b = _plain_flat(m.w, args, amaps, ins, k, lead, c_shape)
+            b = _plain_flat(m.w, args, amaps, ins, ks, k_shape, lead, par, c_shape)
         if b is None:
-            b = _prologue(op, m.w, m.w_ins, m.w_ops, amaps, ins, w_dims, [kk] + c_shape[lead:], elem)
+            b = _prologue(op, m.w, m.w_ins, m.w_ops, amaps, ins, w_dims, k_shape + c_shape[lead:], elem)
         rows, cols = _prod(c_shape[:lead]), _prod(c_shape[lead:])
-        a2 = _collapse(a, [list(range(lead)), [lead]], [rows, kk], elem)
-        b2 = _collapse(b, [[0], list(range(1, ir.RankedTensorType(b.type).rank))], [kk, cols], elem)
-        groups = [list(range(lead)), list(range(lead, k))]
+        a2 = _collapse(a, [list(range(lead)), list(range(lead, lead + r))], [rows, kk], elem)
+        b_rank = ir.RankedTensorType(b.type).rank
+        b_k = r if b_rank == r + par - lead else 1            # a [K, N] input keeps K whole
+        b2 = _collapse(b, [list(range(b_k)), list(range(b_k, b_rank))], [kk, cols], elem)
+        groups = [list(range(lead)), list(range(lead, par))]
         init2 = _collapse(op.opview.outputs[0], groups, [rows, cols], elem)
         mm = linalg.matmul(a2, b2, outs=[init2])
-        c = mm if lead == 1 and k - lead == 1 else tensor.ExpandShapeOp(out_t, mm, _reassoc(groups), [],
-                                                                       c_shape).result
+        c = mm if lead == 1 and par - lead == 1 else tensor.ExpandShapeOp(out_t, mm, _reassoc(groups), [],
+                                                                         c_shape).result
     op.results[0].replace_all_uses_with(c)
     op.erase()
 
@@ -241,18 +247,23 @@ def _plain(v, args, amaps, ins, want: list[int]):
     return ins[i]
 
 
-def _plain_flat(v, args, amaps, ins, k: int, lead: int, c_shape):
-    """The input `v` is, when `v` is a [K, N] input read at (k, the n loops' row-major index)."""
+def _plain_flat(v, args, amaps, ins, ks: list[int], k_shape: list[int], lead: int, par: int, c_shape):
+    """The input `v` is, when `v` is a [K, N] input read at (the k loops' row-major index, the n
+    loops' row-major index)."""
     if not isinstance(v, ir.BlockArgument):
         return None
     i = args.index(v)
     amap = amaps[i]
-    if len(amap.results) != 2 or not is_dim(amap.results[0], k):
+    if len(amap.results) != 2:
         return None
-    flat = ir.AffineConstantExpr.get(0)
-    for d in range(lead, k):
-        flat = flat * ir.AffineConstantExpr.get(c_shape[d]) + ir.AffineDimExpr.get(d)
-    want = ir.AffineMap.get(amap.n_dims, 0, [ir.AffineDimExpr.get(k), flat])
+
+    def flat(loops, extents):
+        e = ir.AffineDimExpr.get(loops[0])
+        for d, n in zip(loops[1:], extents[1:]):
+            e = e * ir.AffineConstantExpr.get(n) + ir.AffineDimExpr.get(d)
+        return e
+    n_loops = list(range(lead, par))
+    want = ir.AffineMap.get(amap.n_dims, 0, [flat(ks, k_shape), flat(n_loops, [c_shape[d] for d in n_loops])])
     if str(want) != str(amap):
         return None
     return ins[i]
