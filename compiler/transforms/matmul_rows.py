@@ -139,6 +139,10 @@ def _sides(op, x, w, mul, add, amaps, args, n_in: int, par: int, body) -> _Match
         return None
     if any(_reads(amaps[i], d) for i in x_ins for d in n_loops):
         return None
+    # every reduction loop a K of both sides (batch folding can leave a unit one only W reads)
+    if not all(any(_reads(amaps[i], d) for i in x_ins) and any(_reads(amaps[i], d) for i in w_ins)
+               for d in range(par, amaps[-1].n_dims)):
+        return None
     return _Match(x, w, x_ins, w_ins, x_ops, w_ops, lead, par, mul, add)
 
 

@@ -183,3 +183,37 @@ def test_the_planner_fuses_across_the_rows_as_in_the_2d_form():
     assert _kernels(flat) == 2
     assert _kernels(MLP) == 2
     run_matches(MLP, {}, "cpu")
+
+
+# GPT-2's, BERT's and ViT's output projection as torch.compile hands it over: the heads merged
+# by a permute and a reshape right before it, a contraction over (h, d)
+MERGE = """chain f(o: f32[2, 4, 16, 32], w: f32[128, 96], c: f32[96]) -> f32[2, 16, 96] {
+    return reshape(permute(o, [0, 2, 1, 3]), [2, 16, 128]) @ w + c
+}"""
+# single-head attention at batch 1: v read at a constant batch index
+UNIT_BATCH = """chain r(q: f32[1, 6, 8], k: f32[1, 6, 8], v: f32[1, 6, 8]) -> f32[1, 6, 8] {
+    z = q @ transpose(k) * 0.25
+    e = exp(z - max(z, axis=-1, keepdims=true))
+    return (e / sum(e, axis=-1, keepdims=true)) @ v
+}"""
+
+
+def test_a_head_merge_is_one_matmul_with_k_h_times_d():
+    off = texts(MERGE, {}, until="graph", disabled_passes=OFF)["graph"]
+    assert "linalg.matmul" not in off and count(r'"reduction", "reduction"\]', off) == 1
+    graph = texts(MERGE, {}, until="graph")["graph"]
+    filecheck(graph, """
+CHECK: %[[X:.+]] = linalg.transpose ins(%arg0 : tensor<2x4x16x32xf32>) outs({{.*}} : tensor<2x16x4x32xf32>)
+CHECK: %[[XR:.+]] = tensor.collapse_shape %[[X]] {{\\[}}[0, 1], [2, 3]] : tensor<2x16x4x32xf32> into tensor<32x128xf32>
+CHECK: linalg.matmul ins(%[[XR]], %arg1 : tensor<32x128xf32>, tensor<128x96xf32>)
+""")
+    assert count(r'"reduction"', graph) == 0
+    assert "_sgemm(" in texts(MERGE, {}, until="kernels")["kernels"]
+    run_matches(MERGE, {}, "cpu")
+    graph_jit_matches(MERGE, {})
+
+
+def test_a_w_read_at_a_constant_index_stays_for_the_attention_template():
+    m = parse_module(texts(UNIT_BATCH, {}, until="graph", disabled_passes=OFF)["graph"])
+    before = print_ir(m)
+    assert matmul_rows(m) == 0 and print_ir(m) == before
