@@ -93,10 +93,11 @@ def _graph(job: Job, st: ChainStages) -> None:
 def _disabled(job: Job, st: ChainStages) -> tuple[str, ...]:
     """The graph passes a build leaves out: the options', and with run-time extents on a GPU
     split-reductions (it counts a reduction's chunks at compile time, and the dynamic module and
-    its static twin must keep the same ops)."""
+    its static twin must keep the same ops), and on the cpu matmul-rows (it takes static shapes
+    only: the twin's contraction would become a matmul on rows, the dynamic module's not)."""
     o = job.options
-    if o.target == "gpu" and chain_dynamic(st.typed.symbols, o.dynamic):
-        return tuple(o.disabled_passes) + ("split-reductions",)
+    if chain_dynamic(st.typed.symbols, o.dynamic):
+        return tuple(o.disabled_passes) + (("split-reductions",) if o.target == "gpu" else ("matmul-rows",))
     return tuple(o.disabled_passes)
 
 
@@ -142,6 +143,11 @@ def _plan(job: Job, st: ChainStages) -> None:
         plan = replace(plan, decisions=plan.decisions + (
             f"split-reductions not run: {taken_at_run_time(dynamic)}, and a reduction's split into chunks is "
             "counted at compile time",))
+    if dynamic and o.target == "cpu" and "matmul-rows" not in o.disabled_passes and \
+            any(op.kind == "contraction" for op in info.ops):
+        plan = replace(plan, decisions=plan.decisions + (
+            f"matmul-rows not run: {taken_at_run_time(dynamic)}, and it makes a matmul on rows of static "
+            "shapes only",))
     st.plan = _with_eager(plan, lowered, st.module.context)
 
 

@@ -84,7 +84,26 @@ def logical_not(x):
 
 
 def power(a, b):
-    return math.powf(a, b) if _f(a) else math.ipowi(a, b)
+    """C's pow; a float raised to a constant 2 or 3 is x * x or x * x * x (as PyTorch computes
+    `x ** 2` and `x ** 3`, the tanh GELU's cube among them): the same special values, exact for 2,
+    within an ulp of pow for 3, and no libm call per element."""
+    if _f(a):
+        n = _constant_float(b)
+        if n == 2.0:
+            return mul(a, a)
+        if n == 3.0:
+            return mul(mul(a, a), a)
+        return math.powf(a, b)
+    return math.ipowi(a, b)
+
+
+def _constant_float(v) -> float | None:
+    """The value of an arith.constant float scalar, else None."""
+    owner = v.owner if not isinstance(v, ir.BlockArgument) else None
+    op = owner.operation if owner is not None and hasattr(owner, "operation") else owner
+    if op is None or op.name != "arith.constant" or not is_float(v.type):
+        return None
+    return ir.FloatAttr(op.attributes["value"]).value
 
 
 _FCMP = {"eq": "OEQ", "ne": "UNE", "lt": "OLT", "le": "OLE", "gt": "OGT", "ge": "OGE"}

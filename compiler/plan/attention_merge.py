@@ -50,6 +50,19 @@ def merge_attention(info: ChainInfo, chooser: TileChooser, members_list: list[se
                     peeled = {}
                 else:
                     touched, union, kernel = t2, u2, k2
+        tail: set[int] = set()
+        if isinstance(kernel, NotAttention) and not peeled and chooser.target == "cpu":
+            # the cpu template writes each output at its own element: an epilogue reading the
+            # output elsewhere (the head merge's permute before the output projection) becomes a
+            # kernel of its own right after it, weighed with it against the kernels apart
+            tail, kept = _tail(info, members_list, touched, a)
+            if tail:
+                t2, u2 = _spanned(info, chooser.target, kept, a)
+                k2 = attention_kernel(info, u2, chooser.target)
+                if isinstance(k2, NotAttention):
+                    tail = set()
+                else:
+                    touched, union, kernel = t2, u2, k2
         where = f"%{a.scores}..%{a.out}"
         if isinstance(kernel, NotAttention):
             decisions.append(Decision("not attention", where, str(kernel), a.ops))
@@ -61,6 +74,8 @@ def merge_attention(info: ChainInfo, chooser: TileChooser, members_list: list[se
             continue
         apart = sum(chooser.best(frozenset(members_list[k])).cost.time_s for k in set(touched) | set(peeled))
         fused = choice.cost.time_s + sum(chooser.best(frozenset(p)).cost.time_s for ps in peeled.values() for p in ps)
+        if tail:
+            fused += chooser.best(frozenset(tail)).cost.time_s
         bq, bkv = choice.tiling.config.block_q, choice.tiling.config.block_kv
         score = info.op(a.scores).result_bytes
         n_apart = len(set(touched) | set(peeled))
@@ -73,6 +88,9 @@ def merge_attention(info: ChainInfo, chooser: TileChooser, members_list: list[se
                  if info.op(r).kind == "reduction"]
         also = "" if not alone else (f", {alone[0]} as a kernel of its own before it" if len(alone) == 1 else
                                      f", {', '.join(alone)} as kernels of their own before it")
+        if tail:
+            also += (f", {', '.join(f'%{r} {info.op(r).label}' for r in sorted(tail) if info.op(r).kind != 'fill')}"
+                     " a kernel of its own after it (the cpu template writes each output at its own element)")
         decisions.append(Decision("attention", f"{where} as one online-softmax kernel ({bq} queries per block, keys "
                                   f"in steps of {bkv}; the {bytes_text(score)} of scores never reach memory){also}",
                                   f"predicted {time_text(fused)} against {time_text(apart)} in {n_apart} kernels",
@@ -84,7 +102,24 @@ def merge_attention(info: ChainInfo, chooser: TileChooser, members_list: list[se
             if k != first:
                 names.merged(k, first)
         members_list = [union if k == first else m for k, m in enumerate(members_list) if k == first or k not in touched]
+        if tail:                                  # after it in program order: the position before
+            first = next(k for k, m in enumerate(members_list) if m is union)
+            names.inserted(first)
+            members_list.insert(first, tail)
     return members_list
+
+
+def _tail(info: ChainInfo, members_list: list[set[int]], touched: list[int], a) -> tuple[set[int], list[set[int]]]:
+    """The epilogue after attention `a`'s output in the kernels it spans, with the fills it reads,
+    and the kernels without it ({} and the list as it is when there is none)."""
+    after = {x for k in touched for x in members_list[k]
+             if x > a.out and x not in a.ops and info.op(x).kind != "fill"}
+    if not after:
+        return set(), members_list
+    fills = {p for x in after for p in info.op(x).producers if p is not None and info.op(p).kind == "fill"}
+    tail = after | fills
+    kept = [_without(info, m, [tail]) if k in touched else m for k, m in enumerate(members_list)]
+    return tail, kept
 
 
 def _spanned(info: ChainInfo, target: str, members_list: list[set[int]], a) -> tuple[list[int], set[int]]:

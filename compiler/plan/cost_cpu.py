@@ -1,5 +1,6 @@
 """The cpu time model of loop-nest kernels (the elementwise, row, contraction and conv templates
-on a cpu): a prange over chunks of the mapped loops, contractions as BLAS calls, a conv as its
+on a cpu): a prange over chunks of the mapped loops, named contractions as BLAS calls and
+contraction generics as scalar loops, a conv as its
 chosen algorithm (plan/conv.py), from the numbers cost.kernel_cost gathers. The attention and
 scan templates price their cpu kernels in their own modules, with `cpu_bandwidth`.
 docs/ARCHITECTURE.md: the cpu kernels.
@@ -12,6 +13,13 @@ from .analysis import ChainInfo
 from .conv import choose as choose_conv
 from .cost import Tiling, cpu_chunks, finish_cost, hoisted_matmuls, op_flops
 from .hardware import HardwareProfile
+
+# The contraction generics the cpu emitter writes as scalar loop nests (no library call takes a
+# linalg.generic: transforms/cpu_library_calls.py), per core: Numba's loops over a reduction
+# that LLVM keeps in order, measured 1.9 GFLOP/s with the reduced operand read along its rows
+# (12 x 128 x 128 x 64, a batched Q.K^T with its scale inside) and 0.86 GFLOP/s with a weight read
+# down its columns (128 x 768 x 768) on the 2-core AMD EPYC host, 2026-12-06, one thread
+LOOP_CONTRACTION_FLOPS = 1.4e9
 
 
 def conv_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured):
@@ -56,9 +64,12 @@ def cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, f
     conv = choose_conv(info, members, root, tiling.block, tiling.mapped, hw, algorithm)
     conv_flops = op_flops(info.op(conv.op), hw) if conv else 0.0
     conv_s = dict(conv.predicted)[conv.algorithm] if conv else 0.0       # its algorithm's own model
-    per_chunk = [m for m in members if info.op(m).kind == "contraction" and m not in hoist
-                 and not (conv and m == conv.op)]
+    contractions = [m for m in members if info.op(m).kind == "contraction" and m not in hoist
+                    and not (conv and m == conv.op)]
+    looped = [m for m in contractions if info.op(m).name == "linalg.generic"]
+    per_chunk = [m for m in contractions if m not in looped]
     library = sum(op_flops(info.op(m), hw) for m in per_chunk)
+    loops = sum(op_flops(info.op(m), hw) for m in looped)
     blas = max(1, hw.blas_threads)
     # a call per chunk runs on its worker's one thread (emit/module.py limits BLAS to one thread
     # when its calls are in the prange), and packs its B operand afresh: a read of B per call
@@ -66,8 +77,9 @@ def cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, f
     packed = sum(_matmul_b_bytes(info.op(m)) for m in per_chunk if tiling.mapped)
     pack_bw = (hw.cache_bandwidth / cores if packed <= hw.l2_bytes else
                hw.single_core_bandwidth or hw.bandwidth / cores)
-    compute_s = ((common["flops"] - hoisted - library - conv_flops) / peak
+    compute_s = ((common["flops"] - hoisted - library - loops - conv_flops) / peak
                  + library * rounds / (chunks * per_core) + rounds * packed / pack_bw
+                 + loops * rounds / (chunks * min(per_core, LOOP_CONTRACTION_FLOPS))
                  + hoisted / (per_core * min(cores, blas)) + conv_s + rounds * hw.chunk_s)
     recompute_s = common["recompute_flops"] / peak
     spill_s = spill / spill_bw

@@ -17,7 +17,7 @@ from ..mlir import MLIRError, PassManager, ir
 from .fold_batchnorm import fold_batchnorm
 from .fold_unit_reshapes import fold_unit_reshapes
 from .hoist_reshapes import hoist_reshapes
-from .matmul_rows import matmul_rows
+from .matmul_rows import flatten_rows, matmul_rows
 from .indexed_reads import inline_indexed_reads
 from .mark_scans import mark_scans
 from .split_reductions import split_reductions
@@ -108,15 +108,17 @@ class MarkScans:
 class MatmulRows:
     name: str = "matmul-rows"
     why: str = ("on the cpu, a contraction that elementwise fusion made of a matmul with batch dims on its "
-                "left operand is a matmul on rows again (BLAS), the left operand's fused work its own "
-                "generic, computed once per element instead of once per output column")
+                "left operand (its result split into heads or not) is a matmul on rows again (BLAS), each "
+                "operand's fused work its own generic, computed once per element instead of once per "
+                "output column or row")
 
     def apply(self, module: ir.Module, hw=None) -> None:
         # the cpu's problem: its emitter calls BLAS for named matmuls only, and loops over a
         # contraction generic recompute the fused producer for every n; the GPU GEMM template
         # computes such a producer once per tile element as it loads A, in the one kernel
         if hw is None or hw.kind == "cpu":
-            matmul_rows(module)
+            if matmul_rows(module):
+                flatten_rows(module)
 
 
 GRAPH_PASSES: tuple[GraphPass, ...] = (
