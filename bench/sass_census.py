@@ -12,7 +12,11 @@ over its phases, registers, local memory and spills, and the worst bank-conflict
 done-when checks: math share >= 70% (mlp, matmul4096), >= 60% (conv), >= 50% (attention);
 the f16 tensor-core contractions (matmul4096_f16, mlp_f16; issue 37): LDSM and LDGSTS in the K
 loop, no scalar shared loads there, <= 3.5 instructions per HMMA (mlp_f16: 5), every shared
-access 1-way;
+access 1-way; f16 attention on tensor cores (attention_f16 at D = 64 and 128, and a causal
+one; issue 37 items 3, 4): one kernel on f16 tensor cores, the key loop's HMMAs those of both
+products, fragments by LDSM, no scalar shared loads and no shared stores there (P stays in
+registers), 16-byte cp.async for K and V, every shared access 1-way, and for the causal case the
+emitted key loop bounded at the block's last query;
 operand loads of those loops LDS.128 or wider; 0 wraparound selects in innermost loops; >= 4
 loads in flight in every phase of the row kernels (softmax, layernorm) and 16-byte global loads
 and stores (their blocked-cyclic layout, plan/rows.py: row_layout); 16-byte global loads in the

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from . import ids
 from .attention_cpu import emit_cpu
-from .attention_mma import causal_key, emit_gpu_mma
+from .attention_mma import _SIM_LANES, _guarded, causal_key, emit_gpu_mma
 from .template_values import (TemplateValues, affine, body_slice, dims_of_map, indexing_maps, ints,
                               n_inputs, pure_dim)
 from .values import EmitError, atom, elem_of_type, expr_add, expr_mul, floordiv, mod
@@ -651,7 +651,6 @@ class AttentionKernel:
         return floordiv(atom(e), str(cols)), mod(atom(e), str(cols))
 
 
-_SIM_LANES = "_ATTENTION_SIM_LANES"
 _EX2 = "_ex2_ftz_f32"
 # 2^x by the SFU alone: PTX ex2.approx.ftz.f32 (max rel. error 2^-22, subnormal results 0, as
 # the exponentials' sum can ignore); libdevice's exp2f scales inputs below -126 around it (4
@@ -681,15 +680,3 @@ EX2_HELPER = [
 # second or slower, and ptxas forms LDS.128 from constant offsets only)
 UNROLLED_FMAS = 1024
 BLOCK_CHUNKS = 4
-
-
-def _guarded(w, name: str, default: str, conds: list[str], value) -> None:
-    """name = value() where every condition holds, else `default`; without conditions, name =
-    value(). `value` is called where its line goes (reading a value may write lines before it)."""
-    if conds:
-        w(f"{name} = {default}")
-        w(f"if {' and '.join(conds)}:")
-        with w.indent():
-            w(f"{name} = {value()}")
-    else:
-        w(f"{name} = {value()}")

@@ -28,6 +28,7 @@ from ..plan.attention_mma import MMA_BQ, MMA_STAGES
 from . import ids
 
 WARPS = 4
+_SIM_LANES = "_ATTENTION_SIM_LANES"   # the simulator's stand-in for shuffles (emit/attention.py: _xor_lanes)
 
 
 def sim_helpers(t: str) -> list[str]:
@@ -181,7 +182,6 @@ def emit_gpu_mma(k, kind: str) -> None:
     helpers.use_text(f"_tc_att_{kind}", sim_helpers(kind))
     if bf:
         helpers.use_text("bf16_round", emit_bf16.ROUND.strip("\n").splitlines())
-    from .attention import _SIM_LANES, _guarded
     T = 32 * WARPS
     helpers.use_text(_SIM_LANES, [f"{_SIM_LANES} = {T} if _CUDASIM else 1   "
                                   "# the simulator's stand-in for warp shuffles: a word per thread"])
@@ -476,7 +476,6 @@ def _load(k, tid: str, T: int, tile: SwizzledTile, rows: int, cols: int, row0: s
         return
     n = rows * cols
     zero = k.ctx.consts.zero(k.elem)
-    from .attention import _guarded
     for i in range(-(-n // T)):
         e = expr_add(tid, str(T * i))
         r, d = names.fresh("tr"), names.fresh("tc")
@@ -493,3 +492,13 @@ def _load(k, tid: str, T: int, tile: SwizzledTile, rows: int, cols: int, row0: s
             w.depth -= 1
 
 
+def _guarded(w, name: str, default: str, conds: list[str], value) -> None:
+    """name = value() where every condition holds, else `default`; without conditions, name =
+    value(). `value` is called where its line goes (reading a value may write lines before it)."""
+    if conds:
+        w(f"{name} = {default}")
+        w(f"if {' and '.join(conds)}:")
+        with w.indent():
+            w(f"{name} = {value()}")
+    else:
+        w(f"{name} = {value()}")

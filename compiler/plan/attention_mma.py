@@ -42,7 +42,7 @@ def mma_attention_error(info, a, bq: int | None = None, hw=None) -> str | None:
     return None
 
 
-def mma_kind(info, a, bq: int, hw=None) -> str:
+def attention_mma_kind(info, a, bq: int, hw=None) -> str:
     """'f16' | 'bf16' when the kernel at `bq` queries per block runs on tensor cores, else ''."""
     return "" if mma_attention_error(info, a, bq, hw) else info.op(a.scores).operand_dtypes[0]
 
@@ -62,9 +62,12 @@ def mma_shared_bytes(d: int, dv: int, bkv: int) -> int:
 
 
 def mma_registers(d: int, dv: int, bkv: int) -> int:
-    """Registers per thread: ~40 for addresses, ids and row statistics, the scores' accumulators
-    (bkv / 2), the output's (dv / 2), Q's fragments (d / 4) and P's packed halves (bkv / 4)."""
-    return 40 + bkv // 2 + dv // 2 + d // 4 + bkv // 4
+    """Registers per thread: ~32 for addresses, ids and row statistics and the live values X:
+    the scores' accumulators (bkv / 2), the output's (dv / 2) and Q's fragments (d / 4), with
+    ptxas's growing share of temporaries as X grows (X^2 / 128): fitted to ptxas -v for sm_90
+    (96-126 at D = 64, BKV = 32; 254, no spill, at D = 128, BKV = 64)."""
+    x = bkv // 2 + dv // 2 + d // 4
+    return min(255, 32 + x + x * x // 128)
 
 
 def mma_step_instructions(d: int, dv: int, bkv: int, score_flops: float, elem_copies: bool) -> dict:
@@ -79,9 +82,10 @@ def mma_step_instructions(d: int, dv: int, bkv: int, score_flops: float, elem_co
     ldsm = (d // 16) * (bkv // 16) + (bkv // 16) * (dv // 16)
     sfu = per + 2
     # a score: its function, the max, exp(z - m) (FFMA, MUFU), the sum, the 16-bit roundings
-    # the f16/bf16 ops keep (F2F pairs): ~2 per flop of the score function plus ~20 (fitted to
-    # the SASS of the bench's f16 kernels, D = 64 and 128: 630-1,100 instructions a step)
-    elementwise = per * (2 * score_flops + 20) + bkv // 4 + dv // 2 + 2 * 8 + 20
+    # the f16/bf16 ops keep (F2F pairs): ~2 per flop of the score function plus ~24 (fitted to
+    # the SASS of the bench's f16 kernels: 630 instructions a step at D = 64, BKV = 32, 1,357
+    # at D = 128, BKV = 64, ~30 a score)
+    elementwise = per * (2 * score_flops + 24) + bkv // 4 + dv // 2 + 2 * 8 + 20
     halves = bkv * (d + dv)
     copies = halves / WARP / (1 if elem_copies else 8) / MMA_WARPS * (2 if elem_copies else 1)
     return {"hmma": hmma, "ldsm": ldsm, "sfu": sfu, "other": elementwise + 3 * copies, "copies": copies}
