@@ -13,7 +13,11 @@ done-when checks: math share >= 70% (mlp, matmul4096), >= 60% (conv), >= 50% (at
 the f16 tensor-core contractions (matmul4096_f16, mlp_f16, bmm_f16, bmm_bcast_f16, conv_f16;
 issue 37): LDSM and LDGSTS in the K loop, no scalar shared loads there, <= 3 instructions per
 HMMA (bmm_f16, bmm_bcast_f16: 3.5, conv_f16: 5, conv_bf16: 32), every shared access 1-way;
-conv_bf16 without LDGSTS;
+conv_bf16 without LDGSTS; f16 attention on tensor cores (attention_f16 at D = 64 and 128, and a
+causal one; issue 37 items 3, 4): one kernel on f16 tensor cores, the key loop's HMMAs those of
+both products, fragments by LDSM, no scalar shared loads and no shared stores there (P stays in
+registers), 16-byte cp.async for K and V, every shared access 1-way, and for the causal case the
+emitted key loop bounded at the block's last query;
 operand loads of those loops LDS.128 or wider; 0 wraparound selects in innermost loops; >= 4
 loads in flight in every phase of the row kernels (softmax, layernorm) and 16-byte global loads
 and stores (their blocked-cyclic layout, plan/rows.py: row_layout); 16-byte global loads in the
@@ -37,6 +41,11 @@ CONV16 = ("chain conv16(x: f16[B, C, 56, 56], w: f16[F, C, 3, 3]) -> f16[B, F, 5
           "{ return relu(conv2d(x, w, padding=1)) }")
 BMM16 = "chain bmm(a: f16[B, M, K], b: f16[B, K, N]) -> f16[B, M, N] { return a @ b }"
 BMMW16 = "chain bmmw(a: f16[B, M, K], w: f16[K, N]) -> f16[B, M, N] { return a @ w }"
+ATTN16 = ("chain attention(q: f16[B, S, D], k: f16[B, S, D], v: f16[B, S, D]) -> f16[B, S, D] "
+          "{ return softmax(q @ transpose(k) * 0.125, axis=-1) @ v }")
+CAUSAL16 = ("chain attention(q: f16[B, S, D], k: f16[B, S, D], v: f16[B, S, D]) -> f16[B, S, D] {\n"
+            "    z = where(reshape(arange(S), [S, 1]) >= arange(S), q @ transpose(k) * 0.125, -inf)\n"
+            "    return softmax(z, axis=-1) @ v\n}")
 # (name, .fdsl file or source, chain, binding, kind: what the done-when asks of it)
 CASES = (
     ("mlp", "bench/fdsl/mlp.fdsl", "mlp", dict(M=512, K=1024, N=4096), ("contraction", 0.70)),
@@ -56,6 +65,10 @@ CASES = (
     ("conv_bf16", CONV16.replace("f16", "bf16"), "conv16", dict(B=16, C=128, F=128), ("mma_bf16", 32.0)),
     ("conv_bn_relu", "bench/fdsl/conv_bn_relu.fdsl", "conv_bn_relu", dict(B=8, C=64, F=64), ("contraction", 0.60)),
     ("attention", "bench/fdsl/attention.fdsl", "attention", dict(B=8, S=1024, D=64), ("contraction", 0.50)),
+    # issue 37 items 3, 4: f16 attention on tensor cores (FlashAttention-2's structure), and causal
+    ("attention_f16", ATTN16, "attention", dict(B=16, S=2048, D=64), ("attention_mma", None)),
+    ("attention_f16_d128", ATTN16, "attention", dict(B=16, S=2048, D=128), ("attention_mma", None)),
+    ("attention_f16_causal", CAUSAL16, "attention", dict(B=16, S=2048, D=64), ("attention_mma", "causal")),
     ("softmax", "bench/fdsl/softmax.fdsl", "softmax", dict(M=8192, N=1024), ("row", None)),
     ("layernorm", "bench/fdsl/layernorm.fdsl", "layernorm", dict(M=8192, N=1024), ("row", None)),
     ("layernorm768", "bench/fdsl/layernorm.fdsl", "layernorm", dict(M=16384, N=768), ("row", None)),
@@ -78,10 +91,25 @@ def kernels_of(src: str, chain: str, binding: dict) -> tuple[list, dict]:
     hw = GPUS["h200"]
     st = compile_typed(fusec.check(path).chain(chain), binding, options=CompileOptions(target="gpu", hardware=hw))
     reports = report_kernels(st.emitted.source, st.emitted.entries[chain], hw, trace=False)
+    LAST["stages"] = st          # the attention checks read its plan's tiles and emitted loop bound
     measured = {r.group: m for r in reports if r.kind == "launch" and (m := r.measured()) is not None}
     predicted = {"model_s": total_time(st.plan.costs),
                  "measured_s": total_time(with_measured(st.plan, hw, measured).costs)}
     return reports, predicted
+
+
+LAST: dict = {}
+
+
+def attention_step(st) -> dict:
+    """HMMAs per key step of the plan's tensor-core attention kernel, by product, and whether its
+    emitted key loop is bounded by the diagonal (the causal skip: emit/attention_mma.py)."""
+    from fusec.compiler.plan.attention import attention_kernel
+    (g,) = [g for g in st.plan.kernels if g.template == "attention"]
+    a = attention_kernel(st.plan.info, g.ops)
+    bkv = g.config.block_kv
+    return {"qk": (a.d // 16) * (bkv // 8), "pv": (bkv // 16) * (a.dv // 8), "mma": g.config.mma,
+            "causal_bound": "# causal: the tiles above the diagonal skipped" in st.emitted.source}
 
 
 def row(r) -> dict:
@@ -98,6 +126,7 @@ def row(r) -> dict:
     out.update(loop=None if s.hot is None else f"{s.loops[s.hot].start:#x}-{s.loops[s.hot].end:#x}",
                innermost_loops=len(s.loops), instructions_per_iteration=h.instructions, math=h.math,
                math_share=h.math_share, shared_loads=h.shared_loads, global_loads=h.global_loads,
+               hmma=h.hmma, shared_stores=h.shared_stores,
                kernel_global_loads=s.kernel.global_loads, kernel_global_stores=s.kernel.global_stores,
                wraparound_selects_innermost=s.ptx.wraparound_selects_innermost,
                wraparound_selects=s.ptx.wraparound_selects, mul64_innermost=s.ptx.mul64_innermost,
@@ -137,6 +166,23 @@ def checks(kind: tuple, rows: list[dict]) -> list[tuple[str, bool]]:
                              "LDGSTS.128" in (k["global_loads"] or {})))
             out.append((f"{k['kernel']}: {per or 0:.1f} instructions per HMMA <= {share}", per is not None and per <= share))
             out.append((f"{k['kernel']}: bank ways {k['bank_ways']} (1: conflict-free)", k["bank_ways"] == 1))
+        if what == "attention_mma":   # issue 37 items 3, 4: FlashAttention-2's structure on mma.sync
+            step = attention_step(LAST["stages"])
+            out.append((f"{k['kernel']}: on {step['mma'] or 'no'} tensor cores", step["mma"] == "f16"))
+            out.append((f"{k['kernel']}: HMMA in both products ({k['hmma']} in the key loop, Q·Kᵀ "
+                        f"{step.get('qk')} + P·V {step.get('pv')})",
+                        bool(step) and k["hmma"] == step["qk"] + step["pv"]))
+            loads = k["shared_loads"] or {}
+            out.append((f"{k['kernel']}: fragments by ldmatrix, no scalar shared loads (P stays in registers: "
+                        f"{loads}, shared stores {k['shared_stores']})",
+                        "LDSM.128" in loads and not any(op.startswith("LDS.") for op in loads)
+                        and not k["shared_stores"]))
+            out.append((f"{k['kernel']}: 16-byte cp.async for K and V ({k['global_loads']})",
+                        "LDGSTS.128" in (k["global_loads"] or {})))
+            out.append((f"{k['kernel']}: bank ways {k['bank_ways']} (1: conflict-free)", k["bank_ways"] == 1))
+            if share == "causal":
+                out.append((f"{k['kernel']}: the key loop's bound skips the tiles above the diagonal",
+                            step["causal_bound"]))
         if what in ("row", "elementwise") and k["kernel_global_loads"]:
             out.append(_wide(k, "loads", k["kernel_global_loads"]))
         if what == "row" and k["kernel_global_stores"]:      # the output phase's runs (row kernels' blocked-cyclic layout)

@@ -41,6 +41,7 @@ ATTENTION_Z = "fusec.attention_z"
 ATTENTION_V = "fusec.attention_v"
 ATTENTION_LOOPS = "fusec.attention_loops"
 ATTENTION_BATCH = "fusec.attention_batch"
+ATTENTION_MMA = "fusec.attention_mma"      # on tensor cores: the operands' type (f16 | bf16)
 ATTENTION_GUARD = "fusec.attention_guard"  # on the output contraction: [C, K] of P = where(M == C, K, E / L)
 ATTENTION_MARKS = (BLOCK_ATTENTION, ATTENTION_ROLE)
 

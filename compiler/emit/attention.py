@@ -9,12 +9,13 @@ from contextlib import contextmanager
 
 from . import ids
 from .attention_cpu import emit_cpu
+from .attention_mma import _SIM_LANES, _guarded, causal_key, emit_gpu_mma
 from .template_values import (TemplateValues, affine, body_slice, dims_of_map, indexing_maps, ints,
                               n_inputs, pure_dim)
 from .values import EmitError, atom, elem_of_type, expr_add, expr_mul, floordiv, mod
 from ..mlir import ir
 from ..plan.attention import THREADS_X, THREADS_Y, gpu_layout
-from ..marks import (ABSORBED, ATTENTION_BATCH, ATTENTION_GUARD, ATTENTION_LOOPS, ATTENTION_ROLE, ATTENTION_V,
+from ..marks import (ABSORBED, ATTENTION_BATCH, ATTENTION_MMA, ATTENTION_GUARD, ATTENTION_LOOPS, ATTENTION_ROLE, ATTENTION_V,
                      ATTENTION_Z, BLOCK_ATTENTION, TAG)
 
 
@@ -23,6 +24,8 @@ def block_attention(body, root) -> None:
     kernel = AttentionKernel(body, root)
     if body.mode == "cpu":
         emit_cpu(kernel)
+    elif ATTENTION_MMA in root.attributes:      # on tensor cores (emit/attention_mma.py)
+        emit_gpu_mma(kernel, ir.StringAttr(root.attributes[ATTENTION_MMA]).value)
     else:
         kernel.emit_gpu()
 
@@ -381,7 +384,10 @@ class AttentionKernel:
         row_guard = self.SQ % BQ != 0
         key_guard = self.SK % BKV != 0
         j0 = names.fresh("j0")
-        w(f"for {j0} in range(0, {self.SK}, {BKV}):")
+        if not self.sums_v and causal_key(self):    # a causal mask: the key tiles past the block's last query are all -inf
+            w(f"for {j0} in range(0, min({self.SK}, {expr_add(i0, str(BQ))}), {BKV}):")
+        else:
+            w(f"for {j0} in range(0, {self.SK}, {BKV}):")
         with w.indent():
             # K and V of this step (the barrier: every thread is done with the last step's tiles)
             w("cuda.syncthreads()")
@@ -645,7 +651,6 @@ class AttentionKernel:
         return floordiv(atom(e), str(cols)), mod(atom(e), str(cols))
 
 
-_SIM_LANES = "_ATTENTION_SIM_LANES"
 _EX2 = "_ex2_ftz_f32"
 # 2^x by the SFU alone: PTX ex2.approx.ftz.f32 (max rel. error 2^-22, subnormal results 0, as
 # the exponentials' sum can ignore); libdevice's exp2f scales inputs below -126 around it (4
@@ -675,15 +680,3 @@ EX2_HELPER = [
 # second or slower, and ptxas forms LDS.128 from constant offsets only)
 UNROLLED_FMAS = 1024
 BLOCK_CHUNKS = 4
-
-
-def _guarded(w, name: str, default: str, conds: list[str], value) -> None:
-    """name = value() where every condition holds, else `default`; without conditions, name =
-    value(). `value` is called where its line goes (reading a value may write lines before it)."""
-    if conds:
-        w(f"{name} = {default}")
-        w(f"if {' and '.join(conds)}:")
-        with w.indent():
-            w(f"{name} = {value()}")
-    else:
-        w(f"{name} = {value()}")

@@ -5,6 +5,8 @@ See docs/ARCHITECTURE.md, "GPU kernels", Attention kernels, and "What the code t
 """
 from __future__ import annotations
 
+from .attention_mma import causal_key
+
 from .cpu import BLAS_MARK, NO_TRANS, TRANS, blas_fn, blas_layout
 from .template_values import indexing_maps, pure_dim
 from .values import expr_mul
@@ -71,7 +73,10 @@ def emit_cpu(att) -> None:
                 with w.indent():
                     w(f"{qs}[{r}, {d}] = {att.q_value(batch, f'{i0} + {r}', d)}")
             q_in = (qs, NO_TRANS, D)
-        w(f"for {j0} in range(0, {att.SK}, {BKV}):")
+        if not att.sums_v and causal_key(att):    # a causal mask: the key tiles past the block's last query are all -inf
+            w(f"for {j0} in range(0, min({att.SK}, {i0} + {BQ}), {BKV}):")
+        else:
+            w(f"for {j0} in range(0, {att.SK}, {BKV}):")
         with w.indent():
             w(f"{nc} = min({BKV}, {att.SK} - {j0})")
             cc, dd = names.fresh("c"), names.fresh("d")

@@ -8,6 +8,7 @@ from .analysis import ChainInfo
 from .attention import Mismatch, NotAttention, attention_kernel, find_attention
 from .decisions import Decision, KernelNames
 from .describe import bytes_text, time_text
+from .attention_mma import mma_attention_error
 from .templates import AttentionConfig
 from .tilechoice import TileChooser
 from ..dynamic import taken_at_run_time
@@ -79,9 +80,14 @@ def merge_attention(info: ChainInfo, chooser: TileChooser, members_list: list[se
         bq, bkv = choice.tiling.config.block_q, choice.tiling.config.block_kv
         score = info.op(a.scores).result_bytes
         n_apart = len(set(touched) | set(peeled))
+        fma = ""
+        if chooser.target == "gpu" and not choice.tiling.config.mma and \
+                {info.op(a.scores).operand_dtypes[0]} <= {"f16", "bf16"}:
+            why = mma_attention_error(info, kernel, None, chooser.hw) or "the FMA kernel is predicted faster"
+            fma = f" (on FMAs, not tensor cores: {why})"
         if fused >= apart:
             decisions.append(Decision("not attention", where, f"predicted {time_text(fused)} as one online-softmax "
-                                      f"kernel against {time_text(apart)} in {n_apart} kernels", a.ops,
+                                      f"kernel{fma} against {time_text(apart)} in {n_apart} kernels", a.ops,
                                       numbers=(("fused_s", fused), ("apart_s", apart))))
             continue
         alone = [f"%{r} {info.op(r).label}" for ps in peeled.values() for p in ps for r in sorted(p)
@@ -91,6 +97,11 @@ def merge_attention(info: ChainInfo, chooser: TileChooser, members_list: list[se
         if tail:
             also += (f", {', '.join(f'%{r} {info.op(r).label}' for r in sorted(tail) if info.op(r).kind != 'fill')}"
                      " a kernel of its own after it (the cpu template writes each output at its own element)")
+        mma = choice.tiling.config.mma
+        if mma:
+            also += f", on {mma} tensor cores (mma.sync m16n8k16, priced at mma.sync's ceiling)"
+        elif fma:
+            also += fma.replace(" (", ", ", 1)[:-1]
         decisions.append(Decision("attention", f"{where} as one online-softmax kernel ({bq} queries per block, keys "
                                   f"in steps of {bkv}; the {bytes_text(score)} of scores never reach memory){also}",
                                   f"predicted {time_text(fused)} against {time_text(apart)} in {n_apart} kernels",

@@ -12,6 +12,8 @@ from .cost import (GEMM_REG_HEADROOM, SCHEDULERS, Tiling, finish_cost, fitting_b
 from .cost_cpu import cpu_bandwidth
 from .hardware import WARP, HardwareProfile
 from .measured import Measured
+from .attention_mma import (MMA_WARPS, causal_mask, causal_steps, mma_registers, mma_shared_bytes,
+                            mma_step_cycles)
 
 
 def attention_time(info, members, root, tiling, hw, common, footprint, reads, corr, measured):
@@ -60,6 +62,8 @@ def _attention_time(info, members, tiling: Tiling, hw: HardwareProfile, common, 
                        0.0, threads=blocks, blocks=blocks, occupancy=busy / cores, recompute_s=0.0, spill_s=0.0)
     T = THREADS_X * THREADS_Y
     warps = T // WARP
+    if tiling.config.mma:
+        return _mma_time(info, a, tiling, hw, common, measured, blocks, nq, kv_bytes, rereads, score_flops, io)
     rq, ck = bq // THREADS_Y, bkv // THREADS_X
     lay = gpu_layout(a.d, a.dv, bq, bkv)
     cols = lay.groups * lay.cw                                    # value columns per thread
@@ -101,3 +105,43 @@ def _attention_time(info, members, tiling: Tiling, hw: HardwareProfile, common, 
                         bytes_read=common["bytes_read"] + rereads - cached), hw, compute_s, memory_s,
                    hw.launch_s, alloc_s, threads=T, blocks=blocks, occupancy=min(1.0, occupancy),
                    recompute_s=0.0, spill_s=0.0, waves=blocks / (per_sm * hw.units))
+
+
+def _mma_time(info, a, tiling: Tiling, hw: HardwareProfile, common, measured, blocks, nq, kv_bytes, rereads,
+              score_flops, io):
+    """The tensor-core form (plan/attention_mma.py): per key step a block's 4 warps issue the
+    step's HMMAs (both products), LDSMs, score function and online softmax on the accumulators,
+    P's packing and the K/V copies; its cycles are the larger of the tensor cores' time at
+    mma.sync's ceiling (hardware.py `mma_sync_flops`) and the issue of all of it; the next
+    step's copies are in flight while a step computes (2 stages), so a step waits for memory
+    only where the SM's blocks cannot fill the latency. A causal mask skips the key tiles above
+    the diagonal (`causal_steps`)."""
+    bkv = tiling.config.block_kv
+    regs = mma_registers(a.d, a.dv, bkv)
+    smem = mma_shared_bytes(a.d, a.dv, bkv)
+    if measured is not None:             # the kernel report's ptxas figures
+        regs, smem = measured.registers, measured.shared_bytes
+    regs_alloc = math.ceil(min(regs, hw.regs_per_thread) / 8) * 8
+    fit = max(1, fitting_blocks(hw, MMA_WARPS, regs_alloc, smem))
+    resident = min(fit, math.ceil(blocks / hw.units))
+    elem_copies = info.op(a.scores).operand_dtypes[0] != "f16"
+    hot = measured.loop_instructions if measured is not None and measured.loop_math else None
+    cyc, n = mma_step_cycles(hw, a.d, a.dv, bkv, score_flops, elem_copies, hot)
+    steps = causal_steps(a.sq, a.sk, bkv) if causal_mask(info, a) else math.ceil(a.sk / bkv)
+    latency = hw.mem_latency_s * hw.clock_hz
+    barrier = 2 * 20
+    per_round = max(resident * cyc, latency / 2 + cyc) + barrier
+    per_sm_blocks = math.ceil(blocks / hw.units)
+    cycles = math.ceil(per_sm_blocks / resident) * (steps * per_round + latency)
+    compute_s = cycles / hw.clock_hz
+    share = min(1.0, blocks / hw.units)
+    bw = hw.cache_bandwidth if io <= hw.l2_bytes else hw.bandwidth
+    frac = steps / max(1, math.ceil(a.sk / bkv))
+    cached = rereads * frac if kv_bytes <= hw.l2_bytes else 0.0
+    memory_s = (io / bw + cached / hw.cache_bandwidth + (rereads * frac - cached) / hw.bandwidth) / max(share, 1e-9)
+    alloc_s = hw.alloc_s * common["writes"]
+    return finish_cost(dict(common, bytes_spilled=0.0, onchip_bytes=int(smem), bytes_cached=float(cached),
+                            bytes_read=common["bytes_read"] + rereads * frac - cached), hw, compute_s, memory_s,
+                       hw.launch_s, alloc_s, threads=MMA_WARPS * WARP, blocks=blocks,
+                       occupancy=min(1.0, warp_occupancy(hw, fit, MMA_WARPS)), recompute_s=0.0, spill_s=0.0,
+                       waves=blocks / (fit * hw.units))

@@ -63,6 +63,9 @@ def tiles_text(g: dict) -> str:
         bq, bkv = g["attention"]
         threads = "x".join(map(str, g["threads"])) if g.get("threads") and len(g["threads"]) > 1 else ""
         on = f", {threads} threads" if threads else ""
+        if g.get("tensor_cores"):
+            on += (f", {g['tensor_cores']} tensor cores (mma.sync m16n8k16: 4 warps of 16 query rows, P in "
+                   "registers)")
         return (f"attention (online softmax): {bq} queries per block, keys in steps of {bkv}{on}; "
                 f"the scores never reach memory")
     text = f"block tile {g['block_tiles']}"

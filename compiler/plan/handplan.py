@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from .analysis import ChainInfo, siblings, tileable_loops
 from .attention import THREADS_X, THREADS_Y, NotAttention, attention_kernel
+from .attention_mma import mma_attention_error
 from .conv import library_conv, not_applicable as conv_not_applicable, op_shape as conv_op_shape
 from .cost import CHEAP, Tiling
 from .decisions import library_notes, template_notes
@@ -45,6 +46,7 @@ def group_spec(group: dict, ops: list[int] | None = None) -> dict:
             spec["stages"] = group["stages"]
     if group.get("attention"):
         spec["attention"] = list(group["attention"])
+        spec["tensor_cores"] = group.get("tensor_cores", "")     # "": on FMAs where tensor cores would apply
     if group.get("conv"):
         spec["conv"] = group["conv"]
     if group.get("recomputed"):
@@ -59,12 +61,12 @@ def to_spec(plan: FusionPlan | dict) -> dict:
 
 
 def _config(row_threads: int, gemm: tuple[int, ...], att: tuple[int, ...], scan: Config | None, conv: str,
-            columns: bool = False, runs: int = 0) -> Config:
+            columns: bool = False, runs: int = 0, att_mma: str = "") -> Config:
     """A checked hand plan group's template fields as its config (plan/templates.py)."""
     if scan is not None:
         return scan
     if att:
-        return AttentionConfig(block_q=att[0], block_kv=att[1])
+        return AttentionConfig(block_q=att[0], block_kv=att[1], mma=att_mma)
     if gemm:
         return ContractionConfig(bk=gemm[0], tm=gemm[1], tn=gemm[2], prefetch=len(gemm) > 3 and bool(gemm[3]),
                                  stages=gemm[4] if len(gemm) > 4 else 0)
@@ -167,6 +169,13 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
             if target == "gpu" and (att[0] % THREADS_Y or att[1] % THREADS_X):
                 raise PlanError(f"group {gid}: attention {list(att)}: on the gpu the queries per block are a "
                                 f"multiple of {THREADS_Y} and the keys per step of {THREADS_X}")
+        att_mma = ""
+        if att and target == "gpu":        # the tensor-core form where it applies (plan/attention_mma.py)
+            want = g.get("tensor_cores", None)
+            why = mma_attention_error(info, kernel, att[0], hw)
+            if want and why:
+                raise PlanError(f"group {gid}: attention on tensor cores: {why}")
+            att_mma = "" if why or want == "" else info.op(kernel.scores).operand_dtypes[0]
         scan = None
         if r.scan:                    # a scan's kernel is its template's: no tiles to give
             if any(block) or any(thread) or row_threads or gemm or att or len(compute) > 1:
@@ -189,7 +198,7 @@ def plan_from_dict(info: ChainInfo, target: str, spec: dict, *, hw: HardwareProf
             if why:
                 raise PlanError(f"group {gid}: conv {conv!r} {why} (%{convs[0]} is {shape.text()})")
             given_conv.add(root)
-        t = Tiling(block, thread, mapped, _config(row_threads, gemm, att, scan, conv, columns, runs))
+        t = Tiling(block, thread, mapped, _config(row_threads, gemm, att, scan, conv, columns, runs, att_mma))
         recomputed = frozenset(int(x) for x in g.get("recomputed", ()))
         if recomputed - (set(compute) - {root}):
             raise PlanError(f"group {gid}: recomputed {sorted(recomputed)}: only the group's compute ops other than "

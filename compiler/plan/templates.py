@@ -142,6 +142,7 @@ class AttentionConfig(Config):
     at_root: ClassVar[bool] = True
     block_q: int                          # queries per block
     block_kv: int                         # keys (and values) per step
+    mma: str = ""                         # gpu: "f16" | "bf16" on tensor cores (plan/attention_mma.py), "": FMAs
 
     def mapped_threads(self, block, thread, mapped):
         return (THREADS_Y, THREADS_X) if thread else ()     # gpu kernels have thread tiles (zeros), cpu ones none
@@ -150,7 +151,7 @@ class AttentionConfig(Config):
         return list(reversed(threads))
 
     def fields(self):
-        return {"attention": [self.block_q, self.block_kv]}
+        return {"attention": [self.block_q, self.block_kv], **({"tensor_cores": self.mma} if self.mma else {})}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,6 +18,7 @@ from .cost import KernelCost, Tiling, allocated_registers, kernel_bytes, kernel_
 from .hardware import WARP, HardwareProfile
 from .measured import Measured
 from .attention import Attention, attention_kernel, attention_tiles
+from .attention_mma import MMA_BQ, attention_mma_kind, mma_shared_bytes, mma_tiles
 from .gemm import STAGE_CHOICES, gemm_kernel, gemm_shape, gemm_tiling_error, staged_sides
 from .rows import row_kernel, row_registers, row_tiling_error
 from .templates import TEMPLATES, AttentionConfig, ContractionConfig, RowConfig, ScanConfig, searched_config
@@ -186,9 +187,14 @@ class TileChooser:
         else:
             shapes = [(bq, bkv) for bq in (32, 64, 128, 256) for bkv in (64, 128, 256, 512)
                       if bq <= max(32, a.sq) and bkv <= max(64, a.sk)]
+        configs = [AttentionConfig(block_q=bq, block_kv=bkv) for bq, bkv in shapes]
+        kind = attention_mma_kind(self.info, a, MMA_BQ, self.hw) if gpu else ""
+        if kind:      # the tensor-core form (plan/attention_mma.py), where its shared memory fits
+            configs += [AttentionConfig(block_q=bq, block_kv=bkv, mma=kind) for bq, bkv in mma_tiles(a)
+                        if mma_shared_bytes(a.d, a.dv, bkv) <= self.hw.onchip_per_block]
         evaluated = []
-        for bq, bkv in shapes:
-            t = Tiling((0,) * n, (0,) * n if gpu else (), (), AttentionConfig(block_q=bq, block_kv=bkv))
+        for config in configs:
+            t = Tiling((0,) * n, (0,) * n if gpu else (), (), config)
             evaluated.append((t, self.cost(members, t)))
         if not evaluated:
             return None

@@ -249,6 +249,7 @@ class Counts:
     shared_stores: dict
     global_stores: dict
     barriers: int
+    hmma: int = 0                       # tensor-core instructions (HMMA: mma.sync)
 
 
 def counts(body: list[Instruction]) -> Counts:
@@ -263,7 +264,7 @@ def counts(body: list[Instruction]) -> Counts:
             g[label(i)] = g.get(label(i), 0) + 1
     return Counts(len(issued), maths, maths / len(issued) if issued else None,
                   *(dict(sorted(g.items())) for g in groups.values()),
-                  barriers=sum(1 for i in issued if i.base == "BAR"))
+                  barriers=sum(1 for i in issued if i.base == "BAR"), hmma=sum(1 for i in issued if i.base == "HMMA"))
 
 
 @dataclass(frozen=True)

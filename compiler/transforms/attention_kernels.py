@@ -15,7 +15,7 @@ from ..mlir import ir
 from ..plan.attention import NotAttention, attention_kernel
 from ..plan.templates import AttentionConfig, groups_of
 from ..plan.kernels import FusionPlan, Kernel
-from ..marks import (ABSORBED, ATTENTION_BATCH, ATTENTION_GUARD, ATTENTION_LOOPS, ATTENTION_MARKS, ATTENTION_ROLE,
+from ..marks import (ABSORBED, ATTENTION_BATCH, ATTENTION_MMA, ATTENTION_GUARD, ATTENTION_LOOPS, ATTENTION_MARKS, ATTENTION_ROLE,
                      ATTENTION_V, ATTENTION_Z, BLOCK_ATTENTION)
 from .gemm_kernels import _i64_array, _one, _only_used_by, _tagged, generalize_steps
 from .script import apply_script, script_text, tag_of
@@ -72,6 +72,8 @@ def _mark(plan: FusionPlan, g: Kernel, tagged: dict, stage: str) -> None:
     root.attributes[BLOCK_ATTENTION] = _i64_array([g.config.block_q, g.config.block_kv])
     root.attributes[ATTENTION_LOOPS] = _i64_array([a.q_loop, a.k_loop, a.d_loop])
     root.attributes[ATTENTION_BATCH] = _i64_array(a.batch_loops)
+    if g.config.mma:                    # on tensor cores (emit/attention_mma.py)
+        root.attributes[ATTENTION_MMA] = ir.StringAttr.get(g.config.mma)
     members = set(role_ops) | {root}
     block = root.block
     for m in g.ops:

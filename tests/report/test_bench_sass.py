@@ -12,7 +12,9 @@ multiply by static strides that ptxas narrows. A change that raises one has to s
 f16 tensor-core contractions (matmul4096_f16, mlp_f16, bmm_f16, bmm_bcast_f16 and the
 channels-last conv_f16): ldmatrix and 16-byte cp.async in the K loop, no scalar shared loads
 there, instructions per HMMA under a ceiling (3 for matmul4096_f16 and mlp_f16), every shared
-access conflict-free; conv_bf16 the same without cp.async (bf16's global arrays hold f32)."""
+access conflict-free; conv_bf16 the same without cp.async (bf16's global arrays hold f32); its f16
+attention on tensor cores (D = 64, 128, causal): HMMA in both products, LDSM, P never in shared
+memory, cp.async for K and V, the causal key loop's bound."""
 from __future__ import annotations
 
 import pytest
@@ -22,7 +24,8 @@ from bench import sass_census
 pytestmark = pytest.mark.slow     # ~10-30 s a workload: NVVM on kernels written out whole
 
 
-MUL64 = {"mlp": 21, "matmul4096": 9, "conv_bn_relu": 49}
+MUL64 = {"mlp": 21, "matmul4096": 9, "conv_bn_relu": 49, "attention_f16": 22, "attention_f16_d128": 50,
+         "attention_f16_causal": 22}
 
 
 @pytest.mark.parametrize("case", sass_census.CASES, ids=[c[0] for c in sass_census.CASES])
