@@ -49,7 +49,9 @@ TO_LLVM: tuple[str, ...] = (
     "expand-strided-metadata",             # expand/collapse_shape views
     "lower-affine",
     "finalize-memref-to-llvm",
-    "arith-expand",                        # arith ops without a direct LLVM lowering
+    "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32})",  # bf16 <-> int via f32
+    "arith-expand{include-bf16=true}",     # arith ops without a direct LLVM lowering; bf16 extf/truncf
+                                           # as integer ops (no __truncsfbf2 in the JIT without AVX-512 BF16)
     "convert-arith-to-llvm",
     "convert-func-to-llvm",
     "convert-cf-to-llvm",
