@@ -14,8 +14,8 @@ from ..mlir import ir
 from ..plan.analysis import conv_window
 from ..plan.conv import WINOGRAD, ConvShape, im2col_rows, winograd_rows, winograd_tiles
 from ..marks import CONV_ALGORITHM
-from .template_values import affine
-from .values import expr_add, expr_mul, is_int
+from .template_values import affine, linear
+from .values import expr_add, expr_mul, is_int, small_div
 
 NO_TRANS, TRANS = 111, 112      # CBLAS transpose flags (CblasNoTrans, CblasTrans); emit/cpu.py imports them
 _JIT = '@numba.njit(nogil=True, fastmath={"contract", "reassoc"}, error_model="numpy")'
@@ -292,7 +292,6 @@ def k_outer_step(g) -> int | None:
 def k_outer(g, k0: str) -> tuple[str, dict[int, str]]:
     """The K step at flat k0 (a multiple of BK, `k_outer_step`): (its innermost loop's first
     coordinate, {outer loop: coordinate}), computed once per step."""
-    from .gemm import _small_div                # (emit/gemm.py imports this module)
     c, w, names = k_outer_step(g), g.w, g.names
     memo = getattr(g, "_k_outer_memo", None)
     if memo and memo[0] == (k0, w.depth) and all(
@@ -311,7 +310,7 @@ def k_outer(g, k0: str) -> tuple[str, dict[int, str]]:
     for i, l in enumerate(kl[:-1]):          # row-major over the outer loops, by small divisions
         inner = math.prod(sizes[i + 1:])
         most = math.prod(sizes[i:]) - 1
-        div = _small_div(rest, inner, most) if inner > 1 else rest
+        div = small_div(rest, inner, most) if inner > 1 else rest
         if div is None:
             return c0, g._delinearize(q, kl[:-1], "ko", [g.ext[l] for l in kl[:-1]])
         outer[l] = names.fresh("ko")
@@ -329,7 +328,6 @@ def k_runs_flat(g, operand: int, side: str, sides, k_pos):
     static shape, linear in the K loops: (its 1-D view (`FlatViews`), {(side position, K
     position): the run's offset at the step's K origin, named before the K loop}, (c0, outer)
     -> the K step's offset), so a run's address is one add per step; None where it is not."""
-    from .gemm import _linear
     flat, v = g.values.flat, g.c.operands[operand]
     view = g.body.view(v)
     shape = view.shape if view.whole else _array_shape(v)
@@ -346,7 +344,7 @@ def k_runs_flat(g, operand: int, side: str, sides, k_pos):
         stride *= int(x)
     kl, coef = g.loops["k"], {}
     for e, st in zip(g.cmaps[operand].results, strides):
-        lin = _linear(e)
+        lin = linear(e)
         if lin is None:
             return None
         for l, c in lin[0].items():

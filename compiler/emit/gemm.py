@@ -11,8 +11,8 @@ from . import conv, ids
 from .vector import VECTOR_HELPERS
 from .cp_async import CP_ASYNC16H_HELPERS, CP_ASYNC_HELPERS, MAX_STAGES
 from .mma import SwizzledTile, TensorCores
-from .template_values import FLAT_HELPER, FlatViews, TemplateValues, affine, n_inputs, dims_of, dims_of_map, indexing_maps, ints, pure_dim
-from .values import EmitError, elem_of_type, expr_add, expr_mul, floordiv, is_int, mod
+from .template_values import FLAT_HELPER, FlatViews, TemplateValues, affine, n_inputs, dims_of, dims_of_map, indexing_maps, ints, linear, pure_dim
+from .values import EmitError, elem_of_type, expr_add, expr_mul, floordiv, is_int, mod, small_div
 from ..mlir import ir
 from ..plan.gemm import F32_BYTES, SMEM_LIMIT, mma_tiles_error, tile_pad
 from ..marks import ABSORBED, BLOCK_GEMM, CONTRACTION, GEMM_MMA, GEMM_PREFETCH, GEMM_ROOT_LOOPS, GEMM_SIDES, GEMM_STAGES, GEMM_TILES
@@ -574,7 +574,7 @@ class _Gemm:
             return None
         coef, const, stride = {}, 0, 1
         for e, n in reversed(list(zip(self.cmaps[operand].results, view.shape))):
-            lin = _linear(e)
+            lin = linear(e)
             if lin is None:
                 return None
             for l, c in lin[0].items():
@@ -974,13 +974,13 @@ class _Gemm:
         (c, r, s), BK 16, inner 9): k0 = inner q0 + r0 once per step, each position's kl =
         inner kq + kr once per thread, so k0 + kl has outer coordinate q0 + kq + (r0 + kr >=
         inner) and the inner ones those of r0 + kr (less inner on the carry), all below 2 inner:
-        divisions by constants written as a multiply and a shift (`_small_div`). Returns
+        divisions by constants written as a multiply and a shift (`values.small_div`). Returns
         k0 -> (kl -> {loop: coordinate}) (writing the step's statements), or None."""
         if len(kloops) < 2 or not all(is_int(e) for e in ext_k[1:]):
             return None
         sizes = [int(e) for e in ext_k[1:]]
         inner = math.prod(sizes)
-        if inner == 1 or _small_div("x", inner, 2 * inner) is None:
+        if inner == 1 or small_div("x", inner, 2 * inner) is None:
             return None
         names, w = self.names, self.w
         per_pos = {}
@@ -1001,7 +1001,7 @@ class _Gemm:
                 q, r = per_pos[kl]
                 e, cy, rem = names.fresh("ke"), names.fresh("kcy"), names.fresh("krem")
                 w(f"{e} = {r0} + {r}")
-                w(f"{cy} = {_small_div(e, inner, 2 * inner - 2)}")
+                w(f"{cy} = {small_div(e, inner, 2 * inner - 2)}")
                 w(f"{rem} = {e} - {cy} * {inner}")
                 out = {kloops[0]: f"{q0} + {q} + {cy}"}
                 div = {}                         # rem // P for P a suffix product of the sizes
@@ -1016,7 +1016,7 @@ class _Gemm:
                                 div[p] = "0"
                             else:
                                 div[p] = names.fresh("kd")
-                                w(f"{div[p]} = {_small_div(rem, p, inner - 1)}")
+                                w(f"{div[p]} = {small_div(rem, p, inner - 1)}")
                     c = div[p_in] if div[p_out] == "0" else f"{div[p_in]} - {div[p_out]} * {sizes[li]}"
                     if " " in c:
                         n = names.fresh("kc")
@@ -1197,26 +1197,6 @@ class _Gemm:
         return True
 
 
-def _linear(e) -> tuple[dict[int, int], int] | None:
-    """An affine expression as ({loop: coefficient}, constant), None where it is not linear."""
-    e = e.maybe_downcast() if hasattr(e, "maybe_downcast") else e
-    if isinstance(e, ir.AffineDimExpr):
-        return {e.position: 1}, 0
-    if isinstance(e, ir.AffineConstantExpr):
-        return {}, e.value
-    if isinstance(e, (ir.AffineAddExpr, ir.AffineMulExpr)):
-        a, b = _linear(e.lhs), _linear(e.rhs)
-        if a is None or b is None:
-            return None
-        if isinstance(e, ir.AffineAddExpr):
-            return {l: a[0].get(l, 0) + b[0].get(l, 0) for l in a[0].keys() | b[0].keys()}, a[1] + b[1]
-        if a[0] and b[0]:
-            return None
-        (c, x) = (a[1], b) if not a[0] else (b[1], a)
-        return {l: c * k for l, k in x[0].items()}, c * x[1]
-    return None
-
-
 def _split_const(e: str) -> tuple[str, int]:
     """(the rest, c) for an expression `rest + c` with c an integer literal; (e, 0) otherwise."""
     if is_int(e):
@@ -1225,24 +1205,3 @@ def _split_const(e: str) -> tuple[str, int]:
     if sep and tail.isdigit() and "(" not in tail:
         return head, int(tail)
     return e, 0
-
-
-def _small_div(x: str, d: int, most: int) -> str | None:
-    """`x // d` for 0 <= x <= most written as comparisons where the quotient is at most 3, else
-    as `(x * m) >> s` (checked over the range); None where no m below 2**16 serves or the range
-    is too long to check. The comparisons read x's low 32 bits (x itself, in that range), which
-    LLVM compares as 32-bit numbers: one ISETP each instead of a 64-bit pair."""
-    if d == 1:
-        return x
-    if most // d <= 3:       # a few comparisons (no 64-bit multiply in the PTX)
-        return ("(" + " + ".join(f"int(({x} & 0xffffffff) >= {d * t})" for t in range(1, most // d + 1)) + ")"
-                if most >= d else "0")
-    if most > 1 << 16:
-        return None
-    for sh in range(1, 24):
-        m = -(-(1 << sh) // d)
-        if m >= 1 << 16:
-            return None
-        if all((v * m) >> sh == v // d for v in range(most + 1)):
-            return f"(({x} * {m}) >> {sh})"
-    return None

@@ -440,3 +440,23 @@ class TemplateValues:
             self.ctx.expr[r] = atom(e)
         else:
             self.body.assign(r, e)
+
+
+def linear(e) -> tuple[dict[int, int], int] | None:
+    """An affine expression as ({loop: coefficient}, constant), None where it is not linear."""
+    e = e.maybe_downcast() if hasattr(e, "maybe_downcast") else e
+    if isinstance(e, ir.AffineDimExpr):
+        return {e.position: 1}, 0
+    if isinstance(e, ir.AffineConstantExpr):
+        return {}, e.value
+    if isinstance(e, (ir.AffineAddExpr, ir.AffineMulExpr)):
+        a, b = linear(e.lhs), linear(e.rhs)
+        if a is None or b is None:
+            return None
+        if isinstance(e, ir.AffineAddExpr):
+            return {l: a[0].get(l, 0) + b[0].get(l, 0) for l in a[0].keys() | b[0].keys()}, a[1] + b[1]
+        if a[0] and b[0]:
+            return None
+        (c, x) = (a[1], b) if not a[0] else (b[1], a)
+        return {l: c * k for l, k in x[0].items()}, c * x[1]
+    return None

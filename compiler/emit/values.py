@@ -366,3 +366,24 @@ def mod(a: str, b: str) -> str:
     if is_int(a) and is_int(b):
         return str(int(a) % int(b))
     return "0" if b == "1" else f"{atom(a)} % {atom(b)}"
+
+
+def small_div(x: str, d: int, most: int) -> str | None:
+    """`x // d` for 0 <= x <= most written as comparisons where the quotient is at most 3, else
+    as `(x * m) >> s` (checked over the range); None where no m below 2**16 serves or the range
+    is too long to check. The comparisons read x's low 32 bits (x itself, in that range), which
+    LLVM compares as 32-bit numbers: one ISETP each instead of a 64-bit pair."""
+    if d == 1:
+        return x
+    if most // d <= 3:       # a few comparisons (no 64-bit multiply in the PTX)
+        return ("(" + " + ".join(f"int(({x} & 0xffffffff) >= {d * t})" for t in range(1, most // d + 1)) + ")"
+                if most >= d else "0")
+    if most > 1 << 16:
+        return None
+    for sh in range(1, 24):
+        m = -(-(1 << sh) // d)
+        if m >= 1 << 16:
+            return None
+        if all((v * m) >> sh == v // d for v in range(most + 1)):
+            return f"(({x} * {m}) >> {sh})"
+    return None
