@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from . import ids
 from .attention_cpu import emit_cpu
-from .attention_mma import _SIM_LANES, _guarded, causal_key, emit_gpu_mma
+from .attention_mma import SIM_LANES, guarded, causal_key, emit_gpu_mma, rounds
 from .template_values import (TemplateValues, affine, body_slice, dims_of_map, indexing_maps, ints,
                               n_inputs, pure_dim)
 from .values import EmitError, atom, elem_of_type, expr_add, expr_mul, floordiv, mod
@@ -344,7 +344,7 @@ class AttentionKernel:
         f = f"numba.{self.elem.compute}"
         ninf, zero = c.float(float("-inf"), self.elem), c.zero(self.elem)
         self.ctx.helpers.cudasim = True
-        self.ctx.helpers.use_text(_SIM_LANES, [f"{_SIM_LANES} = {T} if _CUDASIM else 1   "
+        self.ctx.helpers.use_text(SIM_LANES, [f"{SIM_LANES} = {T} if _CUDASIM else 1   "
                                                "# the simulator's stand-in for warp shuffles: a word per thread"])
         w(f"# {BLOCK_ATTENTION}: {BQ} queries per block, keys in steps of {BKV}; a thread takes {rq} queries x "
           f"{ck} keys of scores and {rq} x {L.groups}x{L.cw} outputs (online softmax)")
@@ -360,7 +360,7 @@ class AttentionKernel:
         w(f"{Ks} = cuda.shared.array(({BKV}, {L.k_stride}), {f})")
         w(f"{Vs} = cuda.shared.array(({BKV}, {L.v_stride}), {f})")
         w(f"{Ps} = cuda.shared.array(({BQ}, {L.p_stride}), {f})")
-        w(f"{Xs} = cuda.shared.array({_SIM_LANES}, {f})")
+        w(f"{Xs} = cuda.shared.array({SIM_LANES}, {f})")
         self._tid, self._xs, self._splits = tid, Xs, {}
         q_read = lambda r, d: self.q_value(batch, expr_add(i0, r), d)
         self._load_tiles([(BQ, L.dp, D, i0, self.SQ, q_read, Qs)])
@@ -421,7 +421,7 @@ class AttentionKernel:
                 for k in range(ck):
                     conds = ([f"{expr_add(i0, rows[a])} < {self.SQ}"] if row_guard else []) + \
                             ([f"{expr_add(j0, keys[k])} < {self.SK}"] if key_guard else [])
-                    _guarded(w, z[a][k], ninf, conds,
+                    guarded(w, z[a][k], ninf, conds,
                              lambda: self.score(batch, expr_add(i0, rows[a]), expr_add(j0, keys[k]), s[a][k]))
                 w(f"{mn[a]} = {z[a][0]}")
                 for k in range(1, ck):
@@ -614,16 +614,15 @@ class AttentionKernel:
         stores = []
         for rows, cols, valid, row0, limit, read, tile in tiles:
             n = rows * cols
-            for k in range(-(-n // T)):
+            for k, exists in rounds(tid, n, T):
                 r, d = self._element(cols, k)
-                exists = [f"{tid} < {n - T * k}"] if n - T * k < T else []
                 conds = list(exists)
                 if limit % rows:
                     conds.append(f"{expr_add(row0, r)} < {limit}")
                 if valid < cols:
                     conds.append(f"{d} < {valid}")
                 v = names.fresh("v")
-                _guarded(w, v, zero, conds, lambda: read(r, d))
+                guarded(w, v, zero, conds, lambda: read(r, d))
                 stores.append((exists, f"{tile}[{r}, {d}] = {v}"))
         for conds, line in stores:
             if conds:

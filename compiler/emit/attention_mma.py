@@ -28,7 +28,7 @@ from ..plan.attention_mma import MMA_BQ, MMA_STAGES
 from . import ids
 
 WARPS = 4
-_SIM_LANES = "_ATTENTION_SIM_LANES"   # the simulator's stand-in for shuffles (emit/attention.py: _xor_lanes)
+SIM_LANES = "_ATTENTION_SIM_LANES"   # the simulator's stand-in for shuffles (emit/attention.py: _xor_lanes)
 
 
 def sim_helpers(t: str) -> list[str]:
@@ -183,7 +183,7 @@ def emit_gpu_mma(k, kind: str) -> None:
     if bf:
         helpers.use_text("bf16_round", emit_bf16.ROUND.strip("\n").splitlines())
     T = 32 * WARPS
-    helpers.use_text(_SIM_LANES, [f"{_SIM_LANES} = {T} if _CUDASIM else 1   "
+    helpers.use_text(SIM_LANES, [f"{SIM_LANES} = {T} if _CUDASIM else 1   "
                                   "# the simulator's stand-in for warp shuffles: a word per thread"])
     ninf, zero = c.float(float("-inf"), k.elem), c.zero(k.elem)
     steps = -(-k.SK // BKV)
@@ -218,7 +218,7 @@ def emit_gpu_mma(k, kind: str) -> None:
     else:
         w(f"{S} = cuda.shared.array({words}, numba.float32, {align})")
     w(f"{H} = {S}.view({'np.uint16' if bf else 'np.float16'})")
-    w(f"{Xs} = cuda.shared.array({_SIM_LANES}, numba.float32)")
+    w(f"{Xs} = cuda.shared.array({SIM_LANES}, numba.float32)")
     k._tid, k._xs = tid, Xs
     hb = names.fresh("hb")
     w(f"{hb} = _att_smem_base({H})")
@@ -334,7 +334,7 @@ def emit_gpu_mma(k, kind: str) -> None:
             for e in range(4):
                 row, key = rows[e >> 1], keys[n, e & 1]
                 conds = ([f"{row} < {k.SQ}"] if k.SQ % BQ else []) + ([f"{key} < {k.SK}"] if k.SK % BKV else [])
-                _guarded(w, z[n][e], ninf, conds, lambda: k.score(batch, row, key, s[n][e]))
+                guarded(w, z[n][e], ninf, conds, lambda: k.score(batch, row, key, s[n][e]))
         mn = [names.fresh(f"mn{h}_") for h in range(2)]
         for h in range(2):
             w(f"{mn[h]} = {z[0][2 * h]}")
@@ -451,48 +451,44 @@ def _load(k, tid: str, T: int, tile: SwizzledTile, rows: int, cols: int, row0: s
         n = rows * per
         if src(0, 0)[0] not in k.ctx.aligned16:
             k.ctx.aligned16.append(src(0, 0)[0])
-        for i in range(-(-n // T)):
+        for i, guard in rounds(tid, n, T):
             e = expr_add(tid, str(T * i))
             r, d = names.fresh("cr"), names.fresh("cd")
-            if n - T * i < T:
-                w(f"if {tid} < {n - T * i}:")
-                w.depth += 1
-            w(f"{r} = ({e}) // {per}")
-            w(f"{d} = (({e}) % {per}) * 8")
-            array, index = src(expr_add(row0, r), d)
-            cond = f"{expr_add(row0, r)} < {limit}" if limit % rows else None
-            if cond:
-                w(f"if {cond}:")
-                w.depth += 1
-            w(f"_cp_async16h({tile.array}, {tile.index(*at(r, d))}, {array}, ({', '.join(index)},))")
-            if cond:
-                w.depth -= 1
-                w("else:")
-                with w.indent():
-                    for x in range(8):
-                        w(tile.store(*at(r, expr_add(d, str(x))), k.ctx.consts.zero(k.elem)))
-            if n - T * i < T:
-                w.depth -= 1
+            with w.when(guard):
+                w(f"{r} = ({e}) // {per}")
+                w(f"{d} = (({e}) % {per}) * 8")
+                array, index = src(expr_add(row0, r), d)
+                cond = [f"{expr_add(row0, r)} < {limit}"] if limit % rows else []
+                with w.when(cond):
+                    w(f"_cp_async16h({tile.array}, {tile.index(*at(r, d))}, {array}, ({', '.join(index)},))")
+                if cond:
+                    w("else:")
+                    with w.indent():
+                        for x in range(8):
+                            w(tile.store(*at(r, expr_add(d, str(x))), k.ctx.consts.zero(k.elem)))
         return
     n = rows * cols
     zero = k.ctx.consts.zero(k.elem)
-    for i in range(-(-n // T)):
+    for i, guard in rounds(tid, n, T):
         e = expr_add(tid, str(T * i))
         r, d = names.fresh("tr"), names.fresh("tc")
-        if n - T * i < T:
-            w(f"if {tid} < {n - T * i}:")
-            w.depth += 1
-        w(f"{r} = ({e}) // {cols}")
-        w(f"{d} = ({e}) % {cols}")
-        v = names.fresh("v")
-        _guarded(w, v, zero, [f"{expr_add(row0, r)} < {limit}"] if limit % rows else [],
-                 lambda: read(expr_add(row0, r), d))
-        w(tile.store(*at(r, d), v))
-        if n - T * i < T:
-            w.depth -= 1
+        with w.when(guard):
+            w(f"{r} = ({e}) // {cols}")
+            w(f"{d} = ({e}) % {cols}")
+            v = names.fresh("v")
+            guarded(w, v, zero, [f"{expr_add(row0, r)} < {limit}"] if limit % rows else [],
+                     lambda: read(expr_add(row0, r), d))
+            w(tile.store(*at(r, d), v))
 
 
-def _guarded(w, name: str, default: str, conds: list[str], value) -> None:
+def rounds(tid: str, n: int, T: int):
+    """(i, its guard) for each round of T threads over n elements, thread tid taking element
+    tid + T i: the last round, when partial, only for the threads below what is left."""
+    for i in range(-(-n // T)):
+        yield i, ([f"{tid} < {n - T * i}"] if n - T * i < T else [])
+
+
+def guarded(w, name: str, default: str, conds: list[str], value) -> None:
     """name = value() where every condition holds, else `default`; without conditions, name =
     value(). `value` is called where its line goes (reading a value may write lines before it)."""
     if conds:

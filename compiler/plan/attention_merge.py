@@ -113,8 +113,7 @@ def merge_attention(info: ChainInfo, chooser: TileChooser, members_list: list[se
             if k != first:
                 names.merged(k, first)
         members_list = [union if k == first else m for k, m in enumerate(members_list) if k == first or k not in touched]
-        if tail:                                  # after it in program order: the position before
-            first = next(k for k, m in enumerate(members_list) if m is union)
+        if tail:        # after it in program order: the position before (the union's stays `first`)
             names.inserted(first)
             members_list.insert(first, tail)
     return members_list
