@@ -10,7 +10,6 @@ BATCHNORM = "fusec.batchnorm"              # a batchnorm's ops, until fold-batch
 SCAN = "fusec.scan"                        # a running sum/product generic, run as a scan
 SCAN_AXIS = "fusec.scan_axis"              # ... and the axis it runs along
 NOTE = "fusec.note"                        # a two-stage reduction's partial: what was split and why
-CHANNELS_LAST = "channels-last"             # the NOTE of a 16-bit conv's layout copies (lowering/contraction.py)
 
 # the tiled stage's transform script
 TAG = "fusec.tag"                          # an op's handle in the transform script

@@ -18,7 +18,7 @@ from . import scalar as S
 from .builder import (compute_type, dims_map, elem_of, empty, fill, generic, narrow, parallel, reshape, scalar,
                       shape_of, tensor_type, widen)
 from .registry import LoweringContext, rule
-from ..marks import CHANNELS_LAST, NOTE
+from ..marks import NOTE
 
 
 def _prod(xs) -> int:
@@ -113,7 +113,7 @@ def _layout_copy(v: ir.Value, perm: tuple[int, ...], why: str) -> ir.Value:
     elementwise fusion leaves it a tensor of its own) noted as a layout change."""
     shape = shape_of(v)
     op = linalg.transpose(v, outs=[empty(tuple(shape[d] for d in perm), elem_of(v))], permutation=list(perm))
-    op.operation.attributes[NOTE] = ir.StringAttr.get(f"{CHANNELS_LAST}: {why}")
+    op.operation.attributes[NOTE] = ir.StringAttr.get(f"channels-last: {why}")
     return op.results[0]
 
 
