@@ -330,7 +330,9 @@ def _gather_before_root(func_op, g: Kernel) -> None:
     chain had them (Q's bias add after Q's projection, K's projection kernels after it), one-shot
     bufferization would see their buffers dead before the kernels in between run, and give one
     of those kernels the same buffer (two layers' split projections: K's combine wrote over Q's
-    before the attention read it). An op something outside the kernel reads stays."""
+    before the attention read it; a GQA's K permute, read by the rotary's tensor.extract, left
+    before V's projection, which then wrote its result over K's). An op something outside the
+    kernel reads stays; a read inside a member's body (a gather's tensor.extract) is the member's."""
     tags = {tag_of(g.id, m) for m in g.ops}
     block = func_op.regions[0].blocks[0]
     mine = [op.operation for op in block.operations
@@ -340,6 +342,8 @@ def _gather_before_root(func_op, g: Kernel) -> None:
         return
     def member(o) -> bool:
         o = o.operation if hasattr(o, "operation") else o
+        while o.parent is not None and o.parent.name != "func.func":     # up to the function's op
+            o = o.parent.operation if hasattr(o.parent, "operation") else o.parent
         return TAG in o.attributes and ir.IntegerAttr(o.attributes[TAG]).value in tags
 
     for op in mine:
