@@ -177,8 +177,9 @@ class FusecRegion(torch.nn.Module):
     fails (the region's eager_reason says why)."""
 
     def __init__(self, translated, program, eager: torch.fx.GraphModule, region: Region, tuple_out: bool,
-                 dump: Path | None, static_program=None):
+                 dump: Path | None, static_program=None, verify: bool = True):
         super().__init__()
+        self.verify = verify
         self.translated = translated
         self.chain = program[translated.chain]
         self.static_program = static_program     # makes the program without dynamic symbols
@@ -238,7 +239,46 @@ class FusecRegion(torch.nn.Module):
             self.region.compile_seconds += time.perf_counter() - t0
         outs = outs if isinstance(outs, tuple) else (outs,)
         res = tuple(_as_tensor(o, device) for o in outs)
+        if first and self.verify:
+            want = self.eager(*args)
+            wrong = _differs(res, want if isinstance(want, (tuple, list)) else (want,))
+            if wrong is not None:
+                # never silently wrong: the region runs eagerly from now on, and says why
+                self.region.eager_reason = (f"fusec's outputs differed from eager PyTorch on its first call "
+                                            f"({wrong}); it runs eagerly")
+                warnings.warn(f"fusec: {self.translated.chain}: {self.region.eager_reason} (FUSEC_TORCH_DUMP=DIR "
+                              "writes its FDSL and plan: a reproduction for a bug report)", stacklevel=2)
+                return want
         return res if self.tuple_out else res[0]
+
+
+_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
+           torch.int64: "i64", torch.int32: "i32", torch.bool: "bool"}
+
+
+def _differs(got, want) -> str | None:
+    """Why fusec's outputs `got` are not eager PyTorch's `want` (runtime/compare.py's tolerance
+    for the dtype), or None when they agree."""
+    from fusec.runtime.compare import compare
+    if len(got) != len(want):
+        return f"{len(got)} outputs, eager has {len(want)}"
+    for k, (g, w) in enumerate(zip(got, want)):
+        if not isinstance(w, torch.Tensor):
+            continue
+        if g.dtype != w.dtype or tuple(g.shape) != tuple(w.shape):
+            return f"output {k}: {g.dtype}{list(g.shape)}, eager {w.dtype}{list(w.shape)}"
+        dtype = _DTYPES.get(w.dtype)
+        if dtype is None:
+            continue
+        c = compare(_host(g), _host(w), dtype)
+        if not c.ok:
+            return f"output {k}: {c.describe()}"
+    return None
+
+
+def _host(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu()
+    return (t.float() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy()
 
 
 class Backend:
@@ -249,6 +289,10 @@ class Backend:
         self.report = options.pop("report", None) or report or Report()
         self.target = options.pop("target", None)
         self.compile_kwargs = {k: options.pop(k) for k in _BACKEND_KEYS[1:] if k in options}
+        verify = options.pop("verify", True)
+        if not isinstance(verify, bool):
+            raise UsageError(f"the fusec backend's option verify takes True or False, not {verify!r}")
+        self.verify = verify                # each region's first call per size checked against eager
         self.options = options              # fusec CompileOptions fields
         dump = os.environ.get("FUSEC_TORCH_DUMP")
         self.dump = Path(dump) if dump else None
@@ -322,7 +366,7 @@ class Backend:
         if "dynamic" in opts and "dynamic" not in self.options:
             static_opts = {k: v for k, v in opts.items() if k != "dynamic"}
             static = lambda: make(static_opts)          # noqa: E731
-        return FusecRegion(translated, program, sub, region, tuple_out, self.dump, static)
+        return FusecRegion(translated, program, sub, region, tuple_out, self.dump, static, self.verify)
 
     def _eager(self, region: Region, why: str):
         region.eager_reason = why

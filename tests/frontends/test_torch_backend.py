@@ -211,3 +211,27 @@ def test_sdpa_masked_rows_and_the_guard_the_attention_matcher_takes():
     chain = fusec.check(text).chains[0]
     plan = compile_typed(chain, {}, options=CompileOptions(target="gpu"), until="plan").plan
     assert plan.kernel_count == 1 and plan.kernels[0].template == "attention", plan.format()
+
+
+def test_a_region_whose_outputs_differ_from_eager_runs_eagerly_and_says_why(monkeypatch):
+    """Each region's first call at a size is compared with eager PyTorch: a wrong build (here a
+    chain that adds 1 to its output) is never silently wrong; `verify=False` skips the check."""
+    class Tanh(torch.nn.Module):
+        def forward(self, x):
+            return torch.tanh(x) * 2.0 + 1.0
+    from fusec.program import Chain
+    call = Chain.__call__
+    monkeypatch.setattr(Chain, "__call__", lambda self, *a: call(self, *a) + 1.0)
+    m, x = Tanh(), torch.randn(4, 16)
+    with pytest.warns(UserWarning, match="differed from eager PyTorch"):
+        r = ft.explain(m, x, options={"target": "reference"})
+    assert torch.equal(r.outputs, m(x))
+    (region,) = r.regions
+    assert region.eager_reason.startswith("fusec's outputs differed from eager PyTorch on its first call (output 0: ")
+    assert r.in_fusec == 0 and "differed from eager" in str(r)
+    torch._dynamo.reset()
+    r = ft.explain(m, x, options={"target": "reference", "verify": False})
+    assert torch.allclose(r.outputs, m(x) + 1.0) and r.in_fusec == 3
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="verify takes True or False"):
+        ft.explain(m, x, options={"target": "reference", "verify": "yes"})
