@@ -96,13 +96,13 @@ def _disabled(job: Job, st: ChainStages) -> tuple[str, ...]:
     its static twin must keep the same ops), and on the cpu matmul-rows (it takes static shapes
     only: the twin's contraction would become a matmul on rows, the dynamic module's not)."""
     o = job.options
-    if o.target in STATIC_ONLY and chain_dynamic(st.typed.symbols, o.dynamic):
-        return tuple(o.disabled_passes) + (STATIC_ONLY[o.target][0],)
+    if o.target in STATIC_ONLY_PASSES and chain_dynamic(st.typed.symbols, o.dynamic):
+        return tuple(o.disabled_passes) + (STATIC_ONLY_PASSES[o.target][0],)
     return tuple(o.disabled_passes)
 
 
 # per target, the graph pass a dynamic build leaves out: (its name, the ops it would change, why)
-STATIC_ONLY = {
+STATIC_ONLY_PASSES = {
     "gpu": ("split-reductions", "reduction", "a reduction's split into chunks is counted at compile time"),
     "cpu": ("matmul-rows", "contraction", "it makes a matmul on rows of static shapes only"),
 }
@@ -145,7 +145,7 @@ def _plan(job: Job, st: ChainStages) -> None:
         if why:
             plan = planned(f"{taken_at_run_time(dynamic)}, and the kernels' tile loops would not take one trip "
                            f"count ({why})")
-    left_out, kind, why = STATIC_ONLY.get(o.target, ("", "", ""))
+    left_out, kind, why = STATIC_ONLY_PASSES.get(o.target, ("", "", ""))
     if dynamic and left_out and left_out not in o.disabled_passes and any(op.kind == kind for op in info.ops):
         plan = replace(plan, decisions=plan.decisions + (
             f"{left_out} not run: {taken_at_run_time(dynamic)}, and {why}",))
