@@ -121,7 +121,9 @@ def test_the_issues_sizes_within_the_bound(target):
 
 @pytest.mark.slow
 def test_gpu_kernels_at_1e5_within_the_bound(fast_simulator):
-    bad = _check("cuda-sim", ("total", "var", "rvar"), 10 ** 5, (2, 10 ** 5))
+    """Uniform data only (405 s of the suite's 65 min on 2 cores with both kinds): the offset
+    kind runs at 2e4 above."""
+    bad = _check("cuda-sim", ("total", "var", "rvar"), 10 ** 5, (2, 10 ** 5), kinds=("u01",))
     assert not bad, "\n".join(bad)
 
 
