@@ -24,7 +24,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from fusec.dsl.diagnostics import FdslError
 from fusec.errors import UsageError
 
-from .torch_graph import ATEN_VIEWS, Unsupported, node_support, op_name, translate
+from .torch_graph import ATEN_VIEWS, TORCH_DTYPES, Unsupported, node_support, op_name, translate
 
 _BACKEND_KEYS = ("target", "cache", "cache_dir", "max_memory", "remote_cache")
 
@@ -241,7 +241,7 @@ class FusecRegion(torch.nn.Module):
         res = tuple(_as_tensor(o, device) for o in outs)
         if first and self.verify:
             want = self.eager(*args)
-            wrong = _differs(res, want if isinstance(want, (tuple, list)) else (want,))
+            wrong = _differs(res, want if self.tuple_out else (want,))
             if wrong is not None:
                 # never silently wrong: the region runs eagerly from now on, and says why
                 self.region.eager_reason = (f"fusec's outputs differed from eager PyTorch on its first call "
@@ -250,10 +250,6 @@ class FusecRegion(torch.nn.Module):
                               "writes its FDSL and plan: a reproduction for a bug report)", stacklevel=2)
                 return want
         return res if self.tuple_out else res[0]
-
-
-_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
-           torch.int64: "i64", torch.int32: "i32", torch.bool: "bool"}
 
 
 def _differs(got, want) -> str | None:
@@ -267,18 +263,17 @@ def _differs(got, want) -> str | None:
             continue
         if g.dtype != w.dtype or tuple(g.shape) != tuple(w.shape):
             return f"output {k}: {g.dtype}{list(g.shape)}, eager {w.dtype}{list(w.shape)}"
-        dtype = _DTYPES.get(w.dtype)
+        dtype = TORCH_DTYPES.get(w.dtype)
         if dtype is None:
             continue
-        c = compare(_host(g), _host(w), dtype)
+        c = compare(_host(g), _host(w), dtype)          # (compare works in float64)
         if not c.ok:
             return f"output {k}: {c.describe()}"
     return None
 
 
 def _host(t: torch.Tensor) -> np.ndarray:
-    t = t.detach().cpu()
-    return (t.float() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy()
+    return t.detach().cpu().double().numpy()
 
 
 class Backend:
