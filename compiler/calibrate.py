@@ -252,7 +252,6 @@ def measure_cpu(cores: int | None = None) -> HardwareProfile:
     chunks = np.zeros((2048 * cores, 1), np.float32)
     t_launch = _quiet_best(lambda: empty_region(regions))
     t_chunks = _quiet_best(lambda: empty_region(chunks))
-    switch = _pool_switch(regions)
     return HardwareProfile(
         "cpu", "cpu", bandwidth=bw, peak_flops=cores / flop, peak_flops_fp16=cores / flop,
         launch_s=t_launch, units=cores, onchip_per_unit=l2, onchip_per_block=l2, max_threads_per_block=1,
@@ -260,15 +259,13 @@ def measure_cpu(cores: int | None = None) -> HardwareProfile:
         overlap=True, weights=tuple(sorted(weights.items())), single_core_bandwidth=bw1,
         blas_threads=min(cores, blas_threads()),
         chunk_s=max(0.0, (t_chunks - t_launch) * cores / chunks.shape[0]), fault_s_per_byte=fault,
-        mmap_threshold=32 * MB, vector_bits=bits, pool_switch_s=switch,
+        mmap_threshold=32 * MB, vector_bits=bits,
         notes=(f"measured on {cpu_model()}, {cores} cores, L2 {l2 // KB} KiB/core, LLC {llc // MB} MiB",
                vector_note,
                "bandwidth: the better of a NumPy copy and a Numba prange copy of 64 MiB (read + write)",
                "peak: an emitted chain of 32 multiply-adds; weights: each op in an emitted chain, in units "
                "of that FLOP, on one thread (minimum of several runs)",
-               "mmap_threshold: glibc maps buffers of 32 MiB and more afresh on every allocation",
-               "pool_switch_s: a NumPy matmul on BLAS's threads, then an empty prange, less each alone "
-               "(minimum of several runs): BLAS's idle threads spin, and the prange's workers wait for the cores")
+               "mmap_threshold: glibc maps buffers of 32 MiB and more afresh on every allocation")
         + ((f"not measured (their chains did not build; default weights): {', '.join(failed)}",) if failed else ()),
         source="measured")
 
@@ -320,25 +317,6 @@ def _one_thread(fn):
         return fn()
     finally:
         numba.set_num_threads(threads)
-
-
-def _pool_switch(regions: np.ndarray, n: int = 512) -> float:
-    """Seconds a Numba prange loses when it follows a BLAS call on BLAS's own threads, as a
-    kernel's loop follows its whole BLAS call (plan/cost.py: hoisted_matmuls): OpenBLAS's
-    threads spin for a while after each call, on the cores the prange's workers need. Measured
-    as (a threaded NumPy matmul, then an empty prange) less the two alone; 0 with one core."""
-    if (os.cpu_count() or 1) < 2 or blas_threads() < 2:
-        return 0.0
-    rng = np.random.default_rng(1)
-    a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
-    c = np.empty_like(a)
-    matmul = _best(lambda: np.matmul(a, b, out=c), 20, budget_s=0.5)
-    region = _quiet_best(lambda: empty_region(regions))
-
-    def both():
-        np.matmul(a, b, out=c)
-        empty_region(regions)
-    return max(0.0, _best(both, 20, budget_s=1.0) - matmul - region)
 
 
 def _vector_bits(failed: list[str]) -> tuple[int, str]:

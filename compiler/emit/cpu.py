@@ -451,7 +451,11 @@ def _gemm_call(body, op, views, zero: bool) -> None:
     tc, ldc = c_layout
     depth = w.depth
     idx = ""
-    if batch:
+    whole_out = out
+    if body.mode == "cpu" and body.parallel_depth == 0:
+        # a call of its own: split among the prange's workers, BLAS on one thread in each
+        m, n, exprs, out, idx = _gemm_chunks(body, m, n, batch, exprs, out)
+    elif batch:
         bi = names.temp("b")
         w(f"for {bi} in range({batch[0]}):")
         w.depth += 1
@@ -465,7 +469,61 @@ def _gemm_call(body, op, views, zero: bool) -> None:
     w(f"{blas_fn(elem)}(101, {', '.join(str(x) for x in args)})  {BLAS_MARK} {op.name}")
     w.depth = depth
     if staged:
-        w(f"{views[2].host}[{full}] = {out}[{full}]")
+        w(f"{views[2].host}[{full}] = {whole_out}[{full}]")
+
+
+# A worker's share of a split product's columns (or rows) is a multiple of this many elements:
+# 64 bytes of f32, so that no two workers write one cache line of C.
+GEMM_CHUNK_ALIGN = 16
+
+
+def _gemm_chunks(body, m: str, n: str, batch: list, exprs: list, out: str):
+    """A ?gemm outside every prange, split into one call per worker: a prange over (matrix of the
+    batch, chunk) where each chunk is a slice of C's columns (of its rows when C has more rows
+    than columns), every call on one BLAS thread (module.py: _blas_only_in_prange). So a
+    function's BLAS calls all run on Numba's threads: OpenBLAS's own pool, called from inside
+    another prange of the same function, would run a multi-threaded BLAS on each of Numba's
+    threads at once ("Detect OpenMP Loop"), and its spinning workers would take the cores from
+    the pranges between calls. (m, n, the A and B expressions, C's, the index suffix) for the
+    call inside the loop."""
+    w, names = body.w, body.names
+    by_rows = _gt(m, n)
+    extent = m if by_rows else n
+    width, count, p, lo, hi = (names.temp(s) for s in ("cw", "nc", "p", "lo", "hi"))
+    w(f"{width} = ({extent} + numba.get_num_threads() - 1) // numba.get_num_threads()")
+    w(f"{width} = ({width} + {GEMM_CHUNK_ALIGN - 1}) // {GEMM_CHUNK_ALIGN} * {GEMM_CHUNK_ALIGN}")
+    w(f"{count} = ({extent} + {width} - 1) // {width}")
+    total = count if not batch else f"{batch[0]} * {count}"
+    w(f"for {p} in numba.prange(0, {total}):")
+    w.depth += 1
+    idx = ""
+    if batch:
+        bi = names.temp("b")
+        w(f"{bi} = {p} // {count}")
+        w(f"{lo} = ({p} % {count}) * {width}")
+        idx = f"[{bi}]"
+    else:
+        w(f"{lo} = {p} * {width}")
+    w(f"{hi} = min({lo} + {width}, {extent})")
+    cut = f"[{lo}:{hi}, :]" if by_rows else f"[:, {lo}:{hi}]"
+    a, b = exprs
+    if by_rows:
+        a = f"{a}{idx}{cut}"
+        b = f"{b}{idx}"
+    else:
+        b = f"{b}{idx}{cut}"
+        a = f"{a}{idx}"
+    c = f"{out}{idx}{cut}"
+    size = f"{hi} - {lo}"
+    return (size, n, [a, b], c, "") if by_rows else (m, size, [a, b], c, "")
+
+
+def _gt(a: str, b: str) -> bool:
+    """a > b for two extents, each a number or an expression read at run time (then: no)."""
+    try:
+        return int(a) > int(b)
+    except ValueError:
+        return False
 
 
 def _loops(body, sizes) -> list[str]:

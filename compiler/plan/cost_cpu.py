@@ -55,9 +55,10 @@ def cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, f
         spill_bw = cpu_bandwidth(hw, busy, working * busy <= hw.l2_bytes)
     eb = r.elem_bytes
     peak = hw.peak(eb) * efficiency
-    # contractions are BLAS calls (transforms/cpu_library_calls.py): one per chunk, each with
-    # blas_threads threads (more than the cores do not help), or, for a zero-filled 2-D matmul
-    # whose row tiles make the whole product, one call before the chunk loop
+    # contractions are BLAS calls (transforms/cpu_library_calls.py): one per chunk on its
+    # worker's one BLAS thread, or, for a zero-filled 2-D matmul whose row tiles make the whole
+    # product, one call before the chunk loop, split among every core's worker (emit/cpu.py:
+    # _gemm_chunks)
     per_core = hw.peak(eb) / cores
     hoist = hoisted_matmuls(info, members, root, tiling.mapped, chunks, cores)
     hoisted = sum(op_flops(info.op(m), hw) for m in hoist)
@@ -70,7 +71,6 @@ def cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, f
     per_chunk = [m for m in contractions if m not in looped]
     library = sum(op_flops(info.op(m), hw) for m in per_chunk)
     loops = sum(op_flops(info.op(m), hw) for m in looped)
-    blas = max(1, hw.blas_threads)
     # a call per chunk runs on its worker's one thread (emit/module.py limits BLAS to one thread
     # when its calls are in the prange), and packs its B operand afresh: a read of B per call
     # (row chunks of A share it), from the LLC where B fits there
@@ -80,7 +80,7 @@ def cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, f
     compute_s = ((common["flops"] - hoisted - library - loops - conv_flops) / peak
                  + library * rounds / (chunks * per_core) + rounds * packed / pack_bw
                  + loops * rounds / (chunks * min(per_core, LOOP_CONTRACTION_FLOPS))
-                 + hoisted / (per_core * min(cores, blas)) + conv_s + rounds * hw.chunk_s)
+                 + hoisted / (per_core * cores) + conv_s + rounds * hw.chunk_s)
     recompute_s = common["recompute_flops"] / peak
     spill_s = spill / spill_bw
     # chunks run in rounds of one per core; a last, partial round has fewer cores streaming
@@ -91,8 +91,8 @@ def cpu_time(info, members, root, tiling: Tiling, hw: HardwareProfile, common, f
     # no page faults on repeated calls: intermediates live in the memory plan's arena and outputs
     # come from its pool (compiler/emit/memplan.py), so no buffer is mapped afresh
     alloc_s = 0.0
-    # a whole call runs on BLAS's threads, which then spin where the next prange's workers run
-    launch_s = hw.launch_s + (hw.pool_switch_s if hoist else 0.0)
+    # a whole call is a prange of its own (its split among the workers) before the chunk loop
+    launch_s = hw.launch_s * (1 + len(hoist))
     return finish_cost(dict(common, bytes_spilled=spill, onchip_bytes=int(tile_inter)), hw, compute_s, memory_s,
                    launch_s, alloc_s, threads=chunks, blocks=chunks, occupancy=busy / cores,
                    recompute_s=recompute_s, spill_s=spill_s)

@@ -175,13 +175,12 @@ def library_notes(info: ChainInfo, groups) -> list[str]:
                 continue
             if m in g.whole_calls:
                 out.append(f"kernel {g.id}: %{m} {o.label}: one BLAS call for the whole product before the chunk "
-                           f"loop, on BLAS's own threads, then the rest of the kernel on each chunk (the loop has "
-                           f"{chunks} chunk{'s' if chunks != 1 else ''}, fewer than the cores: calls per chunk would "
-                           "leave cores idle)")
+                           f"loop, split among every core's worker (one BLAS thread each), then the rest of the "
+                           f"kernel on each chunk (the loop has {chunks} chunk{'s' if chunks != 1 else ''}, fewer "
+                           "than the cores: calls per chunk would leave cores idle)")
             else:
-                why = (" (not one whole call before the loop, followed by the loop: BLAS's and Numba's thread "
-                       "pools then spin on the same cores while the other works, measured 1.3-1.6x slower; "
-                       "python -m bench.blas_epilogue)") if m in hoistable else ""
+                why = (" (not one whole call before the loop: the rest of the kernel would then read the "
+                       "product back from memory, not from its chunk's rows in cache)") if m in hoistable else ""
                 out.append(f"kernel {g.id}: %{m} {o.label}: one BLAS call per chunk ({chunks} chunks), on one "
                            f"thread per worker, then the rest of the kernel on that chunk while it is in cache{why}")
     return out

@@ -78,7 +78,6 @@ class HardwareProfile:
     fault_s_per_byte: float = 0.0           # first touch of a freshly mapped buffer, one core (page faults);
                                             # a fact of the machine: planned buffers never pay it twice
     mmap_threshold: int = 0                 # buffers this large are mapped afresh on every call
-    pool_switch_s: float = 0.0              # a prange right after a BLAS call on BLAS's threads waits this long
     vector_bits: int = 0                    # the width emitted loops ask LLVM to vectorize at, measured
                                             # faster (compiler/calibrate.py); 0: LLVM's default for the CPU
     notes: tuple[str, ...] = ()

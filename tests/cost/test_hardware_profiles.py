@@ -93,14 +93,3 @@ def test_the_vector_width_is_the_measured_faster_one(monkeypatch, lanes, times, 
     if times is not None:
         assert f"{times[512] * 1e9:.3f} ns/point at 512 bits, {times[0] * 1e9:.3f} at LLVM's default" in note
     assert note.startswith("vectors: 512 bits" if bits else "vectors: LLVM")
-
-
-def test_the_pool_switch_is_measured_where_there_are_two_pools(monkeypatch):
-    """pool_switch_s: what a prange loses right after a BLAS call on BLAS's threads (their
-    spinning threads hold the cores); nothing to lose with one core or one BLAS thread."""
-    import numpy as np
-    regions = np.zeros((2, 1), np.float32)
-    measured = calibrate._pool_switch(regions, n=128)
-    assert 0.0 <= measured < 1.0
-    monkeypatch.setattr(calibrate, "blas_threads", lambda: 1)
-    assert calibrate._pool_switch(regions, n=128) == 0.0

@@ -35,7 +35,8 @@ def _module(tmp_path, mlir: str, name: str):
 
 
 def _calls(src: str) -> list[str]:
-    return [line.strip() for line in src.splitlines() if "# cblas:" in line]
+    """The BLAS call lines, a split call's slice extent (emit/cpu.py: _gemm_chunks) written W."""
+    return [re.sub(r"_hi\d+ - _lo\d+", "W", line.strip()) for line in src.splitlines() if "# cblas:" in line]
 
 
 MATMUL = """
@@ -53,9 +54,9 @@ def _array(rng, shape, layout):
 
 
 @pytest.mark.parametrize("la, lb, lc, flags", [
-    (ROW, ROW, ROW, "111, 111, 6, 7, 5"),
-    (COL, COL, ROW, "112, 112, 6, 7, 5"),      # column-major operands: passed transposed, no copy
-    (ROW, COL, COL, "111, 112, 7, 6, 5"),      # a column-major result: C^T = B^T A^T
+    (ROW, ROW, ROW, "111, 111, 6, W, 5"),      # W: the worker's slice of C's 7 columns
+    (COL, COL, ROW, "112, 112, 6, W, 5"),      # column-major operands: passed transposed, no copy
+    (ROW, COL, COL, "111, 112, W, 6, 5"),      # a column-major result: C^T = B^T A^T
 ], ids=["row-major", "operands-by-columns", "result-by-columns"])
 def test_matmul_operands_are_passed_as_they_lie(tmp_path, la, lb, lc, flags):
     strides = {"LA": (la, 5, 6), "LB": (lb, 7, 5), "LC": (lc, 7, 6)}
@@ -108,7 +109,7 @@ func.func @bmm(%a: memref<3x4x6xf32>, %b: memref<3x6x5xf32, strided<[30, 1, 6]>>
 def test_batch_matmul_is_one_call_per_matrix(tmp_path):
     mod, src = _module(tmp_path, BATCH, "bmm")
     (call,) = _calls(src)
-    assert call.startswith("_sgemm(101, 111, 112, 4, 5, 6,") and "[_b" in call
+    assert call.startswith("_sgemm(101, 111, 112, 4, W, 6,") and "[_b" in call
     rng = np.random.default_rng(3)
     a = rng.standard_normal((3, 4, 6)).astype(np.float32)
     b = rng.standard_normal((3, 5, 6)).astype(np.float32).transpose(0, 2, 1)     # strides (30, 1, 6)
@@ -117,6 +118,52 @@ def test_batch_matmul_is_one_call_per_matrix(tmp_path):
     mod.run_bmm(a, b, c)
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
 
+
+
+SPLIT = """
+func.func @mm(%a: memref<BxMxKxf32>, %b: memref<BxKxNxf32>, %c: memref<BxMxNxf32>) {
+  %z = arith.constant 0.0 : f32
+  linalg.fill ins(%z : f32) outs(%c : memref<BxMxNxf32>)
+  linalg.OP ins(%a, %b : memref<BxMxKxf32>, memref<BxKxNxf32>) outs(%c : memref<BxMxNxf32>)
+  return
+}
+"""
+
+
+@pytest.mark.parametrize("batch, m, k, n, cut", [
+    (0, 8, 5, 70, "[:, _lo"),          # wider than tall: each worker a slice of C's columns
+    (0, 70, 5, 8, "[_lo"),             # taller than wide: a slice of its rows
+    (3, 6, 4, 40, "[:, _lo"),          # batched: a prange over (matrix, slice)
+], ids=["columns", "rows", "batch"])
+def test_a_call_outside_every_prange_is_split_among_the_workers(tmp_path, batch, m, k, n, cut):
+    """A product called on its own (no prange around it) runs as one call per worker, each on
+    one BLAS thread, on a slice of C a multiple of 16 elements wide: BLAS never starts its own
+    thread pool beside Numba's (emit/cpu.py: _gemm_chunks)."""
+    import numba
+    dims = lambda *xs: "x".join(str(x) for x in ((batch,) if batch else ()) + xs)
+    text = (SPLIT.replace("BxMxK", dims(m, k)).replace("BxKxN", dims(k, n)).replace("BxMxN", dims(m, n))
+            .replace("OP", "batch_matmul" if batch else "matmul"))
+    mod, src = _module(tmp_path, text, f"split_{batch}_{m}_{n}")
+    (call,) = _calls(src)
+    body = src[src.index("def _run_mm_par("):]
+    assert body.index("numba.prange(") < body.index("_sgemm(") and "numba.get_num_threads()" in body
+    assert cut in call and f"{blas_fn_name()}(101, 111, 111, " in call
+    assert '_BLAS_THREADS.limit(limits=1, user_api="blas")' in src
+    rng = np.random.default_rng(9)
+    shape = lambda *xs: ((batch,) if batch else ()) + xs
+    a, b = rng.standard_normal(shape(m, k)).astype(np.float32), rng.standard_normal(shape(k, n)).astype(np.float32)
+    c = np.full(shape(m, n), np.nan, np.float32)
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        mod.run_mm(a, b, c)
+    finally:
+        numba.set_num_threads(threads)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def blas_fn_name() -> str:
+    return "_sgemm"
 
 CONV_OUT_VIEW = """
 func.func @cv(%x: memref<2x3x9x10xf32>, %w: memref<4x3x3x2xf32>, %y: memref<2x4x4x8xf32>) {
