@@ -229,7 +229,42 @@ def _collapse(v, groups, shape, elem):
             and list(ir.RankedTensorType(src.operands[0].type).shape) == shape
             and str(src.attributes["reassociation"]) == str(_reassoc(groups))):
         return src.operands[0]
+    if not isinstance(v, ir.BlockArgument) and src.name == "linalg.transpose":
+        merged = _merged_transpose(src, groups, shape, elem)
+        if merged is not None:
+            return merged
     return tensor.CollapseShapeOp(ir.RankedTensorType.get(shape, elem), v, _reassoc(groups)).result
+
+
+def _merged_transpose(t, groups, shape, elem):
+    """collapse(transpose(expand(S), perm), groups) as one transpose of S itself, when each
+    collapsed group of the transpose's dims is one of the expand's groups, in order: Llama's
+    `permute(w, [1, 0])` by the head split folded into it (w at (h, d, n) to (n, h, d)) is then
+    `transpose(w)` again, which the cpu plan fuses into the product and BLAS reads as it lies
+    (its transpose flag: cpu_library_calls.fold_transposed_operands), not a copy of the weight
+    on every call. None when the groups do not line up."""
+    e = t.operands[0].owner
+    if isinstance(e, ir.Block):
+        return None
+    e = e.operation if hasattr(e, "operation") else e
+    if e.name != "tensor.expand_shape":
+        return None
+    perm = list(ir.DenseI64ArrayAttr(t.attributes["permutation"]))
+    src_groups = [[int(ir.IntegerAttr(d).value) for d in g] for g in ir.ArrayAttr(e.attributes["reassociation"])]
+    order = []
+    for g in groups:
+        dims = [perm[i] for i in g]
+        if dims not in src_groups:
+            return None
+        order.append(src_groups.index(dims))
+    s = e.operands[0]
+    if sorted(order) != list(range(len(src_groups))):
+        return None
+    if [ir.RankedTensorType(s.type).shape[j] for j in order] != list(shape):
+        return None
+    if order == list(range(len(order))):
+        return s
+    return linalg.transpose(s, outs=[tensor.EmptyOp(list(shape), elem).result], permutation=order)
 
 
 def _k_extent(amaps, ins, k: int) -> int:
