@@ -15,6 +15,7 @@
                                          PyTorch, Inductor, onnxruntime and TVM: writes
                                          bench/results/models-<date>.json (bench/models.py)
     python -m bench --models --only gpt2 --size tiny    one model at test size
+    python -m bench --models --memory default           without the memory-equalised child run
 
 On a terminal a progress line on stderr says what runs now (--quiet: none).
 
@@ -75,8 +76,10 @@ def _parser() -> argparse.ArgumentParser:
                         "jax, onnxruntime; fusec's planned output buffers); equalised: in a child process "
                         "started with huge pages for malloc and torch (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, "
                         "THP_MEM_ALLOC_ENABLE=1), fusec handing back a fresh output each call, torch and "
-                        "onnxruntime writing into preallocated outputs where they can; both (default): the "
-                        "two, recorded side by side")
+                        "onnxruntime writing into preallocated outputs where they can (with --models: "
+                        "onnxruntime through IOBinding; a torch model's forward allocates its outputs); both "
+                        "(default): the two, recorded side by side (with --models the child finds this run's "
+                        "compile caches filled)")
     p.add_argument("--tvm-tune", type=float, default=None, metavar="SECONDS",
                    help="time bound of TVM's MetaSchedule tuning per workload (with --models: per model), in a "
                         "child process (default 180 at full size, 120 with --models, 0 (not tried) at tiny)")
@@ -144,12 +147,21 @@ def _models(args) -> int:
         if unknown:
             print(f"unknown {what}(s): {', '.join(unknown)} (known: {', '.join(known)})", file=sys.stderr)
             return 1
+    if args.memory == "equalised" and not _has_equalised_env():
+        # the allocators read their settings when the process starts: start again with them
+        os.execve(sys.executable, [sys.executable, "-m", "bench", *(args._argv or [])], _equalised_env())
     tiny = args.size == "tiny"
     budget = Budget(seconds=args.seconds if args.seconds is not None else (0.05 if tiny else 3.0),
                     min_runs=3 if tiny else 5, max_runs=5 if tiny else 30, warmup=1,
                     quiesce=args.quiesce if args.quiesce is not None else Budget.quiesce)
     t0 = time.perf_counter()
     log, status, clear = _logger(args)
+    # fusec's compile caches: with --memory both, one folder the equalised child finds filled
+    # (it does not compile again); a child is told its parent's through MODELS_CACHE_ENV
+    cache_root = os.environ.get(MODELS_CACHE_ENV) if args.memory == "equalised" else None
+    if args.memory == "both":
+        from . import scratch_dir
+        cache_root = scratch_dir("fusec-bench-models-cache-")
 
     def checkpoint(result):            # after each model: a run cut short keeps what it measured
         result["wall_s"] = round(time.perf_counter() - t0, 1)
@@ -158,7 +170,12 @@ def _models(args) -> int:
     try:
         tune = args.tvm_tune if args.tvm_tune is not None else (0.0 if tiny else 120.0)
         result = run_models(tuple(names), args.size, budget, tuple(contenders), onnx, log=log, status=status,
-                            checkpoint=checkpoint, tvm_tune_s=tune)
+                            checkpoint=checkpoint, tvm_tune_s=tune,
+                            memory="equalised" if args.memory == "equalised" else "default",
+                            cache_root=cache_root)
+        if args.memory == "both":
+            checkpoint(result)          # the default run's figures are kept if the child is cut short
+            result["equalised"] = _models_equalised_child(args, log, status, cache_root)
     finally:
         clear()
     path = checkpoint(result)
@@ -182,6 +199,8 @@ def _scaling(args) -> dict:
 
 
 EQUALISED_ENV = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1", "THP_MEM_ALLOC_ENABLE": "1"}
+# `--models --memory both` tells its equalised child where fusec's compile caches are
+MODELS_CACHE_ENV = "FUSEC_BENCH_MODELS_CACHE"
 
 
 def _equalised_env() -> dict:
@@ -227,6 +246,51 @@ def _equalised_child(args, log) -> dict | None:
         log(f"  the memory-equalised run failed (exit {p.returncode})")
         return None
     return json.loads(files[-1].read_text())
+
+
+def _models_equalised_child(args, log, status, cache_root: str) -> dict:
+    """`--models --memory both`: the same models, contenders, sizes, budget and flags timed
+    memory-equalised in a child process started with _equalised_env(), finding this process's
+    compile caches in `cache_root`; what models.equalised_summary keeps of its result, with
+    "failed" (why) where it did not finish (the models it finished are kept)."""
+    from . import runtimes, scratch_dir
+    from .models import equalised_summary
+    out = scratch_dir("fusec-bench-models-equalised-")
+    keep = ["--size", args.size, "--only", args.only]
+    for flag, value in (("--contenders", args.contenders), ("--fusec-onnx", args.fusec_onnx),
+                        ("--seconds", args.seconds), ("--quiesce", args.quiesce),
+                        ("--omp-wait", args.omp_wait or None), ("--tvm-tune", args.tvm_tune)):
+        if value is not None:
+            keep += [flag, str(value)]
+    cmd = [sys.executable, "-m", "bench", "run", "--models", *keep, "--memory", "equalised", "--out", out,
+           "--no-doc", "--quiet"]
+    env = _equalised_env()
+    env[MODELS_CACHE_ENV] = cache_root
+    if runtimes._MS_BROKEN:      # MetaSchedule's failure is the wheel's: the child does not try again
+        env["FUSEC_BENCH_TVM_MS_BROKEN"] = runtimes._MS_BROKEN[0]
+    log("[memory-equalised run: a child process with " + ", ".join(f"{k}={v}" for k, v in EQUALISED_ENV.items())
+        + ", fusec's compile caches of this run]")
+    status("memory-equalised run (a child process)")
+    returncode, output = _child(cmd, env)
+    lines = output.splitlines()
+    for line in lines:
+        if not line.startswith("wrote "):
+            log("  " + line)
+    files = sorted(Path(out).glob("models-*.json"))
+    summary = equalised_summary(json.loads(files[-1].read_text())) if files else {"models": []}
+    if returncode != 0 or not files:
+        tail = next((ln.strip() for ln in reversed(lines) if ln.strip()), "no output")
+        summary["failed"] = f"exit {returncode}: {tail[:300]}"
+        log(f"  the memory-equalised run failed (exit {returncode}); {len(summary['models'])} model(s) of it kept")
+    return summary
+
+
+def _child(cmd: list[str], env: dict) -> tuple[int, str]:
+    """Run a child bench process from the repository root: its exit status and its output
+    (stdout and stderr together)."""
+    import subprocess
+    p = subprocess.run(cmd, env=env, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return p.returncode, p.stdout
 
 
 def _run(args) -> int:

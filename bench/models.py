@@ -18,6 +18,14 @@ fusec's regions and kernels (the cost model's prediction per kernel beside the m
 region), the ops left to eager PyTorch and the share of the call spent outside fusec's regions,
 and every skip with its reason. Results: bench/results/models-<date>.json, and a table in
 docs/PERFORMANCE.md (bench/table.py).
+
+Memory modes (`--memory`, as the micro suite's): "default", each contender as its users call it
+(fresh outputs from torch, Inductor, onnxruntime's run and TVM's VM; fusec's planned pool of
+output buffers), and "equalised", in a process started with huge pages for malloc and torch's
+allocator (bench/__main__.py): fusec hands back a fresh output each call (the backend's and
+load's `fresh_outputs`), onnxruntime writes into preallocated outputs (IOBinding), and torch's
+and TVM's outputs stay allocated by the model (a forward takes no output buffer): each
+contender's entry says which (`memory`).
 """
 from __future__ import annotations
 
@@ -43,6 +51,18 @@ FUSEC = ("fusec torch.compile", "fusec onnx")
 ANCHORS = ("torch", "torch.compile", "onnxruntime", "tvm")
 # the models that also go through fusec's ONNX path by default (compile time on 2 cores)
 FUSEC_ONNX = ("gpt2", "resnet18")
+MEMORY_MODES = ("default", "equalised")
+# what each contender does with its outputs in the memory-equalised run (recorded per entry)
+EQUALISED_NOTES = {
+    "fusec torch.compile": "huge pages; a fresh output each call (the backend's fresh_outputs option)",
+    "fusec onnx": "huge pages; a fresh output each call (fusec.onnx.load(fresh_outputs=True))",
+    "torch": "huge pages (THP_MEM_ALLOC_ENABLE=1); outputs allocated by the model: a forward cannot "
+             "write into a preallocated output",
+    "torch.compile": "huge pages (THP_MEM_ALLOC_ENABLE=1); outputs allocated by the compiled model: a "
+                     "forward cannot write into a preallocated output",
+    "onnxruntime": "huge pages for malloc; outputs written into preallocated arrays (IOBinding)",
+    "tvm": "huge pages for malloc; outputs allocated by the Relax VM (no preallocated output bound)",
+}
 
 
 class Skip(Exception):
@@ -142,13 +162,14 @@ def _predicted_total_ms(chain) -> float | None:
     return _r(sum(tot) * 1e3) if tot else None
 
 
-def fusec_torch(model, args, cache_dir: str) -> tuple[Contender, dict]:
+def fusec_torch(model, args, cache_dir: str, fresh_outputs: bool = False) -> tuple[Contender, dict]:
     """fusec through torch.compile: the first compile into an empty cache, then a fresh
-    dynamo trace finding the builds in the cache (the cached time); the second is timed."""
+    dynamo trace finding the builds in the cache (the cached time); the second is timed.
+    `fresh_outputs`: the backend's option (a new output array every call)."""
     import torch
     import fusec.torch as ft
     from fusec.frontends.torch_backend import Report
-    opts = {"target": "cpu", "cache": True, "cache_dir": cache_dir}
+    opts = {"target": "cpu", "cache": True, "cache_dir": cache_dir, "fresh_outputs": fresh_outputs}
     report = Report()
     torch._dynamo.reset()
     first = torch.compile(model, backend=ft.make_backend({**opts, "report": report}))
@@ -236,14 +257,14 @@ def onnx_feeds(path: str, args) -> dict:
     return {n: a.numpy() for n, a in zip(names, args)}
 
 
-def fusec_onnx(path: str, feeds: dict, cache_dir: str) -> Contender:
+def fusec_onnx(path: str, feeds: dict, cache_dir: str, fresh_outputs: bool = False) -> Contender:
     import fusec.onnx as fonnx
     t0 = time.perf_counter()
-    first = fonnx.load(path, target="cpu", cache=True, cache_dir=cache_dir)
+    first = fonnx.load(path, target="cpu", cache=True, cache_dir=cache_dir, fresh_outputs=fresh_outputs)
     first(**feeds)
     cold = time.perf_counter() - t0
     t0 = time.perf_counter()
-    om = fonnx.load(path, target="cpu", cache=True, cache_dir=cache_dir)
+    om = fonnx.load(path, target="cpu", cache=True, cache_dir=cache_dir, fresh_outputs=fresh_outputs)
     om(**feeds)
     cached = time.perf_counter() - t0
     holder = {}
@@ -299,10 +320,11 @@ def inductor(model, args) -> Contender:
                      cold, cached, {"freezing": True, "threads": torch.get_num_threads()})
 
 
-def onnxruntime_contender(path: str, feeds: dict) -> Contender:
-    """bench/runtimes.py's ort_runner: ORT_ENABLE_ALL, intra-op threads = cores, no spinning."""
+def onnxruntime_contender(path: str, feeds: dict, preallocate: bool = False) -> Contender:
+    """bench/runtimes.py's ort_runner: ORT_ENABLE_ALL, intra-op threads = cores, no spinning;
+    `preallocate`: outputs bound to preallocated arrays (IOBinding), for the equalised run."""
     from .runtimes import ort_runner
-    return _from_runner("onnxruntime", lambda: ort_runner(path, feeds, cores()))
+    return _from_runner("onnxruntime", lambda: ort_runner(path, feeds, cores(), preallocate=preallocate))
 
 
 def tvm_contender(path: str, feeds: dict, tune_s: float = 0.0) -> Contender:
@@ -331,9 +353,17 @@ def _from_runner(name: str, make) -> Contender:
 # ---- one model ------------------------------------------------------------------------------
 
 def run_model(name: str, size: str, budget: Budget, contenders=CONTENDERS, fusec_onnx_models=FUSEC_ONNX,
-              log=print, status=None, profile_runs: int | None = None, tvm_tune_s: float = 0.0) -> dict:
+              log=print, status=None, profile_runs: int | None = None, tvm_tune_s: float = 0.0,
+              memory: str = "default", cache_root: str | None = None) -> dict:
+    """One model's contenders timed in memory mode `memory` (MEMORY_MODES; "equalised" wants
+    the process started with huge pages: bench/__main__.py). `cache_root`: where fusec's compile
+    caches go (cache_root/<model>/...; default a scratch folder of this process), so that a
+    second process (the equalised child) finds the builds of the first."""
     import torch
     from fusec.runtime.compare import compare
+    if memory not in MEMORY_MODES:
+        raise ValueError(f"memory mode {memory!r}: one of {', '.join(MEMORY_MODES)}")
+    equalised = memory == "equalised"
     status = status or (lambda text: None)
     model, args, cfg = build(name, size)
     row: dict = {"model": name, "size": size, "config": cfg}
@@ -343,6 +373,7 @@ def run_model(name: str, size: str, budget: Budget, contenders=CONTENDERS, fusec
         want = _np(model(*args))
     row["output_shape"] = list(want.shape)
     work = scratch_dir(f"fusec-bench-models-{name}-")
+    cache = os.path.join(cache_root, name) if cache_root else work
     made: list[Contender] = []
     skipped: dict[str, str] = {}
     prof_call = None
@@ -364,7 +395,8 @@ def run_model(name: str, size: str, budget: Budget, contenders=CONTENDERS, fusec
 
     attempt("torch", lambda: torch_eager(model, args))
     attempt("torch.compile", lambda: inductor(model, args))
-    c = attempt("fusec torch.compile", lambda: fusec_torch(model, args, os.path.join(work, "fusec-torch"))[0])
+    c = attempt("fusec torch.compile",
+                lambda: fusec_torch(model, args, os.path.join(cache, "fusec-torch"), fresh_outputs=equalised)[0])
     if c is not None:
         prof_call = c.call
     onnx_path = os.path.join(work, f"{name}.onnx")
@@ -380,11 +412,12 @@ def run_model(name: str, size: str, budget: Budget, contenders=CONTENDERS, fusec
                 skipped[cname] = f"the ONNX export {_failure(e)}"
     if feeds is not None:
         if name in fusec_onnx_models:
-            attempt("fusec onnx", lambda: fusec_onnx(onnx_path, feeds, os.path.join(work, "fusec-onnx")))
+            attempt("fusec onnx", lambda: fusec_onnx(onnx_path, feeds, os.path.join(cache, "fusec-onnx"),
+                                                     fresh_outputs=equalised))
         elif "fusec onnx" in contenders:
             skipped["fusec onnx"] = (f"not run for {name}: the ONNX path runs for {', '.join(fusec_onnx_models)} "
                                      "(compile time on 2 cores; --fusec-onnx all runs it for every model)")
-        attempt("onnxruntime", lambda: onnxruntime_contender(onnx_path, feeds))
+        attempt("onnxruntime", lambda: onnxruntime_contender(onnx_path, feeds, preallocate=equalised))
         attempt("tvm", lambda: tvm_contender(onnx_path, feeds, tvm_tune_s))
     # torch._dynamo.reset() (fusec's cached compile) dropped Inductor's compiled code: trace again
     # now (its caches are filled), so that no compile falls in the timing's warm-up
@@ -408,6 +441,8 @@ def run_model(name: str, size: str, budget: Budget, contenders=CONTENDERS, fusec
         except Exception as ex:
             e["agreement"] = {"ok": False, "reason": _failure(ex)}
         e["cold_s"], e["cached_s"] = _r(c.cold_s), _r(c.cached_s)
+        if equalised:
+            e["memory"] = EQUALISED_NOTES[c.name]
         if c.detail:
             e["detail"] = c.detail
         entries[c.name] = e
@@ -477,12 +512,14 @@ def versions() -> dict:
 
 def run_models(names=MODELS, size: str = "full", budget: Budget | None = None, contenders=CONTENDERS,
                fusec_onnx_models=FUSEC_ONNX, log=print, status=None, machine_info: dict | None = None,
-               checkpoint: Callable[[dict], None] | None = None, tvm_tune_s: float = 0.0) -> dict:
-    """Every model of `names`; `checkpoint`, where given, gets the result so far after each
-    model (a long run that is cut short keeps what it measured)."""
+               checkpoint: Callable[[dict], None] | None = None, tvm_tune_s: float = 0.0,
+               memory: str = "default", cache_root: str | None = None) -> dict:
+    """Every model of `names` in memory mode `memory` (run_model); `checkpoint`, where given,
+    gets the result so far after each model (a long run that is cut short keeps what it
+    measured)."""
     import fusec
     from . import machine
-    from .suite import git_commit
+    from .suite import git_commit, memory_env
     budget = budget or Budget(seconds=3.0, min_runs=5, max_runs=30, warmup=1)
     info = machine_info or machine.describe()
     threads = set_threads(cores())
@@ -499,6 +536,7 @@ def run_models(names=MODELS, size: str = "full", budget: Budget | None = None, c
         "adjusted_why": ADJUSTED_WHY if size == "full" else None,
         "ratio_convention": "fusec's median / the other's: below 1 means fusec is faster",
         "agreement": "each contender's output against eager PyTorch's, runtime/compare.py's f32 tolerances",
+        "memory": {"mode": memory, **memory_env()},
         "models": rows,
     }
     for i, name in enumerate(names, 1):
@@ -507,7 +545,7 @@ def run_models(names=MODELS, size: str = "full", budget: Budget | None = None, c
         t0 = time.perf_counter()
         row = run_model(name, size, budget, contenders, fusec_onnx_models, log,
                         (lambda text, i=i: status(f"[{i}/{len(names)}] {text}")) if status else None,
-                        tvm_tune_s=tvm_tune_s)
+                        tvm_tune_s=tvm_tune_s, memory=memory, cache_root=cache_root)
         row["wall_s"] = _r(time.perf_counter() - t0)
         rows.append(row)
         if checkpoint is not None:
@@ -516,7 +554,27 @@ def run_models(names=MODELS, size: str = "full", budget: Budget | None = None, c
 
 
 def write(result: dict, out_dir: str) -> str:
+    """out_dir/models[-<size>][-equalised]-<date>.json (-equalised: `--memory equalised` alone)."""
     from . import write_result
     stem = "models" if result["size"] == "full" else f"models-{result['size']}"  # (table.py: full only)
+    if result.get("memory", {}).get("mode") == "equalised":
+        stem += "-equalised"
     return write_result(out_dir, stem, result)
 
+
+def equalised_summary(child: dict) -> dict:
+    """What the parent keeps of the equalised child's result: its memory settings and, per model,
+    each contender's times, agreement and memory note, the ratios and the skips (its cold and
+    cached compile figures are not kept: it found the parent's caches filled)."""
+    keep = ("median_ms", "min_ms", "runs", "quiesce", "agreement", "memory")
+
+    def entry(e: dict) -> dict:
+        out = {k: e[k] for k in keep if k in e}
+        d = e.get("detail") or {}
+        if "tuned" in d:                   # TVM: whether MetaSchedule's tuning was applied (the table says)
+            out["detail"] = {k: d[k] for k in ("tuned", "untuned_reason") if k in d}
+        return out
+    return {"memory": child.get("memory"), "date": child.get("date"), "wall_s": child.get("wall_s"),
+            "models": [{"model": m["model"], "contenders": {n: entry(e) for n, e in m["contenders"].items()},
+                        "ratios": m.get("ratios", {}), "skipped": m.get("skipped", {})}
+                       for m in child.get("models", [])]}

@@ -306,9 +306,11 @@ MODEL_ANCHORS = ("torch", "torch.compile", "onnxruntime", "tvm")
 
 
 def load_model_results(directory: Path, size: str = "full") -> list[dict]:
-    """The newest `python -m bench --models` result per machine at `size`."""
+    """The newest `python -m bench --models` result per machine and memory mode at `size` (a run
+    with `--memory equalised` alone beside the default one, which holds the equalised timing of
+    `--memory both`)."""
     best = _newest(directory, "models-*.json", lambda r: r.get("suite") == MODEL_SUITE and r.get("size") == size,
-                   lambda r: r["machine"])
+                   lambda r: (r["machine"], r.get("memory", {}).get("mode", "default")))
     return [best[k] for k in sorted(best)]
 
 
@@ -318,20 +320,17 @@ def _size_text(cfg: dict) -> str:
     return ", ".join(f"{short}{cfg[k]}" for k, short in keys if k in cfg)
 
 
-def render_models(r: dict, accuracy: dict | None = None) -> str:
-    """One `--models` result: times (with each contender's max ulp when `accuracy` is given),
-    compile and preparation times, fusec's split, the skips."""
-    rows = r["models"]
-    present = [c for c in MODEL_COLUMNS if any(c in m["contenders"] for m in rows)]
+def _model_rows(rows: list[dict], configs: dict, present: list[str], bad: list[str], tag: str = "") -> list[str]:
+    """The times table of a `--models` result's rows (or its equalised run's: `configs` gives
+    each model's sizes, `tag` marks its disagreements in `bad`)."""
     head = ["model", "size"] + present + ["fusec / fastest anchor"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    bad = []
     for m in rows:
-        cells = [m["model"], _size_text(m["config"])]
+        cells = [m["model"], _size_text(configs.get(m["model"], {}))]
         for c in present:
             e = m["contenders"].get(c)
             if e and not e.get("agreement", {}).get("ok", True):
-                bad.append(f"{m['model']}/{c}")
+                bad.append(f"{m['model']}/{c}{tag}")
             untuned = c == "tvm" and e and not e.get("detail", {}).get("tuned", True)
             cells.append(_ms(e) + ("" if not e or e.get("agreement", {}).get("ok", True) else " ✗")
                          + (" untuned" if untuned else ""))
@@ -342,7 +341,49 @@ def render_models(r: dict, accuracy: dict | None = None) -> str:
                 ratios.append(f"{_ratio(fa['median'])} vs {fa['name']}" + (" (onnx)" if f == "fusec onnx" else ""))
         cells.append("; ".join(ratios) or "–")
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _memory_text(mem: dict | None) -> str:
+    mem = mem or {}
+    return (", ".join(f"`{k}={mem.get(k)}`" for k in ("GLIBC_TUNABLES", "THP_MEM_ALLOC_ENABLE"))
+            + f", transparent huge pages `{mem.get('thp')}`")
+
+
+MODELS_DEFAULT_MEMORY = ("memory as each tool's users call it (fresh outputs from torch, torch.compile, onnxruntime's "
+                         "`run` and TVM's VM; fusec's planned pool of output buffers)")
+MODELS_EQUALISED_MEMORY = ("fusec hands back a fresh output each call (`fresh_outputs`), onnxruntime writes into "
+                           "preallocated outputs (IOBinding); torch's, torch.compile's and TVM's outputs are "
+                           "allocated by the model either way (a forward takes no output buffer)")
+
+
+def render_models(r: dict, accuracy: dict | None = None) -> str:
+    """One `--models` result: times (with each contender's max ulp when `accuracy` is given),
+    the memory-equalised times where the run made them (`--memory both`), compile and
+    preparation times (of the default run), fusec's split, the skips."""
+    rows = r["models"]
+    configs = {m["model"]: m.get("config", {}) for m in rows}
+    eq = r.get("equalised") or {}
+    eq_rows = eq.get("models") or []
+    present = [c for c in MODEL_COLUMNS if any(c in m["contenders"] for m in rows + eq_rows)]
+    bad: list[str] = []
+    lines = _model_rows(rows, configs, present, bad)
     lines += _ulp_row(accuracy, present, 2, 1)
+    mode = r.get("memory", {}).get("mode")
+    if eq:
+        lines = [f"With {MODELS_DEFAULT_MEMORY}:", ""] + lines
+        if eq_rows:
+            lines += ["", f"Memory-equalised (a child process with {_memory_text(eq.get('memory'))}; "
+                      f"{MODELS_EQUALISED_MEMORY}):", ""]
+            lines += _model_rows(eq_rows, configs, present, bad, " (equalised)") + _ulp_row(accuracy, present, 2, 1)
+        if eq.get("failed"):
+            lines += ["", f"The memory-equalised run failed ({eq['failed']})"
+                      + ("; the models above are those it finished." if eq_rows else ".")]
+    elif mode == "equalised":
+        lines = [f"Memory-equalised run alone (`--memory equalised`: {_memory_text(r.get('memory'))}; "
+                 f"{MODELS_EQUALISED_MEMORY}):", ""] + lines
+    elif mode == "default":
+        lines = [f"With {MODELS_DEFAULT_MEMORY} (`--memory default`: no memory-equalised run):", ""] + lines
     host = r.get("host", {})
     desc = f"{host.get('cpu', '?')}, {host.get('cores', '?')} cores"
     v = r.get("versions", {})
@@ -356,7 +397,8 @@ def render_models(r: dict, accuracy: dict | None = None) -> str:
             "f32, inference. torch.compile is Inductor with `freezing` on; onnxruntime runs the "
             "`torch.onnx.export(dynamo=True)` graph at ORT_ENABLE_ALL without spinning; fusec onnx is that graph "
             "through `fusec.onnx.load`. Each output is compared with eager PyTorch's in the run (✗: disagrees). "
-            "Ratios: fusec's median over the fastest anchor's (below 1: fusec is faster)."]
+            "Ratios: fusec's median over the fastest anchor's (below 1: fusec is faster)"
+            + (", each within its memory mode." if eq else ".")]
     out += _ulp_note(accuracy)
     adjusted = r.get("adjusted") or {}
     if adjusted:
@@ -382,7 +424,8 @@ def render_models(r: dict, accuracy: dict | None = None) -> str:
     out += ["", "Each figure includes the first call. fusec cold: the first compile into an empty cache (Numba's "
             "jit included); cached: a fresh trace (torch.compile) or load (ONNX) finding the builds in the cache. "
             "torch.compile: the first compile, then a fresh trace with Inductor's caches filled. onnxruntime: the "
-            "session's creation; tvm: import and build (MetaSchedule's tuning not included)."]
+            "session's creation; tvm: import and build (MetaSchedule's tuning not included)."
+            + (" All from the default run: the memory-equalised child found its caches filled." if eq else "")]
     # fusec's split
     head = ["fusec (torch.compile)", "ATen ops in fusec", "regions / kernels", "ops left to eager",
             "call", "in regions", "outside regions", "predicted (cost model)", "slowest predicted kernels"]
@@ -407,6 +450,9 @@ def render_models(r: dict, accuracy: dict | None = None) -> str:
             "`fusec_split.kernels`). Outside regions: the rest of the call (ops left to eager PyTorch, glue, "
             "dynamo's guards)."]
     skips = [f"{m['model']}/{c}: {why}" for m in rows for c, why in m.get("skipped", {}).items()]
+    default_skips = {(m["model"], c) for m in rows for c in m.get("skipped", {})}
+    skips += [f"{m['model']}/{c} (memory-equalised): {why}" for m in eq_rows for c, why in m.get("skipped", {}).items()
+              if (m["model"], c) not in default_skips]
     untuned = sorted({m["contenders"]["tvm"]["detail"].get("untuned_reason", "?") for m in rows
                       if "tvm" in m["contenders"] and not m["contenders"]["tvm"].get("detail", {}).get("tuned", True)})
     if untuned:

@@ -42,13 +42,23 @@ class OnnxModel:
     """An imported ONNX model compiled by fusec: call it with the model's inputs by name
     (keywords); it returns the outputs as a list of NumPy arrays, in the graph's order."""
 
-    def __init__(self, imported: Imported, program):
+    def __init__(self, imported: Imported, program, fresh_outputs: bool = False):
+        if not isinstance(fresh_outputs, bool):
+            raise UsageError(f"fusec.onnx.load's fresh_outputs takes True or False, not {fresh_outputs!r}")
         self.imported = imported
         self.program = program
         self.chain = program.chains[imported.chain]
         self.input_names = [n for n, _ in imported.inputs]
         self.output_names = list(imported.outputs)
         self._params = [p.name for p in self.chain.typed.param_nodes]
+        self._fresh_outputs = fresh_outputs
+        self._fresh_sizes: set = set()          # the input shapes whose build was told so
+
+    @property
+    def fresh_outputs(self) -> bool:
+        """True: every call's outputs are newly allocated arrays (each build's
+        Executable.fresh_outputs), not the planned pool's reused buffers (load's keyword)."""
+        return self._fresh_outputs
 
     @property
     def fdsl(self) -> str:
@@ -64,20 +74,33 @@ class OnnxModel:
         missing = [n for n in self.input_names if known[n] not in by_param]
         if missing:
             raise UsageError(f"missing input '{missing[0]}' (the model takes {', '.join(self.input_names)})")
-        outs = self.chain(*(by_param[p] for p in self._params))
+        args = [by_param[p] for p in self._params]
+        if self._fresh_outputs:
+            # the build these inputs' sizes run (made now if it is new) hands back fresh outputs
+            sizes = tuple((n, np.shape(v)) for n, v in sorted(inputs.items()))
+            if sizes not in self._fresh_sizes:
+                self.chain.compiled(self.chain.binding_for(args)).fused.fresh_outputs = True
+                self._fresh_sizes.add(sizes)
+        outs = self.chain(*args)
         outs = list(outs) if isinstance(outs, tuple) else [outs]
         return [np.asarray(o) for o in outs]
 
 
-def load(path, target: str | None = "cpu", max_memory: int | None = None, **compile_kwargs) -> OnnxModel:
+def load(path, target: str | None = "cpu", max_memory: int | None = None, *, fresh_outputs: bool = False,
+         **compile_kwargs) -> OnnxModel:
     """Import the ONNX model at `path` and compile it with `fusec.compile` for `target`
     (keyword arguments go to fusec.compile: options, cache_dir, cache, ...); the weights are
-    bound from its initializers. Returns an OnnxModel: `model(x=array)` -> [outputs]."""
+    bound from its initializers. Returns an OnnxModel: `model(x=array)` -> [outputs].
+    `fresh_outputs=True`: every call's outputs in newly allocated arrays instead of the planned
+    pool's reused buffers, as frameworks that allocate per call hand them back (for like-for-like
+    timing; a little slower)."""
     from .program import compile_text
+    if not isinstance(fresh_outputs, bool):
+        raise UsageError(f"fusec.onnx.load's fresh_outputs takes True or False, not {fresh_outputs!r}")
     imported = import_model(path, max_memory=max_memory)
     # fusec.compile of the text, its diagnostics naming the model (MODEL.onnx.fdsl: the chain's lines)
     label = (os.fspath(path) if isinstance(path, (str, os.PathLike)) else imported.chain) + ".fdsl"
     if "remote_cache" in compile_kwargs:            # fusec.compile's name for it
         compile_kwargs["remote_cache_url"] = compile_kwargs.pop("remote_cache")
     program = compile_text(imported.text, label, target=target, max_memory=max_memory, **compile_kwargs)
-    return OnnxModel(imported, program)
+    return OnnxModel(imported, program, fresh_outputs)

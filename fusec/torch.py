@@ -25,8 +25,10 @@ def backend(gm, example_inputs, options: dict | None = None, mode: str | None = 
     `options`: "target" (cpu, cuda, cuda-sim; default: where the graph's tensors live), "cache",
     "cache_dir", "max_memory", "remote_cache", "report" (a Report to fill), "verify" (default
     True: each region's first call at each size is compared with eager PyTorch, and a region that
-    differs runs eagerly with a warning and its reason in the report), and any field of fusec's
-    CompileOptions (fuse, hw, dynamic, ...)."""
+    differs runs eagerly with a warning and its reason in the report), "fresh_outputs" (default
+    False; True: every call's outputs in newly allocated arrays instead of the planned pool's
+    reused buffers, as frameworks that allocate per call hand them back: for like-for-like
+    timing, a little slower), and any field of fusec's CompileOptions (fuse, hw, dynamic, ...)."""
     if mode not in (None, "default"):
         from .errors import UsageError
         raise UsageError(f"torch.compile(backend='fusec') takes no mode (got mode={mode!r}); "

@@ -177,9 +177,12 @@ class FusecRegion(torch.nn.Module):
     fails (the region's eager_reason says why)."""
 
     def __init__(self, translated, program, eager: torch.fx.GraphModule, region: Region, tuple_out: bool,
-                 dump: Path | None, static_program=None, verify: bool = True):
+                 dump: Path | None, static_program=None, verify: bool = True, fresh_outputs: bool = False):
         super().__init__()
         self.verify = verify
+        # each build this region makes hands back its outputs in new arrays every call
+        # (Executable.fresh_outputs) instead of the planned pool's reused buffers
+        self.fresh_outputs = fresh_outputs
         self.translated = translated
         self.chain = program[translated.chain]
         self.static_program = static_program     # makes the program without dynamic symbols
@@ -224,6 +227,8 @@ class FusecRegion(torch.nn.Module):
                 # fusec refused this region (a size it cannot plan, ...): it runs eagerly
                 self.region.eager_reason = f"fusec could not build it: {_first_error(e)}"
                 return self.eager(*args)
+            if self.fresh_outputs:
+                built.fused.fresh_outputs = True
             self.region.compile_seconds += time.perf_counter() - t0
             self.region.builds += 1
             self.region.kernels = built.kernel_counts.get("fused", self.region.kernels)
@@ -288,6 +293,10 @@ class Backend:
         if not isinstance(verify, bool):
             raise UsageError(f"the fusec backend's option verify takes True or False, not {verify!r}")
         self.verify = verify                # each region's first call per size checked against eager
+        fresh = options.pop("fresh_outputs", False)
+        if not isinstance(fresh, bool):
+            raise UsageError(f"the fusec backend's option fresh_outputs takes True or False, not {fresh!r}")
+        self.fresh_outputs = fresh          # every call's outputs in new arrays, not the planned pool's
         self.options = options              # fusec CompileOptions fields
         dump = os.environ.get("FUSEC_TORCH_DUMP")
         self.dump = Path(dump) if dump else None
@@ -361,7 +370,8 @@ class Backend:
         if "dynamic" in opts and "dynamic" not in self.options:
             static_opts = {k: v for k, v in opts.items() if k != "dynamic"}
             static = lambda: make(static_opts)          # noqa: E731
-        return FusecRegion(translated, program, sub, region, tuple_out, self.dump, static, self.verify)
+        return FusecRegion(translated, program, sub, region, tuple_out, self.dump, static, self.verify,
+                           self.fresh_outputs)
 
     def _eager(self, region: Region, why: str):
         region.eager_reason = why

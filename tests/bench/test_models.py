@@ -63,18 +63,72 @@ def test_anchors_only_run_records_agreement_and_skips(tmp_path):
     assert row["onnx_export_s"] > 0
     assert r["threads"]["torch"] == r["cores"]
     assert "fusec torch.compile" not in row["ratios"]
+    assert r["memory"]["mode"] == "default" and "memory" not in row["contenders"]["torch"]
+
+
+def test_memory_both_times_the_models_again_memory_equalised(tmp_path):
+    """`--memory both` (the default): the same models and contenders timed again in a child
+    process with huge pages (onnxruntime into preallocated outputs), merged into the result as
+    `equalised` (times and agreement per contender, each with its memory note) and shown as a
+    second models table."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    out = tmp_path / "results"
+    assert main(["--models", "--only", "bert", "--size", "tiny", "--quiesce", "0", "--seconds", "0.01",
+                 "--contenders", "torch,onnxruntime", "--memory", "both", "--out", str(out), "-q"]) == 0
+    [path] = list(out.glob("models-tiny-*.json"))        # the child's result is not written here
+    r = json.loads(path.read_text())
+    assert r["memory"]["mode"] == "default"
+    eq = r["equalised"]
+    assert "failed" not in eq, eq
+    assert eq["memory"]["mode"] == "equalised" and eq["memory"]["THP_MEM_ALLOC_ENABLE"] == "1"
+    assert "glibc.malloc.hugetlb=1" in eq["memory"]["GLIBC_TUNABLES"].split(":")
+    [row] = eq["models"]
+    assert row["model"] == "bert" and row["skipped"] == {}
+    assert set(row["contenders"]) == {"torch", "onnxruntime"}
+    for name, e in row["contenders"].items():
+        assert e["median_ms"] > 0 and e["runs"] >= 2 and e["agreement"]["ok"], e
+        assert e["memory"] == models.EQUALISED_NOTES[name]
+        assert "cold_s" not in e and "detail" not in e          # preparation figures: the default run's
+    assert "preallocated" in row["contenders"]["onnxruntime"]["memory"]
+    r["_file"] = path.name
+    text = table.render_models(r)
+    default, equalised = text.split("Memory-equalised (a child process with ")
+    assert "THP_MEM_ALLOC_ENABLE=1" in equalised and "| bert |" in default and "| bert |" in equalised
+    assert np.isclose(float(equalised.split("| bert |")[1].split("|")[1].split()[0]),
+                      row["contenders"]["torch"]["median_ms"], rtol=0.01)
+
+
+def test_a_failed_equalised_run_is_recorded_and_shown(tmp_path, monkeypatch):
+    """The child's failure is logged, kept in the JSON with its reason and named in the table:
+    never silently dropped."""
+    import bench.__main__ as cli
+    monkeypatch.setattr(cli, "_child", lambda cmd, env: (1, "starting\nRuntimeError: no huge pages today\n"))
+    out = tmp_path / "results"
+    assert main(["--models", "--only", "bert", "--size", "tiny", "--quiesce", "0", "--seconds", "0.01",
+                 "--contenders", "torch", "--out", str(out), "-q"]) == 0
+    [path] = list(out.glob("models-tiny-*.json"))
+    r = json.loads(path.read_text())
+    assert r["models"][0]["contenders"]["torch"]["agreement"]["ok"]
+    assert r["equalised"]["failed"] == "exit 1: RuntimeError: no huge pages today"
+    assert r["equalised"]["models"] == []
+    r["_file"] = path.name
+    assert "The memory-equalised run failed (exit 1: RuntimeError: no huge pages today)." in table.render_models(r)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["gpt2", "resnet18"])
-def test_fusec_eager_and_onnxruntime_agree_and_the_split_is_recorded(name, tmp_path):
+@pytest.mark.parametrize("name,memory", [("gpt2", "both"), ("resnet18", "default")])
+def test_fusec_eager_and_onnxruntime_agree_and_the_split_is_recorded(name, memory, tmp_path):
     """fusec through torch.compile beside eager and onnxruntime at tiny size (a fresh compile:
-    minutes on 2 cores), through the command line; the JSON and the models table."""
+    minutes on 2 cores), through the command line; the JSON and the models table. GPT-2 with
+    `--memory both`: its equalised child finds fusec's builds in the parent's cache, and fusec
+    hands back fresh outputs there."""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
     out = tmp_path / "results"
     assert main(["--models", "--only", name, "--size", "tiny", "--quiesce", "0", "--seconds", "0.01",
-                 "--contenders", "fusec torch.compile,torch,onnxruntime", "--out", str(out), "-q"]) == 0
+                 "--contenders", "fusec torch.compile,torch,onnxruntime", "--memory", memory,
+                 "--out", str(out), "-q"]) == 0
     [path] = list(out.glob("models-tiny-*.json"))
     r = json.loads(path.read_text())
     assert r["suite"] == models.SUITE and r["size"] == "tiny"
@@ -102,3 +156,17 @@ def test_fusec_eager_and_onnxruntime_agree_and_the_split_is_recorded(name, tmp_p
     assert f"| {name} |" in text and "fusec torch.compile" in text and path.name in text
     assert np.isclose(float(text.split(f"| {name} |")[1].split("|")[1].split()[0]),
                       row["contenders"]["fusec torch.compile"]["median_ms"], rtol=0.01)
+    if memory == "default":
+        assert "equalised" not in r and "`--memory default`: no memory-equalised run" in text
+        return
+    eq = r["equalised"]
+    assert "failed" not in eq, eq
+    [erow] = eq["models"]
+    assert set(erow["contenders"]) == {"fusec torch.compile", "torch", "onnxruntime"}
+    for n, e in erow["contenders"].items():
+        assert e["agreement"]["ok"] and e["median_ms"] > 0, (n, e)
+        assert e["memory"] == models.EQUALISED_NOTES[n]
+    assert erow["ratios"]["fusec torch.compile"]["fastest_anchor"]["median"] > 0
+    eq_text = text.split("Memory-equalised (a child process with ")[1]
+    assert np.isclose(float(eq_text.split(f"| {name} |")[1].split("|")[1].split()[0]),
+                      erow["contenders"]["fusec torch.compile"]["median_ms"], rtol=0.01)
