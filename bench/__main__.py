@@ -124,6 +124,14 @@ def main(argv: list[str] | None = None) -> int:
         result = _scaling(args)
         print(json.dumps({k: v["exponent"] for k, v in result["kinds"].items()}))
         return 0
+    # a flag of the other group would do nothing: refused, not ignored
+    other = ((("--anchors", args.anchors), ("--malloc-reuse", args.malloc_reuse), ("--no-scaling", args.no_scaling))
+             if args.models else (("--contenders", args.contenders), ("--fusec-onnx", args.fusec_onnx)))
+    given = [flag for flag, value in other if value]
+    if given:
+        group = "the micro workloads (without --models)" if args.models else "the model group (--models)"
+        print(f"{', '.join(given)}: only for {group}", file=sys.stderr)
+        return 1
     if args.models:
         return _models(args)
     return _run(args)

@@ -41,6 +41,11 @@ def test_the_command_line_refuses_unknown_models_and_contenders(capsys):
     assert "unknown model(s): gpt3" in capsys.readouterr().err
     assert main(["--models", "--contenders", "torch,tflite", "--size", "tiny"]) == 1
     assert "unknown contender(s): tflite" in capsys.readouterr().err
+    # a flag of the other group would do nothing: refused
+    assert main(["--models", "--anchors", "numpy", "--size", "tiny"]) == 1
+    assert "--anchors: only for the micro workloads" in capsys.readouterr().err
+    assert main(["--contenders", "torch", "--size", "tiny"]) == 1
+    assert "--contenders: only for the model group" in capsys.readouterr().err
 
 
 def test_anchors_only_run_records_agreement_and_skips(tmp_path):
