@@ -237,8 +237,8 @@ def _kernels(job: Job, st: ChainStages) -> None:
     if job.options.target == "gpu":
         st.emitted = emit(st.module, "cuda")
     else:
-        st.emitted = emit(st.module, "cpu", vector_bits=planning_profile(job.options).vector_bits,
-                          math=job.options.math)
+        hw = planning_profile(job.options)
+        st.emitted = emit(st.module, "cpu", vector_bits=hw.vector_bits, math=job.options.math, cores=max(1, hw.units))
 
 
 def _ast_text(st: ChainStages, o: CompileOptions) -> str:

@@ -101,6 +101,7 @@ class FuncCtx:
                                                   # (a one-element alloc, or an element for a loop)
     wide: set = field(default_factory=set)        # buffers of `held` whose local is an f64 sum for the loop
     row_launches: dict = field(default_factory=dict)   # gpu.launch -> its row_phases.RowLaunch (or None)
+    cores: int = 1                                # cpu: workers a call outside every prange is split among
 
 
 _LOOPS_RUN_APART = ("scf.parallel", "scf.forall")      # a prange's iterations: a local is not shared

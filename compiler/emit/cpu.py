@@ -479,20 +479,26 @@ GEMM_CHUNK_ALIGN = 16
 
 def _gemm_chunks(body, m: str, n: str, batch: list, exprs: list, out: str):
     """A ?gemm outside every prange, split into one call per worker: a prange over (matrix of the
-    batch, chunk) where each chunk is a slice of C's columns (of its rows when C has more rows
-    than columns), every call on one BLAS thread (module.py: _blas_only_in_prange). So a
-    function's BLAS calls all run on Numba's threads: OpenBLAS's own pool, called from inside
-    another prange of the same function, would run a multi-threaded BLAS on each of Numba's
-    threads at once ("Detect OpenMP Loop"), and its spinning workers would take the cores from
-    the pranges between calls. (m, n, the A and B expressions, C's, the index suffix) for the
-    call inside the loop."""
+    batch, slice), each slice of C's columns (of its rows when C has more rows than columns), as
+    many as the profile's cores (FuncCtx.cores) and each a multiple of GEMM_CHUNK_ALIGN, every
+    call on one BLAS thread (module.py: _blas_only_in_prange). So a function's BLAS calls all
+    run on Numba's threads: OpenBLAS's own pool, called from inside another prange of the same
+    function, would run a multi-threaded BLAS on each of Numba's threads at once ("Detect
+    OpenMP Loop"), and its spinning workers would take the cores from the pranges between
+    calls. (m, n, the A and B expressions, C's, the index suffix) for the call inside the loop."""
     w, names = body.w, body.names
+    cores, align = body.ctx.cores, GEMM_CHUNK_ALIGN
     by_rows = _gt(m, n)
     extent = m if by_rows else n
-    width, count, p, lo, hi = (names.temp(s) for s in ("cw", "nc", "p", "lo", "hi"))
-    w(f"{width} = ({extent} + numba.get_num_threads() - 1) // numba.get_num_threads()")
-    w(f"{width} = ({width} + {GEMM_CHUNK_ALIGN - 1}) // {GEMM_CHUNK_ALIGN} * {GEMM_CHUNK_ALIGN}")
-    w(f"{count} = ({extent} + {width} - 1) // {width}")
+    p, lo, hi = (names.temp(s) for s in ("p", "lo", "hi"))
+    try:                                        # a static extent: the slices are constants
+        e = int(extent)
+        width = str(max(align, -(-(-(-e // cores)) // align) * align))
+        count = str(-(-e // int(width)))
+    except ValueError:                          # read at run time (options.dynamic)
+        width, count = names.temp("cw"), names.temp("nc")
+        w(f"{width} = (({extent} + {cores - 1}) // {cores} + {align - 1}) // {align} * {align}")
+        w(f"{count} = ({extent} + {width} - 1) // {width}")
     total = count if not batch else f"{batch[0]} * {count}"
     w(f"for {p} in numba.prange(0, {total}):")
     w.depth += 1

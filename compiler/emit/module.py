@@ -27,7 +27,7 @@ _COPY_THREADS = 256
 CPU_FASTMATH = '{"contract", "reassoc"}'
 
 
-def emit(module: "ir.Module", target: str, vector_bits: int = 0, math: str = "fast") -> EmittedModule:
+def emit(module: "ir.Module", target: str, vector_bits: int = 0, math: str = "fast", cores: int = 1) -> EmittedModule:
     """Translate `module` to Python source for `target` ("cuda" or "cpu"); never mutates it.
 
     Requires (what the tile-and-fuse output gives after compiler/transforms/to_target.py's
@@ -55,6 +55,9 @@ def emit(module: "ir.Module", target: str, vector_bits: int = 0, math: str = "fa
     function and prange body asks LLVM's vectorizer for (the profile's, compiler/calibrate.py).
     `math` ("fast" or "accurate", options.math): which of emit/cpu.py's forms f32 exp and tanh
     take on the cpu (the f32 polynomials, or the f64 ones rounded once); cuda ignores it.
+    `cores` (the profile's units): how many slices a cpu BLAS call outside every prange is split
+    into, one per worker (emit/cpu.py: _gemm_chunks); a constant of the emitted code, so that
+    Numba can cache it (numba.get_num_threads() in compiled code is a dynamic global).
 
     Semantics kept: f16 is computed in f32 (rounded to half precision at truncf and at stores;
     the CPU target rounds on the bits, emit/cpu.py); bf16 too, held in f32 arrays and rounded
@@ -69,6 +72,8 @@ def emit(module: "ir.Module", target: str, vector_bits: int = 0, math: str = "fa
         raise ValueError(f"unknown emit target {target!r}: expected 'cuda' or 'cpu'")
     if vector_bits not in (0, 256, 512):
         raise ValueError(f"vector_bits is {vector_bits!r}: expected 0, 256 or 512")
+    if not isinstance(cores, int) or cores < 1:
+        raise ValueError(f"cores is {cores!r}: expected a positive int")
     consts = Constants()
     helpers = Helpers(target, consts)
     if math not in ("fast", "accurate"):
@@ -88,7 +93,7 @@ def emit(module: "ir.Module", target: str, vector_bits: int = 0, math: str = "fa
         elif len(op.regions[0].blocks) > 0:  # declarations have no body
             funcs.append(op)
     for op in funcs:
-        fe = _FuncEmitter(op, target, consts, helpers, rules, globals_, len(kernels), vector_bits)
+        fe = _FuncEmitter(op, target, consts, helpers, rules, globals_, len(kernels), vector_bits, cores)
         hosts.append(fe.run())
         kernels += fe.kernels
         entries[fe.func_name] = fe.entry()
@@ -175,13 +180,14 @@ MEMORY_CLASS = '''class _Memory:
 class _FuncEmitter:
     """One func.func: its host function and, for CUDA, its kernels."""
 
-    def __init__(self, func_op, target, consts, helpers, rules, globals_, first_kernel: int, vector_bits: int = 0):
+    def __init__(self, func_op, target, consts, helpers, rules, globals_, first_kernel: int, vector_bits: int = 0,
+                 cores: int = 1):
         self.op, self.target = func_op, target
         self.vector_bits = vector_bits
         self.func_name = ir.StringAttr(func_op.attributes["sym_name"]).value
         self.host_name = f"run_{py_ident(self.func_name)}"
         self.ctx = FuncCtx(func_op, target, Names(func_op), consts, helpers, rules,
-                           globals=globals_, on_launch=self._launch, on_host_copy=self._host_copy)
+                           globals=globals_, on_launch=self._launch, on_host_copy=self._host_copy, cores=cores)
         self.kernels: list[str] = []
         self.kernel_names: list[str] = []
         self.launches: list[Launch] = []

@@ -20,12 +20,13 @@ from fusec.compiler.mlir import ir
 from fusec.compiler.transforms.to_target import to_cpu
 
 
-def _module(tmp_path, mlir: str, name: str):
-    """The emitted cpu module of a memref-level function, imported from a file."""
+def _module(tmp_path, mlir: str, name: str, cores: int = 1):
+    """The emitted cpu module of a memref-level function (for a machine of `cores` cores),
+    imported from a file."""
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(mlir)
         to_cpu(module)
-        src = emit(module, "cpu").source
+        src = emit(module, "cpu", cores=cores).source
     path = tmp_path / f"{name}.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location(f"fusec_blas_{name}", path)
@@ -130,23 +131,24 @@ func.func @mm(%a: memref<BxMxKxf32>, %b: memref<BxKxNxf32>, %c: memref<BxMxNxf32
 """
 
 
-@pytest.mark.parametrize("batch, m, k, n, cut", [
-    (0, 8, 5, 70, "[:, _lo"),          # wider than tall: each worker a slice of C's columns
-    (0, 70, 5, 8, "[_lo"),             # taller than wide: a slice of its rows
-    (3, 6, 4, 40, "[:, _lo"),          # batched: a prange over (matrix, slice)
+@pytest.mark.parametrize("batch, m, k, n, cut, loop", [
+    (0, 8, 5, 70, "[:, _lo", "numba.prange(0, 2)"),       # wider than tall: slices of C's columns, 48 + 22
+    (0, 70, 5, 8, "[_lo", "numba.prange(0, 2)"),          # taller than wide: slices of its rows
+    (3, 6, 4, 40, "[:, _lo", "numba.prange(0, 3 * 2)"),   # batched: a prange over (matrix, slice)
 ], ids=["columns", "rows", "batch"])
-def test_a_call_outside_every_prange_is_split_among_the_workers(tmp_path, batch, m, k, n, cut):
-    """A product called on its own (no prange around it) runs as one call per worker, each on
-    one BLAS thread, on a slice of C a multiple of 16 elements wide: BLAS never starts its own
-    thread pool beside Numba's (emit/cpu.py: _gemm_chunks)."""
+def test_a_call_outside_every_prange_is_split_among_the_workers(tmp_path, batch, m, k, n, cut, loop):
+    """A product called on its own (no prange around it) runs as one call per worker (2 cores),
+    each on one BLAS thread, on a slice of C a multiple of 16 elements wide: BLAS never starts
+    its own thread pool beside Numba's (emit/cpu.py: _gemm_chunks). The slices are constants of
+    the code (no numba.get_num_threads(): Numba cannot cache a function that calls it)."""
     import numba
     dims = lambda *xs: "x".join(str(x) for x in ((batch,) if batch else ()) + xs)
     text = (SPLIT.replace("BxMxK", dims(m, k)).replace("BxKxN", dims(k, n)).replace("BxMxN", dims(m, n))
             .replace("OP", "batch_matmul" if batch else "matmul"))
-    mod, src = _module(tmp_path, text, f"split_{batch}_{m}_{n}")
+    mod, src = _module(tmp_path, text, f"split_{batch}_{m}_{n}", cores=2)
     (call,) = _calls(src)
     body = src[src.index("def _run_mm_par("):]
-    assert body.index("numba.prange(") < body.index("_sgemm(") and "numba.get_num_threads()" in body
+    assert body.index(loop) < body.index("_sgemm(") and "get_num_threads" not in body
     assert cut in call and f"{blas_fn_name()}(101, 111, 111, " in call
     assert '_BLAS_THREADS.limit(limits=1, user_api="blas")' in src
     rng = np.random.default_rng(9)
