@@ -266,9 +266,53 @@ def fold_transposed_operands(module: ir.Module) -> int:
                                           ir.AffineMapAttr.get(ir.AffineMap.get_permutation(perm)))
             op.operands[i] = view.result
             copy.erase()
-            alloc.erase()
+            if not list(alloc.results[0].uses):
+                alloc.erase()
             count += 1
     return count
+
+
+def _ancestor_in(op, block) -> "ir.Operation | None":
+    """`op` or the op enclosing it that lies in `block`; None when none does."""
+    op = op.operation if hasattr(op, "operation") else op
+    while op is not None:
+        if op.block == block:
+            return op
+        parent = op.parent
+        op = parent.operation if parent is not None and hasattr(parent, "operation") else parent
+        if op is not None and op.name == "builtin.module":
+            return None
+    return None
+
+
+def _others_never_see_the_copy(v, copy, reader) -> bool:
+    """The buffer `v` is shared (one-shot bufferization gave two weights' transposes one alloc
+    of CSE'd tensor.empty): its other users run before `copy`, or after `reader` with the first
+    of those a whole-buffer copy into it (nothing reads what `copy` wrote but `reader`)."""
+    block = reader.operation.block
+    order = {o.operation: k for k, o in enumerate(block.operations)}
+    at_copy, at_reader = order.get(copy.operation), order.get(reader.operation)
+    after = []
+    for use in v.uses:
+        u = use.owner
+        u = u.operation if hasattr(u, "operation") else u
+        if u == copy.operation or u == reader.operation:
+            continue
+        top = _ancestor_in(u, block)
+        if top is None or top not in order:
+            return False
+        k = order[top]
+        if at_copy is not None and k < at_copy:
+            continue
+        if at_reader is None or k <= at_reader:
+            return False
+        after.append((k, u, top))
+    if not after:
+        return True
+    k, u, top = min(after, key=lambda t: t[0])
+    # the first later user writes the whole buffer before anything reads it
+    return (u == top and u.name in ("linalg.transpose", "linalg.generic") and len(u.operands) == 2
+            and u.operands[1] == v and copy_permutation(u) is not None)
 
 
 def _permutation_copy_into(v: "ir.Value", reader) -> "tuple | None":
@@ -278,11 +322,20 @@ def _permutation_copy_into(v: "ir.Value", reader) -> "tuple | None":
     if isinstance(v.owner, ir.Block) or v.owner.name != "memref.alloc":
         return None
     users = [u.owner for u in v.uses]
-    copies = [u for u in users if u.name in ("linalg.transpose", "linalg.generic")]
-    if len(copies) != 1 or len(users) != 2 or reader.operation not in users:
+    if reader.operation not in users:
         return None
-    g = copies[0]
-    if len(g.operands) != 2 or g.operands[1] != v:
+    # the copy: the last whole-buffer copy into v before the reader, in the reader's block
+    block = reader.operation.block
+    g = None
+    for o in block.operations:
+        if o.operation == reader.operation:
+            break
+        if (o.operation in users and o.operation.name in ("linalg.transpose", "linalg.generic")
+                and len(o.operation.operands) == 2 and o.operation.operands[1] == v):
+            g = o.operation
+    if g is None:
+        return None
+    if len(users) != 2 and not _others_never_see_the_copy(v, g, reader):
         return None
     perm = copy_permutation(g)
     rank = ir.MemRefType(v.type).rank

@@ -405,3 +405,40 @@ def test_a_basic_block_over_short_rows_calls_blas_for_every_conv():
     assert kernels.count("# cblas: linalg.conv_2d_nchw_fchw") == 3
     assert "_conv_direct" not in kernels
     assert prog.blk.check(binding={"B": 2})[0].ok
+
+
+SHARED_BUFFER = """
+func.func @mm(%a: memref<4x3xf32>, %w1: memref<5x3xf32>, %w2: memref<5x3xf32>, %c1: memref<4x5xf32>, %c2: memref<4x5xf32>, %c3: memref<3x5xf32>) {
+  %t = memref.alloc() : memref<3x5xf32>
+  linalg.transpose ins(%w1 : memref<5x3xf32>) outs(%t : memref<3x5xf32>) permutation = [1, 0]
+  linalg.matmul ins(%a, %t : memref<4x3xf32>, memref<3x5xf32>) outs(%c1 : memref<4x5xf32>)
+  linalg.transpose ins(%w2 : memref<5x3xf32>) outs(%t : memref<3x5xf32>) permutation = [1, 0]
+  linalg.matmul ins(%a, %t : memref<4x3xf32>, memref<3x5xf32>) outs(%c2 : memref<4x5xf32>)
+  READ
+  return
+}
+"""
+
+
+@pytest.mark.parametrize("read, folded", [
+    ("", 2),                                   # both weights read where they lie
+    # a later read of the buffer sees the second copy: that one stays, the first still folds
+    ("memref.copy %t, %c3 : memref<3x5xf32> to memref<3x5xf32>", 1),
+], ids=["two-readers", "read-after"])
+def test_weights_transposed_into_one_shared_buffer_are_read_where_they_lie(tmp_path, read, folded):
+    """Two weights transposed into one buffer (one-shot bufferization shares the alloc of a
+    CSE'd tensor.empty: Llama's Q and O projections), each read by one product: each product
+    reads its weight as it lies (BLAS's transpose flag) unless something else reads the copy."""
+    mod, src = _module(tmp_path, SHARED_BUFFER.replace("READ", read), f"shared_{folded}")
+    calls = _calls(src)
+    assert len(calls) == 2 and sum(".transpose((1, 0))" in c for c in calls) == folded
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((4, 3)).astype(np.float32)
+    w1, w2 = (rng.standard_normal((5, 3)).astype(np.float32) for _ in range(2))
+    c1, c2, c3 = (np.zeros(s, np.float32) for s in ((4, 5), (4, 5), (3, 5)))
+    mod.run_mm(a, w1, w2, c1, c2, c3)
+    np.testing.assert_allclose(c1, a @ w1.T, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(c2, a @ w2.T, rtol=1e-5, atol=1e-6)
+    if read:
+        np.testing.assert_array_equal(c3, w2.T)
+
