@@ -497,7 +497,7 @@ def _gemm_chunks(body, m: str, n: str, batch: list, exprs: list, out: str):
         count = str(-(-e // int(width)))
     except ValueError:                          # read at run time (options.dynamic)
         width, count = names.temp("cw"), names.temp("nc")
-        w(f"{width} = (({extent} + {cores - 1}) // {cores} + {align - 1}) // {align} * {align}")
+        w(f"{width} = max((({extent} + {cores - 1}) // {cores} + {align - 1}) // {align} * {align}, {align})")
         w(f"{count} = ({extent} + {width} - 1) // {width}")
     total = count if not batch else f"{batch[0]} * {count}"
     w(f"for {p} in numba.prange(0, {total}):")

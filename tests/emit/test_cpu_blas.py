@@ -442,3 +442,32 @@ def test_weights_transposed_into_one_shared_buffer_are_read_where_they_lie(tmp_p
     if read:
         np.testing.assert_array_equal(c3, w2.T)
 
+
+DYNAMIC_SPLIT = """
+func.func @mm(%a: memref<?x5xf32>, %b: memref<5x?xf32>, %c: memref<?x?xf32>) {
+  %z = arith.constant 0.0 : f32
+  linalg.fill ins(%z : f32) outs(%c : memref<?x?xf32>)
+  linalg.matmul ins(%a, %b : memref<?x5xf32>, memref<5x?xf32>) outs(%c : memref<?x?xf32>)
+  return
+}
+"""
+
+
+@pytest.mark.parametrize("m, n", [(3, 70), (2, 1), (9, 33)])
+def test_a_split_call_with_extents_read_at_run_time(tmp_path, m, n):
+    """Extents known only at run time (options.dynamic): the slices are computed in the code
+    from the constant core count, at least 16 columns each."""
+    import numba
+    mod, src = _module(tmp_path, DYNAMIC_SPLIT, f"dyn_split_{m}_{n}", cores=2)
+    assert "// 2 + 15) // 16 * 16, 16)" in src and "get_num_threads" not in src
+    rng = np.random.default_rng(12)
+    a, b = rng.standard_normal((m, 5)).astype(np.float32), rng.standard_normal((5, n)).astype(np.float32)
+    c = np.full((m, n), np.nan, np.float32)
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        mod.run_mm(a, b, c)
+    finally:
+        numba.set_num_threads(threads)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
