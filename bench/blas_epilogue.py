@@ -8,9 +8,10 @@ chunks of its prange:
     chunk  each chunk one sgemm on its worker's one thread into its rows of the output, then
            the epilogue on those rows while they are in cache (what fusec emits where the loop
            has a chunk for every core: plan/cost.py hoisted_matmuls)
-    whole  one sgemm for the whole product before the loop, on BLAS's own threads, then the
-           loop applies the epilogue (what fusec emitted before; built here by planning with the
-           old rule, every hoistable matmul hoisted)
+    whole  one sgemm for the whole product before the loop (split into a slice of C per
+           worker since 2026-12-07, every call on one BLAS thread: emit/cpu.py _gemm_chunks;
+           before, one call on BLAS's own threads), then the loop applies the epilogue (built
+           here by planning with the old rule, every hoistable matmul hoisted)
 
 Each form runs in a process of its own, as a program runs it, because the forms disturb each
 other: after a call on BLAS's threads, OpenBLAS's threads spin for a while on the cores, and a
