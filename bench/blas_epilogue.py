@@ -57,9 +57,11 @@ def run_one(form: str, rows: int, m: int, k: int, n: int, runs: int) -> dict:
     """Time one form in this process: alone, then each call right after a NumPy matmul."""
     import time
     chain, text = build(form, rows, m, k, n)
-    call, loop = text.index("_sgemm(101, "), text.index("numba.prange(")
-    if (call < loop) != (form == "whole"):
-        raise RuntimeError(f"the {form} form was not built: its sgemm is {'before' if call < loop else 'in'} the loop")
+    # whole: the call in a prange of its own (its split among the workers) before the chunk loop
+    call = text.index("_sgemm(101, ")
+    whole = "numba.prange(" in text[call:] and "_hi" in text[call:text.index("\n", call)]
+    if whole != (form == "whole"):
+        raise RuntimeError(f"the {form} form was not built: its sgemm is {'before' if whole else 'in'} the loop")
     rng = np.random.default_rng(0)
     x = rng.standard_normal((m, k), dtype=np.float32)
     w = rng.standard_normal((k, n), dtype=np.float32) / np.float32(np.sqrt(k))
