@@ -37,7 +37,9 @@ def _build(src, chain, binding, target="gpu", fuse=False):
 
 def _host(st, chain):
     src = st.emitted.source
-    planned = src[src.index(f"def _run_{chain}_planned("):]
+    # the planned function itself (its _par form where a wrapper runs its BLAS on one thread)
+    name = f"def __run_{chain}_planned_par(" if f"def __run_{chain}_planned_par(" in src else f"def _run_{chain}_planned("
+    planned = src[src.index(name):]
     return planned[:planned.index("\n\n\n")]
 
 
