@@ -141,7 +141,6 @@ def test_a_call_outside_every_prange_is_split_among_the_workers(tmp_path, batch,
     each on one BLAS thread, on a slice of C a multiple of 16 elements wide: BLAS never starts
     its own thread pool beside Numba's (emit/cpu.py: _gemm_chunks). The slices are constants of
     the code (no numba.get_num_threads(): Numba cannot cache a function that calls it)."""
-    import numba
     dims = lambda *xs: "x".join(str(x) for x in ((batch,) if batch else ()) + xs)
     text = (SPLIT.replace("BxMxK", dims(m, k)).replace("BxKxN", dims(k, n)).replace("BxMxN", dims(m, n))
             .replace("OP", "batch_matmul" if batch else "matmul"))
@@ -149,23 +148,26 @@ def test_a_call_outside_every_prange_is_split_among_the_workers(tmp_path, batch,
     (call,) = _calls(src)
     body = src[src.index("def _run_mm_par("):]
     assert body.index(loop) < body.index("_sgemm(") and "get_num_threads" not in body
-    assert cut in call and f"{blas_fn_name()}(101, 111, 111, " in call
+    assert cut in call and "_sgemm(101, 111, 111, " in call
     assert '_BLAS_THREADS.limit(limits=1, user_api="blas")' in src
     rng = np.random.default_rng(9)
     shape = lambda *xs: ((batch,) if batch else ()) + xs
     a, b = rng.standard_normal(shape(m, k)).astype(np.float32), rng.standard_normal(shape(k, n)).astype(np.float32)
     c = np.full(shape(m, n), np.nan, np.float32)
-    threads = numba.get_num_threads()
-    try:
-        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
-        mod.run_mm(a, b, c)
-    finally:
-        numba.set_num_threads(threads)
+    _on_two_workers(mod.run_mm, a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
 
 
-def blas_fn_name() -> str:
-    return "_sgemm"
+def _on_two_workers(fn, *args):
+    """fn(*args) with Numba's pool at two workers (the slices split between them)."""
+    import numba
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        fn(*args)
+    finally:
+        numba.set_num_threads(threads)
+
 
 CONV_OUT_VIEW = """
 func.func @cv(%x: memref<2x3x9x10xf32>, %w: memref<4x3x3x2xf32>, %y: memref<2x4x4x8xf32>) {
@@ -457,17 +459,11 @@ func.func @mm(%a: memref<?x5xf32>, %b: memref<5x?xf32>, %c: memref<?x?xf32>) {
 def test_a_split_call_with_extents_read_at_run_time(tmp_path, m, n):
     """Extents known only at run time (options.dynamic): the slices are computed in the code
     from the constant core count, at least 16 columns each."""
-    import numba
     mod, src = _module(tmp_path, DYNAMIC_SPLIT, f"dyn_split_{m}_{n}", cores=2)
     assert "// 2 + 15) // 16 * 16, 16)" in src and "get_num_threads" not in src
     rng = np.random.default_rng(12)
     a, b = rng.standard_normal((m, 5)).astype(np.float32), rng.standard_normal((5, n)).astype(np.float32)
     c = np.full((m, n), np.nan, np.float32)
-    threads = numba.get_num_threads()
-    try:
-        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
-        mod.run_mm(a, b, c)
-    finally:
-        numba.set_num_threads(threads)
+    _on_two_workers(mod.run_mm, a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
 
