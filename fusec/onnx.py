@@ -43,8 +43,7 @@ class OnnxModel:
     (keywords); it returns the outputs as a list of NumPy arrays, in the graph's order."""
 
     def __init__(self, imported: Imported, program, fresh_outputs: bool = False):
-        if not isinstance(fresh_outputs, bool):
-            raise UsageError(f"fusec.onnx.load's fresh_outputs takes True or False, not {fresh_outputs!r}")
+        # (load checked fresh_outputs before importing anything)
         self.imported = imported
         self.program = program
         self.chain = program.chains[imported.chain]

@@ -454,7 +454,7 @@ def _gemm_call(body, op, views, zero: bool) -> None:
     whole_out = out
     if body.mode == "cpu" and body.parallel_depth == 0:
         # a call of its own: split among the prange's workers, BLAS on one thread in each
-        m, n, exprs, out, idx = _gemm_chunks(body, m, n, batch, exprs, out)
+        m, n, exprs, out = _gemm_chunks(body, m, n, batch, exprs, out)
     elif batch:
         bi = names.temp("b")
         w(f"for {bi} in range({batch[0]}):")
@@ -485,7 +485,7 @@ def _gemm_chunks(body, m: str, n: str, batch: list, exprs: list, out: str):
     run on Numba's threads: OpenBLAS's own pool, called from inside another prange of the same
     function, would run a multi-threaded BLAS on each of Numba's threads at once ("Detect
     OpenMP Loop"), and its spinning workers would take the cores from the pranges between
-    calls. (m, n, the A and B expressions, C's, the index suffix) for the call inside the loop."""
+    calls. (m, n, the A and B expressions, C's) for the call inside the loop, each indexed."""
     w, names = body.w, body.names
     cores, align = body.ctx.cores, GEMM_CHUNK_ALIGN
     by_rows = _gt(m, n)
@@ -521,7 +521,7 @@ def _gemm_chunks(body, m: str, n: str, batch: list, exprs: list, out: str):
         a = f"{a}{idx}"
     c = f"{out}{idx}{cut}"
     size = f"{hi} - {lo}"
-    return (size, n, [a, b], c, "") if by_rows else (m, size, [a, b], c, "")
+    return (size, n, [a, b], c) if by_rows else (m, size, [a, b], c)
 
 
 def _gt(a: str, b: str) -> bool:

@@ -315,8 +315,8 @@ def cpu_chunks(info: ChainInfo, root: int, block, mapped) -> int:
 
 def hoisted_matmuls(info: ChainInfo, members, root: int, mapped, chunks: int, cores: int) -> list[int]:
     """Matmuls of a cpu kernel the emitter calls once, whole (split into a slice of C per
-    worker: emit/cpu.py _gemm_chunks), before its chunk loop (transforms/cpu_library_calls.py: hoist_whole_contractions): those that could be
-    (hoistable_matmuls), where the loop has fewer chunks than cores, so that calls per chunk
+    worker: emit/cpu.py _gemm_chunks), before its chunk loop (transforms/cpu_library_calls.py:
+    hoist_whole_contractions): those that could be (hoistable_matmuls), where the loop has fewer chunks than cores, so that calls per chunk
     would leave cores idle. With a chunk for every core, each chunk calls BLAS on one thread and
     runs the rest of the kernel on its rows while they are in cache (docs/ARCHITECTURE.md: a
     product's epilogue runs on its chunk; bench/blas_epilogue.py compares the two forms)."""

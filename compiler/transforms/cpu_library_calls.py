@@ -342,8 +342,7 @@ def _permutation_copy_into(v: "ir.Value", reader) -> "tuple | None":
     if perm is None or perm == list(range(rank)) or any(perm[perm[k]] != k for k in range(rank)):
         return None
     src = g.operands[0]
-    if g.operation.block != reader.operation.block or str(ir.MemRefType(src.type).element_type) != \
-            str(ir.MemRefType(v.type).element_type):
+    if str(ir.MemRefType(src.type).element_type) != str(ir.MemRefType(v.type).element_type):   # g: in reader's block
         return None
     between, seen = [], False
     for o in reader.operation.block.operations:
