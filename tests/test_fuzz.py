@@ -60,6 +60,7 @@ def compiled_figures():
                               limit=COMPILED_PROGRAMS)
 
 
+@pytest.mark.slow
 def test_compiled_programs_match_the_reference_or_end_in_a_user_error(compiled_figures):
     shown = [f"case {r.case.index} on {r.target}: {r.problem} [{r.kind}]\n{r.case.program.decode()}\n"
              f"{r.stderr.strip()[-600:]}" for r in compiled_figures["failures"][:3]]

@@ -5,6 +5,8 @@ their message)."""
 import filecmp
 import os
 
+import pytest
+
 from fusec.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,6 +58,7 @@ def test_a_workers_exception_comes_back_whole():
     assert str(e).startswith("internal compiler error in stage 'plan': no kernel")
 
 
+@pytest.mark.slow
 def test_the_api_prepares_every_chain_in_workers(tmp_path):
     import numpy as np
 

@@ -69,9 +69,10 @@ def test_the_first_command_runs_the_sample():
     first, second = readme_commands()
     sample = main_job_block()[0][len("$ "):]
     assert first.startswith(".ci/system-packages && python3 -m venv .venv && ") and first.endswith(" && " + sample)
-    assert second == ". .venv/bin/activate && python -m pytest -q -n auto"
+    assert second == '. .venv/bin/activate && python -m pytest -q -n auto -m "not slow"'
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert first in ci and second in ci
+    assert ". .venv/bin/activate && python -m pytest -q -n auto -m slow" in ci   # CI runs the long tests too
 
 
 @pytest.mark.parametrize("sample, out, ok", [

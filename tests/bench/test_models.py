@@ -48,6 +48,7 @@ def test_the_command_line_refuses_unknown_models_and_contenders(capsys):
     assert "--contenders: only for the model group" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_anchors_only_run_records_agreement_and_skips(tmp_path):
     """Eager PyTorch and onnxruntime on the ONNX export (no fusec compile: quick); fusec's ONNX
     path not asked for this model is a skip with its reason."""
@@ -71,6 +72,7 @@ def test_anchors_only_run_records_agreement_and_skips(tmp_path):
     assert r["memory"]["mode"] == "default" and "memory" not in row["contenders"]["torch"]
 
 
+@pytest.mark.slow
 def test_memory_both_times_the_models_again_memory_equalised(tmp_path):
     """`--memory both` (the default): the same models and contenders timed again in a child
     process with huge pages (onnxruntime into preallocated outputs), merged into the result as

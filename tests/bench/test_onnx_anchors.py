@@ -77,6 +77,7 @@ def test_equalised_torch_writes_into_one_preallocated_output_where_the_last_op_a
         assert impl.call().data_ptr() == first.data_ptr()
 
 
+@pytest.mark.slow
 def test_equalised_fusec_hands_back_a_fresh_output_each_call():
     """Default: the planned pool (outputs dropped at once come back from its two buffers);
     equalised: Executable.fresh_outputs, a new array every call (held: all distinct)."""

@@ -81,6 +81,7 @@ def test_tune_keeps_the_fastest_measured_candidate_and_caches_it():
     assert any("measured fastest (--autotune)" in d for d in tuned_plan.decisions)
 
 
+@pytest.mark.slow
 def test_autotune_option_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
     from fusec.compiler import calibrate

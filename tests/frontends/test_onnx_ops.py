@@ -8,12 +8,12 @@ from onnx_helpers import TP, check_against_ort, h, init, model, rand, tensor
 
 F = TP.FLOAT
 # every family runs on the NumPy reference (the mapping's meaning) and compiled on cpu; the families
-# whose cpu build takes longest (15-30 s on a busy 2-core machine) compile under the slow mark
+# whose cpu build takes longest (15-35 s on a busy 2-core machine) compile under the slow mark
 BOTH = pytest.mark.parametrize("target", ["reference", "cpu"])
 SLOW_CPU = pytest.mark.parametrize("target", ["reference", pytest.param("cpu", marks=pytest.mark.slow)])
 
 
-@BOTH
+@SLOW_CPU
 def test_unary_and_activation_ops(target, tmp_path):
     ops = ["Neg", "Abs", "Tanh", "Sigmoid", "Relu", "Erf", "Sin", "Cos", "Floor", "Ceil", "Softplus", "Softsign",
            "HardSigmoid", "HardSwish", "Exp"]
@@ -74,7 +74,7 @@ def test_integer_ops(target, tmp_path):
 
 
 @pytest.mark.parametrize("opset", [17, 21])
-@BOTH
+@SLOW_CPU
 def test_reductions_with_axes_as_attribute_or_input(opset, target, tmp_path):
     def red(op, out, axes, keep):
         if opset >= 18 or op == "ReduceSum":
@@ -132,7 +132,7 @@ def test_small_cnn_conv_batchnorm_pooling_flatten(target, tmp_path):
     assert "conv2d(x, w1, bias=b1, stride=2, padding=1)" in loaded.fdsl
 
 
-@BOTH
+@SLOW_CPU
 def test_grouped_and_depthwise_conv(target, tmp_path):
     """Conv's group: depthwise (group = C, and 2 filters per channel) and grouped, with a bias,
     batchnorm and relu after, and a grouped 1-D conv: conv2d's groups."""
@@ -152,7 +152,7 @@ def test_grouped_and_depthwise_conv(target, tmp_path):
     assert "groups=2" in loaded.fdsl
 
 
-@BOTH
+@SLOW_CPU
 def test_conv1d(target, tmp_path):
     nodes = [h.make_node("Conv", ["x", "w", "b"], ["y"], pads=[2, 2], strides=[2], dilations=[2]),
              h.make_node("Conv", ["x", "wt"], ["y2"], auto_pad="SAME_UPPER")]
@@ -162,7 +162,7 @@ def test_conv1d(target, tmp_path):
     assert "w_2d" in loaded.imported.weights            # constant 1-D weights are reshaped to 2-D at import
 
 
-@BOTH
+@SLOW_CPU
 def test_normalisations(target, tmp_path):
     nodes = [h.make_node("LayerNormalization", ["x", "g", "b"], ["y_ln"], epsilon=1e-6),
              h.make_node("LayerNormalization", ["x", "g2"], ["y_ln2"], axis=1),
@@ -173,7 +173,7 @@ def test_normalisations(target, tmp_path):
     check_against_ort(m, {"x": rand((3, 4, 8), 4)}, tmp_path, target)
 
 
-@BOTH
+@SLOW_CPU
 def test_shape_ops_with_constant_shapes(target, tmp_path):
     i64 = lambda name, v: init(name, np.array(v, dtype=np.int64))   # noqa: E731
     nodes = [h.make_node("Transpose", ["x"], ["y_t"], perm=[0, 2, 1]),
@@ -261,7 +261,7 @@ def test_pooling_ops(target, tmp_path):
     assert "max_pool2d(x, 3, stride=2, padding=1)" in loaded.fdsl
     assert "avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=false)" in loaded.fdsl
     assert "adaptive_avg_pool2d(x, 1)" in loaded.fdsl
-@BOTH
+@SLOW_CPU
 def test_issue38_ops_map_to_fdsl_s_own(target, tmp_path):
     """HardSwish, PyTorch's HardSigmoid, Not/And/Or/Xor, IsInf, a ConstantOfShape of a symbolic
     shape and a Range(0, n, 1) over an input's size: each to FDSL's op of the same meaning
@@ -292,7 +292,7 @@ def test_issue38_ops_map_to_fdsl_s_own(target, tmp_path):
                  "logical_or(", "logical_xor(", "eq(abs(x), inf)", "eq(x, -inf)", "arange(S, dtype=i64)",
                  "full([B, S], (-inf), dtype=f32)"):
         assert want in text, (want, text)
-@BOTH
+@SLOW_CPU
 def test_gather_elements_and_gather_nd(target, tmp_path):
     """GatherElements as take_along_axis (indices shorter than the data on another axis read its
     first positions, as ONNX and torch.gather do), GatherND as gather_nd with and without batch

@@ -70,6 +70,7 @@ def test_backend_by_name_matches_eager_on_cpu():
     assert 'gelu(' in text and 'approximate="none"' in text and "layernorm(" in text
 
 
+@pytest.mark.slow
 def test_a_bf16_module_runs_in_fusec_on_the_cpu():
     torch.manual_seed(0)
     m = MLP().eval().to(torch.bfloat16)
@@ -146,6 +147,7 @@ def test_options_reach_fusec_and_bad_ones_are_refused():
         c(x)
 
 
+@pytest.mark.slow
 def test_dump_writes_fdsl_and_plan(tmp_path, monkeypatch):
     monkeypatch.setenv("FUSEC_TORCH_DUMP", str(tmp_path))
     m = MLP().eval()

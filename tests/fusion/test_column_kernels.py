@@ -99,6 +99,7 @@ def test_a_batched_reduction_over_a_middle_axis_is_one_column_kernel():
     assert not any("split-reductions" in d for d in st.plan.decisions)
 
 
+@pytest.mark.slow
 def test_a_column_kernel_reads_each_element_once_with_its_loads_in_flight():
     """log_softmax over axis 0 of [1024, 2048]: each thread's 1024/T elements of its column are
     loaded once (the later phases read registers) and all issued before their first use."""

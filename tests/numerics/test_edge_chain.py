@@ -74,6 +74,7 @@ def test_every_target_exits_0_with_the_references_nan_and_inf(runs, target):
             np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-30, err_msg=f"{target} {chain} {k}")
 
 
+@pytest.mark.slow
 def test_the_report_counts_nan_and_inf(runs):
     printed = runs["cpu"][1]
     assert "out 0 f32[24]: max abs err" in printed

@@ -97,7 +97,7 @@ def _check(target: str, names, whole: int, rows: tuple[int, int], kinds=("u01", 
     return bad
 
 
-@pytest.mark.parametrize("target", ["reference", "cpu", "mlir-jit"])
+@pytest.mark.parametrize("target", ["reference", pytest.param("cpu", marks=pytest.mark.slow), "mlir-jit"])
 def test_long_f32_reductions_within_the_bound(target):
     """~10^6 elements, sizes split-reductions cannot split: a serial f32 sum (the cpu's and
     mlir-jit's before) is 10x-10^4x NumPy's error here, and the variance about 1000 is off by
@@ -106,6 +106,7 @@ def test_long_f32_reductions_within_the_bound(target):
     assert not bad, "\n".join(bad)
 
 
+@pytest.mark.slow
 def test_gpu_kernels_within_the_bound(fast_simulator):
     bad = _check("cuda-sim", ("total", "var", "rvar"), 20000, (2, 6007), kinds=("off",))
     assert not bad, "\n".join(bad)
@@ -184,7 +185,7 @@ def _half_rows(dt: str, n: int) -> np.ndarray:
     return x.astype(t)
 
 
-@pytest.mark.parametrize("target, dt, n", [("reference", "f16", 4096), ("cpu", "f16", 4096),
+@pytest.mark.parametrize("target, dt, n", [("reference", "f16", 4096), pytest.param("cpu", "f16", 4096, marks=pytest.mark.slow),
                                            ("mlir-jit", "f16", 4096), ("reference", "bf16", 4096),
                                            ("mlir-jit", "bf16", 4096), ("cuda-sim", "f16", 256)])
 def test_half_rows_with_large_values(target, dt, n, fast_simulator):

@@ -56,6 +56,7 @@ def test_the_new_ops_match_the_reference(target, fast_simulator):
             assert not bad, "\n".join(bad)
 
 
+@pytest.mark.slow
 def test_a_symbolic_extent_bound_at_run_time():
     prog = fusec.compile(SRC, target="cpu", options={"dynamic": ("R",)})
     for rows in (2, 7):

@@ -6,6 +6,8 @@ saw K's buffer dead after the permute and let V's matmul write its result there,
 attention template, which reads K through the permute at the root, read V. The permute now
 moves to the attention root with the kernel's other ops (transforms/tile_and_fuse.py:
 _gather_before_root counts a read inside a member's body as the member's)."""
+import pytest
+
 import fusec
 
 SRC = """chain gqa(x: f32[2, 16, 64], wq: f32[64, 64], wk: f32[32, 64], wv: f32[32, 64], cs: f32[16, 16],
@@ -24,6 +26,7 @@ SRC = """chain gqa(x: f32[2, 16, 64], wq: f32[64, 64], wk: f32[32, 64], wv: f32[
 """
 
 
+@pytest.mark.slow
 def test_the_attention_reads_k_not_v_after_grouped_projections():
     prog = fusec.compile(SRC, target="cpu", options={"baseline": False})
     groups = prog.gqa.compiled({}).plan["groups"]

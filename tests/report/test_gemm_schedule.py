@@ -50,6 +50,7 @@ def test_a_staged_kernel_copies_by_cp_async_and_loads_16_bytes_in_ptx_and_sass()
     assert hot.global_loads.get("LDGSTS.128", 0) >= 1 and set(hot.shared_loads) == {"LDS.128"}
 
 
+@pytest.mark.slow
 def test_a_plan_past_48_kb_takes_dynamic_shared_memory_opted_in_at_launch():
     st = _planned({"M": 20, "K": 70, "N": 40}, [64, 128, 0], [32, 4, 8], 3)
     nbytes = 4 * (32 * (64 + 4) + 3 * 32 * (128 + 4))        # A's tile, B's ring of 3

@@ -4,6 +4,8 @@ registers within what a block of that many threads can have (65,536 / threads, i
 import os
 import re
 
+import pytest
+
 from fusec.compiler.options import CompileOptions
 from fusec.compiler.pipeline import compile_source
 from fusec.compiler.report import ptx
@@ -11,6 +13,7 @@ from fusec.compiler.report import ptx
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.mark.slow
 def test_a_kernel_bounded_to_1024_threads_gets_at_most_64_registers():
     """The bench mlp's GEMM (168 registers at 128 threads before launch bounds) as emitted, and
     the same kernel bounded to 1,024 threads a block."""

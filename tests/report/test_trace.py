@@ -99,6 +99,7 @@ def test_an_emitted_elementwise_kernel_is_coalesced():
 ROW_PER_THREAD = {"groups": [{"ops": [1, 2, 4, 5], "block_tiles": [32, 0], "thread_tiles": [1, 0]}]}
 
 
+@pytest.mark.slow
 def test_a_one_thread_per_row_softmax_is_poorly_coalesced():
     source, entry = _compiled(os.path.join(EXAMPLES, "softmax.fdsl"), "softmax_rows", {"M": 64, "N": 256},
                               ROW_PER_THREAD)

@@ -185,6 +185,7 @@ def test_a_reshape_that_keeps_the_run_time_dim_alone_runs(tmp_path):
                for d in chain.compiled({"S": 9}).plan["decisions"])
 
 
+@pytest.mark.slow
 def test_the_output_buffer_is_reused_and_follows_the_extent(tmp_path):
     """A dynamic build's output comes from the build's pool like a static one's: the same array
     again once dropped, a new one of the new shape when the extent changes."""
