@@ -12,7 +12,7 @@ over its phases, registers, local memory and spills, and the worst bank-conflict
 done-when checks: math share >= 70% (mlp, matmul4096), >= 60% (conv), >= 50% (attention);
 the f16 tensor-core contractions (matmul4096_f16, mlp_f16, bmm_f16, bmm_bcast_f16, conv_f16;
 issue 37): LDSM and LDGSTS in the K loop, no scalar shared loads there, <= 3 instructions per
-HMMA (bmm_f16, bmm_bcast_f16: 3.5, conv_f16: 5, conv_bf16: 32), every shared access 1-way;
+HMMA (conv_bf16: 32), every shared access 1-way;
 conv_bf16 without LDGSTS; f16 attention on tensor cores (attention_f16 at D = 64 and 128, and a
 causal one; issue 37 items 3, 4): one kernel on f16 tensor cores, the key loop's HMMAs those of
 both products, fragments by LDSM, no scalar shared loads and no shared stores there (P stays in
@@ -55,12 +55,13 @@ CASES = (
     # (emit/gemm.py: _flat_offsets); matmul4096_f16 reaches 2.2, mlp_f16 2.75
     ("matmul4096_f16", MATMUL16, "mm", dict(M=4096, K=4096, N=4096), ("mma", 3.0)),
     ("mlp_f16", MLP16, "mlp", dict(M=512, K=1024, N=4096), ("mma", 3.0)),
-    ("bmm_f16", BMM16, "bmm", dict(B=16, M=512, K=512, N=512), ("mma", 3.5)),
-    ("bmm_bcast_f16", BMMW16, "bmmw", dict(B=16, M=512, K=512, N=512), ("mma", 3.5)),
+    ("bmm_f16", BMM16, "bmm", dict(B=16, M=512, K=512, N=512), ("mma", 3.0)),
+    ("bmm_bcast_f16", BMMW16, "bmmw", dict(B=16, M=512, K=512, N=512), ("mma", 3.0)),
     # the channels-last implicit GEMM (its two layout copies are kernels of their own, no HMMA):
-    # the ceiling it reaches, not issue 37's ~3 (docs/GPU.md: each K step's split into (kh, kw,
-    # c0), 64-bit copy addresses and ring indices, for 32 HMMA a step)
-    ("conv_f16", CONV16, "conv16", dict(B=16, C=128, F=128), ("mma", 5.0)),
+    # its K steps' (kh, kw, c0) stepped, not split, each copy a running offset and a 32-bit
+    # shared address, the 2-stage ring unrolled (emit/conv.py: KStepper, emit/gemm.py:
+    # _conv_pairs): 2.8 per HMMA
+    ("conv_f16", CONV16, "conv16", dict(B=16, C=128, F=128), ("mma", 3.0)),
     # bf16 operands are f32 arrays in global memory (emit/values.py): no 16-byte cp.async yet
     ("conv_bf16", CONV16.replace("f16", "bf16"), "conv16", dict(B=16, C=128, F=128), ("mma_bf16", 32.0)),
     ("conv_bn_relu", "bench/fdsl/conv_bn_relu.fdsl", "conv_bn_relu", dict(B=8, C=64, F=64), ("contraction", 0.60)),

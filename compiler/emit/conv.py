@@ -323,11 +323,99 @@ def k_outer(g, k0: str) -> tuple[str, dict[int, str]]:
     return c0, outer
 
 
+class KStepper:
+    """The K steps a channels-last conv's ring copies, stepped instead of split: the coordinates
+    (c0, then each outer K loop's) of the step the K loop copies next, S - 1 steps ahead of the
+    one it reads (`first` its flat K), kept in variables advanced once per K step: c0 += BK,
+    wrapping into the next outer loop where it reaches C (a compare and a select per loop, no
+    division), and per staged operand a running offset in its 1-D view stepped by BK plus, on a
+    wrap, the constant that moves it to the next (kh, kw) (`add`: 0 where the operand's outer
+    strides continue its channels', as a channels-last filter's do). Constant K steps (before
+    the loop) take their coordinates and offsets as numbers. Shared by both operands' loaders
+    (one advance a step, `_Gemm._kstep`)."""
+
+    def __init__(self, g, first: int):
+        self.g, self.w, self.names = g, g.w, g.names
+        self.kl = g.loops["k"]
+        self.sizes = [int(g.ext[l]) for l in self.kl]
+        self.c0 = self.names.fresh("kc")
+        self.outer = {l: self.names.fresh("ko") for l in self.kl[:-1]}
+        c0, outer = self.static(first)
+        self.w(f"{self.c0} = {c0}      # the K step the loop copies next: its channel and outer K coordinates")
+        for l in self.kl[:-1]:
+            self.w(f"{self.outer[l]} = {outer[l]}")
+        self.runs: list[tuple[str, dict]] = []
+        self.first = first
+
+    def static(self, k0: int) -> tuple[str, dict[int, str]]:
+        """The coordinates of the K step at constant k0."""
+        q, c0 = divmod(k0, self.sizes[-1])
+        outer = {}
+        for l, n in reversed(list(zip(self.kl[:-1], self.sizes[:-1]))):
+            q, outer[l] = divmod(q, n)
+        return str(c0), {l: str(outer[l]) for l in self.kl[:-1]}
+
+    def coords(self, k0: str) -> tuple[str, dict[int, str]]:
+        """The coordinates of the K step at k0: numbers for a constant one, else the running
+        ones (k0 the step the loop copies)."""
+        if is_int(k0):
+            return self.static(int(k0))
+        return self.c0, dict(self.outer)
+
+    def offset(self, coef: dict, k0: int) -> int:
+        c0, outer = self.static(k0)
+        return int(c0) * coef.get(self.kl[-1], 0) + sum(int(outer[l]) * coef.get(l, 0) for l in self.kl[:-1])
+
+    def add(self, side: str, coef: dict) -> str:
+        """An operand's running offset (its K loops' strides `coef` in its 1-D view)."""
+        run = self.names.fresh(f"g{side}k")
+        self.w(f"{run} = {self.offset(coef, self.first)}")
+        self.runs.append((run, coef))
+        return run
+
+    def advance(self) -> None:
+        """The next K step: c0 by BK, wrapping into the outer loops; the running offsets with it."""
+        w, names, bk = self.w, self.names, self.g.bk
+        kl, sizes = self.kl, self.sizes
+        c = sizes[-1]
+        flags = []              # (the wrap's flag or None: every step, the loop it wraps into)
+        if c == bk:
+            prev = None
+        else:
+            prev = names.fresh("kwrap")
+            w(f"{prev} = {self.c0} == {c - bk}")
+            w(f"{self.c0} = 0 if {prev} else {self.c0} + {bk}")
+        flags.append((prev, len(kl) - 1))
+        for j in range(len(kl) - 2, -1, -1):
+            v, n = self.outer[kl[j]], sizes[j]
+            if j == 0:          # the outermost never wraps inside K
+                w(f"{v} = {v} + 1" if prev is None else f"{v} = {v} + 1 if {prev} else {v}")
+                break
+            f = names.fresh("kwrap")
+            w(f"{f} = {v} == {n - 1}" if prev is None else f"{f} = {prev} & ({v} == {n - 1})")
+            nxt = f"0 if {f} else {v} + 1"
+            w(f"{v} = {nxt}" if prev is None else f"{v} = ({nxt}) if {prev} else {v}")
+            flags.append((f, j))
+            prev = f
+        for run, coef in self.runs:
+            const, terms = bk * coef.get(kl[-1], 0), []
+            for flag, j in flags:        # loop j wraps into loop j - 1: its extent back, one of j - 1 on
+                extra = coef.get(kl[j - 1], 0) - sizes[j] * coef.get(kl[j], 0)
+                if not extra:
+                    continue
+                if flag is None:
+                    const += extra
+                else:
+                    terms.append(f"({extra} if {flag} else 0)")
+            w(f"{run} = {' + '.join([run, str(const)] + terms)}")
+
+
 def k_runs_flat(g, operand: int, side: str, sides, k_pos):
     """A staged operand of several K loops (`k_outer`) that is (a tile of) a global array of
     static shape, linear in the K loops: (its 1-D view (`FlatViews`), {(side position, K
     position): the run's offset at the step's K origin, named before the K loop}, (c0, outer)
-    -> the K step's offset), so a run's address is one add per step; None where it is not."""
+    -> the K step's offset, its K loops' strides in the view), so a run's address is one add per
+    step; None where it is not."""
     flat, v = g.values.flat, g.c.operands[operand]
     view = g.body.view(v)
     shape = view.shape if view.whole else _array_shape(v)
@@ -369,7 +457,7 @@ def k_runs_flat(g, operand: int, side: str, sides, k_pos):
             if coef.get(l):
                 off = expr_add(expr_mul(outer[l], str(coef[l])), off)
         return off
-    return name, bases, step
+    return name, bases, step, coef
 
 
 def _array_shape(v) -> tuple | None:

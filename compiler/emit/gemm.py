@@ -149,6 +149,33 @@ class _FlatRuns:
         self.w(f"{self.run} = {self.run} + {self.step}")
 
 
+class _ConvRuns(_FlatRuns):
+    """_FlatRuns for a channels-last conv's operand: a constant K step's offset from its
+    coordinates, the running one from the K steps' stepper (conv.KStepper), which advances."""
+
+    def __init__(self, w, array: str, bases: dict, run: str, stepper, coef: dict, dsts: dict, stage_bytes: int):
+        super().__init__(w, array, bases, run, 0, 0, dsts, stage_bytes)
+        self.stepper, self.coef = stepper, coef
+
+    def at(self, key, k0: str) -> str:
+        if is_int(k0):
+            return expr_add(self.bases[key], str(self.stepper.offset(self.coef, int(k0))))
+        return expr_add(self.bases[key], self.run)
+
+    def advance(self) -> None:
+        self.stepper.advance()
+
+
+class _same:
+    """A `with` block that changes nothing (an unguarded statement beside a guarded one)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 _RUN = "__fusec_run__"       # stands for an offset along a run of 4 while index expressions are compared
 
 
@@ -177,6 +204,7 @@ class _Gemm:
     def __init__(self, body, root):
         self.body, self.root = body, root
         self.w, self.names, self.ctx = body.w, body.names, body.ctx
+        self._kstep = None       # a channels-last conv's K-step stepper (conv.KStepper)
         block = [o.operation for o in root.block.operations]
         cs = [op for op in block if CONTRACTION in op.attributes]
         if len(cs) != 1 or cs[0].name != "linalg.generic":
@@ -340,8 +368,15 @@ class _Gemm:
                 w("_cp_commit()")
             w(f"{rd} = 0")           # the stage this step reads
             w(f"{wr} = {stages - 1}")   # the stage its copies fill (read S - 1 steps later)
+            rings = (sm, sn)
             sm, sn = (self._stage(t, rd) if staged[side] else t for t, side in ((sm, "m"), (sn, "n")))
         prefetch = GEMM_PREFETCH in self.root.attributes and bool(regs)
+        if ring and tc and stages == 2 and self._kstep is not None and not regs and is_int(K):
+            self._conv_pairs(k0, int(K), ring, [(t, staged[side]) for t, side in zip(rings, ("m", "n"))], accs)
+            self.values.flat = None
+            accs, self.at = tc.restage(accs, self.at, Grid)
+            self._epilogue(accs)
+            return
         if prefetch:             # the first K step into registers before the loop
             for ld in regs:
                 ld.declare()
@@ -402,6 +437,50 @@ class _Gemm:
         if tc:
             accs, self.at = tc.restage(accs, self.at, Grid)
         self._epilogue(accs)
+
+    def _conv_pairs(self, k0: str, K: int, ring, tiles, accs) -> None:
+        """A channels-last conv's K loop on a 2-stage ring (its copies stepped by conv.KStepper),
+        unrolled by the ring's 2 stages: each iteration two K steps, the first reading stage 0 and
+        filling stage 1, the second the other way round, so the stages' offsets (the copies'
+        shared addresses, the ldmatrix rows) are constants and no ring index is kept; an odd
+        number of K steps ends with the last step after the loop (its copies all issued)."""
+        w, bk, tc = self.w, self.bk, self.tc
+        steps = K // bk
+        pairs = steps // 2
+
+        def step(rd: str, wr: str, ahead: str | None, guard: bool) -> None:
+            w("_cp_wait0()")
+            w("cuda.syncthreads()")
+            if ahead is not None:
+                if guard:
+                    w(f"if {ahead} < {K}:")
+                with w.indent() if guard else _same():
+                    for ld in ring:
+                        ld.issue(ahead, wr)
+                w("_cp_commit()")
+            sm, sn = (self._stage(t, rd) if st else t for t, st in tiles)
+            w("if _FMA_ONLY:")
+            with w.indent():
+                self._fma_steps(sm, sn, accs, f"range({bk})")
+            w("else:")
+            with w.indent():
+                for kk in range(0, bk, 16):
+                    tc.step(sm, sn, accs, kk)
+            w("cuda.syncthreads()")
+            if ahead is not None:
+                for ld in ring:
+                    if ld.advance:
+                        ld.advance()
+
+        if pairs:
+            w(f"for {k0} in range(0, {2 * bk * pairs}, {2 * bk}):     # two K steps: stage 0, then stage 1")
+            with w.indent():
+                w(f"{k0} = {k0} & 0x7fffffff")
+                step("0", "1", f"({k0} + {bk})", False)      # (its next step is inside K)
+                step("1", "0", f"({k0} + {2 * bk})", steps % 2 == 0)
+        if steps % 2:
+            w("# the last K step (an odd count), in stage 0: nothing left to copy")
+            step("0", "1", None, False)
 
     @staticmethod
     def _stage(tile, stage: str):
@@ -726,7 +805,9 @@ class _Gemm:
 
         def gen(k0: str):
             outer, step = {}, None
-            if len(self.loops["k"]) > 1:       # the step's outer K coordinates; k is then the innermost's
+            if len(self.loops["k"]) > 1 and flat is not None and self._kstep is not None:
+                k0, outer = self._kstep.coords(k0)     # stepped, not split (conv.KStepper)
+            elif len(self.loops["k"]) > 1:     # the step's outer K coordinates; k is then the innermost's
                 k0, outer = conv.k_outer(self, k0)
                 if flat is not None:           # and its offset in the operand's 1-D view
                     step = self.names.fresh("ks")
@@ -770,6 +851,7 @@ class _Gemm:
         inner_k = self.loops["k"][-1]
         if len(self.loops["k"]) > 1 and (side_fast or conv.k_outer_step(self) is None):
             raise EmitError("a contraction tile read in runs needs one K loop, or K steps inside its innermost", self.c)
+        gen.flat = flat
         return gen
 
     def _wide_loader(self, side: str, operand: int, tile, bs: int, side_fast: bool, inner: int) -> _Loader:
@@ -855,9 +937,12 @@ class _Gemm:
             if view.array.name not in self.ctx.aligned16:
                 self.ctx.aligned16.append(view.array.name)
         array = ring.array
-        # (one K loop: a conv's channels-last K steps carry their own 1-D offsets, emit/conv.py)
-        flat = (self._flat_offsets(side, operand, view, runs, ring, stages)
-                if n == 8 and len(self.loops["k"]) == 1 else None)
+        if n == 8 and len(self.loops["k"]) == 1:
+            flat = self._flat_offsets(side, operand, view, runs, ring, stages)
+        elif n == 8 and getattr(runs, "flat", None) is not None and stages:
+            flat = self._conv_offsets(side, runs, ring, stages)    # a channels-last conv's K steps
+        else:
+            flat = None
 
         def issue(k0: str, stage: str) -> None:
             tile = self._stage(ring, stage)
@@ -946,6 +1031,30 @@ class _Gemm:
         run = names.fresh(f"g{side}k")
         w(f"{run} = {(stages - 1) * self.bk * coef}")    # the first step the K loop copies: S - 1 ahead
         return _FlatRuns(w, array, bases, run, coef, self.bk * coef, dsts, 2 * ring.size)
+
+    def _conv_offsets(self, side: str, runs, ring, stages: int) -> "_FlatRuns":
+        """`_flat_offsets` for a channels-last conv's operand (several K loops, `conv.k_runs_flat`):
+        each run's offset at K step 0 (named by k_runs_flat) and its 32-bit shared address in
+        stage 0 before the K loop; the K loop's copies add the operand's running offset, which
+        the K steps' stepper (`conv.KStepper`, one for both operands) advances."""
+        w, names = self.w, self.names
+        array, bases, _, coef = runs.flat
+        if self._kstep is None:
+            self._kstep = conv.KStepper(self, (stages - 1) * self.bk)
+            first = True
+        else:
+            first = False
+        run = self._kstep.add(side, coef)
+        dsts = {}
+        tile = self._stage(ring, "0")
+        for key, k, kval, at, index, inside, conds, full, each in runs("0"):
+            d = dsts[key] = names.fresh(f"s{side}{key[0]}_{key[1]}_")      # its shared address in stage 0 (bytes)
+            w(f"{d} = {self.tc.hb} + {expr_mul('2', tile.flat(*at(0)))}")
+        stepper = self._kstep
+        flat = _ConvRuns(w, array, bases, run, stepper, coef, dsts, 2 * ring.size)
+        if not first:
+            flat.advance = lambda: None     # (the first operand's advance steps both)
+        return flat
 
     def _k_split(self, k_pos, kloops: list[int], ext_k: list[str]):
         """The loader's K coordinates without a division per element: where K is several loops

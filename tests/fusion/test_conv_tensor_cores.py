@@ -33,12 +33,13 @@ def _stages(src, binding, plan=None):
                                                                   plans={"t": plan} if plan else {}))
 
 
-def _plan(block, gemm, stages=0, double_buffered=False):
+def _plan(block, gemm, stages=0, double_buffered=False, first=1):
     """The conv's contraction (ops 3 fill, 4 contract, 5 map) as one tensor-core group; the
-    pad (0) and the two layout copies (1, 2) kernels of their own."""
-    g = {"ops": [4, 5], "block_tiles": block, "gemm": gemm, "double_buffered": double_buffered}
-    return {"groups": [{"ops": [0, 1], "block_tiles": [0, 1, 1, 0], "thread_tiles": [0, 0, 0, 0]},
-                       {"ops": [2], "block_tiles": [0, 1, 1, 0], "thread_tiles": [0, 0, 0, 0]},
+    pad (0) and the two layout copies (1, 2) kernels of their own (`first` 0: no pad, each op
+    one less)."""
+    g = {"ops": [first + 3, first + 4], "block_tiles": block, "gemm": gemm, "double_buffered": double_buffered}
+    return {"groups": [{"ops": list(range(first + 1)), "block_tiles": [0, 1, 1, 0], "thread_tiles": [0, 0, 0, 0]},
+                       {"ops": [first + 1], "block_tiles": [0, 1, 1, 0], "thread_tiles": [0, 0, 0, 0]},
                        dict(g, stages=stages) if stages else g]}
 
 
@@ -51,10 +52,17 @@ def test_16_bit_convs_run_channels_last_and_f32_ones_do_not():
     k = [k for k in st.plan.kernels if getattr(k.config, "mma", "")]
     assert len(st.plan.kernels) == 3 and len(k) == 1 and k[0].config.mma == "f16" and k[0].config.stages >= 2
     conv = st.emitted.source.split(f"def k{k[0].id}(")[1].split("\ndef ")[0]
-    copies = [line for line in conv.splitlines() if "_cp_async16h(H" in line]
-    # both operands copied 16 bytes at a time, each through its 1-D view: one add per K step
-    sources = {re.search(r"_cp_async16h\(H, \(.*?,\), (\w+), \((\w+) \+ (\w+),\)\)", line).group(1) for line in copies}
-    assert len(sources) == 2 and all(s.endswith("_f") for s in sources), copies
+    loop = conv.split("    for k0 in ")[1].split("\n    S[")[0]
+    copies = [line for line in loop.splitlines() if "_cp_async16" in line]
+    # both operands copied 16 bytes at a time, each through its 1-D view at the thread's offset
+    # plus the operand's running one, to a 32-bit shared address a constant apart per stage
+    found = [re.search(r"_cp_async16hs\(H, \(.*?,\), (\w+)(?: \+ (\d+))?, (\w+), \((\w+) \+ (\w+),\)\)", line)
+             for line in copies]
+    assert len(copies) == 8 and all(found), copies
+    assert {m.group(3) for m in found} == {"alloc_f", "alloc_1_f"}
+    # the K loop unrolled by its 2 stages (no ring index), its steps stepped (no split of k0)
+    assert loop.startswith("range(0, 1152, 64):") and " rd" not in loop and " wr" not in loop
+    assert "//" not in loop and ">>" not in "".join(l for l in loop.splitlines() if "k0" in l and "H[" not in l)
     f32 = _stages(_src("f32", 56), b)
     assert "conv_2d_nchw_fchw" in f32.texts["linalg"] and "channels-last" not in f32.texts["linalg"]
     # channels that make no 16-byte run (3: an image's first layer) stay NCHW
@@ -71,26 +79,26 @@ CASES = [  # (type, binding, image side, block tiles [n, f, oh, ow], [bk, tm, tn
 ]
 
 
-def _reference(x, w, dt):
-    """relu(conv2d(x, w, padding=1)) in f32, rounded to `dt` where the chain rounds."""
+def _reference(x, w, dt, pad=1, stride=1):
+    """relu(conv2d(x, w, stride, padding)) in f32, rounded to `dt` where the chain rounds."""
     xf, wf = x.astype(np.float32), w.astype(np.float32)
     n, c, h, wd = x.shape
-    xp = np.zeros((n, c, h + 2, wd + 2), np.float32)
-    xp[:, :, 1:-1, 1:-1] = xf
-    y = np.zeros((n, w.shape[0], h, wd), np.float32)
+    xp = np.zeros((n, c, h + 2 * pad, wd + 2 * pad), np.float32)
+    xp[:, :, pad:pad + h, pad:pad + wd] = xf
+    oh, ow = (h + 2 * pad - 3) // stride + 1, (wd + 2 * pad - 3) // stride + 1
+    y = np.zeros((n, w.shape[0], oh, ow), np.float32)
     for i in range(3):
         for j in range(3):
-            y += np.einsum("nchw,fc->nfhw", xp[:, :, i:i + h, j:j + wd], wf[:, :, i, j])
+            win = xp[:, :, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride]
+            y += np.einsum("nchw,fc->nfhw", win, wf[:, :, i, j])
     return np.maximum(y.astype(dt).astype(np.float32), 0)
 
 
-@pytest.mark.parametrize("kind,binding,h,block,gemm,stages", CASES)
-def test_the_conv_mma_path_under_an_emulated_warp(kind, binding, h, block, gemm, stages):
+def _emulated_run(st, kind, binding, h, pad=1, stride=1):
+    """The chain's emitted module with the mma and ldmatrix intrinsics replaced by the emulated
+    warp's, and each 16-byte copy's 32-bit shared address (`_cp_async16hs`, which the simulator
+    does not read) checked against the element it names; its output against the reference."""
     from numba import cuda
-    st = _stages(_src(kind, h), binding, _plan(block, gemm, stages))
-    k = st.plan.kernels[-1]
-    assert k.config.mma == kind and k.config.stages == stages
-    assert ("_cp_async16h(" in st.emitted.source) == bool(stages)
     sim_branch = f"    _FMA_ONLY = True\n    _pack_{kind}x2 = _mma_{kind} = None\n"
     ldsm_branch = "    _ldsm_x4 = _ldsm_x4_t = _ldsm_x2 = _ldsm_x2_t = _smem_base = None\n"
     assert sim_branch in st.emitted.source and ldsm_branch in st.emitted.source
@@ -98,14 +106,60 @@ def test_the_conv_mma_path_under_an_emulated_warp(kind, binding, h, block, gemm,
     source = source.replace(ldsm_branch, "    _smem_base, _ldsm_x4, _ldsm_x4_t, _ldsm_x2, _ldsm_x2_t = _EMULATED_LDSM\n")
     ns = {"_EMULATED": _emulated_f16(kind), "_EMULATED_LDSM": _emulated_ldsm()}
     exec(compile(source, "<tensor-core conv>", "exec"), ns)
+    if "_cp_async16hs" in ns:
+        copy, copies = ns["_cp_async16hs"], []
+
+        def checked(d, di, sa, s, si):
+            assert sa == d.__array_interface__["data"][0] + 2 * di[0], ("cp.async shared address", sa, di)
+            copies.append(1)
+            copy(d, di, sa, s, si)
+        ns["_cp_async16hs"] = checked
     rng = np.random.default_rng(3)
     dt = ml_dtypes.bfloat16 if kind == "bf16" else np.float16
-    x = rng.uniform(-2, 2, (binding["B"], binding["C"], h, h)).astype(dt)
+    hh, ww = h if isinstance(h, tuple) else (h, h)
+    x = rng.uniform(-2, 2, (binding["B"], binding["C"], hh, ww)).astype(dt)
     w = rng.uniform(-1, 1, (binding["F"], binding["C"], 3, 3)).astype(dt)
     (out,) = ns["run_t"](cuda.to_device(x), cuda.to_device(w))
     got = np.asarray(out.copy_to_host()).astype(np.float32)
     tol = 2e-2 if kind == "bf16" else 2e-3
-    np.testing.assert_allclose(got, _reference(x, w, dt), rtol=tol, atol=tol * 10)
+    np.testing.assert_allclose(got, _reference(x, w, dt, pad, stride), rtol=tol, atol=tol * 10)
+
+
+@pytest.mark.parametrize("kind,binding,h,block,gemm,stages", CASES)
+def test_the_conv_mma_path_under_an_emulated_warp(kind, binding, h, block, gemm, stages):
+    st = _stages(_src(kind, h), binding, _plan(block, gemm, stages))
+    k = st.plan.kernels[-1]
+    assert k.config.mma == kind and k.config.stages == stages
+    assert ("_cp_async16h" in st.emitted.source) == bool(stages)
+    _emulated_run(st, kind, binding, h)
+
+
+STEPPED = [  # (binding, image rows x columns, padding, stride, block tiles, [bk, tm, tn], stages, K
+    # steps): the K steps' coordinates stepped (emit/conv.py: KStepper), c0 wrapping into kw and
+    # kh every C / BK steps; 2 stages unrolled by two K steps, an odd count ending after the loop
+    ({"B": 1, "C": 64, "F": 40}, (3, 8), 1, 1, [0, 32, 1, 0], [32, 4, 2], 2, 18),
+    ({"B": 1, "C": 96, "F": 24}, (3, 8), 1, 1, [0, 16, 1, 0], [32, 2, 2], 2, 27),
+    ({"B": 1, "C": 48, "F": 24}, (3, 8), 1, 1, [0, 16, 1, 0], [16, 2, 2], 3, 27),
+    ({"B": 2, "C": 64, "F": 24}, (5, 9), 0, 2, [1, 16, 2, 0], [32, 2, 2], 2, 18),
+]
+
+
+@pytest.mark.parametrize("binding,hw,pad,stride,block,gemm,stages,steps", STEPPED)
+def test_conv_k_steps_stepped_across_kw_and_kh(binding, hw, pad, stride, block, gemm, stages, steps):
+    (h, wd), o = hw, [(n + 2 * pad - 3) // stride + 1 for n in hw]
+    src = (f"chain t(x: f16[B, C, {h}, {wd}], w: f16[F, C, 3, 3]) -> f16[B, F, {o[0]}, {o[1]}] "
+           f"{{ return relu(conv2d(x, w, stride={stride}, padding={pad})) }}")
+    st = _stages(src, binding, _plan(block, gemm, stages, first=1 if pad else 0))
+    k = st.plan.kernels[-1]
+    assert k.config.mma == "f16" and k.config.stages == stages and k.config.bk == gemm[0]
+    assert 9 * binding["C"] // gemm[0] == steps
+    conv = st.emitted.source.split(f"def k{k.id}(")[1].split("\ndef ")[0]
+    loop = conv.split("    for k0 in ")[1]
+    assert "_cp_async16h(" not in loop and "kwrap" in loop
+    if stages == 2:           # unrolled: two K steps an iteration, an odd one after the loop
+        assert loop.startswith(f"range(0, {gemm[0] * (steps - steps % 2)}, {2 * gemm[0]}):")
+        assert ("# the last K step" in conv) == bool(steps % 2)
+    _emulated_run(st, "f16", binding, hw, pad, stride)
 
 
 @pytest.mark.parametrize("kind", ["f16", "bf16"])

@@ -11,7 +11,7 @@ its row times the run-time row stride, which LLVM leaves in the K loop, and the 
 multiply by static strides that ptxas narrows. A change that raises one has to say why. Issue 37's
 f16 tensor-core contractions (matmul4096_f16, mlp_f16, bmm_f16, bmm_bcast_f16 and the
 channels-last conv_f16): ldmatrix and 16-byte cp.async in the K loop, no scalar shared loads
-there, instructions per HMMA under a ceiling (3 for matmul4096_f16 and mlp_f16), every shared
+there, instructions per HMMA under a ceiling (3; conv_bf16's 32), every shared
 access conflict-free; conv_bf16 the same without cp.async (bf16's global arrays hold f32); its f16
 attention on tensor cores (D = 64, 128, causal): HMMA in both products, LDSM, P never in shared
 memory, cp.async for K and V, the causal key loop's bound."""
