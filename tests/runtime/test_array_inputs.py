@@ -92,3 +92,25 @@ def test_symbols_bind_from_a_device_arrays_interface(prog):
     assert prog.f.binding_for([DeviceLike((5, 8), "<f4"), DeviceLike((8,), "<f4")]) == {"M": 5}
     with pytest.raises(fusec.FdslError, match="input 'x' has dtype f64"):
         prog.f.binding_for([DeviceLike((5, 8), "<f8"), B])
+
+
+def test_a_chain_binds_each_set_of_shapes_once(monkeypatch):
+    """The binding is kept by the inputs' shapes and dtypes (Chain.binding_for): a second call
+    with the same shapes does not bind again, another M does, and a misfit input is refused on
+    every call (an error is never kept)."""
+    from fusec.runtime import reference
+    chain = fusec.compile(SOURCE, target="reference").f
+    calls = []
+    bind = reference.bind_symbols
+    monkeypatch.setattr(reference, "bind_symbols", lambda *a, **k: calls.append(1) or bind(*a, **k))
+    x, b = np.ones((4, 8), np.float32), np.zeros(8, np.float32)
+    assert chain.binding_for([x, b]) == {"M": 4} and chain.binding_for([x + 1, b]) == {"M": 4}
+    assert len(calls) == 1
+    chain.binding_for([x, b])["M"] = 99                  # the caller's copy, not the kept one
+    assert chain.binding_for([np.ones((6, 8), np.float32), b]) == {"M": 6} and len(calls) == 2
+    assert chain.binding_for([x, b]) == {"M": 4} and len(calls) == 2
+    for _ in range(2):
+        with pytest.raises(fusec.FdslError, match="input 'b' has shape"):
+            chain.binding_for([x, np.zeros(7, np.float32)])
+    assert len(calls) == 4
+    np.testing.assert_allclose(chain(x, b), expected(x, b), rtol=1e-6)
