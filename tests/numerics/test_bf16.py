@@ -332,3 +332,18 @@ def test_a_store_rounds_the_truncf_once():
     st = compile_typed(fusec.check(ROUND).chain("t"), {"N": 64}, options=CompileOptions.make(target="gpu"))
     k0 = st.emitted.source.split("def k0")[1].split("\ndef ")[0]
     assert "_f32_bf16(" in k0 and "float32[::1]" in st.emitted.source
+
+
+def test_a_bf16_memref_global_is_its_bits_on_cuda_and_f32_on_the_cpu():
+    """A folded bf16 constant array (an ONNX initializer) as the module-level array each target's
+    kernels read: the uint16 bits on cuda, the exact f32 values on the cpu."""
+    from fusec.compiler.emit.values import Globals
+    from fusec.compiler.mlir import ir
+    with ir.Context():
+        m = ir.Module.parse('memref.global "private" constant @w : memref<3xbf16> = dense<[1.5, -2.0, 0x7FC0]>')
+        op = m.body.operations[0].operation
+        cuda, cpu = Globals("cuda"), Globals("cpu")
+        cuda.add(op)
+        cpu.add(op)
+    assert cuda.lines() == ["_g_w = np.array([16320, 49152, 32704], np.uint16).reshape((3,))"]
+    assert cpu.lines() == ["_g_w = np.array([1.5, -2, np.nan], np.float32).reshape((3,))"]
