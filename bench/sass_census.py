@@ -12,9 +12,10 @@ over its phases, registers, local memory and spills, and the worst bank-conflict
 done-when checks: math share >= 70% (mlp, matmul4096), >= 60% (conv), >= 50% (attention);
 the f16 tensor-core contractions (matmul4096_f16, mlp_f16, bmm_f16, bmm_bcast_f16, conv_f16;
 issue 37): LDSM and LDGSTS in the K loop, no scalar shared loads there, <= 3 instructions per
-HMMA (conv_bf16: 32), every shared access 1-way;
-conv_bf16 without LDGSTS; f16 attention on tensor cores (attention_f16 at D = 64 and 128, and a
-causal one; issue 37 items 3, 4): one kernel on f16 tensor cores, the key loop's HMMAs those of
+HMMA, every shared access 1-way; the same for bf16 (matmul4096_bf16, mlp_bf16, conv_bf16:
+16-bit global arrays, issue 37 item 5); f16 attention on tensor cores (attention_f16 at D = 64
+and 128, a causal one, and attention_bf16; issue 37 items 3, 4, 5): one kernel on f16 (bf16)
+tensor cores, the key loop's HMMAs those of
 both products, fragments by LDSM, no scalar shared loads and no shared stores there (P stays in
 registers), 16-byte cp.async for K and V, every shared access 1-way, and for the causal case the
 emitted key loop bounded at the block's last query;
@@ -46,6 +47,8 @@ ATTN16 = ("chain attention(q: f16[B, S, D], k: f16[B, S, D], v: f16[B, S, D]) ->
 CAUSAL16 = ("chain attention(q: f16[B, S, D], k: f16[B, S, D], v: f16[B, S, D]) -> f16[B, S, D] {\n"
             "    z = where(reshape(arange(S), [S, 1]) >= arange(S), q @ transpose(k) * 0.125, -inf)\n"
             "    return softmax(z, axis=-1) @ v\n}")
+# the channels-last conv's instructions per HMMA (conv_f16 and conv_bf16 alike)
+CONV16_PER_HMMA = 3.0
 # (name, .fdsl file or source, chain, binding, kind: what the done-when asks of it)
 CASES = (
     ("mlp", "bench/fdsl/mlp.fdsl", "mlp", dict(M=512, K=1024, N=4096), ("contraction", 0.70)),
@@ -61,15 +64,18 @@ CASES = (
     # its K steps' (kh, kw, c0) stepped, not split, each copy a running offset and a 32-bit
     # shared address, the 2-stage ring unrolled (emit/conv.py: KStepper, emit/gemm.py:
     # _conv_pairs): 2.8 per HMMA
-    ("conv_f16", CONV16, "conv16", dict(B=16, C=128, F=128), ("mma", 3.0)),
-    # bf16 operands are f32 arrays in global memory (emit/values.py): no 16-byte cp.async yet
-    ("conv_bf16", CONV16.replace("f16", "bf16"), "conv16", dict(B=16, C=128, F=128), ("mma_bf16", 32.0)),
+    ("conv_f16", CONV16, "conv16", dict(B=16, C=128, F=128), ("mma", CONV16_PER_HMMA)),
+    # bf16: its global arrays hold the 16 bits (emit/values.py), copied by cp.async as f16's are
+    ("matmul4096_bf16", MATMUL16.replace("f16", "bf16"), "mm", dict(M=4096, K=4096, N=4096), ("mma", 3.0)),
+    ("mlp_bf16", MLP16.replace("f16", "bf16"), "mlp", dict(M=512, K=1024, N=4096), ("mma", 3.0)),
+    ("conv_bf16", CONV16.replace("f16", "bf16"), "conv16", dict(B=16, C=128, F=128), ("mma", CONV16_PER_HMMA)),
     ("conv_bn_relu", "bench/fdsl/conv_bn_relu.fdsl", "conv_bn_relu", dict(B=8, C=64, F=64), ("contraction", 0.60)),
     ("attention", "bench/fdsl/attention.fdsl", "attention", dict(B=8, S=1024, D=64), ("contraction", 0.50)),
     # issue 37 items 3, 4: f16 attention on tensor cores (FlashAttention-2's structure), and causal
     ("attention_f16", ATTN16, "attention", dict(B=16, S=2048, D=64), ("attention_mma", None)),
     ("attention_f16_d128", ATTN16, "attention", dict(B=16, S=2048, D=128), ("attention_mma", None)),
     ("attention_f16_causal", CAUSAL16, "attention", dict(B=16, S=2048, D=64), ("attention_mma", "causal")),
+    ("attention_bf16", ATTN16.replace("f16", "bf16"), "attention", dict(B=16, S=2048, D=64), ("attention_mma", None)),
     ("softmax", "bench/fdsl/softmax.fdsl", "softmax", dict(M=8192, N=1024), ("row", None)),
     ("layernorm", "bench/fdsl/layernorm.fdsl", "layernorm", dict(M=8192, N=1024), ("row", None)),
     ("layernorm768", "bench/fdsl/layernorm.fdsl", "layernorm", dict(M=16384, N=768), ("row", None)),
@@ -155,21 +161,20 @@ def checks(kind: tuple, rows: list[dict]) -> list[tuple[str, bool]]:
             out.append((f"{k['kernel']}: >= 4 loads in flight in every phase (fewest {k['loads_in_flight_min']})",
                         (k["loads_in_flight_min"] or 0) >= 4))
         ldsm = lambda r: "LDSM.128" in (r.get("shared_loads") or {})
-        if what in ("mma", "mma_bf16") and not ldsm(k) and any(ldsm(o) for o in rows):
+        if what == "mma" and not ldsm(k) and any(ldsm(o) for o in rows):
             continue                 # a conv's layout copy beside its tensor-core kernel
-        if what in ("mma", "mma_bf16"):  # issue 37: the 16-bit tensor-core contraction's K loop
+        if what == "mma":            # issue 37: the 16-bit (f16, bf16) tensor-core contraction's K loop
             hmma, loads = k["math"] or 0, k["shared_loads"] or {}
             per = k["instructions_per_iteration"] / hmma if hmma else None
             out.append((f"{k['kernel']}: fragments by ldmatrix, no scalar shared loads ({loads})",
                         "LDSM.128" in loads and not any(op.startswith("LDS.") for op in loads)))
-            if what == "mma":
-                out.append((f"{k['kernel']}: 16-byte cp.async into shared memory ({k['global_loads']})",
-                             "LDGSTS.128" in (k["global_loads"] or {})))
+            out.append((f"{k['kernel']}: 16-byte cp.async into shared memory ({k['global_loads']})",
+                         "LDGSTS.128" in (k["global_loads"] or {})))
             out.append((f"{k['kernel']}: {per or 0:.1f} instructions per HMMA <= {share}", per is not None and per <= share))
             out.append((f"{k['kernel']}: bank ways {k['bank_ways']} (1: conflict-free)", k["bank_ways"] == 1))
         if what == "attention_mma":   # issue 37 items 3, 4: FlashAttention-2's structure on mma.sync
             step = attention_step(LAST["stages"])
-            out.append((f"{k['kernel']}: on {step['mma'] or 'no'} tensor cores", step["mma"] == "f16"))
+            out.append((f"{k['kernel']}: on {step['mma'] or 'no'} tensor cores", step["mma"] in ("f16", "bf16")))
             out.append((f"{k['kernel']}: HMMA in both products ({k['hmma']} in the key loop, Q·Kᵀ "
                         f"{step.get('qk')} + P·V {step.get('pv')})",
                         bool(step) and k["hmma"] == step["qk"] + step["pv"]))

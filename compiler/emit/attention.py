@@ -303,7 +303,7 @@ class AttentionKernel:
         out_map = self.omaps[-1]
         oidx = [affine(e, odims) for e in out_map.results]
         if self.root == self.o:
-            self.w(f"{self.body.view(self.o.operands[-1]).at(oidx)} = {value}")
+            self.w(self.body.view(self.o.operands[-1]).store(oidx, value))
             return
         self.values.supply(self.o.operands[-1], oidx, value)
         self.values.forget()

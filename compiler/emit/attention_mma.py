@@ -222,11 +222,12 @@ def emit_gpu_mma(k, kind: str) -> None:
     k._tid, k._xs = tid, Xs
     hb = names.fresh("hb")
     w(f"{hb} = _att_smem_base({H})")
-    # copies: 16-byte cp.async runs where an f16 operand lies with rows of whole chunks
+    # copies: 16-byte cp.async runs where an f16 (bf16: its uint16 bits) operand lies with rows
+    # of whole chunks
     q_read = lambda r, d: k.q_value(batch, r, d)
     k_read = lambda r, d: k.k_value(batch, r, d)
     v_read = lambda r, d: k.operand(k.o, k.omaps, k.v_op, k.o_dims(batch, "0", r, d))
-    q_src, k_src, v_src = (None if bf else _copy_source(k, rd) for rd in (q_read, k_read, v_read))
+    q_src, k_src, v_src = (_copy_source(k, rd) for rd in (q_read, k_read, v_read))
     copies = any(x is not None for x in (q_src, k_src, v_src))
     if copies:
         helpers.use_text("_cp_async16", CP_ASYNC_HELPERS)
@@ -402,7 +403,7 @@ def emit_gpu_mma(k, kind: str) -> None:
 
 def _copy_source(k, read):
     """Where element (row r, column d) of an operand tile comes from when it is an f16 array's
-    element as it lies (`read(r, d)` reads nothing else and computes nothing: found by writing
+    (a bf16 array's bits) element as it lies (`read(r, d)` reads nothing else and computes nothing: found by writing
     the read and discarding the text, emit/gemm.py's probe) with a run of 8 consecutive d at 8
     consecutive elements of rows a static multiple of 8 elements long (16-byte cp.async; the
     array's base aligned at launch): a function (r, d) -> (array, base index), else None."""
@@ -422,7 +423,7 @@ def _copy_source(k, read):
         return None
     view, idx = found[0]
     arr = view.array
-    if arr.space != "global" or arr.storage != "float16":
+    if arr.space != "global" or arr.storage not in ("float16", "uint16"):     # f16, bf16's bits
         return None
     base = list(view.to_base(tuple(idx)))
     if base[-1] != d or any(d in x for x in base[:-1]):

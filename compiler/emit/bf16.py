@@ -1,12 +1,15 @@
 """bf16 on the cuda target (and the CUDA simulator): module-level helper texts.
 
 Numba has no bfloat16, so inside an emitted module a bf16 value is a float32 that is exactly a
-bf16 (values.py: its arrays hold float32). `ROUND` is arith.truncf to bf16: PTX's
-cvt.rn.bf16x2.f32 on a GPU, the same rounding on the bits of NumPy scalars under the simulator
-(no inline PTX there). `CONVERT` is the host function's boundary (module.py: _narrow_wrapper):
-bfloat16 device arrays, seen as uint16, widened to new float32 ones (the bits moved to the top
-half: exact) and results narrowed back (rounded to nearest even, which leaves a chain's rounded
-values unchanged). The cpu target rounds with emit/cpu.py's `_round_bf16` instead.
+bf16, and a bf16 array in global memory holds its 16 bits as uint16 (values.py). `ROUND` holds
+arith.truncf to bf16 (`_round_bf16`: PTX's cvt.rn.bf16x2.f32 on a GPU, the same rounding on
+the bits of NumPy scalars under the simulator, which has no inline PTX) and the two accesses
+of a uint16 array (views.py: widen, narrow): `_bf16_f32`, a load's bits moved to the top half
+of an f32 (exact), and `_f32_bf16`, a stored f32 rounded to the nearest bf16's bits (ties to
+even, NaN kept: one cvt.rn.bf16.f32 on a GPU). `BOUNDARY` is the host function's (module.py:
+_narrow_wrapper): bfloat16 device arrays go in as their `.view(np.uint16)` and results come back
+as `.view(ml_dtypes.bfloat16)`, no copy. The cpu target rounds with emit/cpu.py's `_round_bf16`
+and keeps float32 arrays (NumPy's astype at its host function).
 """
 from __future__ import annotations
 
@@ -26,6 +29,14 @@ if _CUDASIM:   # the simulator has no inline PTX: round on the bits (Python ints
 
     def _bits_f32(b):
         return np.uint32(b).view(np.float32)
+
+    def _bf16_f32(h):
+        """The bf16 whose bits are h (a uint16), as an f32: exact."""
+        return np.uint32(np.uint32(h) << np.uint32(16)).view(np.float32)
+
+    def _f32_bf16(x):
+        """The bits of x rounded to the nearest bf16 (a uint16)."""
+        return np.uint16(int(_round_bf16(x).view(np.uint32)) >> 16)
 else:
     from llvmlite import ir as _llir
     from numba import types as _nbt
@@ -54,38 +65,33 @@ else:
         """The bits of a u32 as an f32."""
         def codegen(context, builder, sig, args):
             return builder.bitcast(args[0], _llir.FloatType())
-        return _nbt.float32(_nbt.uint32), codegen'''
+        return _nbt.float32(_nbt.uint32), codegen
 
-CONVERT = '''
-@cuda.jit(cache=NUMBA_CACHE)
-def _bf16_widen_kernel(src, dst):
-    """dst[i] = the bf16 whose bits are src[i], as an f32 (the bits in the top half: exact)."""
-    i = cuda.grid(1)
-    if i < dst.shape[0]:
-        dst[i] = _bits_f32(np.uint32(src[i]) << np.uint32(16))
+    @_intrinsic
+    def _bf16_f32(typingctx, h):
+        """The bf16 whose bits are h (an integer, its low 16 bits), as an f32: exact."""
+        def codegen(context, builder, sig, args):
+            i32 = _llir.IntType(32)
+            b = context.cast(builder, args[0], sig.args[0], _nbt.uint32)
+            b = builder.shl(builder.and_(b, _llir.Constant(i32, 0xFFFF)), _llir.Constant(i32, 16))
+            return builder.bitcast(b, _llir.FloatType())
+        return _nbt.float32(h), codegen
 
+    @_intrinsic
+    def _f32_bf16(typingctx, x):
+        """The bits of x rounded to the nearest bf16 (ties to even, overflow to inf, NaN kept), as
+        a uint16: one cvt.rn.bf16.f32."""
+        def codegen(context, builder, sig, args):
+            f = context.cast(builder, args[0], sig.args[0], _nbt.float32)
+            fn = _llir.InlineAsm(_llir.FunctionType(_llir.IntType(16), [_llir.FloatType()]),
+                                 "cvt.rn.bf16.f32 $0, $1;", "=h,f")
+            return builder.call(fn, [f])
+        return _nbt.uint16(x), codegen'''
 
-@cuda.jit(cache=NUMBA_CACHE)
-def _bf16_narrow_kernel(src, dst):
-    """dst[i] = the bits of src[i] rounded to the nearest bf16."""
-    i = cuda.grid(1)
-    if i < dst.shape[0]:
-        dst[i] = np.uint16(_f32_bits(_round_bf16(src[i])) >> np.uint32(16))
-
-
-def _bf16_widen(x):
-    """A bfloat16 device array as a new float32 one."""
-    out = cuda.device_array(x.shape, np.float32)
-    n = out.size
-    if n:
-        _bf16_widen_kernel[(n + 255) // 256, 256](x.view(np.uint16).reshape(n), out.reshape(n))
-    return out
-
-
-def _bf16_narrow(x):
-    """A float32 device array as a new bfloat16 one (its values rounded to nearest even)."""
-    out = cuda.device_array(x.shape, np.uint16)
-    n = out.size
-    if n:
-        _bf16_narrow_kernel[(n + 255) // 256, 256](x.reshape(n), out.reshape(n))
-    return out.view(ml_dtypes.bfloat16)'''
+BOUNDARY = '''
+def _bf16_out(a):
+    """uint16 device array `a` (a bf16 result's bits) as bfloat16, a view holding `a`, so the
+    memory plan's output pool (_Memory) sees `a` held while the caller holds the result."""
+    b = a.view(ml_dtypes.bfloat16)
+    b._fusec_bits = a
+    return b'''

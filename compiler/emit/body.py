@@ -15,7 +15,7 @@ from .siblings import FusedLoops, access, fuse_siblings, operation
 from .scalar import Helpers, ScalarRules
 from .values import (Constants, EmitError, Globals, Names, elem_of_type, is_int, is_memref,
                           memref_shape, no_rule)
-from .views import Array, View, shape_tuple
+from .views import Array, View, copy_element, shape_tuple
 from ..mlir import ir
 from ..marks import GPU_TEMPLATE_MARKS
 from ..plan.templates import TEMPLATES
@@ -318,10 +318,7 @@ class Body(ControlFlow):
             self.assign(op.results[0], held)
             return
         v = self.view(op.operands[0])
-        e = v.at([self.val(i) for i in op.operands[1:]])
-        if v.array.storage != v.array.elem.compute:  # f16 arrays: compute in float32
-            e = f"np.{v.array.elem.compute}({e})"
-        self.assign(op.results[0], e)
+        self.assign(op.results[0], v.load([self.val(i) for i in op.operands[1:]]))   # f16, bf16: in f32
 
     def store(self, op):
         self.need(op, "kernel", "cpu")
@@ -330,7 +327,14 @@ class Body(ControlFlow):
             self.w(f"{held} = {self.val(op.operands[0])}")
             return
         v = self.view(op.operands[1])
-        self.w(f"{v.at([self.val(i) for i in op.operands[2:]])} = {self.val(op.operands[0])}")
+        idx = [self.val(i) for i in op.operands[2:]]
+        src = op.operands[0].owner
+        if (views.is_bf16_bits(v.array) and getattr(src, "name", None) == "arith.truncf"
+                and str(src.operands[0].type) == "f32" and src.operands[0] in self.ctx.expr):
+            # the truncf's f32 rounded once, by the store (its own rounding then unused: dropped)
+            self.w(f"{v.at(idx)} = {views.narrow(v.array, self.val(src.operands[0]))}")
+            return
+        self.w(v.store(idx, self.val(op.operands[0])))
 
     def copy(self, op):
         src, dst = op.operands[0], op.operands[1]
@@ -348,7 +352,7 @@ class Body(ControlFlow):
             self.w(f"for {i} in {self.range_fn() if k == 0 else 'range'}({n}):")
             self.w.depth += 1
             idx.append(i)
-        self.w(f"{dst.at(idx)} = {src.at(idx)}")
+        self.w(copy_element(src, dst, idx))
         self.w.depth -= len(idx)
 
     def library_call(self, op):

@@ -128,7 +128,7 @@ class ControlFlow:
             if self.mode != "cpu" and not wide:
                 continue
             local = self.names.temp("acc")
-            at_place = self.view(m).at([self.val(i) for i in index])
+            at_place = self.view(m).load([self.val(i) for i in index])
             self.w(f"{local} = np.float64({at_place})" if wide else f"{local} = {at_place}")
             self.ctx.held[m] = local
             if wide:
@@ -146,7 +146,7 @@ class ControlFlow:
                 continue
             if stored:
                 value = f"np.float32({local})" if wide else local
-                self.w(f"{self.view(m).at([self.val(i) for i in index])} = {value}")
+                self.w(self.view(m).store([self.val(i) for i in index], value))
             del self.ctx.held[m]
 
     def _one_place(self, m, loops):

@@ -12,6 +12,7 @@ from .vector import VECTOR_HELPERS
 from .cp_async import CP_ASYNC16H_HELPERS, CP_ASYNC_HELPERS, MAX_STAGES
 from .mma import SwizzledTile, TensorCores
 from .template_values import FLAT_HELPER, FlatViews, TemplateValues, affine, n_inputs, dims_of, dims_of_map, indexing_maps, ints, linear, pure_dim
+from .views import widen
 from .values import EmitError, elem_of_type, expr_add, expr_mul, floordiv, is_int, mod, small_div
 from ..mlir import ir
 from ..plan.gemm import F32_BYTES, SMEM_LIMIT, mma_tiles_error, tile_pad
@@ -678,11 +679,8 @@ class _Gemm:
                 self.w(f"{n} = {b}")
                 b = n
             bases.append(b)
-        convert = view.array.storage != view.array.elem.compute
-
         def read(i: int, k: str) -> str:
-            e = f"{array}[{expr_add(bases[i], k)}]"
-            return f"np.{view.array.elem.compute}({e})" if convert else e
+            return widen(view.array, f"{array}[{expr_add(bases[i], k)}]")
         return read
 
     def _runs_of_4(self, side: str, operand: int, n: int = 4):
@@ -698,7 +696,7 @@ class _Gemm:
         v = self.c.operands[operand]
         view = self.body.view(v)
         if (self.values.writer(v, self.c) is not None or view.array.space != "global"
-                or view.array.storage != ("float32" if n == 4 else "float16")):
+                or view.array.storage not in (("float32",) if n == 4 else ("float16", "uint16"))):
             return None
         m = self.cmaps[operand]
         last = dims_of(m.results[-1]) if len(m.results) else set()
@@ -970,7 +968,7 @@ class _Gemm:
                                 w(f"if {' and '.join(conds + [each[r]])}:")
                                 with w.indent():
                                     if n == 8:
-                                        w(_store(tile, at(r), f"{view.array.name}[{', '.join(view.to_base(tuple(index(r))))}]"))
+                                        w(f"{tile.at(*at(r))} = {view.array.name}[{', '.join(view.to_base(tuple(index(r))))}]")
                                     else:
                                         w(f"_cp_async4({array}, {tile.index(*at(r))}, {view.array.name}, {src(r)})")
                                 w("else:")
@@ -1211,7 +1209,7 @@ class _Gemm:
             values = self.values.results(self.root, [dims[cl] for cl in self.root_loops])
         for (view, idx), v in zip(self._outputs(dims), values):
             if into is None:
-                self.w(f"{view.at(idx)} = {v}")
+                self.w(view.store(idx, v))
             else:
                 t = self.names.fresh("y")
                 self.w(f"{t} = {v}")

@@ -18,7 +18,7 @@ from .shared import block_shared_allocs
 from .values import (Constants, EmitError, Globals, Names, elem_of_type, floordiv,
                           format_location, is_memref, is_memref_type, memref_shape, mod,
                           py_ident, type_label)
-from .views import Array, View, whole
+from .views import Array, View, copy_element, whole
 from ..mlir import ir
 
 __all__ = ["EmittedModule", "Entry", "EmitError", "Launch", "emit"]
@@ -60,8 +60,8 @@ def emit(module: "ir.Module", target: str, vector_bits: int = 0, math: str = "fa
     Numba can cache it (numba.get_num_threads() in compiled code is a dynamic global).
 
     Semantics kept: f16 is computed in f32 (rounded to half precision at truncf and at stores;
-    the CPU target rounds on the bits, emit/cpu.py); bf16 too, held in f32 arrays and rounded
-    at truncf (emit/bf16.py), widened and narrowed by the host function; NaN rules of
+    the CPU target rounds on the bits, emit/cpu.py); bf16 too, rounded at truncf and held as
+    its bits in uint16 arrays on cuda (emit/bf16.py; float32 ones on the cpu); NaN rules of
     maximumf/minimumf/maxnumf/minnumf and every cmpf predicate; divsi/remsi round toward zero.
     Assumed: unsigned integer ops (divui, cmpi ult...) see operands below 2**(width-1), as index
     arithmetic does. Under the CUDA simulator, math calls that raise in Python (exp overflow,
@@ -97,6 +97,8 @@ def emit(module: "ir.Module", target: str, vector_bits: int = 0, math: str = "fa
         hosts.append(fe.run())
         kernels += fe.kernels
         entries[fe.func_name] = fe.entry()
+    if target == "cuda" and any(t in text for text in kernels + hosts for t in ("_bf16_f32(", "_f32_bf16(")):
+        helpers.use_text("bf16_round", emit_bf16.ROUND.strip("\n").splitlines())   # bf16 arrays' bits
     source = _assemble(target, consts, globals_, helpers, kernels, hosts)
     return EmittedModule(source, entries)
 
@@ -320,34 +322,34 @@ class _FuncEmitter:
     def _narrow(self, t) -> str | None:
         """The narrow element type of memref type `t` the host function converts, else None:
         f16 on the cpu (Numba's CPU target has no float16), bf16 on every target (Numba has no
-        bfloat16; the kernels hold its values in float32, each one a bf16 exactly)."""
+        bfloat16: the cuda kernels hold its bits in uint16 arrays, the cpu's in float32)."""
         if not is_memref_type(t):
             return None
         e = str(ir.MemRefType(t).element_type)
         return e if e == "bf16" or (e == "f16" and self.target == "cpu") else None
 
     def _narrow_wrapper(self, inner: str, params: list[str]) -> str:
-        """The host function on float16 / bfloat16 arrays: the inner one works on float32 copies.
-        cpu: NumPy's astype both ways (bf16 -> f32 is exact; back it rounds to nearest even,
+        """The host function on float16 / bfloat16 arrays. cpu: the inner one works on float32
+        copies, NumPy's astype both ways (bf16 -> f32 is exact; back it rounds to nearest even,
         which leaves the rounded values a chain computes unchanged); cuda: bf16 device arrays
-        through the module's conversion kernels (_bf16_widen, _bf16_narrow)."""
+        seen as their uint16 bits and the results' bits seen as bfloat16, no copy (emit/bf16.py)."""
         cuda = self.target == "cuda"
         if cuda:
-            self.ctx.helpers.use_text("bf16_round", emit_bf16.ROUND.strip("\n").splitlines())
-            self.ctx.helpers.use_text("bf16_convert", emit_bf16.CONVERT.strip("\n").splitlines())
+            self.ctx.helpers.use_text("bf16_boundary", emit_bf16.BOUNDARY.strip("\n").splitlines())
         widen = {"f16": "{}.astype(np.float32)",
-                 "bf16": "_bf16_widen({})" if cuda else "{}.astype(np.float32)"}
+                 "bf16": "{}.view(np.uint16)" if cuda else "{}.astype(np.float32)"}
         narrow = {"f16": "{}.astype(np.float16)",
-                  "bf16": "_bf16_narrow({})" if cuda else "{}.astype(ml_dtypes.bfloat16)"}
+                  "bf16": "_bf16_out({})" if cuda else "{}.astype(ml_dtypes.bfloat16)"}
         args = [widen[self._narrow(t)].format(p) if self._narrow(t) else p
                 for p, t in zip(params, self.arg_types)] + params[len(self.arg_types):]
         outs = [narrow[self._narrow(t)].format(f"outs[{i}]") if self._narrow(t) else f"outs[{i}]"
                 for i, t in enumerate(self.result_types)]
         kinds = {self._narrow(t) for t in self.arg_types + self.result_types} - {None}
         arrays = " and ".join(n for k, n in (("f16", "float16"), ("bf16", "bfloat16")) if k in kinds)
+        held = "as their uint16 bits" if cuda else "computed in float32"
         return "\n".join([
             f"def {self.host_name}({', '.join(params)}):",
-            f'    """@{self.func_name} on {arrays} arrays, computed in float32 by {inner}."""',
+            f'    """@{self.func_name} on {arrays} arrays, {held} by {inner}."""',
             f"    outs = {inner}({', '.join(args)})",
             f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})"])
 
@@ -452,7 +454,7 @@ class _FuncEmitter:
                 e = floordiv(t, str(inner))
                 w(f"{i} = {e if k == 0 else mod(e, n)}")
                 idx.append(i)
-            w(f"{dst.at(idx)} = {src.at(idx)}")
+            w(copy_element(src, dst, idx))
         grid = (blocks, 1, 1)
         block = (_COPY_THREADS, 1, 1)
         self.kernels.append("\n".join([

@@ -318,9 +318,7 @@ def _emit_early(body, o, k: int, here, rows: RowLaunch, loads: dict) -> None:
     result = o.results[0]
     if o.name == "memref.load":
         v = body.view(o.operands[0])
-        access = v.at([body.val(i) for i in o.operands[1:]])
-        if v.array.storage != v.array.elem.compute:
-            access = f"np.{v.array.elem.compute}({access})"
+        access = v.load([body.val(i) for i in o.operands[1:]])     # f16, bf16: widened to f32
         name = rows.cached(here, access)
         if name is None:
             name = body.names.fresh(f"{body.names(result)}_e{k}")

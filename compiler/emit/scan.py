@@ -92,7 +92,7 @@ class _Scan:
         return str(n)
 
     def store(self, k: str, idx: dict[int, str], value: str) -> str:
-        return f"{self.out.at([k if d == self.axis else idx[d] for d in range(self.rank)])} = {value}"
+        return self.out.store([k if d == self.axis else idx[d] for d in range(self.rank)], value)
 
     def emit(self) -> None:
         kind = ir.StringAttr(self.op.attributes[SCAN]).value

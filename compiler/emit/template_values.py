@@ -9,6 +9,7 @@ import math
 from contextlib import contextmanager
 
 from .values import EmitError, atom, elem_of_type, expr_add, expr_mul, floordiv, is_int, is_memref, mod, no_rule
+from .views import widen
 from ..mlir import ir
 
 
@@ -85,9 +86,7 @@ def load_element(view, idx: list[str], flat: "FlatViews | None" = None) -> str:
     e = flat.at(view, idx) if flat is not None else None
     if e is None:
         e = view.at(idx)
-    if view.array.storage != view.array.elem.compute:
-        e = f"np.{view.array.elem.compute}({e})"
-    return e
+    return widen(view.array, e)
 
 
 FLAT_HELPER = [
@@ -309,7 +308,7 @@ class TemplateValues:
         values = self._inline(op, dims)
         for k, (v, m) in enumerate(zip(outs, maps[n_in:])):
             idx = [affine(e, dims) for e in m.results]
-            self.w(f"{self.body.view(v).at(idx)} = {values[k]}")
+            self.w(self.body.view(v).store(idx, values[k]))
 
     def contraction_step(self, op, x: str, y: str, acc: str) -> str:
         """A contraction's body on one pair of operands and its accumulator (an expression)."""

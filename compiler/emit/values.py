@@ -72,9 +72,11 @@ _ELEMS = {
     "f64": Elem("f64", "float", 64, "float64", "float64"),
     "f32": Elem("f32", "float", 32, "float32", "float32"),
     "f16": Elem("f16", "float", 16, "float16", "float32"),
-    # bf16 has no Numba type: its arrays hold float32 inside the emitted code (every value a bf16,
-    # exactly), widened from and narrowed to bfloat16 at the host function (emit/module.py)
-    "bf16": Elem("bf16", "float", 16, "float32", "float32"),
+    # bf16 has no Numba type: its arrays hold the 16 bits as uint16 (a bfloat16 array's
+    # `.view(np.uint16)`, emit/module.py), every load widening them to the f32 that is the value
+    # exactly and every store rounding an f32 to them (views.py: widen, narrow; emit/bf16.py);
+    # the cpu target's arrays are float32 (its `compute`), converted by astype at the host function
+    "bf16": Elem("bf16", "float", 16, "uint16", "float32"),
     "i1": Elem("i1", "bool", 1, "bool_", "bool_"),
     "i8": Elem("i8", "int", 8, "int8", "int8"),
     "i16": Elem("i16", "int", 16, "int16", "int16"),
@@ -138,9 +140,10 @@ class Constants:
     defs: dict[str, str] = field(default_factory=dict)
 
     def float(self, value: float, elem: Elem) -> str:
-        rounded = np.dtype(elem.storage).type(value)  # the value as MLIR holds it (f16 rounds)
-        if elem.mlir == "bf16":                       # (bf16 too: its storage is float32)
+        if elem.mlir == "bf16":                       # (bf16 too, held in f32 in the kernels)
             rounded = np.float32(ml_dtypes.bfloat16(value))
+        else:
+            rounded = np.dtype(elem.storage).type(value)  # the value as MLIR holds it (f16 rounds)
         if np.isnan(rounded):
             token, text = "nan", "np.nan"
         elif np.isinf(rounded):
@@ -217,7 +220,10 @@ class Globals:
             raise EmitError(f"the emitter needs a static shape for 'memref.global' @{sym}", op)
         storage = elem.storage if self.target == "cuda" else elem.compute
         init = op.attributes["initial_value"]
-        values = (_bf16_values(init, shape) if elem.mlir == "bf16" else np.array(init)).astype(storage).reshape(shape or (1,))
+        values = (_bf16_values(init, shape) if elem.mlir == "bf16" else np.array(init))
+        if elem.mlir == "bf16" and storage == "uint16":      # cuda: the bf16 bits (exact)
+            values = values.astype(ml_dtypes.bfloat16).view(np.uint16)
+        values = values.astype(storage).reshape(shape or (1,))
         name = f"_g_{py_ident(sym.lstrip('_'))}"
         self.by_symbol[sym] = Global(name, elem, shape, storage)
         self.defs[name] = _array_literal(values, storage)

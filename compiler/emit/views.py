@@ -52,6 +52,51 @@ class View:
         base = self.to_base(tuple(indices))
         return f"{self.array.name}[{', '.join(base)}]"
 
+    def load(self, indices: Index) -> str:
+        """Element `indices` as a value of its compute type (widen)."""
+        return widen(self.array, self.at(indices))
+
+    def store(self, indices: Index, value: str) -> str:
+        """The statement storing compute-type `value` at `indices` (narrow)."""
+        return f"{self.at(indices)} = {narrow(self.array, value)}"
+
+
+def is_bf16_bits(array: Array) -> bool:
+    """A bf16 array held as its 16 bits (uint16: every cuda array in global memory; the cpu's and
+    the kernels' shared and local arrays hold float32)."""
+    return array.elem.mlir == "bf16" and array.storage == "uint16"
+
+
+def copy_element(src: "View", dst: "View", idx: Index) -> str:
+    """dst[idx] = src[idx]: as it lies where both hold the same type (an f16 half converts by
+    itself), a bf16's bits widened or narrowed where only one side holds them."""
+    if src.array.storage == dst.array.storage or not (is_bf16_bits(src.array) or is_bf16_bits(dst.array)):
+        return f"{dst.at(idx)} = {src.at(idx)}"
+    return dst.store(idx, src.load(idx))
+
+
+def widen(array: Array, e: str) -> str:
+    """Element expression `e` read from `array` as its compute type: an f16 half widened to f32,
+    a bf16's bits moved to the top half of an f32 (exact: emit/bf16.py's `_bf16_f32`); else `e`."""
+    if is_bf16_bits(array):
+        return f"_bf16_f32({e})"
+    if array.storage != array.elem.compute:
+        return f"np.{array.elem.compute}({e})"
+    return e
+
+
+def from_bits(array: Array, e: str) -> str:
+    """Element expression `e` of `array` widened where it is a bf16's bits, else as it is (a site
+    that reads f16 halves as they are, Numba widening them where they meet f32)."""
+    return f"_bf16_f32({e})" if is_bf16_bits(array) else e
+
+
+def narrow(array: Array, value: str) -> str:
+    """Compute-type `value` as what `array` stores: a bf16's bits, the f32 rounded to nearest
+    even (NaN kept; `_f32_bf16`, one cvt.rn on a GPU); else `value` (an f16 array's store
+    rounds by itself)."""
+    return f"_f32_bf16({value})" if is_bf16_bits(array) else value
+
 
 def whole(array: Array, shape: Index, host: str | None = None) -> View:
     """The view of a whole array."""

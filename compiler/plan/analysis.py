@@ -165,8 +165,6 @@ def _dims(expr) -> frozenset:
 
 
 def _elem_bytes(t) -> int:
-    if "bf16>" in str(t):
-        return 4            # the emitted code holds bf16 in float32 arrays (emit/values.py)
     m = re.search(r"x?([fi])(\d+)>", str(t))
     return max(1, int(m.group(2)) // 8) if m else 4
 

@@ -75,8 +75,8 @@ def mma_step_instructions(d: int, dv: int, bkv: int, score_flops: float, elem_co
     issues them (emit/attention_mma.py): HMMA for both products, LDSM for K (x4: two n8 tiles
     of k16) and V (x4.trans), the score function and the online softmax on the lane's bkv / 2
     scores, P packed to 16 bits (F2FP), the rescale of the dv / 2 accumulators, the quad's
-    shuffles, and the copies of K and V (16-byte cp.async, or 2-byte loads and stores for
-    bf16 held as f32 in global memory)."""
+    shuffles, and the copies of K and V (16-byte cp.async, or 2-byte loads and stores where an
+    operand's rows are not whole 16-byte runs)."""
     per = bkv // 2                                     # a lane's scores
     hmma = (d // 16) * (bkv // 8) + (bkv // 16) * (dv // 8)
     ldsm = (d // 16) * (bkv // 16) + (bkv // 16) * (dv // 16)

@@ -124,7 +124,7 @@ def _mma_time(info, a, tiling: Tiling, hw: HardwareProfile, common, measured, bl
     regs_alloc = math.ceil(min(regs, hw.regs_per_thread) / 8) * 8
     fit = max(1, fitting_blocks(hw, MMA_WARPS, regs_alloc, smem))
     resident = min(fit, math.ceil(blocks / hw.units))
-    elem_copies = info.op(a.scores).operand_dtypes[0] != "f16"
+    elem_copies = info.op(a.scores).operand_dtypes[0] not in ("f16", "bf16")
     hot = measured.loop_instructions if measured is not None and measured.loop_math else None
     cyc, n = mma_step_cycles(hw, a.d, a.dv, bkv, score_flops, elem_copies, hot)
     steps = causal_steps(a.sq, a.sk, bkv) if causal_mask(info, a) else math.ceil(a.sk / bkv)

@@ -246,7 +246,7 @@ def staged_sides(info: ChainInfo, gk: GemmKernel, members, shape: GemmShape, hw=
     operand's contiguous dim is the side's innermost loop with a block tile a multiple of 4 (runs
     of 16 bytes), K is one loop, the operand an f32 array no op of the kernel computes, and the
     device has cp.async (sm_80+; `hw` None: any). On tensor cores (tile rows along the operand's
-    contiguous dim: emit/mma.py) an f16 operand in runs of 8 halves: a side tile a multiple of 8
+    contiguous dim: emit/mma.py) an f16 or bf16 operand in runs of 8 halves: a side tile a multiple of 8
     where the side's loop is the contiguous one; K's innermost where K is several (a conv's)."""
     if hw is not None and (hw.kind != "gpu" or tuple(hw.cc) < CP_ASYNC_CC):
         return ()
@@ -264,7 +264,7 @@ def staged_sides(info: ChainInfo, gk: GemmKernel, members, shape: GemmShape, hw=
             k_fast = bool(dims) and kl[-1] in dims[-1]
             dims_of = co.operand_shapes[op] if op < len(co.operand_shapes) else ()
             rows8 = bool(dims_of) and dims_of[-1] > 0 and dims_of[-1] % 8 == 0    # (static, whole rows of 16 bytes)
-            if (not computed and rows8 and co.operand_dtypes[op:op + 1] == ("f16",)
+            if (not computed and rows8 and co.operand_dtypes[op:op + 1] in (("f16",), ("bf16",))
                     and ((contiguous and big and len(kl) == 1 and shape.tiles[big[-1]] % 8 == 0) or (not contiguous and k_fast))):
                 out.append(side)
         elif (contiguous and not computed and co.operand_dtypes[op:op + 1] == ("f32",)

@@ -171,13 +171,18 @@ CASES = [  # (source, binding, block tiles, [bk, tm, tn], double-buffered, cp.as
     (F16B, {"B": 3, "M": 40, "K": 48, "N": 40}, [1, 32, 32], [16, 4, 4], False, 2),     # both copied, batched
     (F16T, {"M": 37, "K": 41, "N": 27}, [32, 32], [16, 4, 4], False, 0),
     (F16T, {"M": 24, "K": 48, "N": 20}, [16, 16], [16, 2, 2], True, 0),
+    # bf16: its uint16 arrays copied by cp.async as f16's are (partial tiles, a K tail)
+    (BF16, {"M": 37, "K": 72, "N": 48}, [32, 48], [32, 4, 6], False, 2),
+    (BF16, {"M": 40, "K": 56, "N": 33}, [32, 32], [16, 4, 4], False, 3),     # A copied (rows of 56), B not (33)
 ]
 
 
 @pytest.mark.parametrize("src,binding,block,gemm,db,stages", CASES)
 def test_tensor_core_kernels_on_the_simulator(src, binding, block, gemm, db, stages):
-    plan = _plan(block, gemm, db, stages, (1, 2) if src in (F16, F16B) else range(5))
-    assert _stages(src, binding, plan).plan.kernels[0].config.mma == "f16"
+    plan = _plan(block, gemm, db, stages, (1, 2) if src in (F16, F16B, BF16) else range(5))
+    st = _stages(src, binding, plan)
+    assert st.plan.kernels[0].config.mma == ("bf16" if src == BF16 else "f16")
+    assert ("_cp_async16h" in st.emitted.source) == bool(stages)
     prog = fusec.compile(src, target="cuda-sim", options={"baseline": False, "plans": {"t": plan}})
     (c,) = prog.t.check(binding=binding, seed=5)
     assert c.ok, c.describe()
@@ -277,10 +282,12 @@ def _emulated_ldsm():
     return smem_base, make(4, False), make(4, True), make(2, False), make(2, True)
 
 
-BF16_CASES = [  # bf16 operands: f32 arrays in the kernels, their bits in uint16 tiles, no cp.async
+BF16_CASES = [  # bf16 operands: their bits in uint16 arrays and tiles, by cp.async where rows allow
     (BF16, {"M": 37, "K": 41, "N": 27}, [16, 16], [16, 2, 2], False, 0),
     (BF16, {"M": 40, "K": 56, "N": 33}, [32, 32], [16, 4, 4], False, 0),
     (BF16, {"M": 20, "K": 64, "N": 17}, [16, 16], [32, 2, 2], True, 0),
+    (BF16, {"M": 37, "K": 72, "N": 48}, [32, 48], [32, 4, 6], False, 2),     # both copied, a K tail
+    (BF16, {"M": 40, "K": 56, "N": 33}, [32, 32], [16, 4, 4], False, 3),     # A copied, B not
 ]
 
 

@@ -11,7 +11,7 @@ BF16 = "chain h(x: bf16[4]) -> bf16[4] {\n    return x * 2\n}\n"
 
 @pytest.mark.parametrize("argv, says", [
     (["FILE", "--target", "cpu", "--emit", "kernels"], "_round_bf16"),
-    (["FILE", "--target", "cuda-sim", "--emit", "kernels"], "_bf16_widen(arg0)"),
+    (["FILE", "--target", "cuda-sim", "--emit", "kernels"], "arg0.view(np.uint16)"),
     (["FILE", "--target", "cpu", "--dump-dir", "DIR/dump"], ""),
     (["compile", "FILE", "-o", "DIR/art", "--target", "cpu"], "compiled"),
     (["FILE", "--target", "cuda", "--kernel-report"], "kernel report of the fused build"),

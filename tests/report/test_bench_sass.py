@@ -11,10 +11,11 @@ its row times the run-time row stride, which LLVM leaves in the K loop, and the 
 multiply by static strides that ptxas narrows. A change that raises one has to say why. Issue 37's
 f16 tensor-core contractions (matmul4096_f16, mlp_f16, bmm_f16, bmm_bcast_f16 and the
 channels-last conv_f16): ldmatrix and 16-byte cp.async in the K loop, no scalar shared loads
-there, instructions per HMMA under a ceiling (3; conv_bf16's 32), every shared
-access conflict-free; conv_bf16 the same without cp.async (bf16's global arrays hold f32); its f16
-attention on tensor cores (D = 64, 128, causal): HMMA in both products, LDSM, P never in shared
-memory, cp.async for K and V, the causal key loop's bound."""
+there, instructions per HMMA under a ceiling (3), every shared
+access conflict-free; the same for bf16 (matmul4096_bf16, mlp_bf16, conv_bf16: its global arrays
+hold the 16 bits, issue 37 item 5); f16 and bf16 attention on tensor cores (D = 64, 128, causal):
+HMMA in both products, LDSM, P never in shared memory, cp.async for K and V, the causal key
+loop's bound."""
 from __future__ import annotations
 
 import pytest
