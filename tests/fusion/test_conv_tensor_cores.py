@@ -72,11 +72,13 @@ def test_16_bit_convs_run_channels_last_and_f32_ones_do_not():
 CASES = [  # (type, binding, image side, block tiles [n, f, oh, ow], [bk, tm, tn], stages): partial
     # tiles along f and the image, K steps by cp.async (C a multiple of BK), and a K tail
     # through the register loader (C = 24, BK 16: 216 = 13 x 16 + 8)
-    ("f16", {"B": 2, "C": 32, "F": 40}, 8, [1, 32, 3, 0], [32, 4, 2], 2),
+    # (the quick tier keeps the 3-stage ring and the register loader; the rest are slow)
+    pytest.param("f16", {"B": 2, "C": 32, "F": 40}, 8, [1, 32, 3, 0], [32, 4, 2], 2, marks=pytest.mark.slow),
     ("f16", {"B": 2, "C": 16, "F": 24}, 8, [1, 16, 1, 0], [16, 2, 2], 3),
     ("f16", {"B": 1, "C": 24, "F": 16}, 6, [0, 16, 4, 0], [16, 2, 2], 0),
-    ("bf16", {"B": 2, "C": 16, "F": 24}, 8, [1, 16, 1, 0], [16, 2, 2], 0),
-    ("bf16", {"B": 2, "C": 32, "F": 40}, 8, [1, 32, 3, 0], [32, 4, 2], 2),     # bf16's bits by cp.async
+    pytest.param("bf16", {"B": 2, "C": 16, "F": 24}, 8, [1, 16, 1, 0], [16, 2, 2], 0, marks=pytest.mark.slow),
+    pytest.param("bf16", {"B": 2, "C": 32, "F": 40}, 8, [1, 32, 3, 0], [32, 4, 2], 2,    # bf16's bits by cp.async
+                 marks=pytest.mark.slow),
 ]
 
 
@@ -138,9 +140,10 @@ def test_the_conv_mma_path_under_an_emulated_warp(kind, binding, h, block, gemm,
 STEPPED = [  # (binding, image rows x columns, padding, stride, block tiles, [bk, tm, tn], stages, K
     # steps): the K steps' coordinates stepped (emit/conv.py: KStepper), c0 wrapping into kw and
     # kh every C / BK steps; 2 stages unrolled by two K steps, an odd count ending after the loop
-    ({"B": 1, "C": 64, "F": 40}, (3, 8), 1, 1, [0, 32, 1, 0], [32, 4, 2], 2, 18),
-    ({"B": 1, "C": 96, "F": 24}, (3, 8), 1, 1, [0, 16, 1, 0], [32, 2, 2], 2, 27),
-    ({"B": 1, "C": 48, "F": 24}, (3, 8), 1, 1, [0, 16, 1, 0], [16, 2, 2], 3, 27),
+    # (the quick tier keeps the strided one; the rest are slow)
+    pytest.param({"B": 1, "C": 64, "F": 40}, (3, 8), 1, 1, [0, 32, 1, 0], [32, 4, 2], 2, 18, marks=pytest.mark.slow),
+    pytest.param({"B": 1, "C": 96, "F": 24}, (3, 8), 1, 1, [0, 16, 1, 0], [32, 2, 2], 2, 27, marks=pytest.mark.slow),
+    pytest.param({"B": 1, "C": 48, "F": 24}, (3, 8), 1, 1, [0, 16, 1, 0], [16, 2, 2], 3, 27, marks=pytest.mark.slow),
     ({"B": 2, "C": 64, "F": 24}, (5, 9), 0, 2, [1, 16, 2, 0], [32, 2, 2], 2, 18),
 ]
 
