@@ -55,11 +55,11 @@ PLANNED = [  # (kernel side, image side, binding, the form the model keeps): pla
     # included) vs NCHW 166.6 us; the NCHW window gather feeds the tensor cores 2 bytes at a time
     (3, 56, BIG, "channels-last"),
     # 1x1 at 16x128x56x56: channels-last 35.03 us (layout copies 14.14 us included) vs NCHW
-    # 24.71 us; no window to gather (a 1x1 conv's NCHW K loop reads whole rows), so the copies,
-    # 13.8 MB each way for the input, cost more than they save
+    # 24.71 us; no window to gather (a 1x1 conv's NCHW input is a matrix per image, K = C by
+    # contiguous pixels), so the copies, 12.8 MB each way for the input, cost more than they save
     (1, 56, BIG, "NCHW"),
-    # 3x3 at 1x512x7x7: channels-last 40.0 us (copies 14.2 us) vs NCHW 25.8 us: the weights'
-    # copy (4.7 MB) for a 7x7 image
+    # 3x3 at 1x512x7x7: channels-last 39.99 us (layout copies 14.16 us included) vs NCHW
+    # 25.82 us: the weights' copy (4.7 MB) for a 7x7 image
     (3, 7, {"B": 1, "C": 512, "F": 512}, "NCHW"),
 ]
 
