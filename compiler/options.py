@@ -13,6 +13,7 @@ from .plan.hardware import HardwareProfile
 
 COMPILE_TARGETS = ("gpu", "cpu")
 MATH_MODES = ("fast", "accurate")
+CONV_LAYOUTS = ("auto", "channels-last", "nchw")
 
 
 class OptionsError(ValueError):
@@ -45,6 +46,11 @@ class CompileOptions:
                  (within 3 and 5 ulp); 'accurate': f64 forms rounded once (within 1 ulp), at a
                  time cost (docs/PERFORMANCE.md, "Transcendental accuracy"). The gpu target calls
                  libdevice either way; erf is libm's on the cpu either way
+    conv_layout  a 16-bit conv whose channels make 16-byte runs (groups 1, static shapes):
+                 'auto' (the default): on the gpu target both forms are lowered and planned and
+                 the cheaper plan is kept (compiler/pipeline.py: _conv_layout; the cpu target,
+                 a hand plan and run-time extents keep channels-last); 'channels-last' or
+                 'nchw': that form, unpriced (tests, and autotuning's candidates)
     """
 
     target: str = "gpu"
@@ -59,6 +65,7 @@ class CompileOptions:
     kernel_report: bool = False
     dynamic: tuple[str, ...] = ()
     math: str = "fast"
+    conv_layout: str = "auto"
 
     def __post_init__(self):
         if self.target not in COMPILE_TARGETS:
@@ -70,6 +77,9 @@ class CompileOptions:
         object.__setattr__(self, "dynamic", tuple(sorted(set(self.dynamic))))
         if self.math not in MATH_MODES:
             raise OptionsError(f"math: unknown mode {self.math!r}; expected one of {', '.join(MATH_MODES)}")
+        if self.conv_layout not in CONV_LAYOUTS:
+            raise OptionsError(f"conv_layout: unknown layout {self.conv_layout!r}; expected one of "
+                               f"{', '.join(CONV_LAYOUTS)}")
         bad = [s for s in self.dynamic if not isinstance(s, str) or not s.isidentifier()]
         if bad:
             raise OptionsError(f"dynamic: {', '.join(map(repr, bad))} {'is not a symbol name' if len(bad) == 1 else 'are not symbol names'}")
@@ -108,6 +118,8 @@ class CompileOptions:
             del d["dynamic"]            # keys of options without it stay what they were
         if self.math == "fast":
             del d["math"]               # the same for the default math mode
+        if self.conv_layout == "auto":
+            del d["conv_layout"]        # and for the default conv layout
         return d
 
     def key(self) -> str:

@@ -33,6 +33,7 @@ from .plan.hardware import DEFAULT_GPU, GPUS, HardwareProfile, cache_dir
 from .plan.handplan import plan_from_dict
 from .plan.kernels import FusionPlan
 from .plan.planner import plan_chain, with_eager_transfers, with_measured
+from .marks import NOTE
 from .report import report_kernels
 from .transforms.graph import check_pass_names, run_graph_passes
 from .transforms.tile_and_fuse import tile_and_fuse
@@ -60,6 +61,18 @@ class ChainStages:
     plan: FusionPlan | None = None
     emitted: EmittedModule | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    layout: "LayoutChoice | None" = None         # the 16-bit convs' priced layout (_conv_layout)
+
+
+@dataclass(frozen=True)
+class LayoutChoice:
+    """The layout `_conv_layout` kept for a chain's 16-bit convs, the plan made for it (the
+    plan stage keeps it: the module it was made on is the one the stages go on with) and the
+    decision line naming both forms' prices."""
+    form: str                                    # "channels-last" | "nchw"
+    plan: FusionPlan | None
+    graph_text: str                              # the trial's graph-stage text (the plan's module)
+    line: str
 
 
 @dataclass(frozen=True)
@@ -81,8 +94,79 @@ def _typed(job: Job, st: ChainStages) -> None:
 
 
 def _linalg(job: Job, st: ChainStages) -> None:
-    st.module = lower_chain(st.typed, dict(job.binding), verify_ir=False,
-                            dynamic=chain_dynamic(st.typed.symbols, job.options.dynamic))
+    o = job.options
+    dynamic = chain_dynamic(st.typed.symbols, o.dynamic)
+    form = "channels-last" if o.conv_layout == "auto" else o.conv_layout
+    st.module = lower_chain(st.typed, dict(job.binding), verify_ir=False, dynamic=dynamic, conv_layout=form)
+    st.layout = None
+    if o.conv_layout == "auto" and _layout_copies(st.module):
+        st.layout = _conv_layout(job, st, dynamic)
+        if st.layout.form != form:
+            st.module = lower_chain(st.typed, dict(job.binding), verify_ir=False, dynamic=dynamic,
+                                    conv_layout=st.layout.form)
+
+
+def _layout_copies(module: ir.Module) -> bool:
+    """Whether a conv was lowered channels-last (its layout copies, noted "channels-last: ...")."""
+    for f in module.body.operations:
+        for op in f.regions[0].blocks[0].operations if f.operation.name == "func.func" else ():
+            if NOTE in op.attributes and ir.StringAttr(op.attributes[NOTE]).value.startswith("channels-last"):
+                return True
+    return False
+
+
+CONV_FORMS = ("channels-last", "nchw")
+
+
+def _conv_layout(job: Job, st: ChainStages, dynamic: tuple[str, ...]) -> LayoutChoice:
+    """The layout of the chain's 16-bit convs whose channels make 16-byte runs, priced: on the
+    gpu target the chain is lowered and planned in both forms (channels-last inside, the layout
+    copies kernels of their own or fused, against NCHW, its tiles fed by a 2-byte window
+    gather) and the plan with the smaller predicted total is kept (channels-last on a tie),
+    with a decision line naming both. One form for all of a chain's convs. Not priced
+    (channels-last, as lowered, and a line saying why): the cpu target, a hand plan (its op
+    ids are the channels-last form's), run-time extents (the static twin must match the
+    dynamic module op for op), and an NCHW form the stages could not plan."""
+    o = job.options
+    why = ("the cpu target does not price it (the form is chosen for the GPU's 16-byte window gather)"
+           if o.target != "gpu" else "a hand plan names the channels-last form's ops" if o.plan_for(job.chain)
+           else f"not priced, {taken_at_run_time(dynamic)}" if dynamic else "")
+    if why:
+        return LayoutChoice("channels-last", None, "", f"conv layout: channels-last, fixed: {why}")
+    plans, graphs = {}, {}
+    for form in CONV_FORMS:
+        try:
+            trial = _run(replace(job, options=replace(o, conv_layout=form)), ChainStages(job.chain, typed=st.typed),
+                         "plan", None)
+        except CompilerInternalError as e:
+            if form == "channels-last":
+                raise
+            return LayoutChoice("channels-last", plans["channels-last"], graphs["channels-last"],
+                                f"conv layout: channels-last, fixed: the NCHW form was not planned ({_diagnostic(e)})")
+        plans[form], graphs[form] = trial.plan, trial.texts["graph"]
+    keep = min(CONV_FORMS, key=lambda f: (plans[f].predicted_s, CONV_FORMS.index(f)))
+    convs = ", ".join(f"%{i}" for i in _conv_ops(plans[keep], keep))
+    cl, nchw = plans["channels-last"], plans["nchw"]
+    copies = sum(c.time_s for g, c in zip(cl.kernels, cl.costs)
+                 if cl.info.op(g.root).note.startswith("channels-last"))
+    own = (f"layout copies {_us(copies)} included" if copies else "its layout copies fused into the conv's kernel")
+    line = (f"conv {convs}: channels-last {_us(cl.predicted_s)} ({own}) "
+            f"vs NCHW {_us(nchw.predicted_s)}: {'channels-last' if keep == 'channels-last' else 'NCHW'}")
+    return LayoutChoice(keep, plans[keep], graphs[keep], line)
+
+
+def _conv_ops(plan: FusionPlan, form: str) -> list[int]:
+    """The ids of a plan's 16-bit convs: NCHW, the named conv ops; channels-last, the
+    contractions that read a layout copy."""
+    ops = plan.info.ops
+    if form == "nchw":
+        return [o.id for o in ops if o.name == "linalg.conv_2d_nchw_fchw"]
+    copies = {o.id for o in ops if o.note.startswith("channels-last")}
+    return [o.id for o in ops if o.kind == "contraction" and copies & {p for p in o.producers if p is not None}]
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.4g} us"          # 4 digits: close prices stay apart
 
 
 def _graph(job: Job, st: ChainStages) -> None:
@@ -120,6 +204,11 @@ def planning_profile(options: CompileOptions) -> HardwareProfile:
 
 def _plan(job: Job, st: ChainStages) -> None:
     o = job.options
+    if st.layout is not None and st.layout.plan is not None and st.layout.graph_text == st.texts.get("graph"):
+        with st.module.context:            # the plan made on this very module by _conv_layout
+            tag_ops(st.module)
+        st.plan = replace(st.layout.plan, decisions=st.layout.plan.decisions + (st.layout.line,))
+        return
     dynamic = chain_dynamic(st.typed.symbols, o.dynamic)
     with st.module.context:
         tag_ops(st.module)
@@ -149,6 +238,8 @@ def _plan(job: Job, st: ChainStages) -> None:
     if dynamic and left_out and left_out not in o.disabled_passes and any(op.kind == kind for op in info.ops):
         plan = replace(plan, decisions=plan.decisions + (
             f"{left_out} not run: {taken_at_run_time(dynamic)}, and {why}",))
+    if st.layout is not None:
+        plan = replace(plan, decisions=plan.decisions + (st.layout.line,))
     st.plan = _with_eager(plan, lowered, st.module.context)
 
 
@@ -166,7 +257,8 @@ def _static_twin(job: Job, st: ChainStages, dynamic: tuple[str, ...]) -> tuple[i
     tries = [binding] + [{s: v - 1 if s in dynamic else v for s, v in binding.items()}] * (
         all(binding[d] > 2 for d in dynamic))
     for at in tries:
-        twin = lower_chain(st.typed, at, st.module.context, verify_ir=False)
+        twin = lower_chain(st.typed, at, st.module.context, verify_ir=False,
+                           conv_layout="channels-last" if o.conv_layout == "auto" else o.conv_layout)
         lowered = print_ir(twin, False)
         run_graph_passes(twin, _disabled(job, st), planning_profile(o) if o.target == "gpu" else None)
         tag_ops(twin)
@@ -481,7 +573,10 @@ def _autotuned(chain: TypedChain, binding: dict[str, int], options: CompileOptio
     base = replace(options, autotune=False, tuned=None, baseline=False)
     if progress is not None:
         progress("autotune: planning")
-    plan = compile_typed(chain, binding, options=base, until="plan").plan
+    planned = compile_typed(chain, binding, options=base, until="plan")
+    plan = planned.plan
+    if planned.layout is not None and planned.layout.plan is not None:
+        base = replace(base, conv_layout=planned.layout.form)    # the candidates in the form the model kept
     timed = [0]
 
     def measure(tuned: dict) -> float:

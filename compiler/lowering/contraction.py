@@ -6,7 +6,9 @@ operands' batch shapes allow, else one contraction generic whose maps broadcast 
 zero-filled accumulator, the bias an elementwise generic; with groups, linalg.conv_2d_ngchw_gfchw
 on the input and weights expanded to [N, G, C/G, H, W] and [G, F/G, C/G, KH, KW] (views), its
 [N, G, F/G, HO, WO] result collapsed back to NCHW (each group's work alone, no zeros); a 16-bit
-conv whose channels make 16-byte runs channels-last inside (`_conv_channels_last`). Accumulators are in the compute type
+conv whose channels make 16-byte runs channels-last inside (`_conv_channels_last`) or NCHW, as
+the context's `conv_layout` says (the pipeline prices both: pipeline.py `_conv_layout`).
+Accumulators are in the compute type
 and one elementwise generic rounds back. See docs/ARCHITECTURE.md, "Stages and what each hands on" (linalg).
 """
 from __future__ import annotations
@@ -101,7 +103,7 @@ def _pad(x: ir.Value, ph: int, pw: int) -> ir.Value:
 
 
 def _channels_last(x, w, elem) -> bool:
-    """A 16-bit conv whose channels make whole 16-byte runs (8 halves) runs channels-last: its
+    """A 16-bit conv whose channels make whole 16-byte runs (8 halves) may run channels-last: its
     window gather then reads 8 consecutive channels at a time (a 16-byte cp.async) where NCHW
     reads 2-byte elements along a shifted row."""
     static = all(isinstance(d, int) for d in (*shape_of(x), *shape_of(w)))
@@ -144,7 +146,7 @@ def lower_conv2d(ctx: LoweringContext, node: Node):
     (sh, sw), (ph, pw), (dh, dw) = node.attr("stride"), node.attr("padding"), node.attr("dilation")
     out, elem = ctx.shape(node), ctx.elem(node)
     g = node.attr("groups", 1)
-    if g == 1 and _channels_last(x, w, elem):
+    if g == 1 and ctx.conv_layout == "channels-last" and _channels_last(x, w, elem):
         y = _conv_channels_last(x, w, out, elem, (sh, sw), (ph, pw), (dh, dw))
     elif g == 1:
         if ph or pw:

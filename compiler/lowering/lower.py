@@ -50,10 +50,10 @@ def validated_binding(chain: TypedChain, binding: dict[str, int] | None) -> dict
 
 
 def _lower_chain_into(block: ir.Block, chain: TypedChain, binding: dict[str, int],
-                      dynamic: frozenset[str] = frozenset()) -> None:
+                      dynamic: frozenset[str] = frozenset(), conv_layout: str = "channels-last") -> None:
     binding = validated_binding(chain, binding)
     dynamic = frozenset(dynamic) & set(chain.symbols)
-    ctx = LoweringContext(chain, binding, dynamic=dynamic)
+    ctx = LoweringContext(chain, binding, dynamic=dynamic, conv_layout=conv_layout)
     params = chain.param_nodes
     if dynamic:
         check_dynamic_chain(chain, dynamic)
@@ -178,10 +178,12 @@ def _lower_node(ctx: LoweringContext, node):
 
 def lower_chain(chain: TypedChain, binding: dict[str, int] | None = None,
                 context: ir.Context | None = None, verify_ir: bool = True,
-                dynamic: frozenset[str] | tuple[str, ...] = ()) -> ir.Module:
+                dynamic: frozenset[str] | tuple[str, ...] = (), conv_layout: str = "channels-last") -> ir.Module:
     """A module holding one public func.func for `chain`, every shape static under `binding`
-    except the extents of the `dynamic` symbols, which the func reads from its arguments."""
-    return _lower([(chain, binding or {})], context, verify_ir, frozenset(dynamic))
+    except the extents of the `dynamic` symbols, which the func reads from its arguments.
+    `conv_layout`: how a 16-bit conv whose channels make 16-byte runs is lowered,
+    "channels-last" or "nchw" (lowering/contraction.py; the pipeline prices both)."""
+    return _lower([(chain, binding or {})], context, verify_ir, frozenset(dynamic), conv_layout)
 
 
 def lower(typed_module: TypedModule, bindings: dict[str, dict[str, int]] | None = None,
@@ -192,11 +194,12 @@ def lower(typed_module: TypedModule, bindings: dict[str, dict[str, int]] | None 
 
 
 def _lower(chains: list[tuple[TypedChain, dict[str, int]]], context: ir.Context | None,
-           verify_ir: bool = True, dynamic: frozenset[str] = frozenset()) -> ir.Module:
+           verify_ir: bool = True, dynamic: frozenset[str] = frozenset(),
+           conv_layout: str = "channels-last") -> ir.Module:
     with context or new_context(), ir.Location.unknown():
         module = ir.Module.create()
         for chain, binding in chains:
-            _lower_chain_into(module.body, chain, binding, dynamic)
+            _lower_chain_into(module.body, chain, binding, dynamic, conv_layout)
         if verify_ir:
             verify(module, STAGE)
     return module

@@ -32,6 +32,8 @@ class LoweringContext:
     binding: dict[str, int]
     values: dict[int, "ir.Value | ScalarConst"] = field(default_factory=dict)
     dynamic: frozenset[str] = frozenset()        # symbols whose extent is taken at run time
+    # a 16-bit conv whose channels make 16-byte runs: "channels-last" or "nchw" (contraction.py)
+    conv_layout: str = "channels-last"
 
     def shape(self, node: Node) -> Shape:
         """The node's shape under the binding; a dynamic symbol's extent as its Dyn."""

@@ -21,7 +21,7 @@ def test_the_key_is_stable_and_changes_with_every_field():
     variants = [dict(target="cpu"), dict(hardware=GPUS["h100"]), dict(fuse=False), dict(baseline=False),
                 dict(disabled_passes=frozenset({"cse"})), dict(plans=(("f", "{}"),)), dict(autotune=True),
                 dict(tuned="{}"), dict(locations=True), dict(kernel_report=True),
-                dict(dynamic=("M",)), dict(math="accurate")]
+                dict(dynamic=("M",)), dict(math="accurate"), dict(conv_layout="nchw")]
     keys = {dataclasses.replace(base, **v).key() for v in variants}
     assert len(keys) == len(variants) and base.key() not in keys
     names = {k for v in variants for k in v}
@@ -52,3 +52,12 @@ def test_the_math_mode_is_fast_or_accurate_and_the_default_keeps_the_keys_it_had
     assert CompileOptions.make({"math": "fast"}).key() == CompileOptions().key()
     with pytest.raises(OptionsError, match="math: unknown mode 'precise'; expected one of fast, accurate"):
         CompileOptions.make({"math": "precise"})
+
+
+def test_the_conv_layout_is_priced_by_default_and_a_fixed_form_is_checked():
+    assert CompileOptions().conv_layout == "auto" and "conv_layout" not in CompileOptions().as_dict()
+    assert CompileOptions.make({"conv_layout": "auto"}).key() == CompileOptions().key()
+    assert CompileOptions(conv_layout="channels-last").key() != CompileOptions(conv_layout="nchw").key()
+    with pytest.raises(OptionsError, match="conv_layout: unknown layout 'nhwc'; expected one of auto, "
+                                           "channels-last, nchw"):
+        CompileOptions.make({"conv_layout": "nhwc"})
