@@ -4,7 +4,7 @@ Numba has no bfloat16, so inside an emitted module a bf16 value is a float32 tha
 bf16, and a bf16 array in global memory holds its 16 bits as uint16 (values.py). `ROUND` holds
 arith.truncf to bf16 (`_round_bf16`: PTX's cvt.rn.bf16x2.f32 on a GPU, the same rounding on
 the bits of NumPy scalars under the simulator, which has no inline PTX) and the two accesses
-of a uint16 array (views.py: widen, narrow): `_bf16_f32`, a load's bits moved to the top half
+of a uint16 array (views.py: computed, stored): `_bf16_f32`, a load's bits moved to the top half
 of an f32 (exact), and `_f32_bf16`, a stored f32 rounded to the nearest bf16's bits (ties to
 even, NaN kept: one cvt.rn.bf16.f32 on a GPU). `BOUNDARY` is the host function's (module.py:
 _narrow_wrapper): bfloat16 device arrays go in as their `.view(np.uint16)` and results come back

@@ -332,7 +332,7 @@ class Body(ControlFlow):
         if (views.is_bf16_bits(v.array) and getattr(src, "name", None) == "arith.truncf"
                 and str(src.operands[0].type) == "f32" and src.operands[0] in self.ctx.expr):
             # the truncf's f32 rounded once, by the store (its own rounding then unused: dropped)
-            self.w(f"{v.at(idx)} = {views.narrow(v.array, self.val(src.operands[0]))}")
+            self.w(f"{v.at(idx)} = {views.stored(v.array, self.val(src.operands[0]))}")
             return
         self.w(v.store(idx, self.val(op.operands[0])))
 

@@ -12,7 +12,7 @@ from .vector import VECTOR_HELPERS
 from .cp_async import CP_ASYNC16H_HELPERS, CP_ASYNC_HELPERS, MAX_STAGES
 from .mma import SwizzledTile, TensorCores
 from .template_values import FLAT_HELPER, FlatViews, TemplateValues, affine, n_inputs, dims_of, dims_of_map, indexing_maps, ints, linear, pure_dim
-from .views import widen
+from .views import computed
 from .values import EmitError, elem_of_type, expr_add, expr_mul, floordiv, is_int, mod, small_div
 from ..mlir import ir
 from ..plan.gemm import F32_BYTES, SMEM_LIMIT, mma_tiles_error, tile_pad
@@ -680,7 +680,7 @@ class _Gemm:
                 b = n
             bases.append(b)
         def read(i: int, k: str) -> str:
-            return widen(view.array, f"{array}[{expr_add(bases[i], k)}]")
+            return computed(view.array, f"{array}[{expr_add(bases[i], k)}]")
         return read
 
     def _runs_of_4(self, side: str, operand: int, n: int = 4):

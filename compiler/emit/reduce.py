@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from . import ids
 from .values import EmitError
-from .views import from_bits, is_bf16_bits, narrow
+from .views import from_bits, is_bf16_bits, stored
 from ..marks import BLOCK_REDUCE, BLOCK_REDUCE_ON_Y
 from ..plan.hardware import WARP
 
@@ -72,7 +72,7 @@ def block_reduce(body, op) -> None:
                 w(f"for {k} in range(1, {warps}):")
                 with w.indent():
                     w(f"{acc} = {comb(acc, f'{slots}[{y}, {k}]')}")
-            w(f"{at(O)} = {narrow(O.array, acc)}")
+            w(f"{at(O)} = {stored(O.array, acc)}")
     w("cuda.syncthreads()")
 
 
@@ -115,10 +115,10 @@ def _tree(w, at, comb, P, O, t: str, T: int) -> None:
         h = (n + 1) // 2
         w(f"if {t} < {n - h}:")
         with w.indent():
-            w(f"{at(P, t)} = {narrow(P.array, comb(from_bits(P.array, at(P, t)), from_bits(P.array, at(P, f'{t} + {h}'))))}")
+            w(f"{at(P, t)} = {stored(P.array, comb(from_bits(P.array, at(P, t)), from_bits(P.array, at(P, f'{t} + {h}'))))}")
         w("cuda.syncthreads()")
         n = h
     w(f"if {t} == 0:")
     with w.indent():
-        w(f"{at(O)} = {narrow(O.array, from_bits(P.array, at(P, '0')))}" if is_bf16_bits(O.array) != is_bf16_bits(P.array)
+        w(f"{at(O)} = {stored(O.array, from_bits(P.array, at(P, '0')))}" if is_bf16_bits(O.array) != is_bf16_bits(P.array)
           else f"{at(O)} = {at(P, '0')}")

@@ -9,7 +9,7 @@ import math
 from contextlib import contextmanager
 
 from .values import EmitError, atom, elem_of_type, expr_add, expr_mul, floordiv, is_int, is_memref, mod, no_rule
-from .views import widen
+from .views import computed
 from ..mlir import ir
 
 
@@ -86,7 +86,7 @@ def load_element(view, idx: list[str], flat: "FlatViews | None" = None) -> str:
     e = flat.at(view, idx) if flat is not None else None
     if e is None:
         e = view.at(idx)
-    return widen(view.array, e)
+    return computed(view.array, e)
 
 
 FLAT_HELPER = [

@@ -74,7 +74,7 @@ _ELEMS = {
     "f16": Elem("f16", "float", 16, "float16", "float32"),
     # bf16 has no Numba type: its arrays hold the 16 bits as uint16 (a bfloat16 array's
     # `.view(np.uint16)`, emit/module.py), every load widening them to the f32 that is the value
-    # exactly and every store rounding an f32 to them (views.py: widen, narrow; emit/bf16.py);
+    # exactly and every store rounding an f32 to them (views.py: computed, stored; emit/bf16.py);
     # the cpu target's arrays are float32 (its `compute`), converted by astype at the host function
     "bf16": Elem("bf16", "float", 16, "uint16", "float32"),
     "i1": Elem("i1", "bool", 1, "bool_", "bool_"),

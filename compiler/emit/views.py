@@ -53,12 +53,12 @@ class View:
         return f"{self.array.name}[{', '.join(base)}]"
 
     def load(self, indices: Index) -> str:
-        """Element `indices` as a value of its compute type (widen)."""
-        return widen(self.array, self.at(indices))
+        """Element `indices` as a value of its compute type (computed)."""
+        return computed(self.array, self.at(indices))
 
     def store(self, indices: Index, value: str) -> str:
-        """The statement storing compute-type `value` at `indices` (narrow)."""
-        return f"{self.at(indices)} = {narrow(self.array, value)}"
+        """The statement storing compute-type `value` at `indices` (stored)."""
+        return f"{self.at(indices)} = {stored(self.array, value)}"
 
 
 def is_bf16_bits(array: Array) -> bool:
@@ -75,7 +75,7 @@ def copy_element(src: "View", dst: "View", idx: Index) -> str:
     return dst.store(idx, src.load(idx))
 
 
-def widen(array: Array, e: str) -> str:
+def computed(array: Array, e: str) -> str:
     """Element expression `e` read from `array` as its compute type: an f16 half widened to f32,
     a bf16's bits moved to the top half of an f32 (exact: emit/bf16.py's `_bf16_f32`); else `e`."""
     if is_bf16_bits(array):
@@ -91,7 +91,7 @@ def from_bits(array: Array, e: str) -> str:
     return f"_bf16_f32({e})" if is_bf16_bits(array) else e
 
 
-def narrow(array: Array, value: str) -> str:
+def stored(array: Array, value: str) -> str:
     """Compute-type `value` as what `array` stores: a bf16's bits, the f32 rounded to nearest
     even (NaN kept; `_f32_bf16`, one cvt.rn on a GPU); else `value` (an f16 array's store
     rounds by itself)."""
