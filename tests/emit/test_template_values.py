@@ -40,11 +40,15 @@ def test_affine_index_text_evaluates_as_the_map():
         assert is_identity(ir.AffineMapAttr(ir.Attribute.parse("affine_map<(d0, d1) -> (d0, d1)>")).value)
 
 
-@pytest.mark.parametrize("storage,compute,want", [("float16", "float32", "np.float32(x[i, j])"),
-                                                  ("float32", "float32", "x[i, j]")])
-def test_an_element_is_loaded_in_its_compute_type(storage, compute, want):
+@pytest.mark.parametrize("mlir,storage,compute,want", [("f16", "float16", "float32", "np.float32(x[i, j])"),
+                                                       ("f32", "float32", "float32", "x[i, j]"),
+                                                       ("bf16", "uint16", "float32", "_bf16_f32(x[i, j])"),
+                                                       ("bf16", "float32", "float32", "x[i, j]")])
+def test_an_element_is_loaded_in_its_compute_type(mlir, storage, compute, want):
+    """f16 widens; a bf16 array's 16 bits (cuda) move to an f32's top half, its f32 copy (cpu,
+    shared and local arrays) is read as it lies."""
     view = SimpleNamespace(at=lambda idx: f"x[{', '.join(idx)}]",
-                           array=SimpleNamespace(storage=storage, elem=SimpleNamespace(compute=compute)))
+                           array=SimpleNamespace(storage=storage, elem=SimpleNamespace(compute=compute, mlir=mlir)))
     assert load_element(view, ["i", "j"]) == want
 
 
