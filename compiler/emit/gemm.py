@@ -6,6 +6,7 @@ to the root. Values come from `TemplateValues`; on tensor cores the products fro
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 from . import conv, ids
 from .vector import VECTOR_HELPERS
@@ -152,11 +153,13 @@ class _FlatRuns:
 
 class _ConvRuns(_FlatRuns):
     """_FlatRuns for a channels-last conv's operand: a constant K step's offset from its
-    coordinates, the running one from the K steps' stepper (conv.KStepper), which advances."""
+    coordinates, the running one from the K steps' stepper (conv.KStepper), which the first
+    operand's loader advances (`steps`; one advance moves both operands' offsets)."""
 
-    def __init__(self, w, array: str, bases: dict, run: str, stepper, coef: dict, dsts: dict, stage_bytes: int):
+    def __init__(self, w, array: str, bases: dict, run: str, stepper, coef: dict, dsts: dict, stage_bytes: int,
+                 steps: bool):
         super().__init__(w, array, bases, run, 0, 0, dsts, stage_bytes)
-        self.stepper, self.coef = stepper, coef
+        self.stepper, self.coef, self.steps = stepper, coef, steps
 
     def at(self, key, k0: str) -> str:
         if is_int(k0):
@@ -164,17 +167,8 @@ class _ConvRuns(_FlatRuns):
         return expr_add(self.bases[key], self.run)
 
     def advance(self) -> None:
-        self.stepper.advance()
-
-
-class _same:
-    """A `with` block that changes nothing (an unguarded statement beside a guarded one)."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
+        if self.steps:
+            self.stepper.advance()
 
 
 _RUN = "__fusec_run__"       # stands for an offset along a run of 4 while index expressions are compared
@@ -374,9 +368,7 @@ class _Gemm:
         prefetch = GEMM_PREFETCH in self.root.attributes and bool(regs)
         if ring and tc and stages == 2 and self._kstep is not None and not regs and is_int(K):
             self._conv_pairs(k0, int(K), ring, [(t, staged[side]) for t, side in zip(rings, ("m", "n"))], accs)
-            self.values.flat = None
-            accs, self.at = tc.restage(accs, self.at, Grid)
-            self._epilogue(accs)
+            self._after_k(accs)
             return
         if prefetch:             # the first K step into registers before the loop
             for ld in regs:
@@ -414,13 +406,7 @@ class _Gemm:
                     for ld in regs:
                         ld.hold(f"({k0} + {self.bk})")
             if tc:
-                w("if _FMA_ONLY:")
-                with w.indent():
-                    self._fma_steps(sm, sn, accs, f"range({self.bk})")
-                w("else:")
-                with w.indent():
-                    for kk in range(0, self.bk, 16):
-                        tc.step(sm, sn, accs, kk)
+                self._tc_products(sm, sn, accs)
             else:
                 self._fma_steps(sm, sn, accs, None)
             w("cuda.syncthreads()")
@@ -434,10 +420,27 @@ class _Gemm:
                 else:
                     w(f"{rd} = 0 if {rd} == {stages - 1} else {rd} + 1")
                     w(f"{wr} = 0 if {wr} == {stages - 1} else {wr} + 1")
+        self._after_k(accs)
+
+    def _after_k(self, accs) -> None:
+        """After the K loop: the accumulators (restaged through shared memory on tensor cores)
+        into the epilogue."""
         self.values.flat = None
-        if tc:
-            accs, self.at = tc.restage(accs, self.at, Grid)
+        if self.tc:
+            accs, self.at = self.tc.restage(accs, self.at, Grid)
         self._epilogue(accs)
+
+    def _tc_products(self, sm, sn, accs) -> None:
+        """A K step's products on tensor cores (on FMAs where the module runs without them:
+        `_FMA_ONLY`, the simulator)."""
+        w = self.w
+        w("if _FMA_ONLY:")
+        with w.indent():
+            self._fma_steps(sm, sn, accs, f"range({self.bk})")
+        w("else:")
+        with w.indent():
+            for kk in range(0, self.bk, 16):
+                self.tc.step(sm, sn, accs, kk)
 
     def _conv_pairs(self, k0: str, K: int, ring, tiles, accs) -> None:
         """A channels-last conv's K loop on a 2-stage ring (its copies stepped by conv.KStepper),
@@ -445,7 +448,7 @@ class _Gemm:
         filling stage 1, the second the other way round, so the stages' offsets (the copies'
         shared addresses, the ldmatrix rows) are constants and no ring index is kept; an odd
         number of K steps ends with the last step after the loop (its copies all issued)."""
-        w, bk, tc = self.w, self.bk, self.tc
+        w, bk = self.w, self.bk
         steps = K // bk
         pairs = steps // 2
 
@@ -455,18 +458,12 @@ class _Gemm:
             if ahead is not None:
                 if guard:
                     w(f"if {ahead} < {K}:")
-                with w.indent() if guard else _same():
+                with w.indent() if guard else nullcontext():
                     for ld in ring:
                         ld.issue(ahead, wr)
                 w("_cp_commit()")
             sm, sn = (self._stage(t, rd) if st else t for t, st in tiles)
-            w("if _FMA_ONLY:")
-            with w.indent():
-                self._fma_steps(sm, sn, accs, f"range({bk})")
-            w("else:")
-            with w.indent():
-                for kk in range(0, bk, 16):
-                    tc.step(sm, sn, accs, kk)
+            self._tc_products(sm, sn, accs)
             w("cuda.syncthreads()")
             if ahead is not None:
                 for ld in ring:
@@ -1037,22 +1034,16 @@ class _Gemm:
         the K steps' stepper (`conv.KStepper`, one for both operands) advances."""
         w, names = self.w, self.names
         array, bases, _, coef = runs.flat
-        if self._kstep is None:
+        first = self._kstep is None
+        if first:
             self._kstep = conv.KStepper(self, (stages - 1) * self.bk)
-            first = True
-        else:
-            first = False
         run = self._kstep.add(side, coef)
         dsts = {}
         tile = self._stage(ring, "0")
         for key, k, kval, at, index, inside, conds, full, each in runs("0"):
             d = dsts[key] = names.fresh(f"s{side}{key[0]}_{key[1]}_")      # its shared address in stage 0 (bytes)
             w(f"{d} = {self.tc.hb} + {expr_mul('2', tile.flat(*at(0)))}")
-        stepper = self._kstep
-        flat = _ConvRuns(w, array, bases, run, stepper, coef, dsts, 2 * ring.size)
-        if not first:
-            flat.advance = lambda: None     # (the first operand's advance steps both)
-        return flat
+        return _ConvRuns(w, array, bases, run, self._kstep, coef, dsts, 2 * ring.size, steps=first)
 
     def _k_split(self, k_pos, kloops: list[int], ext_k: list[str]):
         """The loader's K coordinates without a division per element: where K is several loops
