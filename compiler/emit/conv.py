@@ -236,7 +236,7 @@ def _winograd(body, op, views, s: ConvShape, zero: bool, gemm: "_Blas") -> None:
     u, v, p, a, xc = (names.temp(t) for t in ("u", "v", "p", "a", "x"))
     images = _Images(body, s)
     images.before(f"{u} = np.empty(({a2}, {s.f}, {s.c}), {f})")
-    images.before(f"{wt_key}({wt.host}, {u}, {zero_c}, {one}, {ks})")
+    images.before(f"{wt_key}({wt.host}, {u}, {ks})")
     images.buffer(f"{v} = np.empty(({a2}, {s.c}, {ld}), {f})")
     images.buffer(f"{p} = np.empty(({a2}, {s.f}, {ld}), {f})")
     images.buffer(f"{a} = np.empty(({m + 2}, {s.xw + m}), {f})")
@@ -520,45 +520,50 @@ def _params(m: int) -> str:
     return ", ".join(_kname(v) for v in _constants(m))
 
 
+WEIGHT_BLOCK = 256     # filters per block of the weight transform (emit/conv.py: _weights_text)
+
+
 def _weights_text(key: str, m: int) -> list[str]:
-    """u[A i + l, f, c] = (G g G^T)[i, l] for each filter g = w[f, c], A = m + 2: the filters'
-    nine taps gathered into planes taps[3 r + j, f * C + c], then G applied plane by plane, down
-    the columns (h) and along the rows (u): each step one loop along contiguous planes
-    (vectorised), G's nonzero entries from the typed constants."""
+    """u[A i + l, f, c] = (G g G^T)[i, l] for each filter g = w[f, c], A = m + 2, by blocks of
+    WEIGHT_BLOCK filters: the block's nine taps gathered into rows (t[3 r + j, b]); then one loop
+    along the block, G down the columns (h) and along the rows with G's nonzero entries as typed
+    constants, each step's loads and stores contiguous (vectorised) into a small buffer; then
+    each plane's part copied along contiguous (f, c). The planes lie F*C apart, a multiple of 4
+    KiB for most layers: A^2 stores a step straight into them all fell in one L1 set. The
+    transform runs every call (the weights are arguments): for 128 x 256 filters (ResNet-18's
+    third stage, one core) this takes 0.33 ms, where applying G plane by plane over whole
+    planes took 0.83 ms and a filter at a time (scalar) 0.95 ms."""
     g, size = MATRICES[m]["G"], m + 2
-    lines = [_JIT, f"def {key}(w, u, zero, one, {_params(m)}):",
+    a2, bk = size * size, WEIGHT_BLOCK
+    lines = [_JIT, f"def {key}(w, u, {_params(m)}):",
              f'    """Winograd F({m}x{m}, 3x3)\'s weight transform: u[{size} i + l, f, c] = (G g G^T)[i, l] for each',
              f'    3x3 filter g = w[f, c], G = {[[str(Fraction(c)) for c in row] for row in g]}."""'.replace("'", ""),
-             "    nf, nc = w.shape[0], w.shape[1]",
-             "    n = nf * nc",
-             "    taps = np.empty((9, n), u.dtype)",
-             "    for f in range(nf):",
-             "        for c in range(nc):",
-             "            for r in range(3):",
-             "                for j in range(3):",
-             "                    taps[3 * r + j, f * nc + c] = w[f, c, r, j]",
-             f"    g = np.zeros(({size}, 3), u.dtype)"]
-    for i, row in enumerate(g):
-        for j, c in enumerate(map(Fraction, row)):
-            if c:
-                lines.append(f"    g[{i}, {j}] = {'-' if c < 0 else ''}{'one' if abs(c) == 1 else _kname(abs(c))}")
-    lines += [f"    h = np.zeros(({3 * size}, n), u.dtype)",
-              f"    planes = u.reshape(({size * size}, n))",
-              "    planes[:, :] = zero",
-              f"    for i in range({size}):                  # h[3 i + j] = (G g)[i, j]",
-              "        for j in range(3):",
-              "            for r in range(3):",
-              "                k = g[i, r]",
-              "                if k != zero:",
-              "                    for q in range(n):",
-              "                        h[3 * i + j, q] += k * taps[3 * r + j, q]",
-              f"    for i in range({size}):                  # u[A i + l] = ((G g) G^T)[i, l]",
-              f"        for l in range({size}):",
-              "            for j in range(3):",
-              "                k = g[l, j]",
-              "                if k != zero:",
-              "                    for q in range(n):",
-              f"                        planes[{size} * i + l, q] += k * h[3 * i + j, q]"]
+             "    nc = w.shape[1]",
+             "    n = w.shape[0] * nc",
+             f"    planes = u.reshape(({a2}, n))",
+             f"    t = np.empty((9, {bk}), u.dtype)",
+             f"    blk = np.empty(({a2}, {bk}), u.dtype)",
+             "    f = 0",
+             "    c = 0",
+             f"    for q0 in range(0, n, {bk}):",
+             f"        nb = min({bk}, n - q0)",
+             "        for b in range(nb):",
+             "            " + "; ".join(f"t[{3 * r + j}, b] = w[f, c, {r}, {j}]" for r in range(3) for j in range(3)),
+             "            c += 1",
+             "            if c == nc:",
+             "                c = 0",
+             "                f += 1",
+             "        for b in range(nb):",
+             "            " + "; ".join(f"g{r}_{j} = t[{3 * r + j}, b]" for r in range(3) for j in range(3))]
+    ind = " " * 12
+    for i in range(size):                   # h = G g: down the columns
+        for j in range(3):
+            lines.append(ind + f"h{i}_{j} = " + _combo(g[i], [f"g{r}_{j}" for r in range(3)]))
+    for i in range(size):                   # u = h G^T: along the rows
+        for l in range(size):
+            lines.append(ind + f"blk[{size * i + l}, b] = " + _combo(g[l], [f"h{i}_{j}" for j in range(3)]))
+    lines += [f"        for k in range({a2}):",
+              "            planes[k, q0:q0 + nb] = blk[k, :nb]"]
     return lines
 
 

@@ -31,7 +31,7 @@ WINOGRAD4_ARITHMETIC = 1.5  # F(4x4, 3x3)'s transforms: more arithmetic per valu
 DIRECT_SLOWDOWN = 4.0      # a vectorised multiply-add loop against BLAS's rate per core
 DIRECT_ROW = 16            # direct's row loop costs at least what a row this long costs (a shorter row
                            # fills no vector: its loop set-up and the weight loads are the time)
-IM2COL_BLOCK = 512 << 10   # im2col gathers about this many bytes per block
+IM2COL_BLOCK = 512 << 10   # im2col gathers about this many bytes per block, or as many as the chunk's weights
 WINOGRAD_BLOCK = 4 << 20   # Winograd's transformed input and products per block of tile rows
 
 
@@ -100,8 +100,14 @@ def not_applicable(s: ConvShape, algo: str) -> str | None:
 
 
 def im2col_rows(s: ConvShape) -> int:
-    """Output rows per im2col block (the emitter's and the model's)."""
-    return max(1, min(s.oh, IM2COL_BLOCK // max(1, s.ckk * s.ow * s.elem_bytes)))
+    """Output rows per im2col block (the emitter's and the model's): columns of about
+    IM2COL_BLOCK bytes, or of the chunk's weights' size where those are larger. Each block is one
+    ?gemm call, and each call packs all of the chunk's weights (F x C*KH*KW) again: a deep layer's
+    weights (512 x 4608 floats at 7x7) against 512 KiB of columns (4 of its 7 rows) spent more
+    time packing than multiplying (ResNet-18's last 3x3 conv at batch 1: 2.64 ms in two blocks,
+    2.04 ms in one; docs/PERFORMANCE.md, "Figures behind the planner's constants")."""
+    block = max(IM2COL_BLOCK, s.f * s.ckk * s.elem_bytes)
+    return max(1, min(s.oh, block // max(1, s.ckk * s.ow * s.elem_bytes)))
 
 
 def winograd_tiles(s: ConvShape, m: int) -> tuple[int, int]:

@@ -98,6 +98,68 @@ def test_direct_pays_for_rows_shorter_than_a_vector():
     assert seconds(wide, "direct", hw) == pytest.approx(seconds(long_rows, "direct", hw) * 2 * DIRECT_ROW / 64)
 
 
+def test_a_deep_layers_im2col_columns_match_its_weights():
+    """Each im2col block is one ?gemm call, which packs all of the chunk's weights again: a block
+    holds IM2COL_BLOCK bytes of columns or as many as the chunk's weights, so ResNet-18's last
+    3x3 conv at batch 1 (256 filters a chunk, 4608 taps, 7x7 outputs) is one call of 49 columns,
+    not two of 28 and 21, while the stem's few taps keep 512 KiB blocks."""
+    from fusec.compiler.plan.conv import IM2COL_BLOCK, im2col_rows
+    deep = ConvShape(1, 512, 9, 9, 256, 3, 3, 7, 7)
+    assert deep.f * deep.ckk * 4 > IM2COL_BLOCK > deep.ckk * deep.ow * 4 * 4
+    assert im2col_rows(deep) == 7
+    stem = ConvShape(1, 3, 230, 230, 64, 7, 7, 112, 112, 2, 2)
+    assert im2col_rows(stem) == IM2COL_BLOCK // (147 * 112 * 4) == 7
+    few_filters = ConvShape(1, 512, 9, 9, 16, 3, 3, 7, 7)         # weights smaller than the block: 4 rows
+    assert im2col_rows(few_filters) == IM2COL_BLOCK // (4608 * 7 * 4) == 4
+    kernels = stages(_conv_chain(512, 512, 3, 7, 7, padding=1), {"B": 1}, target="cpu").emitted.source
+    (call,) = [line for line in kernels.splitlines() if "# cblas: linalg.conv_2d_nchw_fchw" in line]
+    assert ", _r" in call and "* 7, 4608," in call
+    assert "range(0, 7, 7)" in kernels                              # one block of output rows
+
+
+@pytest.mark.parametrize("m", [2, 4])
+def test_the_winograd_weight_transform_is_g_g_gt(m):
+    """The emitted weight transform (blocks of WEIGHT_BLOCK filters, a tail block, its planes
+    copied out per block) equals G g G^T for every filter, at the points of MATRICES."""
+    import numba
+    import numpy as np
+    from fractions import Fraction
+    from fusec.compiler.emit.conv import MATRICES, WEIGHT_BLOCK, _constants, _weights_text
+    nf, nc = 3, 100                                                 # 300 filters: a whole block and a tail
+    assert nf * nc > WEIGHT_BLOCK and nf * nc % WEIGHT_BLOCK
+    ns = {"numba": numba, "np": np}
+    exec("\n".join(_weights_text("_weights", m)), ns)
+    w = np.random.default_rng(m).standard_normal((nf, nc, 3, 3))
+    size = m + 2
+    u = np.full((size * size, nf, nc), np.nan)
+    ns["_weights"](w, u, *[float(v) for v in _constants(m)])
+    g = np.array([[float(Fraction(c)) for c in row] for row in MATRICES[m]["G"]])
+    want = np.einsum("ir,fcrj,lj->ilfc", g, w, g).reshape(size * size, nf, nc)
+    np.testing.assert_allclose(u, want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_batch_1_conv_may_be_split_by_output_rows():
+    """At batch 1 a conv kernel's first loop is its filters, and a filter chunk gathers the whole
+    input's im2col columns again: the cpu search also tries chunks of output rows, and the
+    stem takes them where the model finds them cheaper. A kernel without a conv searches its
+    first loop only."""
+    stem = _conv_chain(3, 64, 7, 224, 224, padding=3, stride=2)
+    plan = stages(stem, {"B": 1}, target="cpu").plan
+    (g,) = [g for g in plan.kernels if g.template == "conv"]
+    assert g.block_tiles[1] == 0 and g.block_tiles[2] > 0
+    assert g.config.algorithm == "im2col"
+    filters = stages(stem, {"B": 1}, target="cpu", plan={"groups": [
+        {"ops": list(g.ops), "block_tiles": [0, 32, 0, 0]}]}).plan       # the filter split it did before
+    assert filters.predicted_s > plan.predicted_s * 1.05
+    deep = stages(_conv_chain(512, 512, 3, 7, 7, padding=1), {"B": 1}, target="cpu").plan
+    (d,) = [g for g in deep.kernels if g.template == "conv"]
+    assert d.block_tiles[1] > 0                                     # weights dominate: filter chunks
+    rows = stages("chain r(x: f32[4, 64, 32]) -> f32[4, 64, 32] {\n    return exp(x) * 2.0\n}\n", {},
+                  target="cpu").plan
+    for c in rows.summary()["groups"][0]["candidates"]:
+        assert not any(c["block_tiles"][1:])
+
+
 @pytest.mark.parametrize("algo, kw, why", [
     ("winograd", {"stride": 2}, "needs a 3x3 window with stride 1"),
     ("gemm", {}, "needs a 1x1 window"),
@@ -124,6 +186,7 @@ def test_conv_algorithms_are_the_cpu_targets():
 # ---- numerics: every algorithm, forced by a hand plan, against the reference -----------------
 
 CHUNKS, WHOLE = [1, 0, 0, 0], [0, 0, 0, 0]   # conv + epilogue a chunk per image; the conv alone, images in a prange
+ROWS3 = [0, 0, 3, 0]                         # conv + epilogue a chunk per 3 output rows (each pads its own rows)
 ODD = (5, 6, 3, 9, 11, 1, 1, 1)              # (c, f, k, h, w, stride, padding, dilation): Winograd's tails
 ONE = (6, 7, 1, 7, 9, 1, 0, 1)
 # (Winograd's builds take Numba 8-17 s each: its even sizes, whole tiles only, are the
@@ -135,18 +198,20 @@ RUNS = [(ODD, "im2col", CHUNKS), (ODD, "winograd", CHUNKS), (ODD, "winograd", WH
         (ONE, "gemm", CHUNKS), (ONE, "gemm", WHOLE),
         ((6, 7, 1, 7, 9, 1, 1, 1), "gemm", CHUNKS),                       # 1x1 over a padded input
         ((3, 4, 7, 15, 12, 1, 3, 1), "direct", CHUNKS),                   # 7x7
-        ((3, 4, 3, 11, 12, 2, 1, 1), "im2col", CHUNKS)]                   # stride 2
+        ((3, 4, 3, 11, 12, 2, 1, 1), "im2col", CHUNKS),                   # stride 2
+        ((3, 4, 3, 11, 12, 2, 1, 1), "im2col", ROWS3),                    # stride 2, by output rows
+        (ODD, "winograd", ROWS3)]                                         # Winograd's tiles by output rows
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case, algo, tiles", RUNS,
-                         ids=[f"{'x'.join(map(str, c[:5]))}-s{c[5]}-p{c[6]}-d{c[7]}-{a}-{'chunks' if t[0] else 'whole'}"
-                              for c, a, t in RUNS])
+                         ids=[f"{'x'.join(map(str, c[:5]))}-s{c[5]}-p{c[6]}-d{c[7]}-{a}-"
+                              f"{'chunks' if t[0] else 'rows' if any(t) else 'whole'}" for c, a, t in RUNS])
 def test_every_algorithm_matches_the_reference(case, algo, tiles):
     c, f, k, h, w, stride, padding, dilation = case
     src = _conv_chain(c, f, k, h, w, stride, padding, dilation)
     ops = [o.id for o in stages(src, {"B": 3}, target="cpu").plan.info.ops if o.is_compute]
-    if tiles[0]:          # conv + epilogue in one kernel, a chunk per image
+    if any(tiles):        # conv + epilogue in one kernel, a chunk per image or per block of output rows
         groups = [{"ops": ops, "block_tiles": tiles, "conv": algo}]
     else:                 # the conv a kernel of its own, untiled: its images in a prange
         info = stages(src, {"B": 3}, target="cpu").plan.info
