@@ -214,10 +214,10 @@ def _plan(job: Job, st: ChainStages) -> None:
         tag_ops(st.module)
         planned_module, planned_at, lowered = (_static_twin(job, st, dynamic) if dynamic
                                                else (st.module, dict(job.binding), st.texts.get("linalg")))
-        info = analyze(planned_module)[job.chain]
+        info = analyze(planned_module, o.target)[job.chain]
         # each op's loops whose extent is taken at run time (the dynamic module's are `?`)
         run_time = ({op.id: frozenset(k for k, n in enumerate(op.loops) if n == ir.ShapedType.get_dynamic_size())
-                     for op in analyze(st.module)[job.chain].ops} if dynamic else None)
+                     for op in analyze(st.module, o.target)[job.chain].ops} if dynamic else None)
     hw = planning_profile(o)
     hand = o.plan_for(job.chain) if o.fuse else None
 

@@ -164,7 +164,18 @@ def _dims(expr) -> frozenset:
     return frozenset(int(d) for d in re.findall(r"d(\d+)", str(expr)))
 
 
-def _elem_bytes(t) -> int:
+# Element types a target stores wider than their width: the cpu target's f16 and bf16 arrays are
+# float32 (Numba's CPU target has no float16 and BLAS reads neither; the host function converts
+# at the boundary: emit/module.py, _narrow), so its plans price their traffic at 4 bytes an
+# element; cuda and cuda-sim hold the 16 bits.
+STORAGE_BYTES = {"cpu": {"f16": 4, "bf16": 4}}
+
+
+def _elem_bytes(t, storage: dict[str, int] | None = None) -> int:
+    if storage:
+        wide = storage.get(_elem_name(t))
+        if wide:
+            return wide
     m = re.search(r"x?([fi])(\d+)>", str(t))
     return max(1, int(m.group(2)) // 8) if m else 4
 
@@ -181,8 +192,10 @@ def _shape(t) -> tuple[int, ...]:
         return ()
 
 
-def analyze(module: ir.Module) -> dict[str, ChainInfo]:
-    """ChainInfo per func of a tagged graph-stage module (the module itself is not changed)."""
+def analyze(module: ir.Module, target: str | None = None) -> dict[str, ChainInfo]:
+    """ChainInfo per func of a tagged graph-stage module (the module itself is not changed); a
+    `target` that stores an element type wider (STORAGE_BYTES) has its bytes counted so."""
+    storage = STORAGE_BYTES.get(target or "", {})
     with module.context:
         generic = ir.Module.parse(str(module))
         PassManager.parse("builtin.module(func.func(linalg-generalize-named-ops))").run(generic.operation)
@@ -191,15 +204,15 @@ def analyze(module: ir.Module) -> dict[str, ChainInfo]:
         name = ir.StringAttr(f_orig.attributes["sym_name"]).value
         orig, gen = payload_ops(f_orig), payload_ops(f_gen)
         index = {id_: k for k, id_ in enumerate(map(_key, orig))}          # op -> its id, once per func
-        out[name] = ChainInfo(name, tuple(_info(i, o, g, index) for i, (o, g) in enumerate(zip(orig, gen))))
+        out[name] = ChainInfo(name, tuple(_info(i, o, g, index, storage) for i, (o, g) in enumerate(zip(orig, gen))))
     return out
 
 
-def _info(i: int, orig, gen, index: dict) -> OpInfo:
+def _info(i: int, orig, gen, index: dict, storage: dict[str, int]) -> OpInfo:
     producers = tuple(_producer(v, index) for v in orig.operands)
     keys = tuple(_operand_key(v, index) for v in orig.operands)
     shapes = tuple(_shape(v.type) for v in orig.operands)
-    ebytes = tuple(_elem_bytes(v.type) for v in orig.operands)
+    ebytes = tuple(_elem_bytes(v.type, storage) for v in orig.operands)
     dtypes = tuple(_elem_name(v.type) for v in orig.operands)
     rshapes = tuple(_shape(r.type) for r in orig.results)
     extra = dict(operand_keys=keys, operand_shapes=shapes, operand_elem_bytes=ebytes, operand_dtypes=dtypes,
@@ -210,7 +223,7 @@ def _info(i: int, orig, gen, index: dict) -> OpInfo:
             users.append(index.get(_key(_payload_owner(use.owner)), -1))
     name = orig.name
     shape = _shape(orig.results[0].type) if len(orig.results) else ()
-    eb = _elem_bytes(orig.results[0].type) if len(orig.results) else 4
+    eb = _elem_bytes(orig.results[0].type, storage) if len(orig.results) else 4
     if name == "tensor.pad":
         # a pad is its own parallel loop nest over its result; source dim t moves with loop t
         dims = tuple(frozenset({t}) for t in range(len(shape)))
@@ -238,7 +251,7 @@ def _info(i: int, orig, gen, index: dict) -> OpInfo:
     else:
         kind = "elementwise"
     n_in = len(gen.operands) - len(gen.results)
-    extra["indirect"] = _indirect_reads(orig, index, _prod(loops) * eb)
+    extra["indirect"] = _indirect_reads(orig, index, _prod(loops) * eb, storage)
     return OpInfo(i, name, kind, tuple(loops), iters, producers, operand_loops, operand_loops[-1],
                   tuple(sorted(set(users))), shape, eb, body, str(orig.location), n_inputs=n_in,
                   reduction_ops=_combining_ops(gen, n_in) if kind == "reduction" else (),
@@ -304,7 +317,7 @@ def _payload_owner(op):
     return op
 
 
-def _indirect_reads(op, index: dict, most: int) -> tuple:
+def _indirect_reads(op, index: dict, most: int, storage: dict[str, int]) -> tuple:
     """(operand key, bytes, compute op behind it or None) per tensor the body extracts from."""
     found: dict = {}
 
@@ -329,7 +342,7 @@ def _indirect_reads(op, index: dict, most: int) -> tuple:
             owner = owner.operands[0].owner
             behind = None
         t = _shape(v.type)
-        out.append((_operand_key(v, index), min(_prod(t) * _elem_bytes(v.type), most), behind))
+        out.append((_operand_key(v, index), min(_prod(t) * _elem_bytes(v.type, storage), most), behind))
     return tuple(out)
 
 

@@ -152,7 +152,7 @@ def with_eager_transfers(plan: FusionPlan, linalg_text: str | None, context) -> 
         module = ir.Module.parse(linalg_text, context=context)
         with context:
             tag_ops(module)
-            eager = analyze(module)[plan.chain]
+            eager = analyze(module, plan.target)[plan.chain]
     except (CompilerInternalError, KeyError, ValueError):
         return plan
     kernels = unfused_kernels(eager, [o.id for o in eager.ops])

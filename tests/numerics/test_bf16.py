@@ -277,6 +277,29 @@ def test_the_plan_prices_bf16_at_two_bytes_and_the_kernels_hold_its_bits():
     assert [k for k in st.emitted.entries["t"].kernels] == ["k0"]       # one kernel: no conversions
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_the_cpu_plan_prices_16_bit_floats_as_the_float32_arrays_it_runs(dtype):
+    """The cpu target computes f16 and bf16 chains on float32 arrays (the host function converts
+    at the boundary: emit/module.py, _narrow), so its plan counts their traffic at 4 bytes an
+    element, as the same chain in f32; the gpu plan counts the 2 bytes its kernels move."""
+    from fusec.compiler.options import CompileOptions
+    from fusec.compiler.pipeline import compile_typed
+    from fusec.compiler.plan.hardware import GPUS
+    from fusec.compiler.calibrate import cpu_profile
+
+    def plan(dt, target):
+        src = f"chain t(x: {dt}[M, 256], y: {dt}[M, 256]) -> {dt}[M, 256] {{ return exp(x * y + 1.0) }}"
+        hw = cpu_profile() if target == "cpu" else GPUS["h200"]
+        return compile_typed(fusec.check(src).chain("t"), {"M": 4096},
+                             options=CompileOptions.make(target=target, hardware=hw), until="plan").plan
+    narrow, wide = plan(dtype, "cpu"), plan("f32", "cpu")
+    assert narrow.info.op(narrow.kernels[0].root).elem_bytes == 4
+    assert narrow.costs[0].bytes == wide.costs[0].bytes == 3 * 4096 * 256 * 4
+    assert narrow.predicted_s == pytest.approx(wide.predicted_s)
+    gpu = plan(dtype, "gpu")
+    assert gpu.costs[0].bytes == 3 * 4096 * 256 * 2
+
+
 def test_cuda_sim_results_are_bfloat16_arrays_equal_to_the_reference():
     """A cuda-sim call: the results (views of the kernels' uint16 outputs) come back as bfloat16
     arrays equal to the reference, call after call (the output pool's buffers reused)."""
