@@ -5,7 +5,8 @@ time split by kernel, predicted and measured").
 
 The cpu build runs a chain as one Numba function whose kernels are its top-level statements:
 a `numba.prange` loop per kernel (a whole BLAS call is split into one too, emit/cpu.py:
-_gemm_chunks), in the plan's order. The emitted module is copied with the time-stamp counter
+_gemm_chunks), each in a function of its own called there (emit/cpu.py: split_loops), in the
+plan's order. The emitted module is copied with the time-stamp counter
 (`llvm.readcyclecounter`) read around each top-level loop or BLAS call into a counters array the
 planned function takes as one more argument, then run on the chain's seeded inputs
 (runtime/reference.py: random_inputs). Per kernel: the median and the least of its per-call
@@ -66,7 +67,7 @@ _KC = np.zeros({n}, np.uint64)
 def instrument(source: str) -> tuple[str, list[str]]:
     """The module with its planned (or only) cpu function's top-level loops and BLAS calls
     clocked into `_KC`, and each clocked block's first line."""
-    m = re.search(r"^def (\w+_par|_run_\w+_planned|run_\w+)\(", source, re.M)
+    m = re.search(r"^def (?!_loop\d)(\w+_par|_run_\w+_planned|run_\w+)\(", source, re.M)
     if m is None:
         raise ValueError("no cpu function in the module")
     fn = m.group(1)
@@ -81,7 +82,7 @@ def instrument(source: str) -> tuple[str, list[str]]:
     while j < len(body):
         line = body[j]
         top = line.startswith("    ") and not line.startswith("     ")
-        if top and (line.lstrip().startswith("for ") or "gemm(" in line):
+        if top and (line.lstrip().startswith(("for ", "_loop")) or "gemm(" in line):
             block = [line]
             j += 1
             while j < len(body) and (body[j].startswith("     ") or not body[j].strip()):

@@ -33,6 +33,40 @@ if os.environ.get("FUSEC_TEST_MEASURED_CPU") != "1":
     (_root / "hardware-cpu.json").write_text(json.dumps({"key": profile_key(), "profile": _profile}))
 
 
+def _memoised_ptx():
+    """NVVM's PTX of one emitted module, compiled once per test run: several slow tests judge the
+    same bench kernel (the mlp's GEMM at its bench size: the contraction report, the SASS census,
+    launch bounds), and one NVVM compile of it takes ~2 minutes on 2 cores. Keyed by the
+    module's text and the compute capability, in the run's own cache directory (shared by the
+    xdist workers, removed at exit); a module that failed to compile is not kept."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from fusec.compiler.report import ptx
+
+    real = ptx.ptx_of
+    root = Path(os.environ["FUSEC_CACHE_DIR"]) / "test-ptx"
+
+    def ptx_of(source: str, cc):
+        key = hashlib.sha256(f"{tuple(cc)}\n{source}".encode()).hexdigest()
+        path = root / f"{key}.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        out = real(source, cc)
+        if not out.get("errors"):
+            root.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(out))
+            os.replace(tmp, path)
+        return out
+    ptx.ptx_of = ptx_of
+
+
+if os.environ.get("FUSEC_TEST_MEASURED_CPU") != "1":
+    _memoised_ptx()
+
+
 def pytest_configure(config):
     """Under the simulator every kernel launch of the suite is checked against CUDA's grid and
     block limits (tests/tools/launches.py): the simulator itself runs any grid."""

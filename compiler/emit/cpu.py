@@ -353,6 +353,72 @@ _CPU_HELPERS = ("bitcast_i32_f32", "bitcast_f32_i32", "exp_f32", "tanh_f32", "ro
 PREFER_VECTORS = ("prefer_vectors_256", "prefer_vectors_512")
 
 
+def split_loops(lines: list[str], params: list[str], name: str) -> tuple[list[str], list[tuple[str, list[str], list[str]]]]:
+    """A cpu function's body with each top-level prange loop moved into a function of its own,
+    called in its place: (the body, [(loop function, its parameters, its body)]). Numba's
+    parallel passes (array analysis, parfor fusion, the outlining of each prange, which deep-copies
+    the whole function's IR) grow faster than linearly with the function's size, and a whole model
+    is one function: ResNet-18's 22 loops took ~280 s to compile as one function. A loop function's
+    parameters are the names it reads that the body binds before it (arguments, arenas, views,
+    sizes); names it binds are its own. A loop binding a name that the body reads after it stays
+    where it is (Numba would treat it as a reduction)."""
+    import ast
+    blocks, i = [], 0            # (first line, end) of each top-level prange loop
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("    for ") and not line.startswith("     ") and " in numba.prange(" in line \
+                and line.endswith(":"):
+            j = i + 1
+            while j < len(lines) and (lines[j].startswith("     ") or not lines[j].strip()):
+                j += 1
+            blocks.append((i, j))
+            i = j
+        else:
+            i += 1
+    if not blocks:
+        return lines, []
+
+    def names(text: str) -> tuple[list[str], set[str]]:
+        """(names read, in order of first read; names bound) in Python statements."""
+        tree = ast.parse(text)
+        read: dict[str, None] = {}
+        bound: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                if isinstance(node.ctx, ast.Load):
+                    read.setdefault(node.id, None)
+                else:
+                    bound.add(node.id)
+        return list(read), bound
+
+    def dedent(ls: list[str]) -> str:
+        return "\n".join(x[4:] if x.startswith("    ") else x for x in ls)
+
+    out: list[str] = []
+    loops: list[tuple[str, list[str], list[str]]] = []
+    known = set(params)         # names the body has bound so far
+    prev = 0
+    for start, end in blocks:
+        before = lines[prev:start]
+        out += before
+        if before and dedent(before).strip():
+            known |= names(dedent(before))[1]
+        block = lines[start:end]
+        read, bound = names(dedent(block))
+        later = names(dedent(lines[end:]))[0] if end < len(lines) else []
+        if bound & set(later):
+            out += block
+            known |= bound
+        else:
+            args = [n for n in read if n in known]
+            fn = f"_loop{len(loops)}{name}"
+            loops.append((fn, args, block))
+            out.append(f"    {fn}({', '.join(args)})")
+        prev = end
+    out += lines[prev:]
+    return out, loops
+
+
 def prefer_vectors(lines: list[str], call: str) -> list[str]:
     """A cpu function's body lines with `call` first in it and first in each prange body."""
     out = [f"    {call}"]

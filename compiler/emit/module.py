@@ -235,23 +235,27 @@ class _FuncEmitter:
         sig = f"({', '.join(type_label(t) for t in self.arg_types)}) -> " \
               f"({', '.join(type_label(t) for t in self.result_types)})"
         where = format_location(self.op.location)
+        defs: list[str] = []       # the cpu function's loop functions, before it
         if self.target == "cuda":
             inner = outer
             doc = f'    """@{self.func_name} {sig} at {where}; arrays are CUDA device arrays."""'
             head = [f"def {inner}({', '.join(params)}):", doc]
         else:
             doc = f'    """@{self.func_name} {sig} at {where}."""'
-            # parallel=True only with a prange to run: else Numba warns and compiles for nothing
-            parallel = any("numba.prange(" in line for line in w.lines)
             blas = _blas_only_in_prange(w.lines)
-            if self.vector_bits:
-                call = self.ctx.helpers.use(f"prefer_vectors_{self.vector_bits}")
-                w.lines[:] = emit_cpu.prefer_vectors(w.lines, f"{call}()")
             if not blas:
                 inner = outer
-            head = [f'@numba.njit(parallel={parallel}, nogil=True, fastmath={CPU_FASTMATH}, cache=False, '
-                    'error_model="numpy")', f"def {inner}({', '.join(params)}):", doc]
-        text = "\n".join(head + w.lines)
+            w.lines[:], loops = emit_cpu.split_loops(w.lines, params, inner)
+            prefer = self._prefer_vectors
+            w.lines[:] = prefer(w.lines)
+            for fn, args, lines in loops:
+                defs.append("\n".join([_cpu_jit(True), f"def {fn}({', '.join(args)}):",
+                                       f'    """A parallel loop of {inner} (emit/cpu.py: split_loops)."""']
+                                      + prefer(lines)))
+            # parallel=True only with a prange to run: else Numba warns and compiles for nothing
+            parallel = any("numba.prange(" in line for line in w.lines)
+            head = [_cpu_jit(parallel), f"def {inner}({', '.join(params)}):", doc]
+        text = "\n\n\n".join(defs + ["\n".join(head + w.lines)])
         if self.target != "cuda" and inner != outer:
             text += "\n\n\n" + "\n".join([
                 f"def {outer}({', '.join(params)}):",
@@ -269,6 +273,12 @@ class _FuncEmitter:
             self.host_name = public
             text += "\n\n\n" + self._memory_wrapper(f"_{public}_planned", user_params, memory)
         return text
+
+    def _prefer_vectors(self, lines: list[str]) -> list[str]:
+        """A cpu function's lines with the profile's vector width asked for (emit/cpu.py)."""
+        if not self.vector_bits:
+            return lines
+        return emit_cpu.prefer_vectors(lines, f"{self.ctx.helpers.use(f'prefer_vectors_{self.vector_bits}')}()")
 
     def _memory_wrapper(self, planned: str, params: list[str], memory: MemoryPlan) -> str:
         """The public host function: the planned one with its arenas and output buffers
@@ -553,6 +563,11 @@ BOUNDS_HELPER = '''def _bounds(threads):
 
 def _dims(values: list[str]) -> str:
     return f"({', '.join(values)})"
+
+
+def _cpu_jit(parallel: bool) -> str:
+    return (f'@numba.njit(parallel={parallel}, nogil=True, fastmath={CPU_FASTMATH}, cache=False, '
+            'error_model="numpy")')
 
 
 def _blas_only_in_prange(lines: list[str]) -> bool:

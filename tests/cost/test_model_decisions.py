@@ -90,7 +90,7 @@ def test_a_chunk_loop_with_fewer_chunks_than_cores_calls_blas_once_whole_before_
     assert "one BLAS call for the whole product before the chunk loop" in note and "the loop has 1 chunk" in note
     kernels = text.stages(binding)["kernels"]
     call = kernels.index("_sgemm(101, 111, 111, 512, ")        # C's columns split: M stays whole
-    assert kernels.rindex(f"numba.prange(0, {CPU.units})", 0, call) > kernels.index("def __run_g_planned_par(")
+    assert kernels.rindex(f"numba.prange(0, {CPU.units})", 0, call) > kernels.index("def _loop0__run_g_planned_par(")
     assert '_BLAS_THREADS.limit(limits=1, user_api="blas")' in kernels
     assert all(c.ok for c in text.check(binding=binding))
     two = {"g": {"groups": [{"ops": [1, 2], "block_tiles": [256, 0]}]}}

@@ -146,7 +146,7 @@ def test_a_call_outside_every_prange_is_split_among_the_workers(tmp_path, batch,
             .replace("OP", "batch_matmul" if batch else "matmul"))
     mod, src = _module(tmp_path, text, f"split_{batch}_{m}_{n}", cores=2)
     (call,) = _calls(src)
-    body = src[src.index("def _run_mm_par("):]
+    body = src[src.index("def _loop0_run_mm_par("):]
     assert body.index(loop) < body.index("_sgemm(") and "get_num_threads" not in body
     assert cut in call and "_sgemm(101, 111, 111, " in call
     assert '_BLAS_THREADS.limit(limits=1, user_api="blas")' in src

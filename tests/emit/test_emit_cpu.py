@@ -196,8 +196,8 @@ def test_a_view_without_an_array_expression_falls_back_to_ikj_loops(tmp_path):
 
 
 def test_the_profiles_vector_width_reaches_llvm_for_every_loop():
-    """vector_bits (compiler/calibrate.py measures it) becomes a call first in the host function
-    and first in each prange body, which sets LLVM's prefer-vector-width on the function it is
+    """vector_bits (compiler/calibrate.py measures it) becomes a call first in the host function,
+    first in each of its loops' functions (emit/cpu.py: split_loops) and first in each prange body, which sets LLVM's prefer-vector-width on the function it is
     compiled in (the prange body is its own function); the numbers do not change."""
     from dataclasses import replace
 
@@ -217,8 +217,11 @@ def test_the_profiles_vector_width_reaches_llvm_for_every_loop():
         llvm = "\n".join(fn.inspect_llvm().values())
         assert ('"prefer-vector-width"="512"' in llvm) == (bits == 512)
     assert "_prefer_vectors" not in texts[0]
-    body = texts[512][texts[512].index("def _run_e"):].splitlines()
-    assert body[2].strip() == "_prefer_vectors_512()"                 # after the def and its docstring
+    text = texts[512]
+    for fn in re.findall(r"^def (_loop\d+_run_e\w*|_run_e\w*)\(", text, re.M):   # its loops' functions, then it
+        body = text[text.index(f"def {fn}("):].splitlines()
+        assert body[2].strip() == "_prefer_vectors_512()"                 # after the def and its docstring
+    body = text[text.index("def _loop0_run_e"):].splitlines()
     loops = [i for i, line in enumerate(body) if "numba.prange(" in line]
     assert loops and all(body[i + 1].strip() == "_prefer_vectors_512()" for i in loops)
     np.testing.assert_array_equal(outs[0], outs[512])

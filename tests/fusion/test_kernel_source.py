@@ -58,12 +58,12 @@ def test_cpu_row_statistics_are_locals_not_heap_arrays():
     outright, a row tile's accumulator elements are loaded before each row's loop and stored
     after it, never inside."""
     one_row = kernels(SM.replace("64, 128", "8192, 128"), target="cpu")
-    planned = one_row[one_row.index("def _run_sm_planned("):]
+    planned = one_row[one_row.index("def _loop0_run_sm_planned("):]
     assert "for arg1 in numba.prange(0, 8192):" in planned, planned
     assert "np.empty(" not in planned, planned
     assert len(re.findall(r"^        (alloc_\d+) = np\.float32\(0\)$", planned, re.M)) == 2, planned
     tile = kernels(SM, target="cpu")
-    planned = tile[tile.index("def _run_sm_planned("):]
+    planned = tile[tile.index("def _loop0_run_sm_planned("):]
     assert "np.empty((8,), np.float32)" in planned, planned                  # 8 rows a tile
     inner = [ln for ln in planned.splitlines() if ln.startswith(" " * 16)]   # the loops over a row
     assert inner and not any(re.search(r"alloc_\d+\[", ln) for ln in inner), planned
@@ -74,7 +74,7 @@ def test_sigmoid_shares_the_chains_exp_of_minus_abs():
     """sigmoid is exp(-|x|)-based (never overflows), so CSE merges it with the chain's own
     exp(-abs(x)): one exp per element, not two."""
     s = kernels(EW, target="cpu")
-    body = s[s.index("def _run_ew_planned("):]
+    body = s[s.index("def _loop0_run_ew_planned("):]
     assert body.count("_exp_f32(") == 1, body
 
 
@@ -83,7 +83,7 @@ def test_cpu_softmax_row_takes_three_passes():
     exp-and-sum, then the divide. The max and the divide stay apart (each needs a finished
     statistic)."""
     s = kernels(SM.replace("64, 128", "8192, 128"), target="cpu")
-    planned = s[s.index("def _run_sm_planned("):]
+    planned = s[s.index("def _loop0_run_sm_planned("):]
     rows = re.findall(r"^        for (\w+) in range\(128\):(.*)$", planned, re.M)
     assert len(rows) == 3, planned
     assert rows[1][1].strip() == "# 2 loops over one range, fused", planned

@@ -122,9 +122,10 @@ def test_the_issues_sizes_within_the_bound(target):
 
 @pytest.mark.slow
 def test_gpu_kernels_at_1e5_within_the_bound(fast_simulator):
-    """Uniform data only (405 s of the suite's 65 min on 2 cores with both kinds): the offset
-    kind runs at 2e4 above."""
-    bad = _check("cuda-sim", ("total", "var", "rvar"), 10 ** 5, (2, 10 ** 5), kinds=("u01",))
+    """Uniform data only, a whole-tensor sum and one row's variance (the three chains with two
+    rows took 314 s of the slow tier's 65 min on 2 cores): the offset kind and the whole
+    variance run at 2e4 above."""
+    bad = _check("cuda-sim", ("total", "rvar"), 10 ** 5, (1, 10 ** 5), kinds=("u01",))
     assert not bad, "\n".join(bad)
 
 
