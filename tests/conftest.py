@@ -37,16 +37,23 @@ def _memoised_ptx():
     """NVVM's PTX of one emitted module, compiled once per test run: several slow tests judge the
     same bench kernel (the mlp's GEMM at its bench size: the contraction report, the SASS census,
     launch bounds), and one NVVM compile of it takes ~2 minutes on 2 cores. Keyed by the
-    module's text and the compute capability, in the run's own cache directory (shared by the
-    xdist workers, removed at exit); a module that failed to compile is not kept."""
+    module's text and the compute capability, in a directory the first process of the run
+    makes (the xdist workers inherit it through FUSEC_TEST_PTX_DIR; it is removed at exit); a
+    module that failed to compile is not kept."""
+    import atexit
     import hashlib
     import json
+    import shutil
+    import tempfile
     from pathlib import Path
 
     from fusec.compiler.report import ptx
 
+    if "FUSEC_TEST_PTX_DIR" not in os.environ:
+        os.environ["FUSEC_TEST_PTX_DIR"] = tempfile.mkdtemp(prefix="fusec-test-ptx-")
+        atexit.register(shutil.rmtree, os.environ["FUSEC_TEST_PTX_DIR"], True)
     real = ptx.ptx_of
-    root = Path(os.environ["FUSEC_CACHE_DIR"]) / "test-ptx"
+    root = Path(os.environ["FUSEC_TEST_PTX_DIR"])
 
     def ptx_of(source: str, cc):
         key = hashlib.sha256(f"{tuple(cc)}\n{source}".encode()).hexdigest()
@@ -55,7 +62,6 @@ def _memoised_ptx():
             return json.loads(path.read_text())
         out = real(source, cc)
         if not out.get("errors"):
-            root.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(out))
             os.replace(tmp, path)
@@ -63,8 +69,7 @@ def _memoised_ptx():
     ptx.ptx_of = ptx_of
 
 
-if os.environ.get("FUSEC_TEST_MEASURED_CPU") != "1":
-    _memoised_ptx()
+_memoised_ptx()
 
 
 def pytest_configure(config):
