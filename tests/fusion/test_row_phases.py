@@ -70,8 +70,9 @@ def _ldg(ins: list[str]) -> dict[str, int]:
     return out
 
 
-@pytest.mark.parametrize("src,runs,loads", [
-    (SOFTMAX, 1, {"LDG.E": 4}), (LAYERNORM, 1, {"LDG.E": 12}),
+@pytest.mark.parametrize("src,runs,loads", [  # the quick tier keeps the runs of 4
+    pytest.param(SOFTMAX, 1, {"LDG.E": 4}, marks=pytest.mark.slow),
+    pytest.param(LAYERNORM, 1, {"LDG.E": 12}, marks=pytest.mark.slow),
     # runs of 4: one 16-byte load per run (x; layernorm adds gamma and beta), each with its
     # fallback of 4 scalar loads for an address not 16-byte aligned (ptxas predicates both)
     (SOFTMAX, 4, {"LDG.E.128": 1, "LDG.E": 4}), (LAYERNORM, 4, {"LDG.E.128": 3, "LDG.E": 12})])

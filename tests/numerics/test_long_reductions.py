@@ -188,7 +188,7 @@ def _half_rows(dt: str, n: int) -> np.ndarray:
 
 @pytest.mark.parametrize("target, dt, n", [("reference", "f16", 4096), pytest.param("cpu", "f16", 4096, marks=pytest.mark.slow),
                                            ("mlir-jit", "f16", 4096), ("reference", "bf16", 4096),
-                                           ("mlir-jit", "bf16", 4096), ("cuda-sim", "f16", 256)])
+                                           ("mlir-jit", "bf16", 4096), pytest.param("cuda-sim", "f16", 256, marks=pytest.mark.slow)])
 def test_half_rows_with_large_values(target, dt, n, fast_simulator):
     """Finite, and within 2u |t| + u max(1, max |t| of the row) of the float64 truth t of the
     rounded inputs (u the output dtype's unit roundoff): one rounding of the output, and the
