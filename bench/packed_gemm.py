@@ -25,10 +25,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from . import utc_stamp, write_result
-from .machine import describe
-from .runtimes import host_cores, ort_runner
-from .timing import Budget, measure
+from .prepacked_weights import Product, parse_shapes, run_all
+from .timing import Budget
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MR, NR = 6, 16                 # the micro-kernel's block of C: rows, columns (two vectors of 8)
@@ -122,34 +120,17 @@ def gemm_packed(a, bp, c, kb):
 
 
 def run_shape(m: int, k: int, n: int, kb: int, budget: Budget) -> dict:
-    import fusec
-    from .prepacked_weights import matmul_model
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((m, k), dtype=np.float32)
-    w = rng.standard_normal((k, n), dtype=np.float32) / np.float32(np.sqrt(k))
-    wp = pack(w)
+    p = Product(m, k, n)
+    wp = pack(p.w)
     out = np.zeros((m, n), np.float32)
-    mm = fusec.compile(f"chain mm(x: f32[{m}, {k}], w: f32[{k}, {n}]) -> f32[{m}, {n}] {{ return x @ w }}",
-                       target="cpu", options={"baseline": False}).mm
-    const = ort_runner(matmul_model(m, k, n, w), {"a": x})
 
     def packed():
         out[:] = 0
-        gemm_packed(x, wp, out, kb)
+        gemm_packed(p.x, wp, out, kb)
         return out
-    calls = {"fusec (OpenBLAS, w an argument)": lambda: mm(x, w), "onnxruntime (w a constant)": const.call,
-             "prototype (w packed once)": packed}
-    want = x.astype(np.float64) @ w
-    diff = {}
-    for name, call in calls.items():
-        got = call()
-        diff[name] = float(np.abs(np.asarray(got if isinstance(got, np.ndarray) else got[0], np.float64) - want).max())
-        if diff[name] > 1e-3 * np.abs(want).max():
-            raise SystemExit(f"{name} at {m}x{k}x{n}: max abs difference {diff[name]:.3g} from NumPy's float64")
-    samples = measure(calls, budget)
-    flop = 2 * m * k * n
-    return {"m": m, "k": k, "n": n, "kb": kb, "flop": flop, "max_abs_diff": diff,
-            "impls": {name: {**s.as_dict(), "gflops_at_min": flop / (s.min_ms * 1e6)} for name, s in samples.items()}}
+    row = p.timed({"fusec (OpenBLAS, w an argument)": lambda: p.fusec(p.x, p.w),
+                   "onnxruntime (w a constant)": p.ort_constant.call, "prototype (w packed once)": packed}, budget)
+    return {**row, "kb": kb}
 
 
 def main(argv=None) -> int:
@@ -161,27 +142,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.kb < 1:
         ap.error(f"--kb: {args.kb} is not a positive number of K steps")
-    shapes = []
-    for s in args.shapes.split(","):
-        try:
-            m, k, n = (int(v) for v in s.lower().split("x"))
-        except ValueError:
-            ap.error(f"--shapes: {s!r} is not MxKxN")
-        if n % NR:
-            ap.error(f"--shapes: {s!r}: N = {n} is not a multiple of {NR}")
-        shapes.append((m, k, n))
+    shapes = parse_shapes(ap, args.shapes, NR)
     budget = Budget(seconds=args.seconds, min_runs=10, max_runs=400, warmup=3)
-    rows = []
-    for m, k, n in shapes:
-        row = run_shape(m, k, n, args.kb, budget)
-        rows.append(row)
-        print(f"{m}x{k}x{n}:")
-        for name, s in row["impls"].items():
-            print(f"  {name:33} median {s['median_ms']:7.3f} ms  min {s['min_ms']:7.3f} ms  "
-                  f"({s['gflops_at_min']:.0f} GFLOP/s at the min)")
-    result = {"date": utc_stamp(), "machine": describe(), "threads": host_cores(), "shapes": rows}
-    print(f"wrote {write_result(args.out, 'packed-gemm', result)}")
-    return 0
+    return run_all(shapes, lambda m, k, n: run_shape(m, k, n, args.kb, budget), "packed-gemm", args.out)
 
 
 if __name__ == "__main__":
