@@ -21,6 +21,9 @@ def test_the_packed_product_is_numpys(m, k, n, kb):
 
 
 def test_the_micro_kernel_runs_on_256_bit_fmas():
+    a, c = np.ones((6, 4), np.float32), np.zeros((6, 16), np.float32)
+    packed_gemm.gemm_packed(a, packed_gemm.pack(np.ones((4, 16), np.float32)), c, 256)   # compiled here
+    assert (c == 4).all()
     asm = packed_gemm.gemm_packed.inspect_asm(packed_gemm.gemm_packed.signatures[0])
     assert len(re.findall(r"vfmadd\w+\s+[^\n]*%ymm", asm)) >= 12
 
