@@ -366,8 +366,7 @@ def split_loops(lines: list[str], params: list[str], name: str) -> tuple[list[st
     blocks, i = [], 0            # (first line, end) of each top-level prange loop
     while i < len(lines):
         line = lines[i]
-        if line.startswith("    for ") and not line.startswith("     ") and " in numba.prange(" in line \
-                and line.endswith(":"):
+        if prange_header(line) and line.startswith("    for "):        # a top-level one
             j = i + 1
             while j < len(lines) and (lines[j].startswith("     ") or not lines[j].strip()):
                 j += 1
@@ -419,14 +418,20 @@ def split_loops(lines: list[str], params: list[str], name: str) -> tuple[list[st
     return out, loops
 
 
+def prange_header(line: str) -> bool:
+    """A line of emitted cpu code that opens a prange loop (`for i in numba.prange(...):`), at any
+    depth: what split_loops, prefer_vectors and module.py's BLAS and parallel checks look for."""
+    s = line.strip()
+    return s.startswith("for ") and " in numba.prange(" in s and s.endswith(":")
+
+
 def prefer_vectors(lines: list[str], call: str) -> list[str]:
     """A cpu function's body lines with `call` first in it and first in each prange body."""
     out = [f"    {call}"]
     for line in lines:
         out.append(line)
-        stripped = line.lstrip()
-        if stripped.startswith("for ") and " in numba.prange(" in stripped and stripped.endswith(":"):
-            out.append(" " * (len(line) - len(stripped) + 4) + call)
+        if prange_header(line):
+            out.append(" " * (len(line) - len(line.lstrip()) + 4) + call)
     return out
 
 

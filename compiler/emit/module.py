@@ -253,7 +253,7 @@ class _FuncEmitter:
                                        f'    """A parallel loop of {inner} (emit/cpu.py: split_loops)."""']
                                       + prefer(lines)))
             # parallel=True only with a prange to run: else Numba warns and compiles for nothing
-            parallel = any("numba.prange(" in line for line in w.lines)
+            parallel = any(emit_cpu.prange_header(line) for line in w.lines)
             head = [_cpu_jit(parallel), f"def {inner}({', '.join(params)}):", doc]
         text = "\n\n\n".join(defs + ["\n".join(head + w.lines)])
         if self.target != "cuda" and inner != outer:
@@ -577,7 +577,7 @@ def _blas_only_in_prange(lines: list[str]) -> bool:
         ind = len(line) - len(line.lstrip())
         if depth is not None and line.strip() and ind <= depth:
             depth = None
-        if "numba.prange(" in line and depth is None:
+        if emit_cpu.prange_header(line) and depth is None:
             depth = ind
         if emit_cpu.BLAS_MARK in line:
             if depth is None:
