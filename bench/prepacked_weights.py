@@ -40,9 +40,7 @@ def matmul_model(m: int, k: int, n: int, w: np.ndarray | None):
         inits.append(numpy_helper.from_array(w, "b"))
     graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "matmul", inputs,
                               [helper.make_tensor_value_info("c", TensorProto.FLOAT, [m, n])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    return model
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 class Product:

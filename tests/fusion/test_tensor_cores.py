@@ -291,8 +291,8 @@ BF16_CASES = [  # bf16 operands: their bits in uint16 arrays and tiles, by cp.as
 ]
 
 
-# CASES ends with BF16_CASES's last two: the emulated warp runs each once
-@pytest.mark.parametrize("src,binding,block,gemm,db,stages", CASES + BF16_CASES[:3])
+# the emulated warp runs each case once (CASES already holds two of BF16_CASES)
+@pytest.mark.parametrize("src,binding,block,gemm,db,stages", CASES + [c for c in BF16_CASES if c not in CASES])
 def test_the_mma_path_itself_under_an_emulated_warp(src, binding, block, gemm, db, stages):
     from numba import cuda
     kind = "bf16" if src == BF16 else "f16"
